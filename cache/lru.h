@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lru.h - generic, bounded, thread-safe LRU cache with reference counts.
+ *
+ * Keys are fixed-size byte strings (key_len given at creation, compared with
+ * memcmp, so callers must zero padding). Values are opaque pointers.
+ * Entries with a non-zero reference count are never evicted. The eviction
+ * callback runs after the cache lock is released and receives the evicted
+ * entry's own key and value. All operations are O(1) except remove_if.
+ */
+#ifndef BYVAL_CACHE_LRU_H
+#define BYVAL_CACHE_LRU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct byval_lru byval_lru_t;
+
+/* Called with the evicted/removed entry's key and value, never under the
+ * cache lock, never from the at-fork child handler. */
+typedef void (*byval_lru_evict_fn)(void *ctx, const void *key, void *value);
+
+typedef struct byval_lru_stats {
+    uint64_t hits;
+    uint64_t misses;
+    uint64_t inserts;
+    uint64_t evictions; /* capacity evictions */
+    uint64_t removals;  /* explicit remove / remove_if */
+    size_t size;        /* entries now */
+    size_t high_water;  /* max entries ever */
+    size_t capacity;
+    size_t referenced;  /* entries with refs > 0 now */
+    size_t bytes_per_entry; /* memory one entry costs the cache */
+} byval_lru_stats_t;
+
+enum {
+    BYVAL_LRU_OK = 0,
+    BYVAL_LRU_EXISTS = 1,  /* insert: key present; existing value returned, referenced */
+    BYVAL_LRU_FULL = -1,   /* insert: at capacity and every entry referenced */
+    BYVAL_LRU_NOMEM = -2,
+    BYVAL_LRU_NOENT = -3,
+};
+
+/* capacity >= 1. evict may be NULL. Returns NULL on ENOMEM/EINVAL. */
+byval_lru_t *byval_lru_create(size_t capacity, size_t key_len,
+                              byval_lru_evict_fn evict, void *ctx);
+
+/* Destroy; calls evict for every remaining entry (after unlocking). */
+void byval_lru_destroy(byval_lru_t *lru);
+
+/* Lookup. On hit: moves the entry to most-recently-used, takes a reference
+ * when take_ref, stores the value in *value_p and returns 1. Miss: 0. */
+int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref,
+                  void **value_p);
+
+/* Insert key -> value, with one reference when take_ref. If the cache is
+ * above capacity afterwards, the least recently used unreferenced entries
+ * are evicted (callback after unlock). Returns BYVAL_LRU_OK,
+ * BYVAL_LRU_EXISTS (then *existing_p gets the present value, referenced
+ * when take_ref, and value was NOT stored), BYVAL_LRU_FULL (not stored),
+ * or BYVAL_LRU_NOMEM. */
+int byval_lru_insert(byval_lru_t *lru, const void *key, void *value,
+                     int take_ref, void **existing_p);
+
+/* Drop one reference. Returns the remaining count, or BYVAL_LRU_NOENT.
+ * An entry marked by remove() while referenced is released (callback)
+ * when its last reference goes. */
+int byval_lru_put(byval_lru_t *lru, const void *key);
+
+/* Remove key: unreferenced -> released now (callback after unlock);
+ * referenced -> unlinked from lookups at once and released when the last
+ * reference is put. Returns BYVAL_LRU_OK or BYVAL_LRU_NOENT. */
+int byval_lru_remove(byval_lru_t *lru, const void *key);
+
+/* Remove every entry for which pred(ctx, key, value) returns non-zero,
+ * with remove()'s semantics. O(n). Returns how many matched. */
+size_t byval_lru_remove_if(byval_lru_t *lru,
+                           int (*pred)(void *ctx, const void *key, void *value),
+                           void *ctx);
+
+void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *stats_p);
+
+/* Change capacity (evicts down to it where it can). */
+void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity);
+
+/*
+ * fork(): every cache registers itself (once, pthread_atfork installed on
+ * the first create). prepare takes every cache lock, the parent releases
+ * them, and the child re-initialises the locks and empties every cache
+ * WITHOUT calling the eviction callbacks (no driver call in the child):
+ * the child starts with consistent, empty caches and zeroed stats.
+ */
+
+#endif

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lru_fork.c - every cache in one registry so that fork() leaves the child
+ * with consistent, empty caches: prepare takes every lock (no cache is
+ * mid-update when the address space is copied), the parent releases them,
+ * and the child re-initialises the locks and frees every entry without
+ * calling eviction callbacks (they would call the GPU driver, whose state
+ * the child does not own).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/lru_internal.h"
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static byval_lru_t *reg_head;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        for (unsigned i = 0; i < c->nshards; i++)
+            pthread_mutex_lock(&c->shards[i].lock);
+}
+
+static void fork_parent(void)
+{
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        for (unsigned i = 0; i < c->nshards; i++)
+            pthread_mutex_unlock(&c->shards[i].lock);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static void shard_empty(lru_shard_t *s)
+{
+    for (size_t b = 0; b < s->nbuckets; b++) {
+        for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
+            nx = e->hnext;
+            free(e);
+        }
+        s->buckets[b] = NULL;
+    }
+    for (lru_entry_t *z = s->zombies, *nx; z; z = nx) {
+        nx = z->hnext;
+        free(z);
+    }
+    size_t cap = s->capacity, nb = s->nbuckets;
+    lru_entry_t **buckets = s->buckets;
+    memset(s, 0, sizeof(*s));
+    s->capacity = cap;
+    s->nbuckets = nb;
+    s->buckets = buckets;
+    pthread_mutex_init(&s->lock, NULL);
+}
+
+static void fork_child(void)
+{
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        for (unsigned i = 0; i < c->nshards; i++)
+            shard_empty(&c->shards[i]);
+    pthread_mutex_init(&reg_lock, NULL);
+}
+
+static void reg_init(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void byval_lru_register(byval_lru_t *lru)
+{
+    pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_lock);
+    lru->reg_next = reg_head;
+    reg_head = lru;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+void byval_lru_unregister(byval_lru_t *lru)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (byval_lru_t **pp = &reg_head; *pp; pp = &(*pp)->reg_next) {
+        if (*pp == lru) {
+            *pp = lru->reg_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+}

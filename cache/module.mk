@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+LIB_SRC += cache/lru.c cache/lru_fork.c cache/ptrmap.c
+CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
+
+UNIT_TESTS += $(BUILD)/test/unit/test_lru
+$(BUILD)/test/unit/test_lru: test/unit/test_lru.c $(CACHE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread

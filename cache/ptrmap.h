@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ptrmap.h - thread-safe map from a pointer the application holds (an
+ * opened IPC mapping) to the cache key it came from, with an open count.
+ * The close call only has the pointer; this finds the cache entry.
+ */
+#ifndef BYVAL_CACHE_PTRMAP_H
+#define BYVAL_CACHE_PTRMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct byval_ptrmap byval_ptrmap_t;
+
+/* key_len: size of the keys stored (copied inline). NULL on ENOMEM. */
+byval_ptrmap_t *byval_ptrmap_create(size_t key_len);
+void byval_ptrmap_destroy(byval_ptrmap_t *m);
+
+/* One more open of ptr from key. Returns the new count, or -1 on ENOMEM
+ * or when ptr is already mapped from another key (caller's bug). */
+int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key);
+
+/* One close of ptr: copies its key to key_p (may be NULL) and returns the
+ * remaining count (the entry is gone at 0), or -1 when ptr is unknown. */
+int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p);
+
+/* Entries now. */
+size_t byval_ptrmap_size(byval_ptrmap_t *m);
+
+/* Forget everything without callbacks (at-fork child). */
+void byval_ptrmap_clear(byval_ptrmap_t *m);
+
+#endif

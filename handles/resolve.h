@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resolve.h - who am I (exporter side) and how to get an exporter's fd
+ * (importer side) with pidfd_open + pidfd_getfd. No GPU API here.
+ */
+#ifndef BYVAL_HANDLES_RESOLVE_H
+#define BYVAL_HANDLES_RESOLVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "handles/wire.h"
+
+/* The calling process as an exporter describes itself in every record. */
+typedef struct byval_self {
+    uint32_t pid;
+    uint32_t pidns;   /* inode of /proc/self/ns/pid */
+    uint32_t boot;    /* byval_fnv1a32 of the boot_id text (36 chars) */
+    uint64_t identity;
+    uint8_t id_flags; /* BYVAL_FLAG_ID_PIDFS or 0 */
+} byval_self_t;
+
+typedef enum byval_status {
+    BYVAL_OK = 0,
+    BYVAL_E_INVALID,      /* malformed record or argument */
+    BYVAL_E_FOREIGN_HOST, /* boot id differs: handle from another node/boot */
+    BYVAL_E_FOREIGN_NS,   /* exporter lives in another pid namespace */
+    BYVAL_E_GONE,         /* exporter exited (ESRCH) */
+    BYVAL_E_IDENTITY,     /* pid now belongs to another process (reused) */
+    BYVAL_E_BADFD,        /* fd no longer open in the exporter (EBADF) */
+    BYVAL_E_PERM,         /* pidfd_getfd denied (EPERM): ptrace rules */
+    BYVAL_E_NOSYS,        /* kernel has no pidfd_open/pidfd_getfd */
+    BYVAL_E_NOFD,         /* out of fds in the importer (EMFILE/ENFILE) */
+    BYVAL_E_FDKIND,       /* fd is not the object the record describes */
+    BYVAL_E_SYS,          /* other syscall failure, see errno text */
+} byval_status_t;
+
+/* Static name for a status ("exporter gone", ...). */
+const char *byval_status_str(byval_status_t st);
+
+/* Fill *self for the calling process. Computed on first use and cached;
+ * byval_self_reset() forgets it (call in an at-fork child handler). */
+int byval_self_get(byval_self_t *self_p);
+void byval_self_reset(void);
+
+/* Fill the identity fields of rec (pid, pidns, boot, identity, flags)
+ * from self. */
+void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
+
+/* inode of fd (st_ino), 0 on error. */
+uint64_t byval_fd_inode(int fd);
+
+/*
+ * Resolve rec into a local duplicate of the exporter's fd:
+ *   host and pid-namespace checks against self, pidfd_open(rec->pid),
+ *   identity check (race-free order), pidfd_getfd(rec->fd), then the
+ *   fd-kind check (inode low 32 bits == rec->fd_ino, size covers rec->size).
+ * On success *fd_p is a new fd owned by the caller (O_CLOEXEC).
+ * On failure writes one exact, human-readable line (no trailing newline)
+ * into msg (may be NULL) that names the syscall, pid, fd and errno text,
+ * with a hint for EPERM.
+ * pidfd_p: if non-NULL, receives the pidfd (caller owns it; -1 on error)
+ * so callers can keep it to watch for exporter exit; else it is closed.
+ */
+byval_status_t byval_resolve_fd(const byval_record_t *rec,
+                                const byval_self_t *self, int *fd_p,
+                                int *pidfd_p, char *msg, size_t msglen);
+
+/* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
+int byval_pidfd_exited(int pidfd);
+
+#endif

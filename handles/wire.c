@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/* wire.c - encode/decode of the 47-byte record (layout in wire.h). Pure:
+ * no syscalls, no allocation; the decoder checks len before every read. */
+#include "handles/wire.h"
+
+#include <string.h>
+
+uint32_t byval_fnv1a32(const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#define OFF_MAGIC 0
+#define OFF_VERSION 2
+#define OFF_KIND 3
+#define OFF_PID 4
+#define OFF_PIDNS 8
+#define OFF_BOOT 12
+#define OFF_IDENTITY 16
+#define OFF_FD 24
+#define OFF_FD_INO 28
+#define OFF_ALLOC_ID 32
+#define OFF_PAGES 38
+#define OFF_DEVICE 42
+#define OFF_CHECKSUM 43
+
+byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYVAL_WIRE_LEN])
+{
+    if (!rec || !out)
+        return BYVAL_WIRE_BAD_FIELD;
+    if (rec->kind < 1 || rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK) ||
+        rec->size > BYVAL_WIRE_MAX_SIZE || rec->alloc_id > BYVAL_WIRE_MAX_ALLOC_ID ||
+        rec->fd > INT32_MAX)
+        return BYVAL_WIRE_BAD_FIELD;
+    uint8_t b[BYVAL_WIRE_LEN];
+    put_le(b + OFF_MAGIC, BYVAL_WIRE_MAGIC, 2);
+    b[OFF_VERSION] = BYVAL_WIRE_VERSION;
+    b[OFF_KIND] = (uint8_t)(rec->kind | (rec->flags << 4));
+    put_le(b + OFF_PID, rec->pid, 4);
+    put_le(b + OFF_PIDNS, rec->pidns, 4);
+    put_le(b + OFF_BOOT, rec->boot, 4);
+    put_le(b + OFF_IDENTITY, rec->identity, 8);
+    put_le(b + OFF_FD, rec->fd, 4);
+    put_le(b + OFF_FD_INO, rec->fd_ino, 4);
+    put_le(b + OFF_ALLOC_ID, rec->alloc_id, 6);
+    put_le(b + OFF_PAGES, (rec->size + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE, 4);
+    b[OFF_DEVICE] = rec->device;
+    put_le(b + OFF_CHECKSUM, byval_fnv1a32(b, OFF_CHECKSUM), 4);
+    memcpy(out, b, BYVAL_WIRE_LEN);
+    return BYVAL_WIRE_OK;
+}
+
+int byval_wire_is_candidate(const uint8_t *in, size_t len)
+{
+    return in && len >= 2 && get_le(in, 2) == BYVAL_WIRE_MAGIC;
+}
+
+byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len, byval_record_t *rec_p)
+{
+    if (!in || len < BYVAL_WIRE_LEN)
+        return BYVAL_WIRE_SHORT;
+    if (get_le(in + OFF_MAGIC, 2) != BYVAL_WIRE_MAGIC)
+        return BYVAL_WIRE_NOT_OURS;
+    if (get_le(in + OFF_CHECKSUM, 4) != byval_fnv1a32(in, OFF_CHECKSUM))
+        return BYVAL_WIRE_CHECKSUM;
+    if (in[OFF_VERSION] != BYVAL_WIRE_VERSION)
+        return BYVAL_WIRE_VERSION_UNKNOWN;
+    uint8_t kind = in[OFF_KIND] & 0xF, flags = in[OFF_KIND] >> 4;
+    uint64_t fd = get_le(in + OFF_FD, 4);
+    if (kind < 1 || kind > BYVAL_KIND_MAX_ || (flags & ~BYVAL_FLAG_MASK) || fd > INT32_MAX)
+        return BYVAL_WIRE_BAD_FIELD;
+    if (rec_p) {
+        rec_p->version = in[OFF_VERSION];
+        rec_p->kind = kind;
+        rec_p->flags = flags;
+        rec_p->pid = (uint32_t)get_le(in + OFF_PID, 4);
+        rec_p->pidns = (uint32_t)get_le(in + OFF_PIDNS, 4);
+        rec_p->boot = (uint32_t)get_le(in + OFF_BOOT, 4);
+        rec_p->identity = get_le(in + OFF_IDENTITY, 8);
+        rec_p->fd = (uint32_t)fd;
+        rec_p->fd_ino = (uint32_t)get_le(in + OFF_FD_INO, 4);
+        rec_p->alloc_id = get_le(in + OFF_ALLOC_ID, 6);
+        rec_p->size = get_le(in + OFF_PAGES, 4) * BYVAL_WIRE_PAGE;
+        rec_p->device = in[OFF_DEVICE];
+    }
+    return BYVAL_WIRE_OK;
+}
+
+const char *byval_wire_status_str(byval_wire_status_t st)
+{
+    switch (st) {
+    case BYVAL_WIRE_OK: return "ok";
+    case BYVAL_WIRE_SHORT: return "record too short";
+    case BYVAL_WIRE_NOT_OURS: return "not an ipcbyval record";
+    case BYVAL_WIRE_CHECKSUM: return "checksum mismatch";
+    case BYVAL_WIRE_VERSION_UNKNOWN: return "unknown record version";
+    case BYVAL_WIRE_BAD_FIELD: return "field out of range";
+    }
+    return "unknown status";
+}

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - the one table of IPCBYVAL_* variables and its parser.
+ * The man page's ENVIRONMENT section and `ipcbyval-run --print-config`
+ * are checked against this table by test/integration/test_config.sh.
+ */
+#include "shim/config.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "shim/log.h"
+
+byval_config_t byval_cfg;
+
+enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT };
+
+typedef struct cfg_entry {
+    const char *name;
+    const char *defval;
+    enum cfg_type type;
+    size_t offset;
+    size_t size; /* for strings: buffer size */
+    const char *doc;
+} cfg_entry_t;
+
+#define CFG_(name, def, type, field, doc) \
+    {name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), doc}
+
+static const cfg_entry_t cfg_table[] = {
+    CFG_("IPCBYVAL_ENABLE", "1", CFG_BOOL, enable,
+         "0 makes every wrapper a pure pass-through to the driver"),
+    CFG_("IPCBYVAL_LOG", "warn", CFG_LEVEL, log_level,
+         "log level: none, error, warn, info, debug (or 0-4)"),
+    CFG_("IPCBYVAL_LOG_FILE", "", CFG_STRING, log_file,
+         "append log lines to this file instead of stderr (%p expands to the pid)"),
+    CFG_("IPCBYVAL_CACHE_SIZE", "1024", CFG_SIZE, cache_size,
+         "import cache entries (mappings kept open for reuse), >= 1"),
+    CFG_("IPCBYVAL_EXPORT_CACHE_SIZE", "4096", CFG_SIZE, export_cache_size,
+         "export cache entries (one exported fd per live allocation), >= 1"),
+    CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
+         "print counters and cache statistics to the log at exit"),
+    CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
+         "handle Level Zero IPC (0: pass Level Zero calls through)"),
+    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda,
+         "handle CUDA IPC (0: pass CUDA calls through)"),
+    CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
+         "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
+    CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
+         "how importers get the exporter's fd: auto, pidfd, socket"),
+};
+
+#define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
+static const char *const transport_names[] = {"auto", "pidfd", "socket"};
+
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
+static int parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"1", "y", "yes", "on", "true"};
+    static const char *const no[] = {"0", "n", "no", "off", "false"};
+    for (size_t i = 0; i < 5; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-' || *s == '\0')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v < 1 || v > (1ULL << 32))
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_enum(const char *s, const char *const *names, size_t n, int *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            *out = (int)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_value(const cfg_entry_t *e, const char *s)
+{
+    void *field = (char *)&byval_cfg + e->offset;
+    switch (e->type) {
+    case CFG_BOOL:
+        return parse_bool(s, field);
+    case CFG_SIZE:
+        return parse_size(s, field);
+    case CFG_LEVEL:
+        if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0') {
+            *(int *)field = s[0] - '0';
+            return 0;
+        }
+        return parse_enum(s, level_names, 5, field);
+    case CFG_TRANSPORT:
+        return parse_enum(s, transport_names, 3, field);
+    case CFG_STRING:
+        if (strlen(s) >= e->size)
+            return -1;
+        strcpy(field, s);
+        return 0;
+    }
+    return -1;
+}
+
+static const char *type_hint(enum cfg_type t)
+{
+    switch (t) {
+    case CFG_BOOL:
+        return "y/yes/on/1 or n/no/off/0";
+    case CFG_SIZE:
+        return "an integer from 1 to 4294967296";
+    case CFG_LEVEL:
+        return "none, error, warn, info, debug or 0-4";
+    case CFG_TRANSPORT:
+        return "auto, pidfd or socket";
+    case CFG_STRING:
+        return "a path of at most 255 bytes";
+    }
+    return "?";
+}
+
+/* Levenshtein distance, bounded to short names; used to suggest a fix
+ * for a misspelt IPCBYVAL_* variable. */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), prev[64], cur[64];
+    if (la >= 63 || lb >= 63)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(prev));
+    }
+    return prev[lb];
+}
+
+static const cfg_entry_t *find_entry(const char *name, size_t len)
+{
+    for (size_t i = 0; i < CFG_COUNT; i++)
+        if (strlen(cfg_table[i].name) == len && strncmp(cfg_table[i].name, name, len) == 0)
+            return &cfg_table[i];
+    return NULL;
+}
+
+static void warn_unknown(void)
+{
+    extern char **environ;
+    for (char **env = environ; env && *env; env++) {
+        const char *eq = strchr(*env, '=');
+        if (strncmp(*env, "IPCBYVAL_", 9) != 0 || !eq)
+            continue;
+        size_t len = (size_t)(eq - *env);
+        if (find_entry(*env, len))
+            continue;
+        const char *best = NULL;
+        size_t best_d = SIZE_MAX;
+        for (size_t i = 0; i < CFG_COUNT; i++) {
+            size_t d = edit_distance(*env, len, cfg_table[i].name);
+            if (d < best_d) {
+                best_d = d;
+                best = cfg_table[i].name;
+            }
+        }
+        if (best && best_d <= 4)
+            BYVAL_LOG_WARN("unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
+        else
+            BYVAL_LOG_WARN("unknown variable %.*s (ipcbyval-run --print-config lists them)",
+                           (int)len, *env);
+    }
+}
+
+void byval_config_load(void)
+{
+    /* Defaults first, so every later error keeps them. */
+    for (size_t i = 0; i < CFG_COUNT; i++)
+        (void)parse_value(&cfg_table[i], cfg_table[i].defval);
+    /* The log level first, so that the warnings below obey it. */
+    const char *lvl = getenv("IPCBYVAL_LOG");
+    if (lvl && parse_value(find_entry("IPCBYVAL_LOG", 12), lvl) == 0)
+        byval_log_level = byval_cfg.log_level;
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        const char *val = getenv(e->name);
+        if (!val)
+            continue;
+        if (parse_value(e, val) != 0) {
+            (void)parse_value(e, e->defval);
+            BYVAL_LOG_WARN("invalid value %s='%s' (expected %s); using the default '%s'",
+                           e->name, val, type_hint(e->type), e->defval);
+        }
+    }
+    byval_log_level = byval_cfg.log_level;
+    warn_unknown();
+}
+
+static void format_value(const cfg_entry_t *e, char *buf, size_t len)
+{
+    const void *field = (const char *)&byval_cfg + e->offset;
+    switch (e->type) {
+    case CFG_BOOL:
+        snprintf(buf, len, "%d", *(const int *)field);
+        break;
+    case CFG_SIZE:
+        snprintf(buf, len, "%zu", *(const size_t *)field);
+        break;
+    case CFG_LEVEL:
+        snprintf(buf, len, "%s", level_names[*(const int *)field]);
+        break;
+    case CFG_TRANSPORT:
+        snprintf(buf, len, "%s", transport_names[*(const int *)field]);
+        break;
+    case CFG_STRING:
+        snprintf(buf, len, "%s", (const char *)field);
+        break;
+    }
+}
+
+void byval_config_print(FILE *out)
+{
+    char val[300];
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        format_value(&cfg_table[i], val, sizeof(val));
+        fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
+                cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
+    }
+}

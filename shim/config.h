@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - every IPCBYVAL_* variable, parsed once from the environment.
+ * The table itself (name, default, type, doc) lives in config.c; the man
+ * page and `ipcbyval-run --print-config` are checked against it.
+ */
+#ifndef BYVAL_SHIM_CONFIG_H
+#define BYVAL_SHIM_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+enum byval_transport {
+    BYVAL_TRANSPORT_AUTO = 0,
+    BYVAL_TRANSPORT_PIDFD = 1,
+    BYVAL_TRANSPORT_SOCKET = 2,
+};
+
+typedef struct byval_config {
+    int enable;               /* IPCBYVAL_ENABLE */
+    int log_level;            /* IPCBYVAL_LOG */
+    char log_file[256];       /* IPCBYVAL_LOG_FILE ("" = stderr) */
+    size_t cache_size;        /* IPCBYVAL_CACHE_SIZE: import cache entries */
+    size_t export_cache_size; /* IPCBYVAL_EXPORT_CACHE_SIZE */
+    int stats;                /* IPCBYVAL_STATS */
+    int ze;                   /* IPCBYVAL_ZE: handle Level Zero */
+    int cuda;                 /* IPCBYVAL_CUDA: handle CUDA */
+    int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */
+    int transport;            /* IPCBYVAL_TRANSPORT (enum byval_transport) */
+} byval_config_t;
+
+/* The parsed configuration; valid after byval_init(). */
+extern byval_config_t byval_cfg;
+
+/* Parse the environment into byval_cfg; warn about invalid values (the
+ * default is kept) and unknown IPCBYVAL_* names (closest name suggested). */
+void byval_config_load(void);
+
+/* Print every variable: name, current value, default, doc. */
+void byval_config_print(FILE *out);
+
+#endif

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * init.c - once-only initialisation, the re-entry guard, fork and exit.
+ *
+ * Nothing runs at load time except one getenv() for --print-config: a
+ * process that never calls a GPU API (a shell, mpirun) gets no threads, no
+ * files and no output from ipcbyval.
+ */
+#include "shim/init.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "handles/resolve.h"
+#include "shim/config.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_enabled;
+static __thread int init_depth; /* >0 while this thread runs ipcbyval code */
+
+static void init_atfork_child(void)
+{
+    /* The child has a new pid: its exporter identity must be recomputed.
+     * The caches empty themselves (cache/lru.c registers its own handler). */
+    byval_self_reset();
+}
+
+static void init_at_exit(void)
+{
+    if (byval_cfg.stats)
+        byval_stats_print();
+}
+
+static void init_run(void)
+{
+    init_depth++;
+    byval_config_load();
+    init_enabled = byval_cfg.enable;
+    pthread_atfork(NULL, NULL, init_atfork_child);
+    if (byval_cfg.stats)
+        atexit(init_at_exit);
+    BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
+                   init_enabled ? "enabled" : "disabled: pure pass-through", byval_cfg.ze,
+                   byval_cfg.cuda, byval_cfg.cache_size, byval_cfg.export_cache_size);
+    init_depth--;
+}
+
+int byval_init(void)
+{
+    /* A call made from inside ipcbyval (or during its initialisation)
+     * passes straight through: no recursion into our own wrappers. */
+    if (init_depth)
+        return 0;
+    pthread_once(&init_once, init_run);
+    return init_enabled;
+}
+
+int byval_in_shim(void)
+{
+    return init_depth != 0;
+}
+
+void byval_enter(void)
+{
+    init_depth++;
+}
+
+void byval_leave(void)
+{
+    init_depth--;
+}
+
+/* `ipcbyval-run --print-config` loads the library into /bin/true with
+ * IPCBYVAL_PRINT_CONFIG=1; that is the only work done at load time. */
+__attribute__((constructor)) static void init_print_config(void)
+{
+    const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
+    if (!p || p[0] != '1')
+        return;
+    byval_init();
+    byval_config_print(stdout);
+    fflush(stdout);
+}

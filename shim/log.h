@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* log.h - leveled logging: "[ipcbyval <pid> <rank>] <func>: message". */
+#ifndef BYVAL_SHIM_LOG_H
+#define BYVAL_SHIM_LOG_H
+
+enum byval_log_level {
+    BYVAL_LOG_LVL_NONE = 0,
+    BYVAL_LOG_LVL_ERROR = 1,
+    BYVAL_LOG_LVL_WARN = 2,
+    BYVAL_LOG_LVL_INFO = 3,
+    BYVAL_LOG_LVL_DEBUG = 4,
+};
+
+/* Current level (from IPCBYVAL_LOG; default warn). */
+extern int byval_log_level;
+
+/* Write one line to stderr (or IPCBYVAL_LOG_FILE). errno is preserved so
+ * callers may use %m. */
+void byval_log(int level, const char *func, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define BYVAL_LOG_(lvl, ...)                                          \
+    do {                                                              \
+        if (__builtin_expect(byval_log_level >= (lvl), 0))            \
+            byval_log((lvl), __func__, __VA_ARGS__);                  \
+    } while (0)
+#define BYVAL_LOG_ERROR(...) BYVAL_LOG_(BYVAL_LOG_LVL_ERROR, __VA_ARGS__)
+#define BYVAL_LOG_WARN(...) BYVAL_LOG_(BYVAL_LOG_LVL_WARN, __VA_ARGS__)
+#define BYVAL_LOG_INFO(...) BYVAL_LOG_(BYVAL_LOG_LVL_INFO, __VA_ARGS__)
+#define BYVAL_LOG_DEBUG(...) BYVAL_LOG_(BYVAL_LOG_LVL_DEBUG, __VA_ARGS__)
+
+#endif

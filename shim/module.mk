@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+LIB_SRC += $(wildcard shim/*.c)

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* stats.c - counters and the exit summary (IPCBYVAL_STATS=1). */
+#include "shim/stats.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "shim/log.h"
+
+byval_stats_t byval_stats;
+
+#define STATS_MAX_CACHES 8
+static struct {
+    const char *name;
+    byval_lru_t *lru;
+} stats_caches[STATS_MAX_CACHES];
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void byval_stats_register_cache(const char *name, byval_lru_t *lru)
+{
+    pthread_mutex_lock(&stats_lock);
+    for (int i = 0; i < STATS_MAX_CACHES; i++) {
+        if (!stats_caches[i].lru) {
+            stats_caches[i].name = name;
+            stats_caches[i].lru = lru;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&stats_lock);
+}
+
+void byval_stats_print(void)
+{
+    /* Written at the "stats" pseudo-level: always shown when asked for. */
+#define STATS_PRINT_(name, doc)                                                     \
+    byval_log(BYVAL_LOG_LVL_WARN, "stats", "%-20s %12llu  %s", #name,               \
+              (unsigned long long)__atomic_load_n(&byval_stats.name, __ATOMIC_RELAXED), doc);
+    BYVAL_STATS_LIST(STATS_PRINT_)
+#undef STATS_PRINT_
+    pthread_mutex_lock(&stats_lock);
+    for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++) {
+        byval_lru_stats_t s;
+        byval_lru_stats(stats_caches[i].lru, &s);
+        uint64_t lookups = s.hits + s.misses;
+        byval_log(BYVAL_LOG_LVL_WARN, "stats",
+                  "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
+                  "size %zu high-water %zu capacity %zu referenced %zu bytes/entry %zu",
+                  stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
+                  lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
+                  (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
+                  s.high_water, s.capacity, s.referenced, s.bytes_per_entry);
+    }
+    pthread_mutex_unlock(&stats_lock);
+}

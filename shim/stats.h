@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* stats.h - process-wide counters, printed at exit with IPCBYVAL_STATS=1. */
+#ifndef BYVAL_SHIM_STATS_H
+#define BYVAL_SHIM_STATS_H
+
+#include <stdint.h>
+
+#include "cache/lru.h"
+
+#define BYVAL_STATS_LIST(X)                                               \
+    X(exports, "handles exported by value")                               \
+    X(export_hits, "export-cache hits")                                   \
+    X(export_passthrough, "exports passed through (not ours to change)") \
+    X(opens, "by-value handles opened")                                   \
+    X(open_hits, "import-cache hits")                                     \
+    X(open_misses, "import-cache misses (pidfd resolution)")              \
+    X(open_passthrough, "opens passed through to the driver unchanged")   \
+    X(open_errors, "opens refused")                                       \
+    X(closes, "closes of by-value mappings")                              \
+    X(frees, "frees that dropped an export entry")                        \
+    X(exporter_exits, "exporters seen exiting")
+
+typedef struct byval_stats {
+#define BYVAL_STATS_FIELD_(name, doc) uint64_t name;
+    BYVAL_STATS_LIST(BYVAL_STATS_FIELD_)
+#undef BYVAL_STATS_FIELD_
+} byval_stats_t;
+
+extern byval_stats_t byval_stats;
+
+#define BYVAL_STAT_INC(name) __atomic_fetch_add(&byval_stats.name, 1, __ATOMIC_RELAXED)
+
+/* Include a cache in the exit summary (name must be a static string). */
+void byval_stats_register_cache(const char *name, byval_lru_t *lru);
+
+/* Print the counters and every registered cache's statistics. */
+void byval_stats_print(void);
+
+#endif

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ze.h - internal interface of the Level Zero part of the shim.
+ *
+ * ze_entry.c  exported symbols, DDI-table and extension wrappers (routing)
+ * ze_export.c zeMemGetIpcHandle/Put/Free: layout detection, export cache
+ * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
+ * ze_real.c   finding the loader's own entry points at run time
+ */
+#ifndef BYVAL_SHIM_ZE_H
+#define BYVAL_SHIM_ZE_H
+
+#include <level_zero/ze_api.h>
+#include <level_zero/ze_ddi.h>
+#include <stdint.h>
+
+/* Spec 1.6+ entry points, absent from the 1.8.12 headers we build with. */
+typedef ze_result_t (*byval_ze_mem_put_fn)(ze_context_handle_t, ze_ipc_mem_handle_t);
+typedef ze_result_t (*byval_ze_pool_put_fn)(ze_context_handle_t, ze_ipc_event_pool_handle_t);
+
+/* The 1.6 layouts of the two tables that gained a Put entry. */
+typedef struct byval_ze_mem_ddi_1_6 {
+    ze_mem_dditable_t base;
+    byval_ze_mem_put_fn pfnPutIpcHandle;
+} byval_ze_mem_ddi_1_6_t;
+
+typedef struct byval_ze_pool_ddi_1_6 {
+    ze_event_pool_dditable_t base;
+    byval_ze_pool_put_fn pfnPutIpcHandle;
+} byval_ze_pool_ddi_1_6_t;
+
+#define BYVAL_ZE_API_1_6 ZE_MAKE_VERSION(1, 6)
+
+/* Intel extension entry points (compute-runtime ze_api_ext / zex). */
+typedef ze_result_t (*byval_zex_get_handles_fn)(ze_context_handle_t, void *, uint32_t *,
+                                                ze_ipc_mem_handle_t *);
+typedef ze_result_t (*byval_zex_open_handles_fn)(ze_context_handle_t, ze_device_handle_t, uint32_t,
+                                                 ze_ipc_mem_handle_t *, ze_ipc_memory_flags_t,
+                                                 void **);
+
+/* The loader's exported function `name`, found without linking to it
+ * (RTLD_NEXT, else the already-loaded libze_loader.so.1). NULL if absent. */
+void *byval_ze_sym(const char *name);
+
+/* Byte offset of the ipcbyval record in a classic-layout handle. */
+#define BYVAL_ZE_RECORD_OFF 17
+
+/* Memory IPC, called by every route with the next function on that route. */
+ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
+                             const void *ptr, ze_ipc_mem_handle_t *handle);
+ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
+                             ze_ipc_mem_handle_t handle);
+ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *ptr);
+ze_result_t byval_ze_free_ext(ze_pfnMemFreeExt_t next, ze_context_handle_t ctx,
+                              const ze_memory_free_ext_desc_t *desc, void *ptr);
+ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
+                              ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
+                              ze_ipc_memory_flags_t flags, void **pptr);
+ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle_t ctx,
+                               const void *ptr);
+ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_t ctx, void *ptr,
+                               uint32_t *count, ze_ipc_mem_handle_t *handles);
+ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handle_t ctx,
+                                ze_device_handle_t dev, uint32_t count,
+                                ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
+                                void **pptr);
+
+/*
+ * Shared by export and import: the classic layout puts the driver's fd in
+ * bytes 0-7 as a uint64; a handle is "ours" when bytes 17..63 decode as a
+ * record whose fd equals those bytes (an application that replaced bytes
+ * 0-3 with its own SCM_RIGHTS fd gets the driver's behaviour).
+ */
+struct byval_record;
+
+/* Export helpers shared with the zex extension path. */
+void byval_ze_pattern_fill(uint8_t *handle64);
+/* 1 when the driver wrote the classic layout and the record was added. */
+int byval_ze_describe(uint8_t *handle64, ze_context_handle_t ctx, const void *ptr,
+                      uint64_t alloc_id, ze_device_handle_t dev);
+/* Allocation id and device of ptr; -1 if the driver does not know it. */
+int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
+                         ze_device_handle_t *dev_p);
+/* Resolve a by-value handle into a local fd (import path); 0 with *fd_p
+ * set, or a ze_result_t error already logged. */
+ze_result_t byval_ze_resolve(const struct byval_record *rec, int *fd_p);
+int byval_ze_decode(const void *handle64, struct byval_record *rec_p);
+uint64_t byval_ze_handle_fd(const void *handle64);
+
+#endif

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ze_zex.c - Intel's zexMemGetIpcHandles / zexMemOpenIpcHandles (one
+ * handle per tile of an implicitly scaled allocation). Every handle the
+ * driver writes in the classic layout is made by-value; opens resolve each
+ * handle's fd. The driver keeps these exports itself (same fds on repeated
+ * gets) and the multi-handle open is not cached: these calls are rare.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "handles/resolve.h"
+#include "shim/config.h"
+#include "shim/init.h"
+#include "shim/stats.h"
+#include "shim/ze.h"
+
+#define ZEX_MAX_HANDLES 16
+
+ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_t ctx, void *ptr,
+                               uint32_t *count, ze_ipc_mem_handle_t *handles)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!count || !handles || !*count || !byval_init() || !byval_cfg.ze)
+        return next(ctx, ptr, count, handles);
+    uint32_t n = *count;
+    for (uint32_t i = 0; i < n; i++)
+        byval_ze_pattern_fill((uint8_t *)handles[i].data);
+    byval_enter();
+    ze_result_t r = next(ctx, ptr, count, handles);
+    byval_leave();
+    uint64_t id;
+    ze_device_handle_t dev = NULL;
+    if (r != ZE_RESULT_SUCCESS || byval_ze_alloc_props(ctx, ptr, &id, &dev) != 0)
+        return r;
+    for (uint32_t i = 0; i < *count && i < n; i++)
+        byval_ze_describe((uint8_t *)handles[i].data, ctx, ptr, id, dev);
+    return r;
+}
+
+ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handle_t ctx,
+                                ze_device_handle_t dev, uint32_t count,
+                                ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
+                                void **pptr)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!handles || !count || count > ZEX_MAX_HANDLES || !byval_init() || !byval_cfg.ze)
+        return next(ctx, dev, count, handles, flags, pptr);
+    ze_ipc_mem_handle_t local[ZEX_MAX_HANDLES];
+    int fds[ZEX_MAX_HANDLES];
+    for (uint32_t i = 0; i < count; i++)
+        fds[i] = -1;
+    int ours = 0;
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    byval_self_t self;
+    if (byval_self_get(&self) != 0)
+        return next(ctx, dev, count, handles, flags, pptr);
+    for (uint32_t i = 0; i < count; i++) {
+        byval_record_t rec;
+        local[i] = handles[i];
+        if (!byval_ze_decode(handles[i].data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
+            (rec.pid == self.pid && rec.pidns == self.pidns && rec.identity == self.identity))
+            continue;
+        r = byval_ze_resolve(&rec, &fds[i]);
+        if (r != ZE_RESULT_SUCCESS)
+            goto out;
+        uint64_t fd64 = (uint64_t)fds[i];
+        memcpy(local[i].data, &fd64, sizeof(fd64));
+        ours = 1;
+    }
+    if (ours)
+        BYVAL_STAT_INC(opens);
+    else
+        BYVAL_STAT_INC(open_passthrough);
+    byval_enter();
+    r = next(ctx, dev, count, local, flags, pptr);
+    byval_leave();
+out:
+    for (uint32_t i = 0; i < count; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return r;
+}

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cudadrv: a CPU test double of the CUDA driver, built as libcuda.so.1 for
+ * tests only (LD_LIBRARY_PATH). "Device" memory is host memory backed by
+ * memfds mapped MAP_SHARED, so IPC between processes is real: a legacy IPC
+ * handle is copy-by-value (it names the exporter's memfd through /proc), a
+ * VMM allocation is exported as a process-local fd, exactly the gap that
+ * ipcbyval fills on the real driver.
+ *
+ * Internal symbols use the prefix cudadrv_; the version script exports
+ * only cu[A-Z]*.
+ *
+ * Environment (read by the double only):
+ *   CUDADRV_DEVICE_COUNT=N       emulated devices, 0..8 (default 2)
+ *   CUDADRV_TRACE=1              one stderr line per IPC/VMM/lookup call,
+ *                                so tests can count driver calls
+ *   CUDADRV_PROCADDR_NOTFOUND=error  cuGetProcAddress misses return
+ *                                CUDA_ERROR_NOT_FOUND (default: SUCCESS
+ *                                with a NULL pointer, as cuda.h documents)
+ */
+#ifndef CUDADRV_H
+#define CUDADRV_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The header maps these names to their newest versions; the double also
+ * exports the older entry points under their plain names, as libcuda does. */
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
+#undef cuDevicePrimaryCtxRelease
+#undef cuIpcOpenMemHandle
+#undef cuGetProcAddress
+
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params,
+                                int nparams, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx);
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                    unsigned int flags);
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version,
+                                  cuuint64_t flags);
+/* Per-thread-default-stream variants handed out by cuGetProcAddress. */
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char uc, size_t n);
+
+#define CUDADRV_DRIVER_VERSION 13000
+#define CUDADRV_GRANULARITY    ((size_t)2 << 20)
+#define CUDADRV_MAX_DEVICES    8
+#define CUDADRV_LEGACY_NAME    "cudadrv-legacy-"
+#define CUDADRV_VMM_NAME       "cudadrv-vmm:"
+
+/* One lock for every table of the double: it is a test tool, not a
+ * performance target, and one lock keeps TSan runs of the shim quiet. */
+extern pthread_mutex_t cudadrv_lock;
+
+/* drv_core.c */
+
+/** CUDA_SUCCESS when cuInit ran in this process (not in a fork parent). */
+CUresult cudadrv_check_init(void);
+/** Number of emulated devices (CUDADRV_DEVICE_COUNT, default 2). */
+int cudadrv_device_count(void);
+/** The calling thread's current context, or NULL. */
+CUcontext cudadrv_ctx_current(void);
+/** Device of a live context, or -1 when ctx is not one. */
+int cudadrv_ctx_device(CUcontext ctx);
+/** Device of the current context; CUDA_ERROR_INVALID_CONTEXT if none. */
+CUresult cudadrv_current_device(int *dev_p);
+/** One stderr line per call when CUDADRV_TRACE=1 (lets tests count calls). */
+void cudadrv_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* drv_mem.c: the address-range registry shared by all memory kinds. */
+
+enum cudadrv_kind {
+    CUDADRV_LEGACY  = 1 << 0, /* cuMemAlloc */
+    CUDADRV_IPC     = 1 << 1, /* cuIpcOpenMemHandle of a legacy handle */
+    CUDADRV_RESERVE = 1 << 2, /* cuMemAddressReserve */
+    CUDADRV_MAP     = 1 << 3, /* cuMemMap inside a reservation */
+};
+#define CUDADRV_ANY (CUDADRV_LEGACY | CUDADRV_IPC | CUDADRV_RESERVE | CUDADRV_MAP)
+
+struct cudadrv_alloc;
+
+struct cudadrv_region {
+    enum cudadrv_kind kind;
+    uintptr_t base;
+    size_t size;          /* what the driver reports */
+    size_t map_len;       /* what is mmap'd (page rounded) */
+    int device;
+    CUcontext ctx;        /* LEGACY/IPC: owning context; else NULL */
+    uint64_t buffer_id;   /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    uint64_t block_id;    /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID */
+    int fd;               /* LEGACY: the backing memfd, kept for IPC */
+    unsigned refs;        /* IPC: opens minus closes */
+    pid_t peer_pid;       /* IPC: exporter identity, the refcount key */
+    uint64_t peer_ino;
+    uint64_t peer_serial;
+    struct cudadrv_alloc *alloc; /* MAP: physical allocation */
+    size_t offset;               /* MAP: offset into it */
+    struct cudadrv_region *reserve; /* MAP: enclosing reservation */
+    unsigned access[CUDADRV_MAX_DEVICES]; /* MAP: CU_MEM_ACCESS_FLAGS_* */
+};
+
+struct cudadrv_region *cudadrv_region_new(enum cudadrv_kind kind);
+void cudadrv_region_del(struct cudadrv_region *r);
+/** Region of one of the kinds in mask that contains addr, or NULL. */
+struct cudadrv_region *cudadrv_region_find(uintptr_t addr, unsigned mask);
+size_t cudadrv_region_count(void);
+struct cudadrv_region *cudadrv_region_get(size_t i);
+/** Per-process counters, never reused (like the real BUFFER_ID). */
+uint64_t cudadrv_next_buffer_id(void);
+uint64_t cudadrv_next_block_id(void);
+/** Access a mapping grants the CPU emulation: the union over devices. */
+unsigned cudadrv_map_access(const struct cudadrv_region *r);
+/** 1 when every byte of [p, p+n) is device memory the caller may access. */
+int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write);
+
+/* drv_vmm.c: physical allocations (CUmemGenericAllocationHandle). */
+
+struct cudadrv_alloc {
+    CUmemGenericAllocationHandle handle;
+    int fd;
+    size_t size;
+    CUmemAllocationProp prop;
+    unsigned refs;   /* create/import/retain minus release */
+    unsigned maps;   /* live cuMemMap mappings */
+    uint64_t block_id;
+};
+
+/** Live allocation for a handle (refs > 0), or NULL. */
+struct cudadrv_alloc *cudadrv_alloc_lookup(CUmemGenericAllocationHandle h);
+/** A mapping of a was removed; frees a once nothing refers to it. */
+void cudadrv_alloc_unmapped(struct cudadrv_alloc *a);
+
+#endif

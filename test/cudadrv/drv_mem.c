@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cudadrv: the address-range registry, legacy allocations (cuMemAlloc)
+ * and the synchronous copy/set calls. Device memory is host-mapped, so a
+ * copy is memcpy after checking that the device side is memory the
+ * current device may touch: a wrong cuMemSetAccess in the shim shows up as
+ * CUDA_ERROR_INVALID_VALUE instead of silently working.
+ */
+#include "cudadrv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static struct cudadrv_region **regions;
+static size_t nregions, cap_regions;
+static uint64_t last_buffer_id, last_block_id;
+
+struct cudadrv_region *cudadrv_region_new(enum cudadrv_kind kind)
+{
+    struct cudadrv_region *r;
+
+    if (nregions == cap_regions) {
+        size_t cap = cap_regions ? cap_regions * 2 : 64;
+        struct cudadrv_region **n = realloc(regions, cap * sizeof(*n));
+
+        if (!n)
+            return NULL;
+        regions = n;
+        cap_regions = cap;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->kind = kind;
+    r->fd = -1;
+    regions[nregions++] = r;
+    return r;
+}
+
+void cudadrv_region_del(struct cudadrv_region *r)
+{
+    for (size_t i = 0; i < nregions; i++) {
+        if (regions[i] == r) {
+            regions[i] = regions[--nregions];
+            break;
+        }
+    }
+    free(r);
+}
+
+struct cudadrv_region *cudadrv_region_find(uintptr_t addr, unsigned mask)
+{
+    for (size_t i = 0; i < nregions; i++) {
+        struct cudadrv_region *r = regions[i];
+
+        if ((r->kind & mask) && addr >= r->base && addr - r->base < r->size)
+            return r;
+    }
+    return NULL;
+}
+
+size_t cudadrv_region_count(void)
+{
+    return nregions;
+}
+
+struct cudadrv_region *cudadrv_region_get(size_t i)
+{
+    return i < nregions ? regions[i] : NULL;
+}
+
+uint64_t cudadrv_next_buffer_id(void)
+{
+    return ++last_buffer_id;
+}
+
+uint64_t cudadrv_next_block_id(void)
+{
+    return ++last_block_id;
+}
+
+unsigned cudadrv_map_access(const struct cudadrv_region *r)
+{
+    unsigned acc = 0;
+
+    for (int d = 0; d < cudadrv_device_count(); d++)
+        acc |= r->access[d];
+    return acc;
+}
+
+/* Access is checked for the current context's device: that is the device
+ * whose copy engine would touch the memory on real hardware. */
+static int range_ok(uintptr_t p, size_t n, int write, int dev)
+{
+    uintptr_t cur = p, end = p + n;
+
+    if (end < p)
+        return 0;
+    while (cur < end) {
+        struct cudadrv_region *r =
+            cudadrv_region_find(cur, CUDADRV_LEGACY | CUDADRV_IPC | CUDADRV_MAP);
+
+        if (!r)
+            return 0;
+        if (r->kind == CUDADRV_MAP) {
+            unsigned acc = r->access[dev];
+
+            if (!(acc & CU_MEM_ACCESS_FLAGS_PROT_READ) ||
+                (write && acc != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+                return 0;
+        }
+        cur = r->base + r->size;
+    }
+    return 1;
+}
+
+int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write)
+{
+    int dev;
+
+    if (cudadrv_current_device(&dev) != CUDA_SUCCESS)
+        return 0;
+    return range_ok(p, n, write, dev);
+}
+
+static CUresult need_ctx(void)
+{
+    CUresult rc = cudadrv_check_init();
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return cudadrv_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUresult rc = need_ctx();
+    long page = sysconf(_SC_PAGESIZE);
+    struct cudadrv_region *r;
+    char name[64];
+    size_t len;
+    void *p;
+    int fd;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    len = (bytesize + (size_t)page - 1) & ~((size_t)page - 1);
+    pthread_mutex_lock(&cudadrv_lock);
+    r = cudadrv_region_new(CUDADRV_LEGACY);
+    if (!r) {
+        pthread_mutex_unlock(&cudadrv_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->buffer_id = cudadrv_next_buffer_id();
+    r->block_id = cudadrv_next_block_id();
+    /* The name carries the buffer id so an importer can check that the
+     * fd it reached through /proc is still this allocation. */
+    snprintf(name, sizeof(name), CUDADRV_LEGACY_NAME "%llu",
+             (unsigned long long)r->buffer_id);
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0 ||
+        (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        if (fd >= 0)
+            close(fd);
+        cudadrv_region_del(r);
+        pthread_mutex_unlock(&cudadrv_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->base = (uintptr_t)p;
+    r->size = bytesize;
+    r->map_len = len;
+    r->fd = fd;
+    r->ctx = cudadrv_ctx_current();
+    r->device = cudadrv_ctx_device(r->ctx);
+    *dptr = (CUdeviceptr)r->base;
+    pthread_mutex_unlock(&cudadrv_lock);
+    cudadrv_trace("cuMemAlloc(%zu) = 0x%llx fd %d", bytesize, (unsigned long long)*dptr, fd);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUresult rc = cudadrv_check_init();
+    struct cudadrv_region *r;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cudadrv_trace("cuMemFree(0x%llx)", (unsigned long long)dptr);
+    pthread_mutex_lock(&cudadrv_lock);
+    r = cudadrv_region_find((uintptr_t)dptr, CUDADRV_LEGACY);
+    /* Only the base of a cuMemAlloc allocation may be freed. */
+    if (!r || r->base != (uintptr_t)dptr) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        munmap((void *)r->base, r->map_len);
+        close(r->fd);
+        cudadrv_region_del(r);
+    }
+    pthread_mutex_unlock(&cudadrv_lock);
+    return rc;
+}
+
+/* For VMM memory this is the cuMemMap mapping containing dptr, not the
+ * reservation (the RANGE_* pointer attributes give that). Non-device
+ * pointers: CUDA_ERROR_NOT_FOUND, which NCCL tests for. */
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    CUresult rc = need_ctx();
+    struct cudadrv_region *r;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&cudadrv_lock);
+    r = cudadrv_region_find((uintptr_t)dptr, CUDADRV_LEGACY | CUDADRV_IPC | CUDADRV_MAP);
+    if (!r) {
+        rc = CUDA_ERROR_NOT_FOUND;
+    } else {
+        if (pbase)
+            *pbase = (CUdeviceptr)r->base;
+        if (psize)
+            *psize = r->size;
+    }
+    pthread_mutex_unlock(&cudadrv_lock);
+    return rc;
+}
+
+/* kind bits: 1 = dst is device memory, 2 = src is device memory. */
+static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, int kind)
+{
+    CUresult rc = need_ctx();
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cudadrv_lock);
+    if (((kind & 1) && !cudadrv_dev_range_ok(dst, n, 1)) ||
+        ((kind & 2) && !cudadrv_dev_range_ok(src, n, 0)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        memmove((void *)dst, (const void *)src, n);
+    pthread_mutex_unlock(&cudadrv_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy((uintptr_t)dst, (uintptr_t)src, n, 1);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy((uintptr_t)dst, (uintptr_t)src, n, 2);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy((uintptr_t)dst, (uintptr_t)src, n, 3);
+}
+
+/* Unified addressing: a pointer inside any device range (reserved VA
+ * included) is device memory and must be accessible; others are host. */
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    int kind = 0;
+
+    pthread_mutex_lock(&cudadrv_lock);
+    if (cudadrv_region_find((uintptr_t)dst, CUDADRV_ANY))
+        kind |= 1;
+    if (cudadrv_region_find((uintptr_t)src, CUDADRV_ANY))
+        kind |= 2;
+    pthread_mutex_unlock(&cudadrv_lock);
+    return copy((uintptr_t)dst, (uintptr_t)src, n, kind);
+}
+
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n)
+{
+    CUresult rc = need_ctx();
+
+    if (rc != CUDA_SUCCESS || n == 0)
+        return rc;
+    pthread_mutex_lock(&cudadrv_lock);
+    if (!cudadrv_dev_range_ok((uintptr_t)dst, n, 1))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        memset((void *)(uintptr_t)dst, uc, n);
+    pthread_mutex_unlock(&cudadrv_lock);
+    return rc;
+}
+
+/* No streams in the double: the per-thread-default-stream entry points
+ * are distinct symbols (so routing can be told apart) with equal effect. */
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return cuMemcpy(dst, src, n);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+    return cuMemcpyHtoD_v2(dst, src, n);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+    return cuMemcpyDtoH_v2(dst, src, n);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return cuMemcpyDtoD_v2(dst, src, n);
+}
+
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char uc, size_t n)
+{
+    return cuMemsetD8_v2(dst, uc, n);
+}

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: MIT
+# cudadrv: a CPU test double of the CUDA driver (libcuda.so.1) and cu_pair,
+# the two-process IPC exerciser. Built only where the CUDA headers exist;
+# nothing links the real libcuda.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+
+CUDADRV_DIR    := $(BUILD)/test/cudadrv
+CUDADRV_LIB    := $(CUDADRV_DIR)/libcuda.so.1
+CUDADRV_SRC    := $(wildcard test/cudadrv/drv_*.c)
+CUDADRV_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CUDADRV_SRC))
+CUDADRV_CFLAGS := $(ALL_CFLAGS) -I$(CUDA_HOME)/include
+CU_PAIR        := $(CUDADRV_DIR)/cu_pair
+CUDADRV_CHECK  := $(CUDADRV_DIR)/cudadrv_check
+
+$(CUDADRV_DIR)/%.o: test/cudadrv/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(CUDADRV_LIB): $(CUDADRV_OBJ) test/cudadrv/libcuda.map
+	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=test/cudadrv/libcuda.map \
+	    -Wl,-z,defs $(SANFLAGS) -o $@ $(CUDADRV_OBJ) -lpthread
+	ln -sf libcuda.so.1 $(CUDADRV_DIR)/libcuda.so
+
+CU_PAIR_SRC    := test/cudadrv/cu_pair.c test/cudadrv/cu_pair_drv.c
+CU_PAIR_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CU_PAIR_SRC))
+
+$(CU_PAIR): $(CU_PAIR_OBJ)
+	$(CC) $(SANFLAGS) -o $@ $(CU_PAIR_OBJ) -ldl
+
+# Self-check of the double; links it (rpath $ORIGIN), not the real driver.
+$(CUDADRV_CHECK): test/cudadrv/cudadrv_check.c $(CUDADRV_LIB)
+	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
+
+TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK)
+
+-include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CUDADRV_CHECK).d
+
+endif

@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: MIT
+# lib.sh - shared by the integration scripts (sourced).
+# Each case prints "PASS: name", "FAIL: name: why" or "SKIP: name: why".
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+LIB="$BUILD/libipcbyval.so.1"
+RUN="$ROOT/scripts/ipcbyval-run"
+ZEDRV="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
+APPS="$BUILD/test/mpi"
+export ZE_ENABLE_ALT_DRIVERS="$ZEDRV"
+export IPCBYVAL_LIB="$LIB"
+# Sanitizer builds: the runtime must come first in LD_PRELOAD.
+SAN_PRELOAD=""
+case "${SAN:-}" in
+asan) SAN_PRELOAD=$(${CC:-cc} -print-file-name=libasan.so) ;;
+tsan) SAN_PRELOAD=$(${CC:-cc} -print-file-name=libtsan.so) ;;
+esac
+if [ -n "$SAN_PRELOAD" ]; then
+    export LD_PRELOAD="$SAN_PRELOAD"
+    export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:exitcode=99"
+    export TSAN_OPTIONS="halt_on_error=1:exitcode=99:report_signal_unsafe=0"
+fi
+
+_failed=0
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1: $2"; _failed=1; }
+skip() { echo "SKIP: $1: $2"; }
+finish() { exit $_failed; }
+
+# Run with ipcbyval (through the launcher, as users do).
+with() { "$RUN" "$@"; }
+
+# Open MPI and MPICH launchers; empty when not installed.
+MPIRUN_OMPI=$(command -v mpirun.openmpi || true)
+MPIEXEC_MPICH=$(command -v mpiexec.mpich || true)
+ompi() {
+    local np=$1; shift
+    "$MPIRUN_OMPI" --allow-run-as-root --oversubscribe -np "$np" \
+        --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+        -x ZE_ENABLE_ALT_DRIVERS -x IPCBYVAL_LIB "$@"
+}
+mpich() {
+    local np=$1; shift
+    "$MPIEXEC_MPICH" -n "$np" "$@"
+}
+
+# expect_ok NAME LOG CMD...: CMD must exit 0 and print an OK line.
+expect_ok() {
+    local name=$1 log=$2; shift 2
+    if timeout 120 "$@" >"$log" 2>&1 && grep -q "OK" "$log"; then
+        pass "$name"
+    else
+        fail "$name" "expected success: $(grep -v '^$' "$log" | tail -3 | tr '\n' ' ')"
+    fi
+}
+
+# expect_fail NAME LOG PATTERN CMD...: CMD must fail and print PATTERN.
+expect_fail() {
+    local name=$1 log=$2 pat=$3; shift 3
+    if timeout 120 "$@" >"$log" 2>&1; then
+        fail "$name" "expected failure, got success"
+    elif grep -qE "$pat" "$log"; then
+        pass "$name"
+    else
+        fail "$name" "failed without '$pat': $(tail -3 "$log" | tr '\n' ' ')"
+    fi
+}
+
+need() {
+    for f in "$@"; do
+        [ -e "$f" ] || { skip "$(basename "$0" .sh)" "$f not built"; exit 77; }
+    done
+}

@@ -1,0 +1,44 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The configuration table, the launcher's options, and "does nothing in a
+# process that never calls a GPU API".
+. "$(dirname "$0")/lib.sh"
+need "$LIB"
+
+out=$("$RUN" --print-config)
+n=$(grep -c '^IPCBYVAL_' <<<"$out")
+[ "$n" -ge 10 ] && grep -q '^IPCBYVAL_CACHE_SIZE=1024$' <<<"$out" &&
+    pass "print-config lists $n variables with defaults" || fail "print-config" "$out"
+
+out=$(IPCBYVAL_CACHE_SIZE=77 IPCBYVAL_STATS=yes "$RUN" --print-config)
+grep -q '^IPCBYVAL_CACHE_SIZE=77$' <<<"$out" && grep -q '^IPCBYVAL_STATS=1$' <<<"$out" &&
+    pass "values and booleans parsed" || fail "values parsed" "$out"
+
+err=$(IPCBYVAL_CACHE_SIZE=-5 IPCBYVAL_STATS=maybe "$RUN" --print-config 2>&1 >/dev/null)
+grep -q "invalid value IPCBYVAL_CACHE_SIZE='-5'" <<<"$err" &&
+    grep -q "invalid value IPCBYVAL_STATS='maybe'" <<<"$err" &&
+    IPCBYVAL_CACHE_SIZE=-5 "$RUN" --print-config 2>/dev/null | grep -q '^IPCBYVAL_CACHE_SIZE=1024$' &&
+    pass "invalid values reported, default kept" || fail "invalid values" "$err"
+
+err=$(IPCBYVAL_CACHE_SIZ=5 "$RUN" --print-config 2>&1 >/dev/null)
+grep -q "unknown variable IPCBYVAL_CACHE_SIZ (did you mean IPCBYVAL_CACHE_SIZE?)" <<<"$err" &&
+    pass "unknown variable gets the closest name" || fail "unknown variable" "$err"
+
+# Loaded into a process that never calls a GPU API: no output even with
+# debug logging and a bad variable, no extra fds, no threads.
+base_fds=$(ls /proc/self/fd | wc -l)
+out=$(IPCBYVAL_LOG=debug IPCBYVAL_BOGUS=1 LD_PRELOAD="$LIB${LD_PRELOAD:+:$LD_PRELOAD}" \
+    sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 2>&1)
+exp=$(sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 2>&1)
+[ "$out" = "$exp" ] && pass "inert in a non-GPU process (output, fds, threads unchanged)" ||
+    fail "inert in a non-GPU process" "got [$out] expected [$exp] (base $base_fds)"
+
+"$RUN" --help | grep -q -- '--print-config' && pass "--help" || fail "--help" "no usage"
+"$RUN" --version | grep -q '^ipcbyval-run ' && pass "--version" || fail "--version" "no version"
+"$RUN" --bogus >/dev/null 2>&1; [ $? -eq 2 ] && pass "unknown option exits 2" ||
+    fail "unknown option" "wrong exit code"
+out=$(LD_PRELOAD=/x.so "$RUN" sh -c 'echo "$LD_PRELOAD"')
+[ "$out" = "$LIB:/x.so" ] && pass "LD_PRELOAD prepended, existing kept" || fail "LD_PRELOAD" "$out"
+out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable sh -c 'echo "$IPCBYVAL_STATS $IPCBYVAL_LOG $IPCBYVAL_ENABLE"')
+[ "$out" = "1 debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
+finish

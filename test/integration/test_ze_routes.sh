@@ -1,0 +1,38 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Every way a program reaches the Level Zero IPC calls is intercepted: each
+# route fails natively (the fd in the handle is the exporter's) and passes
+# under ipcbyval. Handles ipcbyval must not touch still work.
+. "$(dirname "$0")/lib.sh"
+need "$LIB" "$ZEDRV" "$APPS/ze_pair" "$APPS/ze_pair_dl"
+L="$BUILD/test-logs"
+NATIVE_ERR='zeMemOpenIpcHandle failed|zexMemOpenIpcHandles failed|ERROR_INVALID_ARGUMENT'
+A=(--allocs 3 --iters 2)
+
+for route in symbol dlsym ddi zex; do
+    expect_fail "route $route: native open fails" "$L/route-$route-native.log" "$NATIVE_ERR" \
+        "$APPS/ze_pair" --route "$route" "${A[@]}"
+    expect_ok "route $route: by value under ipcbyval" "$L/route-$route.log" \
+        with "$APPS/ze_pair" --route "$route" "${A[@]}"
+done
+# Loader reached only by dlopen(RTLD_LOCAL): RTLD_NEXT cannot see it.
+for route in dlsym ddi zex; do
+    expect_ok "route $route, loader dlopen'ed RTLD_LOCAL only" "$L/route-$route-dl.log" \
+        with "$APPS/ze_pair_dl" --route "$route" "${A[@]}"
+done
+
+# Handles ipcbyval must leave alone.
+expect_ok "SCM_RIGHTS program (bytes 0-3 replaced) still works" "$L/scm.log" \
+    with "$APPS/ze_pair" --scm-rights "${A[@]}"
+expect_ok "open of own handle in the exporting process" "$L/same.log" \
+    with "$APPS/ze_pair" --same-process "${A[@]}"
+IPCBYVAL_STATS=1 expect_ok "opaque layout passes through untouched" "$L/opaque.log" \
+    env ZEDRV_IPC_LAYOUT=opaque "$RUN" "$APPS/ze_pair" "${A[@]}"
+if grep -qE 'stats: exports +0 ' "$L/opaque.log" && grep -qE 'stats: export_passthrough +[1-9]' "$L/opaque.log"; then
+    pass "opaque layout: no record written, counted as pass-through"
+else
+    fail "opaque layout accounting" "$(grep 'stats: export' "$L/opaque.log" | tr '\n' ' ')"
+fi
+IPCBYVAL_ENABLE=0 expect_fail "IPCBYVAL_ENABLE=0 is a pure pass-through" "$L/disabled.log" \
+    "$NATIVE_ERR" "$RUN" "$APPS/ze_pair" "${A[@]}"
+finish

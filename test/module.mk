@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: MIT
+# Test fragments: each sub-directory owns its own rules.
+-include test/zedrv/module.mk
+-include test/mpi/module.mk
+-include test/cudadrv/module.mk
+-include test/integration/module.mk
+-include test/bench/module.mk

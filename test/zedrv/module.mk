@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: MIT
+# zedrv: the Level Zero test driver the real loader loads with
+# ZE_ENABLE_ALT_DRIVERS=$(abspath $(ZEDRV_LIB)). See test/zedrv/README.md.
+
+ZEDRV_NAME := libze_intel_gpu_byvaltest.so
+ZEDRV_LIB  := $(BUILD)/test/zedrv/$(ZEDRV_NAME)
+ZEDRV_SRC  := $(wildcard test/zedrv/*.c)
+ZEDRV_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(ZEDRV_SRC))
+
+TEST_BINS   += $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
+
+.PHONY: zedrv
+zedrv: $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
+
+# Static pattern: wins over the library's $(BUILD)/%.o rule. Hidden by
+# default; only the zeGet*ProcAddrTable getters and a few named entry
+# points are exported.
+$(ZEDRV_OBJ): $(BUILD)/test/zedrv/%.o: test/zedrv/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
+
+$(ZEDRV_LIB): $(ZEDRV_OBJ)
+	$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) -lpthread
+
+# The same library one level up, the path other fragments may expect.
+$(BUILD)/test/$(ZEDRV_NAME): $(ZEDRV_LIB)
+	ln -sf zedrv/$(ZEDRV_NAME) $@
+
+-include $(ZEDRV_OBJ:.o=.d)

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * zedrv: a Level Zero test driver that the real loader loads with
+ * ZE_ENABLE_ALT_DRIVERS. Memory is memfd + mmap(MAP_SHARED); IPC handles
+ * are byte-identical to Intel's classic (or, on request, opaque) layout.
+ * This header is private to test/zedrv/.
+ */
+#ifndef ZEDRV_H
+#define ZEDRV_H
+
+#include <level_zero/ze_api.h>
+#include <level_zero/ze_ddi.h>
+#include <level_zero/zes_ddi.h>
+#include <level_zero/zet_ddi.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#define ZEDRV_EXPORT __attribute__((visibility("default")))
+
+/* memfd names: the importer recognises a zedrv buffer by them. */
+#define ZEDRV_MEMFD_ALLOC "zedrv-alloc"
+#define ZEDRV_MEMFD_EVENT_POOL "zedrv-event-pool"
+
+/* InternalIpcMemoryType (shared/source/unified_memory/unified_memory.h). */
+#define ZEDRV_IPC_TYPE_DEVICE 0u
+#define ZEDRV_IPC_TYPE_HOST 1u
+/* IpcHandleType::fdHandle (level_zero/core/source/helpers/api_handle_helper.h). */
+#define ZEDRV_IPC_HANDLE_FD 0u
+
+/* Packets per event, checked on pool import like the real driver does. */
+#define ZEDRV_EVENT_MAX_PACKETS 1u
+/* One cache line of shared state per event. */
+#define ZEDRV_EVENT_STRIDE 64u
+
+enum zedrv_layout {
+    ZEDRV_LAYOUT_CLASSIC = 0, /* IpcMemoryData, IpcEventPoolData */
+    ZEDRV_LAYOUT_OPAQUE = 1,  /* IpcOpaqueMemoryData, IpcOpaqueEventPoolData */
+};
+
+/* Settings read once from the environment (see README.md). */
+struct zedrv_config {
+    enum zedrv_layout layout; /* ZEDRV_IPC_LAYOUT=classic|opaque */
+    bool debug;               /* ZEDRV_DEBUG=1 */
+    bool fd_spread;           /* ZEDRV_FD_SPREAD=0 turns it off */
+};
+
+/* Parse the environment on first use; safe from any thread. */
+const struct zedrv_config *zedrv_config(void);
+
+void zedrv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define ZEDRV_LOG(...)                                                         \
+    do {                                                                       \
+        if (zedrv_config()->debug)                                             \
+            zedrv_log(__VA_ARGS__);                                            \
+    } while (0)
+
+/* One lock for every registry: the driver is a test fixture, not fast. */
+extern pthread_mutex_t zedrv_lock;
+
+/* The loader passes these around as opaque pointers; the types are ours. */
+#define ZEDRV_MAGIC_DRIVER 0x7a647276u  /* "zdrv" */
+#define ZEDRV_MAGIC_DEVICE 0x7a646576u  /* "zdev" */
+#define ZEDRV_MAGIC_CONTEXT 0x7a637478u /* "zctx" */
+#define ZEDRV_MAGIC_POOL 0x7a706f6fu    /* "zpoo" */
+#define ZEDRV_MAGIC_EVENT 0x7a65766eu   /* "zevn" */
+#define ZEDRV_MAGIC_CMDLIST 0x7a636d6cu /* "zcml" */
+#define ZEDRV_MAGIC_QUEUE 0x7a717565u   /* "zque" */
+
+struct _ze_driver_handle_t {
+    uint32_t magic;
+};
+
+struct _ze_device_handle_t {
+    uint32_t magic;
+    struct _ze_driver_handle_t *driver;
+};
+
+struct _ze_context_handle_t {
+    uint32_t magic;
+    struct _ze_driver_handle_t *driver;
+};
+
+struct _ze_event_pool_handle_t {
+    uint32_t magic;
+    struct _ze_event_pool_handle_t *next; /* every live pool, under zedrv_lock */
+    ze_context_handle_t context;
+    uint32_t count;
+    ze_event_pool_flags_t flags;
+    bool imported;
+    int memfd;     /* owner only; -1 for an imported pool */
+    int export_fd; /* fd written into IPC handles; -1 until the first get */
+    void *base;
+    size_t map_size;
+};
+
+struct _ze_event_handle_t {
+    uint32_t magic;
+    ze_event_pool_handle_t pool;
+    uint32_t index;
+    uint64_t *state; /* in the pool's shared mapping */
+};
+
+/* The objects the DDI tables point at: one driver with one device. */
+extern struct _ze_driver_handle_t zedrv_driver;
+extern struct _ze_device_handle_t zedrv_device;
+
+bool zedrv_context_ok(ze_context_handle_t context);
+bool zedrv_device_ok(ze_device_handle_t device);
+
+/*
+ * fd helpers (ipc.c). An exported fd is a dup of the memfd, placed at a
+ * pid-dependent number so that one rank's fd number does not happen to name
+ * a live export in its peer (real dma-buf numbers are low and would
+ * collide, and the import would silently map the peer's own buffer).
+ */
+int zedrv_fd_export(int memfd);
+/* True if fd is an open memfd named `name` that is not one of ours that
+ * the driver keeps internally (the real driver keeps GEM handles, not fds). */
+bool zedrv_fd_importable(int fd, const char *name);
+/* pidfd_open(pid) + pidfd_getfd(fd): the opaque layout's import. */
+int zedrv_fd_from_pid(pid_t pid, int fd);
+/* A memfd of `size` bytes mapped MAP_SHARED; the memfd is returned in *fd_p. */
+void *zedrv_shm_create(const char *name, size_t size, int *fd_p, size_t *map_size_p);
+/* Map an imported memfd whole; its size comes from fstat. */
+void *zedrv_shm_map(int fd, size_t *map_size_p);
+
+/* Allocation registry (mem.c). Callers hold zedrv_lock. */
+struct zedrv_alloc {
+    struct zedrv_alloc *next;
+    char *base;
+    size_t size;     /* requested size (zeMemGetAddressRange) */
+    size_t map_size; /* mmap length */
+    uint64_t id;     /* zeMemGetAllocProperties().id, never reused */
+    ze_memory_type_t type;
+    ze_context_handle_t context;
+    ze_device_handle_t device;
+    bool imported;    /* mapping made by zeMemOpenIpcHandle */
+    int memfd;        /* owner: backing memfd; import: -1 */
+    int export_fd;    /* fd in handed-out IPC handles; -1 if none */
+    uint32_t export_refs; /* gets not yet matched by a put */
+};
+
+struct zedrv_alloc *zedrv_alloc_find(const void *ptr);
+struct zedrv_alloc *zedrv_alloc_find_export(int fd);
+bool zedrv_fd_is_internal(int fd);
+/* Register a mapping made by an IPC open; returns NULL on ENOMEM. */
+struct zedrv_alloc *zedrv_alloc_add_import(ze_context_handle_t context,
+                                           ze_device_handle_t device, void *base,
+                                           size_t map_size, ze_memory_type_t type);
+/* Unlink and release one allocation: unmap, close its fds. */
+void zedrv_alloc_release(struct zedrv_alloc *alloc);
+
+/* Event pool registry (events.c). Callers of the first two hold zedrv_lock. */
+bool zedrv_pool_fd_is_internal(int fd);
+ze_event_pool_handle_t zedrv_pool_add(ze_context_handle_t context, ze_event_pool_flags_t flags,
+                                      uint32_t count, void *base, size_t map_size, int memfd,
+                                      bool imported);
+/* Unlink, unmap and free a pool; takes zedrv_lock itself. */
+void zedrv_pool_release(ze_event_pool_handle_t pool);
+
+/* --- entry points, each with the exact ze_pfn*_t type of its slot --- */
+
+/* driver.c */
+ze_result_t zedrv_init(ze_init_flags_t flags);
+ze_result_t zedrv_driver_get(uint32_t *count, ze_driver_handle_t *drivers);
+ze_result_t zedrv_driver_get_api_version(ze_driver_handle_t, ze_api_version_t *);
+ze_result_t zedrv_driver_get_properties(ze_driver_handle_t, ze_driver_properties_t *);
+ze_result_t zedrv_driver_get_ipc_properties(ze_driver_handle_t,
+                                            ze_driver_ipc_properties_t *);
+ze_result_t zedrv_driver_get_extension_properties(ze_driver_handle_t, uint32_t *,
+                                                  ze_driver_extension_properties_t *);
+ze_result_t zedrv_driver_get_extension_function_address(ze_driver_handle_t,
+                                                        const char *, void **);
+ze_result_t zedrv_device_get(ze_driver_handle_t, uint32_t *, ze_device_handle_t *);
+ze_result_t zedrv_device_get_properties(ze_device_handle_t, ze_device_properties_t *);
+ze_result_t zedrv_context_create(ze_driver_handle_t, const ze_context_desc_t *,
+                                 ze_context_handle_t *);
+ze_result_t zedrv_context_destroy(ze_context_handle_t);
+ze_result_t zedrv_context_get_status(ze_context_handle_t);
+
+/* mem.c */
+ze_result_t zedrv_mem_alloc_device(ze_context_handle_t, const ze_device_mem_alloc_desc_t *,
+                                   size_t, size_t, ze_device_handle_t, void **);
+ze_result_t zedrv_mem_alloc_host(ze_context_handle_t, const ze_host_mem_alloc_desc_t *,
+                                 size_t, size_t, void **);
+ze_result_t zedrv_mem_alloc_shared(ze_context_handle_t, const ze_device_mem_alloc_desc_t *,
+                                   const ze_host_mem_alloc_desc_t *, size_t, size_t,
+                                   ze_device_handle_t, void **);
+ze_result_t zedrv_mem_free(ze_context_handle_t, void *);
+ze_result_t zedrv_mem_get_alloc_properties(ze_context_handle_t, const void *,
+                                           ze_memory_allocation_properties_t *,
+                                           ze_device_handle_t *);
+ze_result_t zedrv_mem_get_address_range(ze_context_handle_t, const void *, void **,
+                                        size_t *);
+
+/* ipc.c */
+ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t, const void *,
+                                     ze_ipc_mem_handle_t *);
+ze_result_t zedrv_mem_open_ipc_handle(ze_context_handle_t, ze_device_handle_t,
+                                      ze_ipc_mem_handle_t, ze_ipc_memory_flags_t, void **);
+ze_result_t zedrv_mem_close_ipc_handle(ze_context_handle_t, const void *);
+ze_result_t zedrv_mem_put_ipc_handle(ze_context_handle_t, ze_ipc_mem_handle_t);
+ze_result_t zedrv_zex_get_ipc_handles(ze_context_handle_t, const void *, uint32_t *,
+                                      ze_ipc_mem_handle_t *);
+ze_result_t zedrv_zex_open_ipc_handles(ze_context_handle_t, ze_device_handle_t, uint32_t,
+                                       ze_ipc_mem_handle_t *, ze_ipc_memory_flags_t,
+                                       void **);
+
+/* events.c */
+ze_result_t zedrv_event_pool_create(ze_context_handle_t, const ze_event_pool_desc_t *,
+                                    uint32_t, ze_device_handle_t *,
+                                    ze_event_pool_handle_t *);
+ze_result_t zedrv_event_pool_destroy(ze_event_pool_handle_t);
+ze_result_t zedrv_event_create(ze_event_pool_handle_t, const ze_event_desc_t *,
+                               ze_event_handle_t *);
+ze_result_t zedrv_event_destroy(ze_event_handle_t);
+ze_result_t zedrv_event_host_signal(ze_event_handle_t);
+ze_result_t zedrv_event_host_synchronize(ze_event_handle_t, uint64_t);
+ze_result_t zedrv_event_query_status(ze_event_handle_t);
+ze_result_t zedrv_event_host_reset(ze_event_handle_t);
+
+/* event_ipc.c */
+ze_result_t zedrv_event_pool_get_ipc_handle(ze_event_pool_handle_t,
+                                            ze_ipc_event_pool_handle_t *);
+ze_result_t zedrv_event_pool_open_ipc_handle(ze_context_handle_t,
+                                             ze_ipc_event_pool_handle_t,
+                                             ze_event_pool_handle_t *);
+ze_result_t zedrv_event_pool_close_ipc_handle(ze_event_pool_handle_t);
+ze_result_t zedrv_event_pool_put_ipc_handle(ze_context_handle_t,
+                                            ze_ipc_event_pool_handle_t);
+
+/* cmdlist.c */
+ze_result_t zedrv_queue_create(ze_context_handle_t, ze_device_handle_t,
+                               const ze_command_queue_desc_t *,
+                               ze_command_queue_handle_t *);
+ze_result_t zedrv_queue_destroy(ze_command_queue_handle_t);
+ze_result_t zedrv_queue_execute(ze_command_queue_handle_t, uint32_t,
+                                ze_command_list_handle_t *, ze_fence_handle_t);
+ze_result_t zedrv_queue_synchronize(ze_command_queue_handle_t, uint64_t);
+ze_result_t zedrv_list_create(ze_context_handle_t, ze_device_handle_t,
+                              const ze_command_list_desc_t *, ze_command_list_handle_t *);
+ze_result_t zedrv_list_create_immediate(ze_context_handle_t, ze_device_handle_t,
+                                        const ze_command_queue_desc_t *,
+                                        ze_command_list_handle_t *);
+ze_result_t zedrv_list_destroy(ze_command_list_handle_t);
+ze_result_t zedrv_list_close(ze_command_list_handle_t);
+ze_result_t zedrv_list_reset(ze_command_list_handle_t);
+ze_result_t zedrv_list_append_barrier(ze_command_list_handle_t, ze_event_handle_t,
+                                      uint32_t, ze_event_handle_t *);
+ze_result_t zedrv_list_append_memory_copy(ze_command_list_handle_t, void *, const void *,
+                                          size_t, ze_event_handle_t, uint32_t,
+                                          ze_event_handle_t *);
+ze_result_t zedrv_list_append_memory_fill(ze_command_list_handle_t, void *, const void *,
+                                          size_t, size_t, ze_event_handle_t, uint32_t,
+                                          ze_event_handle_t *);
+ze_result_t zedrv_list_append_signal_event(ze_command_list_handle_t, ze_event_handle_t);
+ze_result_t zedrv_list_append_wait_on_events(ze_command_list_handle_t, uint32_t,
+                                             ze_event_handle_t *);
+
+#endif /* ZEDRV_H */
