@@ -14,12 +14,12 @@ done
 ARGS=(--allocs 4 --size 1048576 --iters 5)
 
 echo "== 1. without ipcbyval: mpirun -np 2 ${APP##*/} ${ARGS[*]}"
-ompi 2 "$APP" "${ARGS[@]}" >"$BUILD/demo-without.log" 2>&1
+"${OMPI[@]}" -np 2 "$APP" "${ARGS[@]}" >"$BUILD/demo-without.log" 2>&1
 rc1=$?
 grep -E '^rank' "$BUILD/demo-without.log" | sort -u | head -4
 echo
 echo "== 2. with ipcbyval: mpirun -np 2 ipcbyval-run --stats ${APP##*/} ${ARGS[*]}"
-ompi 2 "$RUN" --stats "$APP" "${ARGS[@]}" >"$BUILD/demo-with.log" 2>&1
+"${OMPI[@]}" -np 2 "$RUN" --stats "$APP" "${ARGS[@]}" >"$BUILD/demo-with.log" 2>&1
 rc2=$?
 grep -E '^rank' "$BUILD/demo-with.log"
 grep -E 'stats: (exports|export_hits|opens|open_hits|open_misses) |import cache' "$BUILD/demo-with.log" |

@@ -171,6 +171,16 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
     return NULL;
 }
 
+/* Read by ipcbyval-run or at load time, not by the configuration. */
+static int is_launcher_variable(const char *name, size_t len)
+{
+    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
+            return 1;
+    return 0;
+}
+
 static void warn_unknown(void)
 {
     extern char **environ;
@@ -179,7 +189,7 @@ static void warn_unknown(void)
         if (strncmp(*env, "IPCBYVAL_", 9) != 0 || !eq)
             continue;
         size_t len = (size_t)(eq - *env);
-        if (find_entry(*env, len))
+        if (find_entry(*env, len) || is_launcher_variable(*env, len))
             continue;
         const char *best = NULL;
         size_t best_d = SIZE_MAX;

@@ -81,6 +81,7 @@ __attribute__((constructor)) static void init_print_config(void)
     if (!p || p[0] != '1')
         return;
     byval_init();
+    byval_cfg.stats = 0; /* printing the configuration is all this run does */
     byval_config_print(stdout);
     fflush(stdout);
 }

@@ -8,6 +8,7 @@ case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 LIB="$BUILD/libipcbyval.so.1"
 RUN="$ROOT/scripts/ipcbyval-run"
 ZEDRV="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
+mkdir -p "$BUILD/test-logs"
 APPS="$BUILD/test/mpi"
 export ZE_ENABLE_ALT_DRIVERS="$ZEDRV"
 export IPCBYVAL_LIB="$LIB"
@@ -29,22 +30,15 @@ fail() { echo "FAIL: $1: $2"; _failed=1; }
 skip() { echo "SKIP: $1: $2"; }
 finish() { exit $_failed; }
 
-# Run with ipcbyval (through the launcher, as users do).
-with() { "$RUN" "$@"; }
-
 # Open MPI and MPICH launchers; empty when not installed.
 MPIRUN_OMPI=$(command -v mpirun.openmpi || true)
 MPIEXEC_MPICH=$(command -v mpiexec.mpich || true)
-ompi() {
-    local np=$1; shift
-    "$MPIRUN_OMPI" --allow-run-as-root --oversubscribe -np "$np" \
-        --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
-        -x ZE_ENABLE_ALT_DRIVERS -x IPCBYVAL_LIB "$@"
-}
-mpich() {
-    local np=$1; shift
-    "$MPIEXEC_MPICH" -n "$np" "$@"
-}
+# Launch lines as arrays (timeout cannot run shell functions):
+#   "${OMPI[@]}" -np 2 prog   /   "${MPICH[@]}" -n 2 prog
+OMPI=("$MPIRUN_OMPI" --allow-run-as-root --oversubscribe
+    --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+    -x ZE_ENABLE_ALT_DRIVERS -x IPCBYVAL_LIB)
+MPICH=("$MPIEXEC_MPICH")
 
 # expect_ok NAME LOG CMD...: CMD must exit 0 and print an OK line.
 expect_ok() {

@@ -11,13 +11,13 @@ A=(--allocs 4 --size 65536 --iters 3)
 if [ -n "$MPIRUN_OMPI" ] && [ -x "$APPS/ze_mpi_exchange_ompi" ]; then
     APP="$APPS/ze_mpi_exchange_ompi"
     expect_fail "Open MPI 2 ranks: native open fails" "$L/ompi2-native.log" "$NATIVE_ERR" \
-        ompi 2 "$APP" "${A[@]}"
-    expect_ok "Open MPI 2 ranks: by value" "$L/ompi2.log" ompi 2 "$RUN" "$APP" "${A[@]}"
+        "${OMPI[@]}" -np 2 "$APP" "${A[@]}"
+    expect_ok "Open MPI 2 ranks: by value" "$L/ompi2.log" "${OMPI[@]}" -np 2 "$RUN" "$APP" "${A[@]}"
     expect_fail "Open MPI 4 ranks: native open fails" "$L/ompi4-native.log" "$NATIVE_ERR" \
-        ompi 4 "$APP" "${A[@]}"
-    expect_ok "Open MPI 4 ranks: by value" "$L/ompi4.log" ompi 4 "$RUN" "$APP" "${A[@]}"
+        "${OMPI[@]}" -np 4 "$APP" "${A[@]}"
+    expect_ok "Open MPI 4 ranks: by value" "$L/ompi4.log" "${OMPI[@]}" -np 4 "$RUN" "$APP" "${A[@]}"
     expect_ok "Open MPI 2 ranks, DDI route, loader dlopen'ed" "$L/ompi2-ddi.log" \
-        ompi 2 "$RUN" "$APPS/ze_mpi_exchange_ompi_dl" --route ddi "${A[@]}"
+        "${OMPI[@]}" -np 2 "$RUN" "$APPS/ze_mpi_exchange_ompi_dl" --route ddi "${A[@]}"
 else
     skip "Open MPI" "mpirun.openmpi or ze_mpi_exchange_ompi missing"
 fi
@@ -25,9 +25,9 @@ fi
 if [ -n "$MPIEXEC_MPICH" ] && [ -x "$APPS/ze_mpi_exchange_mpich" ]; then
     APP="$APPS/ze_mpi_exchange_mpich"
     expect_fail "MPICH 2 ranks: native open fails" "$L/mpich2-native.log" "$NATIVE_ERR" \
-        mpich 2 "$APP" "${A[@]}"
-    expect_ok "MPICH 2 ranks: by value" "$L/mpich2.log" mpich 2 "$RUN" "$APP" "${A[@]}"
-    expect_ok "MPICH 4 ranks: by value" "$L/mpich4.log" mpich 4 "$RUN" "$APP" "${A[@]}"
+        "${MPICH[@]}" -n 2 "$APP" "${A[@]}"
+    expect_ok "MPICH 2 ranks: by value" "$L/mpich2.log" "${MPICH[@]}" -n 2 "$RUN" "$APP" "${A[@]}"
+    expect_ok "MPICH 4 ranks: by value" "$L/mpich4.log" "${MPICH[@]}" -n 4 "$RUN" "$APP" "${A[@]}"
 else
     skip "MPICH" "mpiexec.mpich or ze_mpi_exchange_mpich missing"
 fi

@@ -13,19 +13,19 @@ for route in symbol dlsym ddi zex; do
     expect_fail "route $route: native open fails" "$L/route-$route-native.log" "$NATIVE_ERR" \
         "$APPS/ze_pair" --route "$route" "${A[@]}"
     expect_ok "route $route: by value under ipcbyval" "$L/route-$route.log" \
-        with "$APPS/ze_pair" --route "$route" "${A[@]}"
+        "$RUN" "$APPS/ze_pair" --route "$route" "${A[@]}"
 done
 # Loader reached only by dlopen(RTLD_LOCAL): RTLD_NEXT cannot see it.
 for route in dlsym ddi zex; do
     expect_ok "route $route, loader dlopen'ed RTLD_LOCAL only" "$L/route-$route-dl.log" \
-        with "$APPS/ze_pair_dl" --route "$route" "${A[@]}"
+        "$RUN" "$APPS/ze_pair_dl" --route "$route" "${A[@]}"
 done
 
 # Handles ipcbyval must leave alone.
 expect_ok "SCM_RIGHTS program (bytes 0-3 replaced) still works" "$L/scm.log" \
-    with "$APPS/ze_pair" --scm-rights "${A[@]}"
+    "$RUN" "$APPS/ze_pair" --scm-rights "${A[@]}"
 expect_ok "open of own handle in the exporting process" "$L/same.log" \
-    with "$APPS/ze_pair" --same-process "${A[@]}"
+    "$RUN" "$APPS/ze_pair" --same-process "${A[@]}"
 IPCBYVAL_STATS=1 expect_ok "opaque layout passes through untouched" "$L/opaque.log" \
     env ZEDRV_IPC_LAYOUT=opaque "$RUN" "$APPS/ze_pair" "${A[@]}"
 if grep -qE 'stats: exports +0 ' "$L/opaque.log" && grep -qE 'stats: export_passthrough +[1-9]' "$L/opaque.log"; then

@@ -12,6 +12,7 @@
  */
 #include "test/mpi/zeapp.h"
 
+#include <dirent.h>
 #include <mpi.h>
 
 #include <getopt.h>
@@ -158,6 +159,20 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Open fds of this process: the reopen loop reports them so tests can
+ * check that an importer does not accumulate descriptors. */
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory's own fd */
+}
+
 static void run_reopen(struct zeapp *app, const struct opts *o, int rank, int nranks)
 {
     ze_ipc_mem_handle_t *h = calloc(o->allocs, sizeof(*h));
@@ -193,6 +208,7 @@ static void run_reopen(struct zeapp *app, const struct opts *o, int rank, int nr
 
         MPI_Recv(h, (int)(o->allocs * sizeof(*h)), MPI_BYTE, 0, TAG_HANDLES, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
+        int fds_before = count_fds();
         t0 = now_s();
         for (unsigned i = 0; i < o->iters; i++) {
             unsigned a = i % o->allocs;
@@ -203,12 +219,13 @@ static void run_reopen(struct zeapp *app, const struct opts *o, int rank, int nr
                               i);
         }
         dt = now_s() - t0;
+        int fds_after = count_fds();
         zeapp_free(app, local);
         MPI_Barrier(MPI_COMM_WORLD);
         printf("%s: OK %u opens of %u allocations verified (route %s), %.2f us per "
-               "open+copy+close\n",
+               "open+copy+close; open fds before %d after %d\n",
                app->who, o->iters, o->allocs, zeapp_route_name(o->route),
-               dt * 1e6 / o->iters);
+               dt * 1e6 / o->iters, fds_before, fds_after);
     } else {
         MPI_Barrier(MPI_COMM_WORLD);
     }
