@@ -70,7 +70,15 @@ deps:
 
 lib: $(LIB) $(LIB_LINK)
 
-$(BUILD)/%.o: %.c
+# Objects depend on the flags they were built with: changing CFLAGS,
+# SAN or finding the CUDA headers rebuilds them.
+FLAGS_STAMP := $(BUILD)/.flags-$(shell echo '$(CC) $(LIB_CFLAGS)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.flags-*
+	@touch $@
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
 

@@ -196,3 +196,27 @@ err_pidfd:
     close(pidfd);
     return st;
 }
+
+byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, int *fd_p,
+                                char *msg, size_t msglen)
+{
+    if (!fd_p || pidfd < 0 || fd > INT32_MAX)
+        return BYVAL_E_INVALID;
+    *fd_p = -1;
+    int dup = (int)syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
+    if (dup < 0) {
+        int err = errno;
+        byval_status_t st = errno_status(err, pidfd);
+        MSG("pidfd_getfd(pid %u, fd %u) failed: %s%s%s", pid, fd, strerror(err),
+            st == BYVAL_E_PERM ? " " : "", st == BYVAL_E_PERM ? perm_hint : "");
+        return st;
+    }
+    byval_record_t rec = {.pid = pid, .fd = fd, .fd_ino = fd_ino};
+    byval_status_t st = check_fd_kind(&rec, dup, msg, msglen);
+    if (st != BYVAL_OK) {
+        close(dup);
+        return st;
+    }
+    *fd_p = dup;
+    return BYVAL_OK;
+}

@@ -67,6 +67,14 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
                                 const byval_self_t *self, int *fd_p,
                                 int *pidfd_p, char *msg, size_t msglen);
 
+/*
+ * Duplicate one more fd of an exporter already resolved (pidfd from
+ * byval_resolve_fd): pidfd_getfd(fd), then the inode check against fd_ino
+ * (low 32 bits). Same statuses and message style as byval_resolve_fd.
+ */
+byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, int *fd_p,
+                                char *msg, size_t msglen);
+
 /* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
 int byval_pidfd_exited(int pidfd);
 

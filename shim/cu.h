@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cu.h - internal interface of the CUDA part of the shim.
+ *
+ * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
+ * cu_real.c    the real libcuda entry points, found at run time
+ * cu_export.c  by-value export of VMM memory (manifest of chunks)
+ * cu_import.c  VMM import, close, and the shared open-pointer map
+ * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
+ */
+#ifndef BYVAL_SHIM_CU_H
+#define BYVAL_SHIM_CU_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+/* The header maps these names to their newest versions; we wrap every
+ * version under its exported name. */
+#undef cuIpcOpenMemHandle
+#undef cuMemFree
+#undef cuGetProcAddress
+#undef cuMemGetAddressRange
+
+/* The older entry points we export beside the newest (cuda.h declares
+ * only the newest under the plain names). */
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle h, unsigned int flags);
+CUresult cuMemFree(unsigned int ptr);
+
+typedef CUresult (*byval_cu_get_fn)(CUipcMemHandle *, CUdeviceptr);
+typedef CUresult (*byval_cu_open_fn)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+typedef CUresult (*byval_cu_close_fn)(CUdeviceptr);
+typedef CUresult (*byval_cu_free_fn)(CUdeviceptr);
+typedef CUresult (*byval_cu_free_v1_fn)(unsigned int);
+typedef CUresult (*byval_cu_release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*byval_cu_unmap_fn)(CUdeviceptr, size_t);
+
+/* The libcuda functions ipcbyval itself calls. */
+typedef struct byval_cu_real {
+    CUresult (*pointer_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+    CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
+    CUresult (*get_allocation_properties)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+    CUresult (*export_shareable)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                 unsigned long long);
+    CUresult (*import_shareable)(CUmemGenericAllocationHandle *, void *,
+                                 CUmemAllocationHandleType);
+    CUresult (*address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*get_error_name)(CUresult, const char **);
+    byval_cu_get_fn ipc_get;
+    byval_cu_open_fn ipc_open_v2;
+    byval_cu_open_fn ipc_open;
+    byval_cu_close_fn ipc_close;
+    byval_cu_free_fn mem_free_v2;
+    byval_cu_free_v1_fn mem_free;
+    byval_cu_release_fn mem_release;
+    byval_cu_unmap_fn mem_unmap;
+    void *get_proc_address;    /* cuGetProcAddress (v1) */
+    void *get_proc_address_v2; /* cuGetProcAddress_v2 */
+} byval_cu_real_t;
+
+/* Resolved once from the loaded libcuda; NULL when libcuda is not loaded
+ * (then every wrapper reports CUDA_ERROR_NOT_INITIALIZED). */
+const byval_cu_real_t *byval_cu_real(void);
+
+/* "CUDA_ERROR_INVALID_VALUE" etc. for logs. */
+const char *byval_cu_err(CUresult r);
+
+/* Offsets of the CUDA handle: bytes 0-7 carry the exporter's chunk offset
+ * within its reservation; the record sits where Level Zero's does. */
+#define BYVAL_CU_OFF_CHUNK 0
+#define BYVAL_CU_RECORD_OFF 17
+
+CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr);
+CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
+                           unsigned int flags);
+CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr);
+
+/* Exporter-side invalidation: drop export entries overlapping the range
+ * (cuMemUnmap, cuMemFree) or holding the allocation (cuMemRelease). */
+void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
+void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
+
+/* Import of a VMM manifest handle (cu_import.c). */
+struct byval_record;
+CUresult byval_cu_vmm_open(const struct byval_record *rec, const CUipcMemHandle *h,
+                           unsigned int flags, CUdeviceptr *pdptr);
+
+/* Legacy handle open through the cache (cu_legacy.c). */
+CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
+                              unsigned int flags);
+
+/* The open-pointer map shared by the VMM and legacy caches: close gets a
+ * pointer and must find which cache holds it. */
+enum { BYVAL_CU_KEY_VMM = 1, BYVAL_CU_KEY_LEGACY = 2, BYVAL_CU_KEY_UNCACHED = 3 };
+typedef struct byval_cu_key {
+    uint32_t type;
+    uint32_t flags;
+    uintptr_t ctx;
+    union {
+        struct {
+            uint32_t pidns, pid;
+            uint64_t identity, alloc_id, chunk_off;
+        } vmm;
+        unsigned char legacy[64];
+    } u;
+} byval_cu_key_t;
+
+int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key);
+/* Cache of each key type; put is routed by type. */
+void byval_cu_legacy_put(const byval_cu_key_t *key);
+void byval_cu_vmm_put(const byval_cu_key_t *key);
+
+/* Make ctx current around a driver call from a cache callback. */
+CUcontext byval_cu_ctx_push(CUcontext ctx);
+void byval_cu_ctx_pop(CUcontext saved);
+
+#endif

@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cu_export.c - cuIpcGetMemHandle for VMM memory.
+ *
+ * The driver refuses VMM memory (CUDA_ERROR_INVALID_VALUE); its only
+ * export is cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR), which
+ * costs up to ~1 ms and returns a new fd every call. We export every chunk
+ * of the pointer's reservation once, write a manifest (cu_manifest.h) into
+ * a sealed memfd, and put a by-value record naming that memfd in the
+ * handle. The export cache (keyed by reservation and buffer id) makes
+ * repeated gets a lookup; unmap/release/free drop the entry and its fds.
+ * Legacy memory never gets here: the driver's own handle is returned.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cache/lru.h"
+#include "handles/resolve.h"
+#include "shim/config.h"
+#include "shim/cu.h"
+#include "shim/cu_manifest.h"
+#include "shim/init.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+
+typedef struct cu_export_key {
+    uint64_t reserve_start;
+    uint64_t buffer_id;
+} cu_export_key_t;
+
+typedef struct cu_export {
+    CUipcMemHandle handle;
+    uint64_t reserve_start, reserve_size;
+    int manifest_fd;
+    uint32_t nchunks;
+    int *fds;                              /* chunk fds, nchunks */
+    CUmemGenericAllocationHandle *handles; /* chunk allocations, nchunks */
+} cu_export_t;
+
+static byval_lru_t *export_cache;
+static pthread_once_t export_once = PTHREAD_ONCE_INIT;
+static size_t export_live; /* entries, to skip scans on every cuMemFree */
+
+static void export_release(cu_export_t *e)
+{
+    if (!e)
+        return;
+    for (uint32_t i = 0; i < e->nchunks; i++)
+        if (e->fds[i] >= 0)
+            close(e->fds[i]);
+    if (e->manifest_fd >= 0)
+        close(e->manifest_fd);
+    free(e->fds);
+    free(e->handles);
+    free(e);
+}
+
+static void export_evicted(void *ctx, const void *key, void *value)
+{
+    __atomic_fetch_sub(&export_live, 1, __ATOMIC_RELAXED);
+    export_release(value);
+}
+
+static void export_init(void)
+{
+    export_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(cu_export_key_t),
+                                    export_evicted, NULL);
+    if (export_cache)
+        byval_stats_register_cache("cuda export", export_cache);
+}
+
+static int attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
+                    uint64_t *out)
+{
+    /* Some attributes are 4 bytes, some 8: read into a zeroed 8-byte slot. */
+    uint64_t v = 0;
+    if (rl->pointer_get_attribute(&v, a, p) != CUDA_SUCCESS)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Export every chunk mapped in [start, start+size). 0 or -1 (logged). */
+static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr start,
+                         uint64_t size)
+{
+    uint64_t off = 0;
+    while (off < size) {
+        CUdeviceptr base = 0;
+        size_t csize = 0;
+        if (rl->mem_get_address_range(&base, &csize, start + off) != CUDA_SUCCESS || !csize) {
+            off += 2u << 20; /* unmapped hole: VMM granularity is >= 2 MiB */
+            continue;
+        }
+        if (e->nchunks == BYVAL_MANIFEST_MAX_CHUNKS) {
+            BYVAL_LOG_WARN("reservation at 0x%llx has more than %u chunks",
+                           (unsigned long long)start, BYVAL_MANIFEST_MAX_CHUNKS);
+            return -1;
+        }
+        CUmemGenericAllocationHandle gh;
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof(prop));
+        if (rl->retain_allocation_handle(&gh, (void *)(uintptr_t)base) != CUDA_SUCCESS)
+            return -1;
+        CUresult r = rl->get_allocation_properties(&prop, gh);
+        int fd = -1;
+        if (r == CUDA_SUCCESS && !(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+            BYVAL_LOG_WARN("VMM allocation at 0x%llx cannot be shared by value: it was created "
+                           "without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in "
+                           "requestedHandleTypes (0x%x)",
+                           (unsigned long long)base, (unsigned)prop.requestedHandleTypes);
+            r = CUDA_ERROR_NOT_SUPPORTED;
+        } else if (r == CUDA_SUCCESS) {
+            r = rl->export_shareable(&fd, gh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            if (r != CUDA_SUCCESS)
+                BYVAL_LOG_WARN("cuMemExportToShareableHandle(0x%llx) failed: %s",
+                               (unsigned long long)base, byval_cu_err(r));
+        }
+        rl->mem_release(gh); /* the retain's reference; the mapping keeps its own */
+        if (r != CUDA_SUCCESS)
+            return -1;
+        e->fds[e->nchunks] = fd;
+        e->handles[e->nchunks] = gh;
+        e->nchunks++;
+        off = base - start + csize;
+    }
+    return e->nchunks ? 0 : -1;
+}
+
+static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
+{
+    size_t len = sizeof(byval_manifest_t) + e->nchunks * sizeof(byval_manifest_chunk_t);
+    byval_manifest_t *m = calloc(1, len);
+    if (!m)
+        return -1;
+    m->magic = BYVAL_MANIFEST_MAGIC;
+    m->version = BYVAL_MANIFEST_VERSION;
+    m->nchunks = e->nchunks;
+    m->device = device;
+    m->reserve_size = e->reserve_size;
+    const byval_cu_real_t *rl = byval_cu_real();
+    for (uint32_t i = 0; i < e->nchunks; i++) {
+        CUdeviceptr base = 0;
+        size_t csize = 0;
+        /* Walk again in the same order to record offsets and sizes. */
+        uint64_t at = i ? m->chunks[i - 1].offset + m->chunks[i - 1].size : 0;
+        while (at < e->reserve_size &&
+               (rl->mem_get_address_range(&base, &csize, start + at) != CUDA_SUCCESS || !csize))
+            at += 2u << 20;
+        m->chunks[i].offset = base - start;
+        m->chunks[i].size = csize;
+        m->chunks[i].fd = (uint32_t)e->fds[i];
+        m->chunks[i].fd_ino = (uint32_t)byval_fd_inode(e->fds[i]);
+    }
+    int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int ok = fd >= 0 && write(fd, m, len) == (ssize_t)len &&
+             fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0;
+    free(m);
+    if (!ok) {
+        BYVAL_LOG_WARN("cannot write the export manifest: %m");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    e->manifest_fd = fd;
+    return 0;
+}
+
+/* Build the by-value handle for the VMM pointer ptr. 0, or -1 (logged). */
+static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
+                      uint64_t reserve_start, uint64_t reserve_size, uint64_t buffer_id)
+{
+    CUdeviceptr chunk_base = 0;
+    size_t chunk_size = 0;
+    uint64_t device = 0;
+    byval_self_t self;
+    if (rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS ||
+        attr_u64(rl, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr, &device) != 0 ||
+        byval_self_get(&self) != 0)
+        return -1;
+    cu_export_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -1;
+    e->manifest_fd = -1;
+    e->reserve_start = reserve_start;
+    e->reserve_size = reserve_size;
+    e->fds = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(int));
+    e->handles = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->handles));
+    if (!e->fds || !e->handles || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
+        write_manifest(e, reserve_start, (uint32_t)device) != 0)
+        goto err;
+
+    byval_record_t rec = {0};
+    byval_record_set_exporter(&rec, &self);
+    rec.kind = BYVAL_KIND_CU_VMM_MANIFEST;
+    rec.fd = (uint32_t)e->manifest_fd;
+    rec.fd_ino = (uint32_t)byval_fd_inode(e->manifest_fd);
+    rec.alloc_id = buffer_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    rec.size = sizeof(byval_manifest_t) + e->nchunks * sizeof(byval_manifest_chunk_t);
+    rec.device = (uint8_t)device;
+    memset(&e->handle, 0, sizeof(e->handle));
+    uint64_t chunk_off = chunk_base - reserve_start;
+    memcpy(e->handle.reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+    if (byval_wire_encode(&rec, (uint8_t *)e->handle.reserved + BYVAL_CU_RECORD_OFF) !=
+        BYVAL_WIRE_OK)
+        goto err;
+    *h = e->handle;
+    cu_export_key_t key = {reserve_start, buffer_id};
+    void *existing;
+    if (byval_lru_insert(export_cache, &key, e, 0, &existing) == BYVAL_LRU_OK)
+        __atomic_fetch_add(&export_live, 1, __ATOMIC_RELAXED);
+    else
+        export_release(e); /* raced, or full: this handle's fds go with it */
+    return 0;
+err:
+    export_release(e);
+    return -1;
+}
+
+CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
+{
+    if (!byval_init() || !byval_cfg.cuda || !h)
+        return next(h, ptr);
+    byval_enter();
+    CUresult r = next(h, ptr);
+    byval_leave();
+    if (r == CUDA_SUCCESS) {
+        BYVAL_STAT_INC(export_passthrough); /* legacy memory: already by value */
+        return r;
+    }
+    if (r != CUDA_ERROR_INVALID_VALUE)
+        return r;
+    const byval_cu_real_t *rl = byval_cu_real();
+    uint64_t legacy = 1, start = 0, size = 0, buffer_id = 0;
+    if (!rl || attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 ||
+        legacy)
+        return r; /* not VMM memory: the driver's answer stands */
+    if (attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
+        attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
+        attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
+        return r;
+    pthread_once(&export_once, export_init);
+    if (!export_cache)
+        return r;
+    cu_export_key_t key = {start, buffer_id};
+    void *v;
+    if (byval_lru_get(export_cache, &key, 1, &v)) {
+        cu_export_t *e = v;
+        CUdeviceptr chunk_base = 0;
+        size_t chunk_size = 0;
+        /* The handle carries the chunk offset of this pointer's chunk. */
+        uint64_t chunk_off = 0;
+        byval_enter();
+        int ok = rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) == CUDA_SUCCESS;
+        byval_leave();
+        *h = e->handle;
+        chunk_off = chunk_base - start;
+        memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+        byval_lru_put(export_cache, &key);
+        if (ok) {
+            BYVAL_STAT_INC(export_hits);
+            return CUDA_SUCCESS;
+        }
+    }
+    byval_enter();
+    int rc = export_vmm(rl, h, ptr, start, size, buffer_id);
+    byval_leave();
+    if (rc != 0) {
+        BYVAL_LOG_WARN("cuIpcGetMemHandle(0x%llx): VMM memory cannot be exported by value; "
+                       "returning the driver's %s",
+                       (unsigned long long)ptr, byval_cu_err(r));
+        return r;
+    }
+    BYVAL_STAT_INC(exports);
+    return CUDA_SUCCESS;
+}
+
+static int overlaps(void *ctx, const void *key, void *value)
+{
+    const uint64_t *range = ctx;
+    const cu_export_t *e = value;
+    return e->reserve_start < range[0] + range[1] && range[0] < e->reserve_start + e->reserve_size;
+}
+
+void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
+{
+    if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
+        return;
+    uint64_t range[2] = {ptr, size ? size : 1};
+    size_t n = byval_lru_remove_if(export_cache, overlaps, range);
+    for (size_t i = 0; i < n; i++)
+        BYVAL_STAT_INC(frees);
+}
+
+static int holds_handle(void *ctx, const void *key, void *value)
+{
+    const CUmemGenericAllocationHandle *h = ctx;
+    const cu_export_t *e = value;
+    for (uint32_t i = 0; i < e->nchunks; i++)
+        if (e->handles[i] == *h)
+            return 1;
+    return 0;
+}
+
+void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
+{
+    if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
+        return;
+    size_t n = byval_lru_remove_if(export_cache, holds_handle, &h);
+    for (size_t i = 0; i < n; i++)
+        BYVAL_STAT_INC(frees);
+}

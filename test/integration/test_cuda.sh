@@ -1,0 +1,51 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# CUDA wrappers on the CPU, against the CUDA driver test double
+# (test/cudadrv): every route (symbol, cuGetProcAddress, the libcudart
+# bootstrap) reaches the wrappers; VMM handles fail natively and work by
+# value, including multi-chunk reservations and across devices; legacy
+# handles keep working and re-opens hit the cache. Not a GPU run: that is
+# make check-gpu.
+. "$(dirname "$0")/lib.sh"
+CU="$BUILD/test/cudadrv"
+need "$LIB" "$CU/libcuda.so.1" "$CU/cu_pair"
+nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle ||
+    { skip cuda "library built without the CUDA headers"; exit 77; }
+export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+L="$BUILD/test-logs"
+P="$CU/cu_pair"
+
+for route in symbol procaddr cudart; do
+    for mem in vmm vmm-multi; do
+        expect_fail "$mem/$route: native cuIpcGetMemHandle fails" "$L/cu-$mem-$route-native.log" \
+            'cuIpcGetMemHandle failed: CUDA_ERROR_INVALID_VALUE' "$P" --mem "$mem" --route "$route"
+        expect_ok "$mem/$route: by value under ipcbyval" "$L/cu-$mem-$route.log" \
+            "$RUN" "$P" --mem "$mem" --route "$route" --iters 3 --reopen
+    done
+    expect_ok "legacy/$route: unchanged under ipcbyval" "$L/cu-legacy-$route.log" \
+        "$RUN" "$P" --mem legacy --route "$route" --iters 3 --reopen
+done
+expect_ok "vmm-multi across devices 0 -> 1" "$L/cu-xdev.log" \
+    "$RUN" "$P" --mem vmm-multi --route cudart --dev-exp 0 --dev-imp 1
+expect_ok "old API version (cuIpcOpenMemHandle v1 via cuGetProcAddress 10020)" "$L/cu-v1.log" \
+    "$RUN" "$P" --mem vmm --route procaddr --cuda-version 10020
+
+# Cache behaviour, read from the exit statistics.
+log="$L/cu-legacy-cache.log"
+IPCBYVAL_STATS=1 "$RUN" "$P" --mem legacy --route cudart --iters 40 >"$log" 2>&1
+grep -q 'cuda legacy import cache: hits 39 misses 1 ' "$log" &&
+    pass "legacy re-open after close hits the cache (39/40)" ||
+    fail "legacy cache" "$(grep 'legacy import cache' "$log")"
+log="$L/cu-legacy-nocache.log"
+IPCBYVAL_STATS=1 IPCBYVAL_CUDA_LEGACY_CACHE=0 "$RUN" "$P" --mem legacy --route cudart --iters 5 >"$log" 2>&1
+grep -qE 'stats: open_passthrough +5 ' "$log" && ! grep -q 'legacy import cache: hits [1-9]' "$log" &&
+    pass "IPCBYVAL_CUDA_LEGACY_CACHE=0 passes legacy opens through" ||
+    fail "legacy cache off" "$(grep -E 'open_passthrough|legacy import' "$log" | tr '\n' ' ')"
+log="$L/cu-vmm-cache.log"
+IPCBYVAL_STATS=1 "$RUN" "$P" --mem vmm-multi --route cudart --iters 40 >"$log" 2>&1
+grep -q 'cuda vmm import cache: hits 39 misses 1 ' "$log" &&
+    pass "VMM: 39/40 re-opens from the import cache" ||
+    fail "vmm cache" "$(grep -E 'vmm import cache' "$log" | tr '\n' ' ')"
+IPCBYVAL_CUDA=0 expect_fail "IPCBYVAL_CUDA=0 passes CUDA through" "$L/cu-off.log" \
+    'CUDA_ERROR_INVALID_VALUE' "$RUN" "$P" --mem vmm --route cudart
+finish
