@@ -29,7 +29,8 @@ endif
 OPT         ?= -O2
 WARN        := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CFLAGS      ?= $(OPT) -g
-ALL_CFLAGS  := -std=gnu11 $(WARN) -fPIC -I. -D_GNU_SOURCE \
+EXTRA_INC   ?=
+ALL_CFLAGS  := -std=gnu11 $(WARN) -fPIC -I. $(EXTRA_INC) -D_GNU_SOURCE \
                -DBYVAL_VERSION=\"$(VERSION)\" $(SANFLAGS) $(CFLAGS)
 LIB_CFLAGS  := $(ALL_CFLAGS) -fvisibility=hidden
 LDLIBS_LIB  := -ldl -lpthread
@@ -51,7 +52,7 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench \
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench check-gpu gpu-deps \
         fuzz install uninstall clean deps help
 
 all: lib
@@ -108,6 +109,16 @@ demo: deps
 
 demo-run: lib tests
 	@scripts/demo.sh
+
+# On a GPU machine (no package registry there): build and run every GPU
+# test, print a summary table. GPU_DEPS=dir supplies the Level Zero and
+# uthash headers copied from a Debian machine (make gpu-deps).
+check-gpu:
+	@EXTRA_INC="$(if $(wildcard .gpu-deps/include),-I$(abspath .gpu-deps/include))" scripts/check-gpu.sh
+
+gpu-deps:
+	@mkdir -p .gpu-deps/include
+	cp -r /usr/include/level_zero /usr/include/uthash.h .gpu-deps/include/
 
 install: lib
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7

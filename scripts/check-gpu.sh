@@ -1,0 +1,104 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# check-gpu.sh - everything GPU-related in one go, on a machine with an
+# NVIDIA GPU, CUDA, Open MPI and no package registry (make check-gpu).
+# Builds the library and the GPU programs, runs the routing tests against
+# the real driver, the static-cudart runtime program, a 2-rank MPI job, and
+# the latency benchmark, then prints a summary table last.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+OUT=${GPU_OUT:-$BUILD/test/gpu}
+LOGS="$BUILD/gpu-logs"
+mkdir -p "$LOGS"
+LIB="$PWD/$BUILD/libipcbyval.so.1"
+RUN="$PWD/scripts/ipcbyval-run"
+export IPCBYVAL_LIB="$LIB"
+declare -a rows
+failed=0
+row() { rows+=("$(printf '| %-58s | %-6s | %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
+
+kernel=$(uname -r)
+echo "== machine: kernel $kernel"
+case "$kernel" in 4.4.0*) echo "gVisor sandbox (kernel 4.4.0): pidfd_getfd may be missing" ;; esac
+nvidia-smi -L 2>&1 | head -8
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
+echo "== build"
+if make -j"$(nproc)" lib "$BUILD/test/cudadrv/cu_pair" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/build.log" 2>&1 &&
+    make -C test/gpu gpu-bins OUT="$PWD/$OUT" >>"$LOGS/build.log" 2>&1; then
+    row "build: libipcbyval + cu_pair + GPU programs (nvcc)" PASS ""
+else
+    tail -30 "$LOGS/build.log"
+    row "build" FAIL "see $LOGS/build.log"
+fi
+
+# run NAME EXPECT(ok|fail) PATTERN CMD...
+run() {
+    local name=$1 expect=$2 pat=$3; shift 3
+    local log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
+    timeout 300 "$@" >"$log" 2>&1
+    local rc=$?
+    local last; last=$(grep -v '^\[ipcbyval' "$log" | tail -1 | cut -c1-90)
+    if [ "$expect" = ok ] && [ $rc -eq 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "$last"
+    elif [ "$expect" = fail ] && [ $rc -ne 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "fails as expected: $last"
+    else row "$name" FAIL "rc=$rc: $last"; fi
+}
+
+P="$BUILD/test/cudadrv/cu_pair"
+echo "== routing against the real driver (cu_pair)"
+for route in symbol procaddr cudart; do
+    run "cu_pair vmm/$route native" fail CUDA_ERROR_INVALID_VALUE "$P" --mem vmm --route "$route"
+    for mem in vmm vmm-multi legacy; do
+        run "cu_pair $mem/$route under ipcbyval" ok OK "$RUN" "$P" --mem "$mem" --route "$route" --iters 3 --reopen
+    done
+done
+if [ "$NGPU" -ge 2 ]; then
+    run "cu_pair vmm-multi GPU0 -> GPU1 under ipcbyval" ok OK "$RUN" "$P" --mem vmm-multi --route cudart --dev-exp 0 --dev-imp 1
+    run "cu_pair legacy GPU0 -> GPU1 under ipcbyval" ok OK "$RUN" "$P" --mem legacy --route cudart --dev-exp 0 --dev-imp 1 --iters 3
+else
+    row "cross-GPU cu_pair" SKIP "one GPU on this machine"
+fi
+
+echo "== runtime API, static cudart (rt_vmm_ipc)"
+R="$OUT/rt_vmm_ipc"
+for drv in link entry; do
+    run "rt_vmm_ipc vmm --drv $drv native" fail cudaErrorInvalidValue "$R" --mem vmm --drv "$drv"
+    run "rt_vmm_ipc vmm --drv $drv under ipcbyval" ok OK "$RUN" "$R" --mem vmm --drv "$drv" --iters 3 --reopen
+    run "rt_vmm_ipc vmm-multi --drv $drv under ipcbyval" ok OK "$RUN" "$R" --mem vmm-multi --drv "$drv" --iters 3
+done
+run "rt_vmm_ipc legacy native" ok OK "$R" --mem legacy --iters 3
+run "rt_vmm_ipc legacy under ipcbyval" ok OK "$RUN" "$R" --mem legacy --iters 3 --reopen
+
+echo "== MPI (unmodified, 2 ranks)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun --oversubscribe -np 2 -x IPCBYVAL_LIB -x LD_LIBRARY_PATH)
+M="$OUT/mpi_ipc"
+run "mpirun -np 2 mpi_ipc --mem vmm native" fail "FAIL\|rror" "${MPIRUN[@]}" "$M" --mem vmm
+run "mpirun -np 2 mpi_ipc --mem all under ipcbyval" ok OK "${MPIRUN[@]}" "$RUN" "$M" --mem all --chunks 3 --iters 5
+
+echo "== latency (bench_ipc): native driver, then under ipcbyval"
+B="$OUT/bench_ipc"
+timeout 300 "$B" --iters 200 >"$LOGS/bench-native.log" 2>&1
+timeout 300 "$RUN" "$B" --iters 2000 >"$LOGS/bench-ipcbyval.log" 2>&1
+echo "-- native"; grep '^|\|^bench\|^Open' "$LOGS/bench-native.log"
+echo "-- under ipcbyval"; grep '^|\|^bench\|^Open' "$LOGS/bench-ipcbyval.log"
+med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
+nat=$(med "$LOGS/bench-native.log" "legacy open+close")
+hit=$(med "$LOGS/bench-ipcbyval.log" "legacy open+close")
+if [ -n "$nat" ] && [ -n "$hit" ]; then
+    ratio=$(awk -v a="$nat" -v b="$hit" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print "inf" }')
+    res=PASS; awk -v r="$ratio" 'BEGIN { exit !(r >= 100) }' || res=FAIL
+    row "legacy re-open: cached vs driver open+close (target >= 100x)" $res "$nat us / $hit us = ${ratio}x"
+else
+    row "legacy re-open ratio" FAIL "bench rows missing (see $LOGS/bench-*.log)"
+fi
+
+echo
+echo "== summary (kernel $kernel, $NGPU GPU(s))"
+printf '| %-58s | %-6s | %s\n' "check" "result" "detail"
+printf '%s\n' "${rows[@]}"
+p=$(printf '%s\n' "${rows[@]}" | grep -c '| PASS ') ; f=$(printf '%s\n' "${rows[@]}" | grep -c '| FAIL ')
+s=$(printf '%s\n' "${rows[@]}" | grep -c '| SKIP ')
+echo "$p passed, $f failed, $s skipped"
+exit $failed
