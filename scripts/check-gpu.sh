@@ -74,7 +74,7 @@ echo "== MPI (unmodified, 2 ranks)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe -np 2 -x IPCBYVAL_LIB -x LD_LIBRARY_PATH)
 M="$OUT/mpi_ipc"
-run "mpirun -np 2 mpi_ipc --mem vmm native" fail "FAIL\|rror" "${MPIRUN[@]}" "$M" --mem vmm
+run "mpirun -np 2 mpi_ipc --mem vmm native" fail "cudaErrorInvalidValue\|CUDA_ERROR_INVALID_VALUE" "${MPIRUN[@]}" "$M" --mem vmm
 run "mpirun -np 2 mpi_ipc --mem all under ipcbyval" ok OK "${MPIRUN[@]}" "$RUN" "$M" --mem all --chunks 3 --iters 5
 
 echo "== latency (bench_ipc): native driver, then under ipcbyval"
