@@ -37,7 +37,7 @@ fi
 run() {
     local name=$1 expect=$2 pat=$3; shift 3
     local log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
-    timeout 300 "$@" >"$log" 2>&1
+    timeout 90 "$@" >"$log" 2>&1
     local rc=$?
     local last; last=$(grep -v '^\[ipcbyval' "$log" | tail -1 | cut -c1-90)
     if [ "$expect" = ok ] && [ $rc -eq 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "$last"
@@ -79,8 +79,8 @@ run "mpirun -np 2 mpi_ipc --mem all under ipcbyval" ok OK "${MPIRUN[@]}" "$RUN" 
 
 echo "== latency (bench_ipc): native driver, then under ipcbyval"
 B="$OUT/bench_ipc"
-timeout 300 "$B" --iters 200 >"$LOGS/bench-native.log" 2>&1
-timeout 300 "$RUN" "$B" --iters 2000 >"$LOGS/bench-ipcbyval.log" 2>&1
+timeout 120 "$B" --iters 200 >"$LOGS/bench-native.log" 2>&1
+timeout 120 "$RUN" "$B" --iters 2000 >"$LOGS/bench-ipcbyval.log" 2>&1
 echo "-- native"; grep '^|\|^bench\|^Open' "$LOGS/bench-native.log"
 echo "-- under ipcbyval"; grep '^|\|^bench\|^Open' "$LOGS/bench-ipcbyval.log"
 med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
