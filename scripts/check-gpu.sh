@@ -83,16 +83,22 @@ timeout 120 "$B" --iters 200 >"$LOGS/bench-native.log" 2>&1
 timeout 120 "$RUN" "$B" --iters 2000 >"$LOGS/bench-ipcbyval.log" 2>&1
 echo "-- native"; grep '^|\|^bench\|^Open' "$LOGS/bench-native.log"
 echo "-- under ipcbyval"; grep '^|\|^bench\|^Open' "$LOGS/bench-ipcbyval.log"
+# Median column of the row whose name starts with $2 in bench log $1.
 med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
-nat=$(med "$LOGS/bench-native.log" "legacy open+close")
-hit=$(med "$LOGS/bench-ipcbyval.log" "legacy open+close")
-if [ -n "$nat" ] && [ -n "$hit" ]; then
-    ratio=$(awk -v a="$nat" -v b="$hit" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print "inf" }')
-    res=PASS; awk -v r="$ratio" 'BEGIN { exit !(r >= 100) }' || res=FAIL
-    row "legacy re-open: cached vs driver open+close (target >= 100x)" $res "$nat us / $hit us = ${ratio}x"
-else
-    row "legacy re-open ratio" FAIL "bench rows missing (see $LOGS/bench-*.log)"
-fi
+# ratio NAME TARGET NUM DEN: a row comparing two medians measured in this run.
+ratio() {
+    local name=$1 target=$2 num=$3 den=$4
+    if [ -z "$num" ] || [ -z "$den" ]; then row "$name" FAIL "bench rows missing (see $LOGS/bench-*.log)"; return; fi
+    local r; r=$(awk -v a="$num" -v b="$den" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print 1e9 }')
+    local res=PASS; awk -v r="$r" -v t="$target" 'BEGIN { exit !(r >= t) }' || res=FAIL
+    row "$name (target >= ${target}x)" $res "$num us / $den us = ${r}x"
+}
+NB="$LOGS/bench-native.log" IB="$LOGS/bench-ipcbyval.log"
+nat=$(awk -v a="$(med "$NB" "legacy cuIpcOpenMemHandle")" -v b="$(med "$NB" "legacy cuIpcCloseMemHandle")" 'BEGIN { if (a != "" && b != "") print a + b }')
+hit=$(awk -v a="$(med "$IB" "legacy cuIpcOpenMemHandle")" -v b="$(med "$IB" "legacy cuIpcCloseMemHandle")" 'BEGIN { if (a != "" && b != "") print a + b }')
+ratio "legacy open+close: driver vs ipcbyval cached re-open" 100 "$nat" "$hit"
+ratio "VMM export: cuMemExportToShareableHandle vs cached by-value get" 100 \
+    "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
 
 echo
 echo "== summary (kernel $kernel, $NGPU GPU(s))"
