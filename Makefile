@@ -42,6 +42,8 @@ LIB_LINK    := $(BUILD)/libipcbyval.so
 LIB_SRC     :=
 UNIT_TESTS  :=
 TEST_BINS   :=
+BENCH_BINS  :=
+FAULT_TESTS :=
 INTEG_TESTS :=
 CLEAN_EXTRA :=
 
@@ -52,7 +54,7 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench check-gpu gpu-deps \
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench check-gpu gpu-deps check-faults \
         fuzz install uninstall clean deps help
 
 all: lib
@@ -96,7 +98,18 @@ check: deps
 	@$(MAKE) --no-print-directory check-all
 
 check-all: tests
-	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-checks.sh $(UNIT_TESTS) -- $(INTEG_TESTS)
+	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-checks.sh $(UNIT_TESTS) -- $(INTEG_TESTS) $(FAULT_TESTS)
+
+# The fault and abuse suite alone (it is part of make check too).
+check-faults: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-checks.sh -- $(FAULT_TESTS)
+
+# Benchmarks: a table of medians and ratios measured in one run.
+bench: deps
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory lib tests $(BENCH_BINS)
+	@BUILD=$(BUILD) scripts/bench.sh
 
 check-asan:
 	@$(MAKE) --no-print-directory SAN=asan OPT=-O1 check

@@ -5,3 +5,4 @@
 -include test/cudadrv/module.mk
 -include test/integration/module.mk
 -include test/bench/module.mk
+-include test/faults/module.mk
