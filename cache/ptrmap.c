@@ -20,10 +20,16 @@ typedef struct ptrmap_entry {
     unsigned char key[]; /* key_len bytes */
 } ptrmap_entry_t;
 
+/* Entries of closed pointers are kept for reuse (up to this many), so an
+ * open/close cycle on a cached mapping does no malloc/free. */
+#define PTRMAP_SPARE_MAX 64
+
 struct byval_ptrmap {
     pthread_mutex_t lock;
     size_t key_len;
     ptrmap_entry_t *head;
+    ptrmap_entry_t *spare; /* linked through hh.next */
+    unsigned nspare;
 };
 
 byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
@@ -43,6 +49,12 @@ static void ptrmap_free_all(byval_ptrmap_t *m)
         HASH_DEL(m->head, e);
         free(e);
     }
+    while (m->spare) {
+        e = m->spare;
+        m->spare = e->hh.next;
+        free(e);
+    }
+    m->nspare = 0;
 }
 
 void byval_ptrmap_destroy(byval_ptrmap_t *m)
@@ -63,9 +75,15 @@ static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
             return -1;
         return ++e->count;
     }
-    e = malloc(sizeof(*e) + m->key_len);
-    if (!e)
-        return -1;
+    if (m->spare) {
+        e = m->spare;
+        m->spare = e->hh.next;
+        m->nspare--;
+    } else {
+        e = malloc(sizeof(*e) + m->key_len);
+        if (!e)
+            return -1;
+    }
     e->ptr = ptr;
     e->count = 1;
     memcpy(e->key, key, m->key_len);
@@ -103,7 +121,13 @@ int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
         n = --e->count;
         if (n == 0) {
             HASH_DEL(m->head, e);
-            free(e);
+            if (m->nspare < PTRMAP_SPARE_MAX) {
+                e->hh.next = m->spare;
+                m->spare = e;
+                m->nspare++;
+            } else {
+                free(e);
+            }
         }
     }
     pthread_mutex_unlock(&m->lock);
