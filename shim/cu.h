@@ -106,7 +106,7 @@ typedef struct byval_cu_key {
     union {
         struct {
             uint32_t pidns, pid;
-            uint64_t identity, alloc_id, chunk_off;
+            uint64_t identity, alloc_id; /* alloc_id: the reservation's */
         } vmm;
         unsigned char legacy[64];
     } u;

@@ -27,9 +27,10 @@
 #include "shim/log.h"
 #include "shim/stats.h"
 
+/* One entry per exported reservation (all its chunks, one fd each). */
 typedef struct cu_export_key {
     uint64_t reserve_start;
-    uint64_t buffer_id;
+    uint64_t reserve_size;
 } cu_export_key_t;
 
 typedef struct cu_export {
@@ -39,9 +40,19 @@ typedef struct cu_export {
     uint32_t nchunks;
     int *fds;                              /* chunk fds, nchunks */
     CUmemGenericAllocationHandle *handles; /* chunk allocations, nchunks */
+    uint64_t *ids;                         /* chunk buffer ids, nchunks */
 } cu_export_t;
 
+/* Fast path: the handle last given for a pointer, validated with one
+ * BUFFER_ID query; no driver export call, no reservation walk. */
+typedef struct cu_fast {
+    uint64_t buffer_id;
+    uint64_t reserve_start, reserve_size;
+    CUipcMemHandle handle;
+} cu_fast_t;
+
 static byval_lru_t *export_cache;
+static byval_lru_t *fast_cache; /* key: the exported pointer */
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 static size_t export_live; /* entries, to skip scans on every cuMemFree */
 
@@ -56,6 +67,7 @@ static void export_release(cu_export_t *e)
         close(e->manifest_fd);
     free(e->fds);
     free(e->handles);
+    free(e->ids);
     free(e);
 }
 
@@ -65,10 +77,17 @@ static void export_evicted(void *ctx, const void *key, void *value)
     export_release(value);
 }
 
+static void fast_evicted(void *ctx, const void *key, void *value)
+{
+    free(value);
+}
+
 static void export_init(void)
 {
     export_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(cu_export_key_t),
                                     export_evicted, NULL);
+    fast_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(uint64_t), fast_evicted,
+                                  NULL);
     if (export_cache)
         byval_stats_register_cache("cuda export", export_cache);
 }
@@ -125,6 +144,8 @@ static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr 
             return -1;
         e->fds[e->nchunks] = fd;
         e->handles[e->nchunks] = gh;
+        if (attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
+            e->ids[e->nchunks] = 0;
         e->nchunks++;
         off = base - start + csize;
     }
@@ -170,6 +191,23 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
     return 0;
 }
 
+/* Remember the handle given for ptr (fast path of the next get). */
+static void fast_remember(CUdeviceptr ptr, uint64_t buffer_id, const cu_export_t *e,
+                          const CUipcMemHandle *h)
+{
+    cu_fast_t *f = malloc(sizeof(*f));
+    if (!f)
+        return;
+    f->buffer_id = buffer_id;
+    f->reserve_start = e->reserve_start;
+    f->reserve_size = e->reserve_size;
+    f->handle = *h;
+    uint64_t key = ptr;
+    void *existing;
+    if (byval_lru_insert(fast_cache, &key, f, 0, &existing) != BYVAL_LRU_OK)
+        free(f);
+}
+
 /* Build the by-value handle for the VMM pointer ptr. 0, or -1 (logged). */
 static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
                       uint64_t reserve_start, uint64_t reserve_size, uint64_t buffer_id)
@@ -190,7 +228,8 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     e->reserve_size = reserve_size;
     e->fds = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(int));
     e->handles = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->handles));
-    if (!e->fds || !e->handles || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
+    e->ids = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->ids));
+    if (!e->fds || !e->handles || !e->ids || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
         write_manifest(e, reserve_start, (uint32_t)device) != 0)
         goto err;
 
@@ -199,7 +238,9 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     rec.kind = BYVAL_KIND_CU_VMM_MANIFEST;
     rec.fd = (uint32_t)e->manifest_fd;
     rec.fd_ino = (uint32_t)byval_fd_inode(e->manifest_fd);
-    rec.alloc_id = buffer_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    /* The first chunk's buffer id names the reservation: every pointer
+     * into it shares one import mapping. */
+    rec.alloc_id = e->ids[0] & BYVAL_WIRE_MAX_ALLOC_ID;
     rec.size = sizeof(byval_manifest_t) + e->nchunks * sizeof(byval_manifest_chunk_t);
     rec.device = (uint8_t)device;
     memset(&e->handle, 0, sizeof(e->handle));
@@ -209,22 +250,70 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
         BYVAL_WIRE_OK)
         goto err;
     *h = e->handle;
-    cu_export_key_t key = {reserve_start, buffer_id};
+    cu_export_key_t key = {reserve_start, reserve_size};
     void *existing;
-    if (byval_lru_insert(export_cache, &key, e, 0, &existing) == BYVAL_LRU_OK)
+    if (byval_lru_insert(export_cache, &key, e, 0, &existing) == BYVAL_LRU_OK) {
         __atomic_fetch_add(&export_live, 1, __ATOMIC_RELAXED);
-    else
+        fast_remember(ptr, buffer_id, e, h);
+    } else {
         export_release(e); /* raced, or full: this handle's fds go with it */
+    }
     return 0;
 err:
     export_release(e);
     return -1;
 }
 
+/* The handle for ptr from a reservation entry, if ptr's chunk is one of
+ * the chunks exported (same buffer id): 1, else 0 (stale entry). */
+static int handle_from_entry(const byval_cu_real_t *rl, const cu_export_t *e, CUdeviceptr ptr,
+                             uint64_t buffer_id, CUipcMemHandle *h)
+{
+    uint32_t i = 0;
+    while (i < e->nchunks && e->ids[i] != buffer_id)
+        i++;
+    CUdeviceptr chunk_base = 0;
+    size_t chunk_size = 0;
+    if (i == e->nchunks || rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS)
+        return 0;
+    *h = e->handle;
+    uint64_t chunk_off = chunk_base - e->reserve_start;
+    memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+    return 1;
+}
+
+/* Export-cache hits: by pointer (one BUFFER_ID query), then by
+ * reservation. 1 with *h filled, 0 on a miss. */
+static int export_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHandle *h)
+{
+    uint64_t key = ptr, id = 0;
+    void *v;
+    if (!byval_lru_get(fast_cache, &key, 1, &v))
+        return 0;
+    cu_fast_t *f = v;
+    int ok = attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 && id == f->buffer_id;
+    if (ok)
+        *h = f->handle;
+    byval_lru_put(fast_cache, &key);
+    if (!ok)
+        byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
+    return ok;
+}
+
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda || !h)
         return next(h, ptr);
+    const byval_cu_real_t *rl = byval_cu_real();
+    if (rl && __atomic_load_n(&export_live, __ATOMIC_RELAXED)) {
+        byval_enter();
+        int hit = export_lookup(rl, ptr, h);
+        byval_leave();
+        if (hit) {
+            BYVAL_STAT_INC(export_hits);
+            return CUDA_SUCCESS;
+        }
+    }
     byval_enter();
     CUresult r = next(h, ptr);
     byval_leave();
@@ -232,39 +321,34 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         BYVAL_STAT_INC(export_passthrough); /* legacy memory: already by value */
         return r;
     }
-    if (r != CUDA_ERROR_INVALID_VALUE)
-        return r;
-    const byval_cu_real_t *rl = byval_cu_real();
     uint64_t legacy = 1, start = 0, size = 0, buffer_id = 0;
-    if (!rl || attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 ||
-        legacy)
+    if (r != CUDA_ERROR_INVALID_VALUE || !rl ||
+        attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 || legacy)
         return r; /* not VMM memory: the driver's answer stands */
     if (attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
         attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
         attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
         return r;
     pthread_once(&export_once, export_init);
-    if (!export_cache)
+    if (!export_cache || !fast_cache)
         return r;
-    cu_export_key_t key = {start, buffer_id};
+
+    cu_export_key_t key = {start, size};
     void *v;
     if (byval_lru_get(export_cache, &key, 1, &v)) {
         cu_export_t *e = v;
-        CUdeviceptr chunk_base = 0;
-        size_t chunk_size = 0;
-        /* The handle carries the chunk offset of this pointer's chunk. */
-        uint64_t chunk_off = 0;
         byval_enter();
-        int ok = rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) == CUDA_SUCCESS;
+        int ok = handle_from_entry(rl, e, ptr, buffer_id, h);
         byval_leave();
-        *h = e->handle;
-        chunk_off = chunk_base - start;
-        memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+        if (ok)
+            fast_remember(ptr, buffer_id, e, h);
         byval_lru_put(export_cache, &key);
         if (ok) {
             BYVAL_STAT_INC(export_hits);
             return CUDA_SUCCESS;
         }
+        /* The reservation was remapped behind our back: export it anew. */
+        byval_lru_remove(export_cache, &key);
     }
     byval_enter();
     int rc = export_vmm(rl, h, ptr, start, size, buffer_id);
@@ -279,6 +363,13 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     return CUDA_SUCCESS;
 }
 
+static int fast_overlaps(void *ctx, const void *key, void *value)
+{
+    const uint64_t *range = ctx;
+    const cu_fast_t *f = value;
+    return f->reserve_start < range[0] + range[1] && range[0] < f->reserve_start + f->reserve_size;
+}
+
 static int overlaps(void *ctx, const void *key, void *value)
 {
     const uint64_t *range = ctx;
@@ -291,9 +382,15 @@ void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
     if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
         return;
     uint64_t range[2] = {ptr, size ? size : 1};
+    byval_lru_remove_if(fast_cache, fast_overlaps, range);
     size_t n = byval_lru_remove_if(export_cache, overlaps, range);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
+}
+
+static int fast_any(void *ctx, const void *key, void *value)
+{
+    return 1;
 }
 
 static int holds_handle(void *ctx, const void *key, void *value)
@@ -311,6 +408,8 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
     if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
         return;
     size_t n = byval_lru_remove_if(export_cache, holds_handle, &h);
+    if (n) /* pointers into it may sit in the fast map: start it afresh */
+        byval_lru_remove_if(fast_cache, fast_any, NULL);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
 }

@@ -205,15 +205,18 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     key.u.vmm.pid = rec->pid;
     key.u.vmm.identity = rec->identity;
     key.u.vmm.alloc_id = rec->alloc_id;
-    memcpy(&key.u.vmm.chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(uint64_t));
+    /* Where the exporter's pointer sits in its reservation: every pointer
+     * into one reservation shares one mapping (the key has no offset). */
+    uint64_t chunk_off;
+    memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
 
     void *v;
     if (byval_lru_get(vmm_cache, &key, 1, &v)) {
         cu_mapping_t *m = v;
-        if (key.u.vmm.chunk_off < m->size &&
-            byval_ptrmap_ref(open_ptrs, m->base + key.u.vmm.chunk_off, &key) > 0) {
+        if (chunk_off < m->size &&
+            byval_ptrmap_ref(open_ptrs, m->base + chunk_off, &key) > 0) {
             BYVAL_STAT_INC(open_hits);
-            *pdptr = m->base + key.u.vmm.chunk_off;
+            *pdptr = m->base + chunk_off;
             return CUDA_SUCCESS;
         }
         byval_lru_put(vmm_cache, &key);
@@ -233,7 +236,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     close(mfd);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     cu_mapping_t *m = NULL;
-    if (!man || key.u.vmm.chunk_off >= man->reserve_size)
+    if (!man || chunk_off >= man->reserve_size)
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: malformed manifest from pid %u", rec->pid);
     else
         r = vmm_map(rl, pidfd, rec->pid, man, &m);
@@ -256,11 +259,11 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         mapping_release(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (byval_ptrmap_ref(open_ptrs, m->base + key.u.vmm.chunk_off, &key) < 0) {
+    if (byval_ptrmap_ref(open_ptrs, m->base + chunk_off, &key) < 0) {
         byval_lru_put(vmm_cache, &key);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *pdptr = m->base + key.u.vmm.chunk_off;
+    *pdptr = m->base + chunk_off;
     return CUDA_SUCCESS;
 }
 
