@@ -82,6 +82,19 @@ CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHa
                            unsigned int flags);
 CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr);
 
+/* A pointer attribute read into a zeroed 8-byte slot (some are 4 bytes). */
+int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
+                      uint64_t *out);
+
+/* The export fast path (cu_export_fast.c): pointer -> handle last given,
+ * validated by the pointer's BUFFER_ID. */
+void byval_cu_fast_init(size_t capacity);
+void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t reserve_start,
+                            uint64_t reserve_size, const CUipcMemHandle *h);
+int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHandle *h);
+void byval_cu_fast_forget_range(CUdeviceptr ptr, size_t size);
+void byval_cu_fast_forget_all(void);
+
 /* Exporter-side invalidation: drop export entries overlapping the range
  * (cuMemUnmap, cuMemFree) or holding the allocation (cuMemRelease). */
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);

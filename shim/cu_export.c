@@ -43,16 +43,7 @@ typedef struct cu_export {
     uint64_t *ids;                         /* chunk buffer ids, nchunks */
 } cu_export_t;
 
-/* Fast path: the handle last given for a pointer, validated with one
- * BUFFER_ID query; no driver export call, no reservation walk. */
-typedef struct cu_fast {
-    uint64_t buffer_id;
-    uint64_t reserve_start, reserve_size;
-    CUipcMemHandle handle;
-} cu_fast_t;
-
 static byval_lru_t *export_cache;
-static byval_lru_t *fast_cache; /* key: the exported pointer */
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 static size_t export_live; /* entries, to skip scans on every cuMemFree */
 
@@ -77,22 +68,16 @@ static void export_evicted(void *ctx, const void *key, void *value)
     export_release(value);
 }
 
-static void fast_evicted(void *ctx, const void *key, void *value)
-{
-    free(value);
-}
-
 static void export_init(void)
 {
     export_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(cu_export_key_t),
                                     export_evicted, NULL);
-    fast_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(uint64_t), fast_evicted,
-                                  NULL);
+    byval_cu_fast_init(byval_cfg.export_cache_size);
     if (export_cache)
         byval_stats_register_cache("cuda export", export_cache);
 }
 
-static int attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
+int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
                     uint64_t *out)
 {
     /* Some attributes are 4 bytes, some 8: read into a zeroed 8-byte slot. */
@@ -144,7 +129,7 @@ static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr 
             return -1;
         e->fds[e->nchunks] = fd;
         e->handles[e->nchunks] = gh;
-        if (attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
+        if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
             e->ids[e->nchunks] = 0;
         e->nchunks++;
         off = base - start + csize;
@@ -191,23 +176,6 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
     return 0;
 }
 
-/* Remember the handle given for ptr (fast path of the next get). */
-static void fast_remember(CUdeviceptr ptr, uint64_t buffer_id, const cu_export_t *e,
-                          const CUipcMemHandle *h)
-{
-    cu_fast_t *f = malloc(sizeof(*f));
-    if (!f)
-        return;
-    f->buffer_id = buffer_id;
-    f->reserve_start = e->reserve_start;
-    f->reserve_size = e->reserve_size;
-    f->handle = *h;
-    uint64_t key = ptr;
-    void *existing;
-    if (byval_lru_insert(fast_cache, &key, f, 0, &existing) != BYVAL_LRU_OK)
-        free(f);
-}
-
 /* Build the by-value handle for the VMM pointer ptr. 0, or -1 (logged). */
 static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
                       uint64_t reserve_start, uint64_t reserve_size, uint64_t buffer_id)
@@ -217,7 +185,7 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     uint64_t device = 0;
     byval_self_t self;
     if (rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS ||
-        attr_u64(rl, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr, &device) != 0 ||
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr, &device) != 0 ||
         byval_self_get(&self) != 0)
         return -1;
     cu_export_t *e = calloc(1, sizeof(*e));
@@ -254,7 +222,7 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     void *existing;
     if (byval_lru_insert(export_cache, &key, e, 0, &existing) == BYVAL_LRU_OK) {
         __atomic_fetch_add(&export_live, 1, __ATOMIC_RELAXED);
-        fast_remember(ptr, buffer_id, e, h);
+        byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
     } else {
         export_release(e); /* raced, or full: this handle's fds go with it */
     }
@@ -282,24 +250,6 @@ static int handle_from_entry(const byval_cu_real_t *rl, const cu_export_t *e, CU
     return 1;
 }
 
-/* Export-cache hits: by pointer (one BUFFER_ID query), then by
- * reservation. 1 with *h filled, 0 on a miss. */
-static int export_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHandle *h)
-{
-    uint64_t key = ptr, id = 0;
-    void *v;
-    if (!byval_lru_get(fast_cache, &key, 1, &v))
-        return 0;
-    cu_fast_t *f = v;
-    int ok = attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 && id == f->buffer_id;
-    if (ok)
-        *h = f->handle;
-    byval_lru_put(fast_cache, &key);
-    if (!ok)
-        byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
-    return ok;
-}
-
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda || !h)
@@ -307,7 +257,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && __atomic_load_n(&export_live, __ATOMIC_RELAXED)) {
         byval_enter();
-        int hit = export_lookup(rl, ptr, h);
+        int hit = byval_cu_fast_lookup(rl, ptr, h);
         byval_leave();
         if (hit) {
             BYVAL_STAT_INC(export_hits);
@@ -323,14 +273,14 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     }
     uint64_t legacy = 1, start = 0, size = 0, buffer_id = 0;
     if (r != CUDA_ERROR_INVALID_VALUE || !rl ||
-        attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 || legacy)
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 || legacy)
         return r; /* not VMM memory: the driver's answer stands */
-    if (attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
-        attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
-        attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
+    if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
         return r;
     pthread_once(&export_once, export_init);
-    if (!export_cache || !fast_cache)
+    if (!export_cache)
         return r;
 
     cu_export_key_t key = {start, size};
@@ -341,7 +291,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         int ok = handle_from_entry(rl, e, ptr, buffer_id, h);
         byval_leave();
         if (ok)
-            fast_remember(ptr, buffer_id, e, h);
+            byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
         byval_lru_put(export_cache, &key);
         if (ok) {
             BYVAL_STAT_INC(export_hits);
@@ -363,13 +313,6 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     return CUDA_SUCCESS;
 }
 
-static int fast_overlaps(void *ctx, const void *key, void *value)
-{
-    const uint64_t *range = ctx;
-    const cu_fast_t *f = value;
-    return f->reserve_start < range[0] + range[1] && range[0] < f->reserve_start + f->reserve_size;
-}
-
 static int overlaps(void *ctx, const void *key, void *value)
 {
     const uint64_t *range = ctx;
@@ -382,15 +325,10 @@ void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
     if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
         return;
     uint64_t range[2] = {ptr, size ? size : 1};
-    byval_lru_remove_if(fast_cache, fast_overlaps, range);
+    byval_cu_fast_forget_range(ptr, size);
     size_t n = byval_lru_remove_if(export_cache, overlaps, range);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
-}
-
-static int fast_any(void *ctx, const void *key, void *value)
-{
-    return 1;
 }
 
 static int holds_handle(void *ctx, const void *key, void *value)
@@ -409,7 +347,7 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
         return;
     size_t n = byval_lru_remove_if(export_cache, holds_handle, &h);
     if (n) /* pointers into it may sit in the fast map: start it afresh */
-        byval_lru_remove_if(fast_cache, fast_any, NULL);
+        byval_cu_fast_forget_all();
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
 }
