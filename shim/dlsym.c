@@ -11,8 +11,9 @@
  */
 #include <dlfcn.h>
 #include <link.h>
-#include <string.h>
+#include <stddef.h>
 
+#include "shim/dlsym_next.h"
 #include "shim/symbols.h"
 
 #define BYVAL_DECLARE_(name) extern char name[];
@@ -33,7 +34,7 @@ void *byval_symbol_wrapper(const char *name)
     if (!name || (name[0] != 'z' && name[0] != 'c'))
         return NULL;
     for (size_t i = 0; i < sizeof(symbol_table) / sizeof(symbol_table[0]); i++)
-        if (strcmp(symbol_table[i].name, name) == 0)
+        if (byval_streq(symbol_table[i].name, name))
             return symbol_table[i].wrapper;
     return NULL;
 }
@@ -63,41 +64,15 @@ static int owned_by_driver_lib(const void *addr)
     Dl_info info;
     if (!dladdr(addr, &info) || !info.dli_fname)
         return 0;
-    const char *base = strrchr(info.dli_fname, '/');
-    base = base ? base + 1 : info.dli_fname;
-    return strncmp(base, "libze_loader.so", 15) == 0 || strncmp(base, "libcuda.so", 10) == 0;
-}
-
-/*
- * RTLD_NEXT means "after the caller's object", and glibc finds the caller
- * from the return address, which would now be us. Walk the link map from
- * the real caller's object instead and take the first object after it
- * that defines the name itself.
- */
-static void *dlsym_next_after(const void *caller, const char *name)
-{
-    Dl_info info;
-    struct link_map *lm = NULL;
-    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
-        return NULL;
-    for (struct link_map *l = lm->l_next; l; l = l->l_next) {
-        void *h = dlopen(l->l_name && l->l_name[0] ? l->l_name : NULL, RTLD_NOLOAD | RTLD_LAZY);
-        if (!h)
-            continue;
-        void *sym = byval_real_dlsym(h, name);
-        dlclose(h);
-        struct link_map *owner = NULL;
-        if (sym && dladdr1(sym, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == l)
-            return sym;
-    }
-    return NULL;
+    const char *base = byval_basename(info.dli_fname);
+    return byval_strneq(base, "libze_loader.so", 15) || byval_strneq(base, "libcuda.so", 10);
 }
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
     void *sym;
     if (handle == RTLD_NEXT)
-        sym = dlsym_next_after(__builtin_return_address(0), name);
+        sym = byval_dlsym_next(__builtin_return_address(0), name);
     else
         sym = byval_real_dlsym(handle, name);
     if (sym) {

@@ -28,9 +28,11 @@ static void init_atfork_child(void)
     byval_self_reset();
 }
 
+static int init_quiet_exit; /* --print-config: print nothing else */
+
 static void init_at_exit(void)
 {
-    if (byval_cfg.stats)
+    if (byval_cfg.stats && !init_quiet_exit)
         byval_stats_print();
 }
 
@@ -81,7 +83,7 @@ __attribute__((constructor)) static void init_print_config(void)
     if (!p || p[0] != '1')
         return;
     byval_init();
-    byval_cfg.stats = 0; /* printing the configuration is all this run does */
+    init_quiet_exit = 1; /* printing the configuration is all this run does */
     byval_config_print(stdout);
     fflush(stdout);
 }

@@ -27,7 +27,7 @@ grep -q "unknown variable IPCBYVAL_CACHE_SIZ (did you mean IPCBYVAL_CACHE_SIZE?)
 # Loaded into a process that never calls a GPU API: no output even with
 # debug logging and a bad variable, no extra fds, no threads.
 base_fds=$(ls /proc/self/fd | wc -l)
-out=$(IPCBYVAL_LOG=debug IPCBYVAL_BOGUS=1 LD_PRELOAD="$LIB${LD_PRELOAD:+:$LD_PRELOAD}" \
+out=$(IPCBYVAL_LOG=debug IPCBYVAL_BOGUS=1 LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$LIB" \
     sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 2>&1)
 exp=$(sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 2>&1)
 [ "$out" = "$exp" ] && pass "inert in a non-GPU process (output, fds, threads unchanged)" ||
@@ -38,8 +38,8 @@ exp=$(sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 
 "$RUN" --bogus >/dev/null 2>&1; [ $? -eq 2 ] && pass "unknown option exits 2" ||
     fail "unknown option" "wrong exit code"
 other=$(ls /lib/x86_64-linux-gnu/libm.so.6 /usr/lib/*/libm.so.6 2>/dev/null | head -1)
-out=$(LD_PRELOAD="$other" "$RUN" sh -c 'echo "$LD_PRELOAD"')
-[ "$out" = "$LIB:$other" ] && pass "LD_PRELOAD prepended, existing kept" || fail "LD_PRELOAD" "$out"
+out=$(LD_PRELOAD="${SAN_PRELOAD:+$SAN_PRELOAD:}$other" "$RUN" sh -c 'echo "$LD_PRELOAD"')
+[ "$out" = "${SAN_PRELOAD:+$SAN_PRELOAD:}$LIB:$other" ] && pass "LD_PRELOAD prepended, existing kept" || fail "LD_PRELOAD" "$out"
 out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable sh -c 'echo "$IPCBYVAL_STATS $IPCBYVAL_LOG $IPCBYVAL_ENABLE"')
 [ "$out" = "1 debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
 finish

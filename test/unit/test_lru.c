@@ -1,0 +1,553 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_lru.c - semantics of the bounded LRU cache (cache/lru.h): basic
+ * operations, EXISTS/FULL, eviction order, a randomised model check that
+ * eviction never drops a referenced entry, callbacks without the lock,
+ * zombies and exact statistics. Scale, threads, fork and ptrmap are in
+ * test_lru_threads.c (same binary; it uses the helpers defined here).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/lru.h"
+
+/* Shared with test_lru_threads.c, which declares the same. */
+#define KLEN 16
+#define MAXREL 256
+void mk(unsigned char *out, uint64_t k);
+uint64_t key_of(const void *key);
+uint64_t rnd(uint64_t *s);
+int ins(byval_lru_t *lru, uint64_t k, uintptr_t v, int ref, void **ex);
+int get(byval_lru_t *lru, uint64_t k, int ref, void **v);
+int put(byval_lru_t *lru, uint64_t k);
+int rm(byval_lru_t *lru, uint64_t k);
+byval_lru_stats_t stats(byval_lru_t *lru);
+void test_bound_1m_inserts_random_refs(void **state);
+void test_sharded_bound_and_bytes(void **state);
+void test_threads_16_shared_keys(void **state);
+void test_fork_child_empty_no_callback(void **state);
+void test_fork_while_hammered(void **state);
+void test_ptrmap(void **state);
+
+/* ---- helpers shared with test_lru_threads.c ---------------------------- */
+
+void mk(unsigned char *out, uint64_t k)
+{
+    memset(out, 0, KLEN);
+    memcpy(out, &k, sizeof(k));
+}
+
+uint64_t key_of(const void *key)
+{
+    uint64_t k;
+    memcpy(&k, key, sizeof(k));
+    return k;
+}
+
+uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+int ins(byval_lru_t *lru, uint64_t k, uintptr_t v, int ref, void **ex)
+{
+    unsigned char key[KLEN];
+    mk(key, k);
+    return byval_lru_insert(lru, key, (void *)v, ref, ex);
+}
+
+int get(byval_lru_t *lru, uint64_t k, int ref, void **v)
+{
+    unsigned char key[KLEN];
+    mk(key, k);
+    return byval_lru_get(lru, key, ref, v);
+}
+
+int put(byval_lru_t *lru, uint64_t k)
+{
+    unsigned char key[KLEN];
+    mk(key, k);
+    return byval_lru_put(lru, key);
+}
+
+int rm(byval_lru_t *lru, uint64_t k)
+{
+    unsigned char key[KLEN];
+    mk(key, k);
+    return byval_lru_remove(lru, key);
+}
+
+byval_lru_stats_t stats(byval_lru_t *lru)
+{
+    byval_lru_stats_t st;
+    byval_lru_stats(lru, &st);
+    return st;
+}
+
+/* Every release: key and value; bad when bytes 8.. of the key are not the
+ * zeros the entry was created with (the callback gets the entry's key). */
+typedef struct evlog {
+    size_t n;
+    uint64_t key[MAXREL];
+    uintptr_t val[MAXREL];
+    int bad;
+} evlog_t;
+
+static void log_evict(void *ctx, const void *key, void *value)
+{
+    evlog_t *l = ctx;
+    static const unsigned char zero[KLEN - 8];
+    if (memcmp((const unsigned char *)key + 8, zero, sizeof(zero)) != 0 || l->n >= MAXREL) {
+        l->bad++;
+        return;
+    }
+    l->key[l->n] = key_of(key);
+    l->val[l->n++] = (uintptr_t)value;
+}
+
+#define V(k) ((uintptr_t)0x1000 + (k))
+
+static void test_get_insert_put_remove(void **state)
+{
+    evlog_t l = {0};
+    assert_null(byval_lru_create(0, KLEN, NULL, NULL));
+    assert_null(byval_lru_create(4, 0, NULL, NULL));
+    byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
+    void *v = NULL;
+    assert_int_equal(get(lru, 1, 0, &v), 0);
+    assert_int_equal(ins(lru, 1, V(1), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(get(lru, 1, 0, &v), 1);
+    assert_ptr_equal(v, V(1));
+    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT); /* no reference held */
+    assert_int_equal(put(lru, 2), BYVAL_LRU_NOENT); /* unknown key */
+    assert_int_equal(get(lru, 1, 1, &v), 1);
+    assert_int_equal(get(lru, 1, 1, NULL), 1);
+    assert_int_equal(put(lru, 1), 1);
+    assert_int_equal(put(lru, 1), 0);
+    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.key[0], 1);
+    assert_int_equal(l.val[0], V(1));
+    assert_int_equal(rm(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(get(lru, 1, 0, &v), 0);
+    byval_lru_destroy(lru);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.bad, 0);
+}
+
+static void test_exists_path(void **state)
+{
+    evlog_t l = {0};
+    byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
+    void *ex = NULL, *v = NULL;
+    assert_int_equal(ins(lru, 7, V(1), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(ins(lru, 7, V(2), 1, &ex), BYVAL_LRU_EXISTS);
+    assert_ptr_equal(ex, V(1));
+    byval_lru_stats_t st = stats(lru);
+    assert_int_equal(st.size, 1);
+    assert_int_equal(st.referenced, 1); /* the existing entry got the reference */
+    assert_int_equal(st.inserts, 1);
+    assert_int_equal(get(lru, 7, 0, &v), 1);
+    assert_ptr_equal(v, V(1)); /* V(2) was not stored */
+    assert_int_equal(put(lru, 7), 0);
+    byval_lru_destroy(lru);
+    assert_int_equal(l.n, 1); /* only V(1) was ever released */
+    assert_int_equal(l.val[0], V(1));
+}
+
+/* Heap values freed by the callback: ASan proves no leak on FULL. */
+static void free_evict(void *ctx, const void *key, void *value)
+{
+    (*(int *)ctx)++;
+    free(value);
+}
+
+static void test_full_path(void **state)
+{
+    int released = 0;
+    byval_lru_t *lru = byval_lru_create(4, KLEN, free_evict, &released);
+    for (uint64_t i = 0; i < 4; i++)
+        assert_int_equal(ins(lru, i, (uintptr_t)malloc(8), 1, NULL), BYVAL_LRU_OK);
+    for (int take = 0; take < 2; take++) {
+        void *val = malloc(8);
+        assert_int_equal(ins(lru, 100, (uintptr_t)val, take, NULL), BYVAL_LRU_FULL);
+        free(val); /* not stored: still ours */
+        assert_int_equal(get(lru, 100, 0, NULL), 0);
+    }
+    byval_lru_stats_t st = stats(lru);
+    assert_int_equal(st.size, 4);
+    assert_int_equal(st.referenced, 4);
+    assert_int_equal(st.high_water, 4);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(st.inserts, 4);
+    assert_int_equal(released, 0);
+    assert_int_equal(put(lru, 2), 0);
+    assert_int_equal(ins(lru, 100, (uintptr_t)malloc(8), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(released, 1);
+    assert_int_equal(get(lru, 2, 0, NULL), 0); /* the one put was evicted */
+    st = stats(lru);
+    assert_int_equal(st.size, 4);
+    assert_int_equal(st.evictions, 1);
+    byval_lru_destroy(lru); /* referenced entries too */
+    assert_int_equal(released, 5);
+}
+
+static void test_eviction_order(void **state)
+{
+    evlog_t l = {0};
+    byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
+    for (uint64_t i = 1; i <= 4; i++) /* 1 2 3 4 */
+        assert_int_equal(ins(lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(get(lru, 1, 0, NULL), 1);                  /* 2 3 4 1 */
+    assert_int_equal(ins(lru, 5, V(5), 0, NULL), BYVAL_LRU_OK); /* -2 */
+    assert_int_equal(get(lru, 3, 1, NULL), 1);                  /* 3 referenced */
+    assert_int_equal(ins(lru, 6, V(6), 0, NULL), BYVAL_LRU_OK); /* -4 */
+    assert_int_equal(ins(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK); /* -1 */
+    assert_int_equal(put(lru, 3), 0);                           /* 3 most recent */
+    assert_int_equal(ins(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -5 */
+    const uint64_t want[] = {2, 4, 1, 5};
+    assert_int_equal(l.n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(l.key[i], want[i]);
+        assert_int_equal(l.val[i], V(want[i])); /* its own value */
+    }
+    byval_lru_destroy(lru);
+    assert_int_equal(l.bad, 0);
+}
+
+/* ---- randomised model check ------------------------------------------ */
+
+#define MK 64
+
+typedef struct mkey {
+    int live, zombie;
+    uint32_t refs, zrefs;
+    uint64_t stamp; /* LRU position while live and unreferenced */
+    uintptr_t val, zval;
+} mkey_t;
+
+typedef struct model {
+    mkey_t k[MK];
+    size_t cap, size, high;
+    uint64_t clock, evictions;
+    int put_key; /* key of the put in progress, -1 otherwise */
+    uintptr_t exp[MAXREL], got[MAXREL];
+    size_t nexp, ngot;
+    int bad;
+} model_t;
+
+/* Checked against the model BEFORE the operation: the released instance
+ * is the live one with no reference held by the test (a put dropping it to
+ * 0 may evict it), or a zombie whose last reference the put drops. */
+static void model_evict(void *ctx, const void *key, void *value)
+{
+    model_t *m = ctx;
+    uint64_t k = key_of(key);
+    uintptr_t v = (uintptr_t)value;
+    if (k >= MK || m->ngot >= MAXREL) {
+        m->bad++;
+        return;
+    }
+    mkey_t *e = &m->k[k];
+    uint32_t eff = e->refs - (m->put_key == (int)k && !e->zombie && e->refs);
+    if (!((e->live && e->val == v && eff == 0) ||
+          (e->zombie && e->zval == v && e->zrefs == 1 && m->put_key == (int)k))) {
+        fprintf(stderr, "released key %d value %lu: live %d refs %u zombie %d zrefs %u\n",
+                (int)k, (unsigned long)v, e->live, e->refs, e->zombie, e->zrefs);
+        m->bad++;
+    }
+    m->got[m->ngot++] = v;
+}
+
+static void model_trim(model_t *m, size_t limit)
+{
+    while (m->size > limit) {
+        mkey_t *best = NULL;
+        for (int i = 0; i < MK; i++)
+            if (m->k[i].live && !m->k[i].refs && (!best || m->k[i].stamp < best->stamp))
+                best = &m->k[i];
+        if (!best)
+            return;
+        best->live = 0;
+        m->size--;
+        m->evictions++;
+        m->exp[m->nexp++] = best->val;
+    }
+}
+
+static void model_put(model_t *m, byval_lru_t *lru, int k)
+{
+    mkey_t *e = &m->k[k];
+    m->put_key = k;
+    int rc = put(lru, (uint64_t)k);
+    m->put_key = -1;
+    if (e->zombie) { /* documented: a zombie takes the put first */
+        assert_int_equal(rc, (int)--e->zrefs);
+        if (!e->zrefs) {
+            e->zombie = 0;
+            m->exp[m->nexp++] = e->zval;
+        }
+    } else if (e->live && e->refs) {
+        assert_int_equal(rc, (int)--e->refs);
+        if (!e->refs) {
+            e->stamp = ++m->clock;
+            model_trim(m, m->cap);
+        }
+    } else {
+        assert_int_equal(rc, BYVAL_LRU_NOENT);
+    }
+}
+
+static void model_run(size_t cap, uint64_t seed, long ops)
+{
+    model_t m = {.cap = cap, .put_key = -1};
+    byval_lru_t *lru = byval_lru_create(cap, KLEN, model_evict, &m);
+    uintptr_t serial = 1;
+    for (long n = 0; n < ops; n++) {
+        int k = (int)(rnd(&seed) % MK), op = (int)(rnd(&seed) % 64), ref = op & 1;
+        mkey_t *e = &m.k[k];
+        void *v = NULL;
+        m.nexp = m.ngot = 0;
+        if (op < 10) { /* get */
+            assert_int_equal(get(lru, (uint64_t)k, ref, &v), e->live);
+            if (e->live) {
+                assert_int_equal((uintptr_t)v, e->val);
+                if (ref)
+                    e->refs++;
+                else if (!e->refs)
+                    e->stamp = ++m.clock;
+            }
+        } else if (op < 30) { /* insert */
+            int rc = ins(lru, (uint64_t)k, serial, ref, &v);
+            if (e->live) {
+                assert_int_equal(rc, BYVAL_LRU_EXISTS);
+                assert_int_equal((uintptr_t)v, e->val);
+                e->refs += (uint32_t)ref;
+            } else if (model_trim(&m, m.cap - 1), m.size >= m.cap) {
+                assert_int_equal(rc, BYVAL_LRU_FULL);
+            } else {
+                assert_int_equal(rc, BYVAL_LRU_OK);
+                e->live = 1;
+                e->refs = (uint32_t)ref;
+                e->stamp = ++m.clock;
+                e->val = serial;
+                if (++m.size > m.high)
+                    m.high = m.size;
+            }
+            serial++;
+        } else if (op < 52) {
+            model_put(&m, lru, k);
+        } else if (op < 63) { /* remove: at most one zombie per key */
+            if (e->live && e->refs && e->zombie)
+                continue;
+            assert_int_equal(rm(lru, (uint64_t)k), e->live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT);
+            if (e->live) {
+                e->live = 0;
+                m.size--;
+                if (e->refs) {
+                    e->zombie = 1;
+                    e->zrefs = e->refs;
+                    e->zval = e->val;
+                } else {
+                    m.exp[m.nexp++] = e->val;
+                }
+            }
+        } else { /* shrink or grow; every second time back to cap */
+            m.cap = n % 2 ? 1 + rnd(&seed) % (2 * cap) : cap;
+            byval_lru_set_capacity(lru, m.cap);
+            model_trim(&m, m.cap);
+        }
+        assert_int_equal(m.bad, 0);
+        assert_int_equal(m.ngot, m.nexp);
+        assert_memory_equal(m.got, m.exp, m.nexp * sizeof(m.exp[0]));
+        byval_lru_stats_t st = stats(lru);
+        assert_int_equal(st.size, m.size);
+        assert_int_equal(st.evictions, m.evictions);
+        assert_int_equal(st.high_water, m.high);
+        assert_true(st.size <= m.cap || st.size == st.referenced);
+    }
+    for (int k = 0; k < MK; k++) { /* drop every reference the test holds */
+        m.nexp = 0;
+        while (m.k[k].zombie || (m.k[k].live && m.k[k].refs))
+            model_put(&m, lru, k);
+    }
+    assert_int_equal(stats(lru).referenced, 0);
+    byval_lru_destroy(lru);
+    assert_int_equal(m.bad, 0);
+}
+
+static void test_model_random(void **state)
+{
+    const char *s = getenv("LRU_TEST_SEED");
+    uint64_t seed = s ? strtoull(s, NULL, 0) : 0x9E3779B97F4A7C15ULL;
+    printf("model seed 0x%llx (LRU_TEST_SEED)\n", (unsigned long long)seed);
+    const size_t caps[] = {1, 3, 16, 63};
+    for (size_t i = 0; i < 4; i++)
+        model_run(caps[i], seed + i, 40000);
+}
+
+/* ---- callbacks run without the lock ----------------------------------- */
+
+typedef struct reent {
+    byval_lru_t *lru;
+    int calls, self_hits, other_hits, inserted;
+} reent_t;
+
+static void reent_evict(void *ctx, const void *key, void *value)
+{
+    reent_t *r = ctx;
+    if (!r->lru)
+        return; /* destroy */
+    r->calls++;
+    r->self_hits += byval_lru_get(r->lru, key, 0, NULL);
+    r->other_hits += get(r->lru, 1000, 0, NULL);
+    (void)stats(r->lru);
+    if (r->calls == 1) /* an insert from the callback (itself evicts once) */
+        r->inserted += ins(r->lru, 2000, V(0), 1, NULL) == BYVAL_LRU_OK;
+}
+
+static int pred_small(void *ctx, const void *key, void *value)
+{
+    return key_of(key) < 1000;
+}
+
+static void test_callback_without_lock(void **state)
+{
+    reent_t r = {0};
+    r.lru = byval_lru_create(64, KLEN, reent_evict, &r);
+    alarm(20); /* a deadlock kills the binary: the test fails */
+    ins(r.lru, 1000, V(0), 1, NULL);
+    for (uint64_t i = 0; i < 70; i++) /* evictions from insert */
+        assert_int_equal(ins(r.lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(r.calls, 8); /* 1000, 2000 and 0..69 into 64 */
+    assert_int_equal(rm(r.lru, 69), BYVAL_LRU_OK); /* remove */
+    get(r.lru, 68, 1, NULL);
+    rm(r.lru, 68);
+    assert_int_equal(put(r.lru, 68), 0); /* zombie release */
+    assert_int_equal(r.calls, 10);
+    assert_int_equal(stats(r.lru).size, 62); /* 1000, 2000 and 8..67 */
+    assert_int_equal(byval_lru_remove_if(r.lru, pred_small, NULL), 60);
+    assert_int_equal(r.calls, 70);
+    assert_int_equal(put(r.lru, 2000), 0);
+    byval_lru_set_capacity(r.lru, 1); /* evicts 2000 */
+    assert_int_equal(r.calls, 71);
+    alarm(0);
+    assert_int_equal(r.self_hits, 0); /* the released key is gone */
+    assert_int_equal(r.other_hits, r.calls);
+    assert_int_equal(r.inserted, 1);
+    byval_lru_t *c = r.lru;
+    r.lru = NULL;
+    byval_lru_destroy(c);
+}
+
+/* ---- zombies ---------------------------------------------------------- */
+
+static int pred_even(void *ctx, const void *key, void *value)
+{
+    return key_of(key) % 2 == 0;
+}
+
+static void test_zombies(void **state)
+{
+    evlog_t l = {0};
+    byval_lru_t *lru = byval_lru_create(8, KLEN, log_evict, &l);
+    void *v = NULL;
+    assert_int_equal(ins(lru, 1, V(1), 1, NULL), BYVAL_LRU_OK);
+    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(l.n, 0);                    /* referenced: not released */
+    assert_int_equal(get(lru, 1, 0, &v), 0);     /* but gone from lookups */
+    assert_int_equal(stats(lru).size, 0);
+    assert_int_equal(stats(lru).referenced, 0);
+    assert_int_equal(ins(lru, 1, V(2), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(get(lru, 1, 0, &v), 1);
+    assert_ptr_equal(v, V(2));
+    assert_int_equal(put(lru, 1), 0); /* last reference of the zombie */
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.val[0], V(1));
+    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(get(lru, 1, 0, &v), 1); /* the new one untouched */
+    assert_ptr_equal(v, V(2));
+    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(l.n, 2);
+
+    /* remove_if: 2 4 referenced (zombies), 6 8 not; 3 (referenced) 5 7 stay */
+    l.n = 0;
+    for (uint64_t i = 2; i <= 8; i++)
+        assert_int_equal(ins(lru, i, V(i), i <= 4, NULL), BYVAL_LRU_OK);
+    assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
+    assert_int_equal(l.n, 2);
+    assert_true((l.key[0] == 6 && l.key[1] == 8) || (l.key[0] == 8 && l.key[1] == 6));
+    assert_int_equal(stats(lru).size, 3);
+    assert_int_equal(stats(lru).referenced, 1);
+    assert_int_equal(get(lru, 4, 0, NULL), 0);
+    assert_int_equal(put(lru, 4), 0);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.key[2], 4);
+    assert_int_equal(l.val[2], V(4));
+    byval_lru_destroy(lru); /* zombie 2 and 3 5 7 */
+    assert_int_equal(l.n, 7);
+    assert_int_equal(l.bad, 0);
+}
+
+static void test_stats_exact(void **state)
+{
+    byval_lru_t *lru = byval_lru_create(4, KLEN, NULL, NULL);
+    for (uint64_t i = 1; i <= 4; i++)
+        ins(lru, i, V(i), 0, NULL);
+    get(lru, 1, 0, NULL);        /* hit */
+    get(lru, 9, 0, NULL);        /* miss */
+    get(lru, 2, 1, NULL);        /* hit, referenced */
+    ins(lru, 5, V(5), 0, NULL);  /* evicts 3 */
+    ins(lru, 5, V(5), 0, NULL);  /* EXISTS: neither insert nor hit */
+    rm(lru, 4);
+    rm(lru, 2);                  /* zombie */
+    get(lru, 1, 1, NULL);
+    byval_lru_stats_t st = stats(lru);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.misses, 1);
+    assert_int_equal(st.inserts, 5);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.removals, 2);
+    assert_int_equal(st.size, 2);
+    assert_int_equal(st.high_water, 4);
+    assert_int_equal(st.capacity, 4);
+    assert_int_equal(st.referenced, 1);
+    assert_true(st.bytes_per_entry >= sizeof(void *) + KLEN);
+    byval_lru_set_capacity(lru, 9);
+    assert_int_equal(stats(lru).capacity, 9);
+    byval_lru_destroy(lru);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_get_insert_put_remove),
+        cmocka_unit_test(test_exists_path),
+        cmocka_unit_test(test_full_path),
+        cmocka_unit_test(test_eviction_order),
+        cmocka_unit_test(test_model_random),
+        cmocka_unit_test(test_callback_without_lock),
+        cmocka_unit_test(test_zombies),
+        cmocka_unit_test(test_stats_exact),
+        cmocka_unit_test(test_bound_1m_inserts_random_refs),
+        cmocka_unit_test(test_sharded_bound_and_bytes),
+        cmocka_unit_test(test_threads_16_shared_keys),
+        cmocka_unit_test(test_fork_child_empty_no_callback),
+        cmocka_unit_test(test_fork_while_hammered),
+        cmocka_unit_test(test_ptrmap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
