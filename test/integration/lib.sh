@@ -12,11 +12,19 @@ mkdir -p "$BUILD/test-logs"
 APPS="$BUILD/test/mpi"
 export ZE_ENABLE_ALT_DRIVERS="$ZEDRV"
 export IPCBYVAL_LIB="$LIB"
-# Sanitizer builds: the runtime must come first in LD_PRELOAD.
+# Sanitizer builds: the ASan runtime must come first in LD_PRELOAD. TSan
+# needs no preload (the instrumented library pulls it in), and bash itself
+# crashes with libtsan preloaded, so it is left out.
 SAN_PRELOAD=""
 case "${SAN:-}" in
 asan) SAN_PRELOAD=$(${CC:-cc} -print-file-name=libasan.so) ;;
-tsan) SAN_PRELOAD=$(${CC:-cc} -print-file-name=libtsan.so) ;;
+esac
+case "${SAN:-}" in
+tsan)
+    export TSAN_OPTIONS="halt_on_error=1:exitcode=99:report_signal_unsafe=0"
+    # MPICH's UCX installs memory hooks (libucm) that crash inside TSan's
+    # interceptors on a thread TSan has not set up yet; unrelated to us.
+    export UCX_MEM_EVENTS=no ;;
 esac
 if [ -n "$SAN_PRELOAD" ]; then
     export LD_PRELOAD="$SAN_PRELOAD"

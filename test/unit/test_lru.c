@@ -22,13 +22,14 @@
 /* Shared with test_lru_threads.c, which declares the same. */
 #define KLEN 16
 #define MAXREL 256
-void mk(unsigned char *out, uint64_t k);
+#define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
+#define INS(c, k, v, ref, ex) byval_lru_insert((c), KB(k), (void *)(uintptr_t)(v), (ref), (ex))
+#define GET(c, k, ref, v) byval_lru_get((c), KB(k), (ref), (v))
+#define PUT(c, k) byval_lru_put((c), KB(k))
+#define RM(c, k) byval_lru_remove((c), KB(k))
+unsigned char *mkb(unsigned char *b, uint64_t k);
 uint64_t key_of(const void *key);
 uint64_t rnd(uint64_t *s);
-int ins(byval_lru_t *lru, uint64_t k, uintptr_t v, int ref, void **ex);
-int get(byval_lru_t *lru, uint64_t k, int ref, void **v);
-int put(byval_lru_t *lru, uint64_t k);
-int rm(byval_lru_t *lru, uint64_t k);
 byval_lru_stats_t stats(byval_lru_t *lru);
 void test_bound_1m_inserts_random_refs(void **state);
 void test_sharded_bound_and_bytes(void **state);
@@ -39,10 +40,10 @@ void test_ptrmap(void **state);
 
 /* ---- helpers shared with test_lru_threads.c ---------------------------- */
 
-void mk(unsigned char *out, uint64_t k)
+unsigned char *mkb(unsigned char *b, uint64_t k)
 {
-    memset(out, 0, KLEN);
-    memcpy(out, &k, sizeof(k));
+    memcpy(b, &k, sizeof(k)); /* the rest stays zero */
+    return b;
 }
 
 uint64_t key_of(const void *key)
@@ -60,33 +61,9 @@ uint64_t rnd(uint64_t *s)
     return *s * 0x2545F4914F6CDD1DULL;
 }
 
-int ins(byval_lru_t *lru, uint64_t k, uintptr_t v, int ref, void **ex)
-{
-    unsigned char key[KLEN];
-    mk(key, k);
-    return byval_lru_insert(lru, key, (void *)v, ref, ex);
-}
 
-int get(byval_lru_t *lru, uint64_t k, int ref, void **v)
-{
-    unsigned char key[KLEN];
-    mk(key, k);
-    return byval_lru_get(lru, key, ref, v);
-}
 
-int put(byval_lru_t *lru, uint64_t k)
-{
-    unsigned char key[KLEN];
-    mk(key, k);
-    return byval_lru_put(lru, key);
-}
 
-int rm(byval_lru_t *lru, uint64_t k)
-{
-    unsigned char key[KLEN];
-    mk(key, k);
-    return byval_lru_remove(lru, key);
-}
 
 byval_lru_stats_t stats(byval_lru_t *lru)
 {
@@ -100,7 +77,7 @@ byval_lru_stats_t stats(byval_lru_t *lru)
 typedef struct evlog {
     size_t n;
     uint64_t key[MAXREL];
-    uintptr_t val[MAXREL];
+    void *val[MAXREL];
     int bad;
 } evlog_t;
 
@@ -113,10 +90,10 @@ static void log_evict(void *ctx, const void *key, void *value)
         return;
     }
     l->key[l->n] = key_of(key);
-    l->val[l->n++] = (uintptr_t)value;
+    l->val[l->n++] = value;
 }
 
-#define V(k) ((uintptr_t)0x1000 + (k))
+#define V(k) ((void *)(uintptr_t)(0x1000 + (k)))
 
 static void test_get_insert_put_remove(void **state)
 {
@@ -125,24 +102,24 @@ static void test_get_insert_put_remove(void **state)
     assert_null(byval_lru_create(4, 0, NULL, NULL));
     byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
     void *v = NULL;
-    assert_int_equal(get(lru, 1, 0, &v), 0);
-    assert_int_equal(ins(lru, 1, V(1), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(get(lru, 1, 0, &v), 1);
+    assert_int_equal(GET(lru, 1, 0, &v), 0);
+    assert_int_equal(INS(lru, 1, V(1), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(GET(lru, 1, 0, &v), 1);
     assert_ptr_equal(v, V(1));
-    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT); /* no reference held */
-    assert_int_equal(put(lru, 2), BYVAL_LRU_NOENT); /* unknown key */
-    assert_int_equal(get(lru, 1, 1, &v), 1);
-    assert_int_equal(get(lru, 1, 1, NULL), 1);
-    assert_int_equal(put(lru, 1), 1);
-    assert_int_equal(put(lru, 1), 0);
-    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT); /* no reference held */
+    assert_int_equal(PUT(lru, 2), BYVAL_LRU_NOENT); /* unknown key */
+    assert_int_equal(GET(lru, 1, 1, &v), 1);
+    assert_int_equal(GET(lru, 1, 1, NULL), 1);
+    assert_int_equal(PUT(lru, 1), 1);
+    assert_int_equal(PUT(lru, 1), 0);
+    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT);
     assert_int_equal(l.n, 0);
-    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
     assert_int_equal(l.n, 1);
     assert_int_equal(l.key[0], 1);
-    assert_int_equal(l.val[0], V(1));
-    assert_int_equal(rm(lru, 1), BYVAL_LRU_NOENT);
-    assert_int_equal(get(lru, 1, 0, &v), 0);
+    assert_ptr_equal(l.val[0], V(1));
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(GET(lru, 1, 0, &v), 0);
     byval_lru_destroy(lru);
     assert_int_equal(l.n, 1);
     assert_int_equal(l.bad, 0);
@@ -153,19 +130,19 @@ static void test_exists_path(void **state)
     evlog_t l = {0};
     byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
     void *ex = NULL, *v = NULL;
-    assert_int_equal(ins(lru, 7, V(1), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(ins(lru, 7, V(2), 1, &ex), BYVAL_LRU_EXISTS);
+    assert_int_equal(INS(lru, 7, V(1), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(INS(lru, 7, V(2), 1, &ex), BYVAL_LRU_EXISTS);
     assert_ptr_equal(ex, V(1));
     byval_lru_stats_t st = stats(lru);
     assert_int_equal(st.size, 1);
     assert_int_equal(st.referenced, 1); /* the existing entry got the reference */
     assert_int_equal(st.inserts, 1);
-    assert_int_equal(get(lru, 7, 0, &v), 1);
+    assert_int_equal(GET(lru, 7, 0, &v), 1);
     assert_ptr_equal(v, V(1)); /* V(2) was not stored */
-    assert_int_equal(put(lru, 7), 0);
+    assert_int_equal(PUT(lru, 7), 0);
     byval_lru_destroy(lru);
     assert_int_equal(l.n, 1); /* only V(1) was ever released */
-    assert_int_equal(l.val[0], V(1));
+    assert_ptr_equal(l.val[0], V(1));
 }
 
 /* Heap values freed by the callback: ASan proves no leak on FULL. */
@@ -180,12 +157,12 @@ static void test_full_path(void **state)
     int released = 0;
     byval_lru_t *lru = byval_lru_create(4, KLEN, free_evict, &released);
     for (uint64_t i = 0; i < 4; i++)
-        assert_int_equal(ins(lru, i, (uintptr_t)malloc(8), 1, NULL), BYVAL_LRU_OK);
+        assert_int_equal(INS(lru, i, malloc(8), 1, NULL), BYVAL_LRU_OK);
     for (int take = 0; take < 2; take++) {
         void *val = malloc(8);
-        assert_int_equal(ins(lru, 100, (uintptr_t)val, take, NULL), BYVAL_LRU_FULL);
+        assert_int_equal(INS(lru, 100, val, take, NULL), BYVAL_LRU_FULL);
         free(val); /* not stored: still ours */
-        assert_int_equal(get(lru, 100, 0, NULL), 0);
+        assert_int_equal(GET(lru, 100, 0, NULL), 0);
     }
     byval_lru_stats_t st = stats(lru);
     assert_int_equal(st.size, 4);
@@ -194,10 +171,10 @@ static void test_full_path(void **state)
     assert_int_equal(st.evictions, 0);
     assert_int_equal(st.inserts, 4);
     assert_int_equal(released, 0);
-    assert_int_equal(put(lru, 2), 0);
-    assert_int_equal(ins(lru, 100, (uintptr_t)malloc(8), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(PUT(lru, 2), 0);
+    assert_int_equal(INS(lru, 100, malloc(8), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(released, 1);
-    assert_int_equal(get(lru, 2, 0, NULL), 0); /* the one put was evicted */
+    assert_int_equal(GET(lru, 2, 0, NULL), 0); /* the one put was evicted */
     st = stats(lru);
     assert_int_equal(st.size, 4);
     assert_int_equal(st.evictions, 1);
@@ -210,19 +187,19 @@ static void test_eviction_order(void **state)
     evlog_t l = {0};
     byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
     for (uint64_t i = 1; i <= 4; i++) /* 1 2 3 4 */
-        assert_int_equal(ins(lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(get(lru, 1, 0, NULL), 1);                  /* 2 3 4 1 */
-    assert_int_equal(ins(lru, 5, V(5), 0, NULL), BYVAL_LRU_OK); /* -2 */
-    assert_int_equal(get(lru, 3, 1, NULL), 1);                  /* 3 referenced */
-    assert_int_equal(ins(lru, 6, V(6), 0, NULL), BYVAL_LRU_OK); /* -4 */
-    assert_int_equal(ins(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK); /* -1 */
-    assert_int_equal(put(lru, 3), 0);                           /* 3 most recent */
-    assert_int_equal(ins(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -5 */
+        assert_int_equal(INS(lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(GET(lru, 1, 0, NULL), 1);                  /* 2 3 4 1 */
+    assert_int_equal(INS(lru, 5, V(5), 0, NULL), BYVAL_LRU_OK); /* -2 */
+    assert_int_equal(GET(lru, 3, 1, NULL), 1);                  /* 3 referenced */
+    assert_int_equal(INS(lru, 6, V(6), 0, NULL), BYVAL_LRU_OK); /* -4 */
+    assert_int_equal(INS(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK); /* -1 */
+    assert_int_equal(PUT(lru, 3), 0);                           /* 3 most recent */
+    assert_int_equal(INS(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -5 */
     const uint64_t want[] = {2, 4, 1, 5};
     assert_int_equal(l.n, 4);
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(l.key[i], want[i]);
-        assert_int_equal(l.val[i], V(want[i])); /* its own value */
+        assert_ptr_equal(l.val[i], V(want[i])); /* its own value */
     }
     byval_lru_destroy(lru);
     assert_int_equal(l.bad, 0);
@@ -292,7 +269,7 @@ static void model_put(model_t *m, byval_lru_t *lru, int k)
 {
     mkey_t *e = &m->k[k];
     m->put_key = k;
-    int rc = put(lru, (uint64_t)k);
+    int rc = PUT(lru, k);
     m->put_key = -1;
     if (e->zombie) { /* documented: a zombie takes the put first */
         assert_int_equal(rc, (int)--e->zrefs);
@@ -322,7 +299,7 @@ static void model_run(size_t cap, uint64_t seed, long ops)
         void *v = NULL;
         m.nexp = m.ngot = 0;
         if (op < 10) { /* get */
-            assert_int_equal(get(lru, (uint64_t)k, ref, &v), e->live);
+            assert_int_equal(GET(lru, k, ref, &v), e->live);
             if (e->live) {
                 assert_int_equal((uintptr_t)v, e->val);
                 if (ref)
@@ -331,7 +308,7 @@ static void model_run(size_t cap, uint64_t seed, long ops)
                     e->stamp = ++m.clock;
             }
         } else if (op < 30) { /* insert */
-            int rc = ins(lru, (uint64_t)k, serial, ref, &v);
+            int rc = INS(lru, k, serial, ref, &v);
             if (e->live) {
                 assert_int_equal(rc, BYVAL_LRU_EXISTS);
                 assert_int_equal((uintptr_t)v, e->val);
@@ -353,7 +330,7 @@ static void model_run(size_t cap, uint64_t seed, long ops)
         } else if (op < 63) { /* remove: at most one zombie per key */
             if (e->live && e->refs && e->zombie)
                 continue;
-            assert_int_equal(rm(lru, (uint64_t)k), e->live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT);
+            assert_int_equal(RM(lru, k), e->live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT);
             if (e->live) {
                 e->live = 0;
                 m.size--;
@@ -413,10 +390,10 @@ static void reent_evict(void *ctx, const void *key, void *value)
         return; /* destroy */
     r->calls++;
     r->self_hits += byval_lru_get(r->lru, key, 0, NULL);
-    r->other_hits += get(r->lru, 1000, 0, NULL);
+    r->other_hits += GET(r->lru, 1000, 0, NULL);
     (void)stats(r->lru);
     if (r->calls == 1) /* an insert from the callback (itself evicts once) */
-        r->inserted += ins(r->lru, 2000, V(0), 1, NULL) == BYVAL_LRU_OK;
+        r->inserted += INS(r->lru, 2000, V(0), 1, NULL) == BYVAL_LRU_OK;
 }
 
 static int pred_small(void *ctx, const void *key, void *value)
@@ -429,19 +406,19 @@ static void test_callback_without_lock(void **state)
     reent_t r = {0};
     r.lru = byval_lru_create(64, KLEN, reent_evict, &r);
     alarm(20); /* a deadlock kills the binary: the test fails */
-    ins(r.lru, 1000, V(0), 1, NULL);
+    INS(r.lru, 1000, V(0), 1, NULL);
     for (uint64_t i = 0; i < 70; i++) /* evictions from insert */
-        assert_int_equal(ins(r.lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
+        assert_int_equal(INS(r.lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(r.calls, 8); /* 1000, 2000 and 0..69 into 64 */
-    assert_int_equal(rm(r.lru, 69), BYVAL_LRU_OK); /* remove */
-    get(r.lru, 68, 1, NULL);
-    rm(r.lru, 68);
-    assert_int_equal(put(r.lru, 68), 0); /* zombie release */
+    assert_int_equal(RM(r.lru, 69), BYVAL_LRU_OK); /* remove */
+    GET(r.lru, 68, 1, NULL);
+    RM(r.lru, 68);
+    assert_int_equal(PUT(r.lru, 68), 0); /* zombie release */
     assert_int_equal(r.calls, 10);
     assert_int_equal(stats(r.lru).size, 62); /* 1000, 2000 and 8..67 */
     assert_int_equal(byval_lru_remove_if(r.lru, pred_small, NULL), 60);
     assert_int_equal(r.calls, 70);
-    assert_int_equal(put(r.lru, 2000), 0);
+    assert_int_equal(PUT(r.lru, 2000), 0);
     byval_lru_set_capacity(r.lru, 1); /* evicts 2000 */
     assert_int_equal(r.calls, 71);
     alarm(0);
@@ -465,38 +442,38 @@ static void test_zombies(void **state)
     evlog_t l = {0};
     byval_lru_t *lru = byval_lru_create(8, KLEN, log_evict, &l);
     void *v = NULL;
-    assert_int_equal(ins(lru, 1, V(1), 1, NULL), BYVAL_LRU_OK);
-    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(INS(lru, 1, V(1), 1, NULL), BYVAL_LRU_OK);
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
     assert_int_equal(l.n, 0);                    /* referenced: not released */
-    assert_int_equal(get(lru, 1, 0, &v), 0);     /* but gone from lookups */
+    assert_int_equal(GET(lru, 1, 0, &v), 0);     /* but gone from lookups */
     assert_int_equal(stats(lru).size, 0);
     assert_int_equal(stats(lru).referenced, 0);
-    assert_int_equal(ins(lru, 1, V(2), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(get(lru, 1, 0, &v), 1);
+    assert_int_equal(INS(lru, 1, V(2), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(GET(lru, 1, 0, &v), 1);
     assert_ptr_equal(v, V(2));
-    assert_int_equal(put(lru, 1), 0); /* last reference of the zombie */
+    assert_int_equal(PUT(lru, 1), 0); /* last reference of the zombie */
     assert_int_equal(l.n, 1);
-    assert_int_equal(l.val[0], V(1));
-    assert_int_equal(put(lru, 1), BYVAL_LRU_NOENT);
-    assert_int_equal(get(lru, 1, 0, &v), 1); /* the new one untouched */
+    assert_ptr_equal(l.val[0], V(1));
+    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT);
+    assert_int_equal(GET(lru, 1, 0, &v), 1); /* the new one untouched */
     assert_ptr_equal(v, V(2));
-    assert_int_equal(rm(lru, 1), BYVAL_LRU_OK);
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
     assert_int_equal(l.n, 2);
 
     /* remove_if: 2 4 referenced (zombies), 6 8 not; 3 (referenced) 5 7 stay */
     l.n = 0;
     for (uint64_t i = 2; i <= 8; i++)
-        assert_int_equal(ins(lru, i, V(i), i <= 4, NULL), BYVAL_LRU_OK);
+        assert_int_equal(INS(lru, i, V(i), i <= 4, NULL), BYVAL_LRU_OK);
     assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
     assert_int_equal(l.n, 2);
     assert_true((l.key[0] == 6 && l.key[1] == 8) || (l.key[0] == 8 && l.key[1] == 6));
     assert_int_equal(stats(lru).size, 3);
     assert_int_equal(stats(lru).referenced, 1);
-    assert_int_equal(get(lru, 4, 0, NULL), 0);
-    assert_int_equal(put(lru, 4), 0);
+    assert_int_equal(GET(lru, 4, 0, NULL), 0);
+    assert_int_equal(PUT(lru, 4), 0);
     assert_int_equal(l.n, 3);
     assert_int_equal(l.key[2], 4);
-    assert_int_equal(l.val[2], V(4));
+    assert_ptr_equal(l.val[2], V(4));
     byval_lru_destroy(lru); /* zombie 2 and 3 5 7 */
     assert_int_equal(l.n, 7);
     assert_int_equal(l.bad, 0);
@@ -506,15 +483,15 @@ static void test_stats_exact(void **state)
 {
     byval_lru_t *lru = byval_lru_create(4, KLEN, NULL, NULL);
     for (uint64_t i = 1; i <= 4; i++)
-        ins(lru, i, V(i), 0, NULL);
-    get(lru, 1, 0, NULL);        /* hit */
-    get(lru, 9, 0, NULL);        /* miss */
-    get(lru, 2, 1, NULL);        /* hit, referenced */
-    ins(lru, 5, V(5), 0, NULL);  /* evicts 3 */
-    ins(lru, 5, V(5), 0, NULL);  /* EXISTS: neither insert nor hit */
-    rm(lru, 4);
-    rm(lru, 2);                  /* zombie */
-    get(lru, 1, 1, NULL);
+        INS(lru, i, V(i), 0, NULL);
+    GET(lru, 1, 0, NULL);        /* hit */
+    GET(lru, 9, 0, NULL);        /* miss */
+    GET(lru, 2, 1, NULL);        /* hit, referenced */
+    INS(lru, 5, V(5), 0, NULL);  /* evicts 3 */
+    INS(lru, 5, V(5), 0, NULL);  /* EXISTS: neither insert nor hit */
+    RM(lru, 4);
+    RM(lru, 2);                  /* zombie */
+    GET(lru, 1, 1, NULL);
     byval_lru_stats_t st = stats(lru);
     assert_int_equal(st.hits, 3);
     assert_int_equal(st.misses, 1);
