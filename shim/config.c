@@ -51,6 +51,8 @@ static const cfg_entry_t cfg_table[] = {
          "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
     CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
          "how importers get the exporter's fd: auto, pidfd, socket"),
+    CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
+         "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
 };
 
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))

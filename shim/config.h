@@ -27,6 +27,7 @@ typedef struct byval_config {
     int cuda;                 /* IPCBYVAL_CUDA: handle CUDA */
     int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */
     int transport;            /* IPCBYVAL_TRANSPORT (enum byval_transport) */
+    int set_ptracer;          /* IPCBYVAL_SET_PTRACER */
 } byval_config_t;
 
 /* The parsed configuration; valid after byval_init(). */
@@ -35,6 +36,11 @@ extern byval_config_t byval_cfg;
 /* Parse the environment into byval_cfg; warn about invalid values (the
  * default is kept) and unknown IPCBYVAL_* names (closest name suggested). */
 void byval_config_load(void);
+
+/* Exporter side, before a by-value export: with IPCBYVAL_SET_PTRACER=1
+ * declare every process a permitted ptracer of this one (Yama
+ * ptrace_scope 1), once per process. */
+void byval_ptracer_allow(void);
 
 /* Print every variable: name, current value, default, doc. */
 void byval_config_print(FILE *out);

@@ -300,6 +300,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         /* The reservation was remapped behind our back: export it anew. */
         byval_lru_remove(export_cache, &key);
     }
+    byval_ptracer_allow();
     byval_enter();
     int rc = export_vmm(rl, h, ptr, start, size, buffer_id);
     byval_leave();

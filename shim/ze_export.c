@@ -222,6 +222,7 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
         byval_lru_remove(export_cache, &key);
     }
 
+    byval_ptracer_allow();
     uint8_t *h = (uint8_t *)handle->data;
     byval_ze_pattern_fill(h);
     byval_enter();

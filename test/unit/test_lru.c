@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_lru.c - semantics of the bounded LRU cache (cache/lru.h): basic
- * operations, EXISTS/FULL, eviction order, a randomised model check that
- * eviction never drops a referenced entry, callbacks without the lock,
- * zombies and exact statistics. Scale, threads, fork and ptrmap are in
- * test_lru_threads.c (same binary; it uses the helpers defined here).
+ * test_lru.c - cache/lru.h semantics: basic operations, EXISTS, FULL, LRU
+ * order, a randomised model check (eviction never drops a referenced
+ * entry), callbacks without the lock, zombies, exact stats. Scale, threads,
+ * fork and ptrmap: test_lru_threads.c (same binary, uses these helpers).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,26 +18,27 @@
 
 #include "cache/lru.h"
 
-/* Shared with test_lru_threads.c, which declares the same. */
+/* ---- shared with test_lru_threads.c (which repeats these lines) -------- */
 #define KLEN 16
-#define MAXREL 256
 #define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
 #define INS(c, k, v, ref, ex) byval_lru_insert((c), KB(k), (void *)(uintptr_t)(v), (ref), (ex))
 #define GET(c, k, ref, v) byval_lru_get((c), KB(k), (ref), (v))
 #define PUT(c, k) byval_lru_put((c), KB(k))
 #define RM(c, k) byval_lru_remove((c), KB(k))
+/* Expected stats, -1 = any: size referenced hits misses inserts evictions removals */
+#define EXPECT(c, ...) expect_stats((c), (const long[7]){__VA_ARGS__}, __LINE__)
 unsigned char *mkb(unsigned char *b, uint64_t k);
 uint64_t key_of(const void *key);
 uint64_t rnd(uint64_t *s);
 byval_lru_stats_t stats(byval_lru_t *lru);
+void expect_stats(byval_lru_t *lru, const long *want, int line);
+/* ---- end of shared lines ------------------------------------------------ */
 void test_bound_1m_inserts_random_refs(void **state);
 void test_sharded_bound_and_bytes(void **state);
 void test_threads_16_shared_keys(void **state);
 void test_fork_child_empty_no_callback(void **state);
 void test_fork_while_hammered(void **state);
 void test_ptrmap(void **state);
-
-/* ---- helpers shared with test_lru_threads.c ---------------------------- */
 
 unsigned char *mkb(unsigned char *b, uint64_t k)
 {
@@ -61,10 +61,6 @@ uint64_t rnd(uint64_t *s)
     return *s * 0x2545F4914F6CDD1DULL;
 }
 
-
-
-
-
 byval_lru_stats_t stats(byval_lru_t *lru)
 {
     byval_lru_stats_t st;
@@ -72,8 +68,21 @@ byval_lru_stats_t stats(byval_lru_t *lru)
     return st;
 }
 
+void expect_stats(byval_lru_t *lru, const long *want, int line)
+{
+    static const char *name[] = {"size",    "referenced", "hits",    "misses",
+                                 "inserts", "evictions",  "removals"};
+    byval_lru_stats_t st = stats(lru);
+    const long got[7] = {(long)st.size, (long)st.referenced, (long)st.hits, (long)st.misses,
+                         (long)st.inserts, (long)st.evictions, (long)st.removals};
+    for (int i = 0; i < 7; i++)
+        if (want[i] >= 0 && want[i] != got[i])
+            fail_msg("line %d: stats.%s = %ld, expected %ld", line, name[i], got[i], want[i]);
+}
+
 /* Every release: key and value; bad when bytes 8.. of the key are not the
  * zeros the entry was created with (the callback gets the entry's key). */
+#define MAXREL 256
 typedef struct evlog {
     size_t n;
     uint64_t key[MAXREL];
@@ -133,10 +142,7 @@ static void test_exists_path(void **state)
     assert_int_equal(INS(lru, 7, V(1), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(INS(lru, 7, V(2), 1, &ex), BYVAL_LRU_EXISTS);
     assert_ptr_equal(ex, V(1));
-    byval_lru_stats_t st = stats(lru);
-    assert_int_equal(st.size, 1);
-    assert_int_equal(st.referenced, 1); /* the existing entry got the reference */
-    assert_int_equal(st.inserts, 1);
+    EXPECT(lru, 1, 1, 0, 0, 1, 0, 0); /* the existing entry got the reference */
     assert_int_equal(GET(lru, 7, 0, &v), 1);
     assert_ptr_equal(v, V(1)); /* V(2) was not stored */
     assert_int_equal(PUT(lru, 7), 0);
@@ -164,20 +170,14 @@ static void test_full_path(void **state)
         free(val); /* not stored: still ours */
         assert_int_equal(GET(lru, 100, 0, NULL), 0);
     }
-    byval_lru_stats_t st = stats(lru);
-    assert_int_equal(st.size, 4);
-    assert_int_equal(st.referenced, 4);
-    assert_int_equal(st.high_water, 4);
-    assert_int_equal(st.evictions, 0);
-    assert_int_equal(st.inserts, 4);
+    EXPECT(lru, 4, 4, -1, -1, 4, 0, 0);
+    assert_int_equal(stats(lru).high_water, 4);
     assert_int_equal(released, 0);
     assert_int_equal(PUT(lru, 2), 0);
     assert_int_equal(INS(lru, 100, malloc(8), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(released, 1);
     assert_int_equal(GET(lru, 2, 0, NULL), 0); /* the one put was evicted */
-    st = stats(lru);
-    assert_int_equal(st.size, 4);
-    assert_int_equal(st.evictions, 1);
+    EXPECT(lru, 4, 3, -1, -1, 5, 1, 0);
     byval_lru_destroy(lru); /* referenced entries too */
     assert_int_equal(released, 5);
 }
@@ -350,9 +350,8 @@ static void model_run(size_t cap, uint64_t seed, long ops)
         assert_int_equal(m.bad, 0);
         assert_int_equal(m.ngot, m.nexp);
         assert_memory_equal(m.got, m.exp, m.nexp * sizeof(m.exp[0]));
+        EXPECT(lru, (long)m.size, -1, -1, -1, -1, (long)m.evictions, -1);
         byval_lru_stats_t st = stats(lru);
-        assert_int_equal(st.size, m.size);
-        assert_int_equal(st.evictions, m.evictions);
         assert_int_equal(st.high_water, m.high);
         assert_true(st.size <= m.cap || st.size == st.referenced);
     }
@@ -446,8 +445,7 @@ static void test_zombies(void **state)
     assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
     assert_int_equal(l.n, 0);                    /* referenced: not released */
     assert_int_equal(GET(lru, 1, 0, &v), 0);     /* but gone from lookups */
-    assert_int_equal(stats(lru).size, 0);
-    assert_int_equal(stats(lru).referenced, 0);
+    EXPECT(lru, 0, 0, -1, -1, 1, 0, 1);
     assert_int_equal(INS(lru, 1, V(2), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(GET(lru, 1, 0, &v), 1);
     assert_ptr_equal(v, V(2));
@@ -467,8 +465,7 @@ static void test_zombies(void **state)
     assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
     assert_int_equal(l.n, 2);
     assert_true((l.key[0] == 6 && l.key[1] == 8) || (l.key[0] == 8 && l.key[1] == 6));
-    assert_int_equal(stats(lru).size, 3);
-    assert_int_equal(stats(lru).referenced, 1);
+    EXPECT(lru, 3, 1, -1, -1, -1, 0, 6);
     assert_int_equal(GET(lru, 4, 0, NULL), 0);
     assert_int_equal(PUT(lru, 4), 0);
     assert_int_equal(l.n, 3);
@@ -492,16 +489,10 @@ static void test_stats_exact(void **state)
     RM(lru, 4);
     RM(lru, 2);                  /* zombie */
     GET(lru, 1, 1, NULL);
+    EXPECT(lru, 2, 1, 3, 1, 5, 1, 2);
     byval_lru_stats_t st = stats(lru);
-    assert_int_equal(st.hits, 3);
-    assert_int_equal(st.misses, 1);
-    assert_int_equal(st.inserts, 5);
-    assert_int_equal(st.evictions, 1);
-    assert_int_equal(st.removals, 2);
-    assert_int_equal(st.size, 2);
     assert_int_equal(st.high_water, 4);
     assert_int_equal(st.capacity, 4);
-    assert_int_equal(st.referenced, 1);
     assert_true(st.bytes_per_entry >= sizeof(void *) + KLEN);
     byval_lru_set_capacity(lru, 9);
     assert_int_equal(stats(lru).capacity, 9);
