@@ -120,7 +120,7 @@ check-tsan:
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
-demo-run: lib tests
+demo-run: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
 	@scripts/demo.sh
 
 # On a GPU machine (no package registry there): build and run every GPU

@@ -16,7 +16,7 @@
 
 int byval_log_level = BYVAL_LOG_LVL_WARN;
 
-static const char *const level_tag[] = {"", "error", "warn", "info", "debug"};
+static const char *const level_tag[] = {"", "error", "warn", "info", "debug", "stats"};
 
 /* MPI rank from the launchers' environment, "-" when there is none. */
 static const char *log_rank(void)
@@ -63,10 +63,10 @@ void byval_log(int level, const char *func, const char *fmt, ...)
 {
     int saved = errno;
     char buf[1024];
-    if (level < BYVAL_LOG_LVL_ERROR || level > BYVAL_LOG_LVL_DEBUG)
+    if (level < BYVAL_LOG_LVL_ERROR || level > BYVAL_LOG_LVL_STATS)
         level = BYVAL_LOG_LVL_ERROR;
-    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s: ", (int)getpid(),
-                     log_rank(), level_tag[level], func);
+    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s%s", (int)getpid(), log_rank(),
+                     level_tag[level], func ? func : "", func ? ": " : "");
     if (n < 0)
         n = 0;
     if ((size_t)n < sizeof(buf)) {

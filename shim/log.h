@@ -9,13 +9,14 @@ enum byval_log_level {
     BYVAL_LOG_LVL_WARN = 2,
     BYVAL_LOG_LVL_INFO = 3,
     BYVAL_LOG_LVL_DEBUG = 4,
+    BYVAL_LOG_LVL_STATS = 5, /* the exit summary: printed when asked for */
 };
 
 /* Current level (from IPCBYVAL_LOG; default warn). */
 extern int byval_log_level;
 
 /* Write one line to stderr (or IPCBYVAL_LOG_FILE). errno is preserved so
- * callers may use %m. */
+ * callers may use %m. func may be NULL (no "func: " part). */
 void byval_log(int level, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -31,9 +31,9 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
 
 void byval_stats_print(void)
 {
-    /* Written at the "stats" pseudo-level: always shown when asked for. */
+    /* The "stats" pseudo-level: shown whenever IPCBYVAL_STATS asks. */
 #define STATS_PRINT_(name, doc)                                                     \
-    byval_log(BYVAL_LOG_LVL_WARN, "stats", "%-20s %12llu  %s", #name,               \
+    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", #name,                 \
               (unsigned long long)__atomic_load_n(&byval_stats.name, __ATOMIC_RELAXED), doc);
     BYVAL_STATS_LIST(STATS_PRINT_)
 #undef STATS_PRINT_
@@ -42,7 +42,7 @@ void byval_stats_print(void)
         byval_lru_stats_t s;
         byval_lru_stats(stats_caches[i].lru, &s);
         uint64_t lookups = s.hits + s.misses;
-        byval_log(BYVAL_LOG_LVL_WARN, "stats",
+        byval_log(BYVAL_LOG_LVL_STATS, NULL,
                   "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
                   "size %zu high-water %zu capacity %zu referenced %zu bytes/entry %zu",
                   stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
