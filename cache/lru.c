@@ -30,120 +30,9 @@
 #define LRU_MAX_SHARDS 16
 #define LRU_MIN_PER_SHARD 64
 
-/* Word-at-a-time multiply-xorshift: keys are short, fixed-size and on the
- * hot path of every hit (88 bytes for CUDA keys: byte-wise FNV cost ~90 ns
- * there). Tail bytes, if any, are folded in one word. */
-static uint32_t lru_hash(const void *key, size_t len)
-{
-    const unsigned char *p = key;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ len;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 29;
-    }
-    if (i < len) {
-        uint64_t w = 0;
-        memcpy(&w, p + i, len - i);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-    }
-    h ^= h >> 32;
-    h *= 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 29;
-    return (uint32_t)h;
-}
-
 static lru_shard_t *shard_of(byval_lru_t *lru, uint32_t h)
 {
     return &lru->shards[(h >> 24) & (lru->nshards - 1)];
-}
-
-/* ---- LRU list of unreferenced entries -------------------------------- */
-
-static void list_unlink(lru_shard_t *s, lru_entry_t *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        s->lru_head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        s->lru_tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void list_append(lru_entry_t **head, lru_entry_t **tail, lru_entry_t *e)
-{
-    e->next = NULL;
-    e->prev = *tail;
-    if (*tail)
-        (*tail)->next = e;
-    else
-        *head = e;
-    *tail = e;
-}
-
-/* ---- chained hash table ---------------------------------------------- */
-
-static lru_entry_t **table_slot(lru_shard_t *s, const lru_entry_t *e)
-{
-    return &s->buckets[e->hash & (s->nbuckets - 1)];
-}
-
-static lru_entry_t *table_find(lru_shard_t *s, const void *key, size_t len, uint32_t h)
-{
-    for (lru_entry_t *e = s->buckets[h & (s->nbuckets - 1)]; e; e = e->hnext)
-        if (e->hash == h && memcmp(e->key, key, len) == 0)
-            return e;
-    return NULL;
-}
-
-static void table_remove(lru_shard_t *s, lru_entry_t *e)
-{
-    lru_entry_t **pp = table_slot(s, e);
-    while (*pp && *pp != e)
-        pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = e->hnext;
-    e->hnext = NULL;
-    s->size--;
-}
-
-/* Double the bucket array when the load passes 1; failure to grow only
- * makes chains longer, never loses an entry. */
-static void table_grow(lru_shard_t *s)
-{
-    size_t n = s->nbuckets * 2;
-    lru_entry_t **b = calloc(n, sizeof(*b));
-    if (!b)
-        return;
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        lru_entry_t *e = s->buckets[i];
-        while (e) {
-            lru_entry_t *nx = e->hnext;
-            e->hnext = b[e->hash & (n - 1)];
-            b[e->hash & (n - 1)] = e;
-            e = nx;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = n;
-}
-
-static void table_insert(lru_shard_t *s, lru_entry_t *e)
-{
-    if (s->size + 1 > s->nbuckets)
-        table_grow(s);
-    lru_entry_t **slot = table_slot(s, e);
-    e->hnext = *slot;
-    *slot = e;
-    s->size++;
-    if (s->size > s->high_water)
-        s->high_water = s->size;
 }
 
 /* ---- creation --------------------------------------------------------- */
@@ -189,19 +78,6 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
     return lru;
 }
 
-/* Release a chain of entries linked through ->next: callback, then free.
- * Never called with a shard lock held. */
-static void release_chain(byval_lru_t *lru, lru_entry_t *e)
-{
-    while (e) {
-        lru_entry_t *nx = e->next;
-        if (lru->evict)
-            lru->evict(lru->ctx, e->key, e->value);
-        free(e);
-        e = nx;
-    }
-}
-
 void byval_lru_destroy(byval_lru_t *lru)
 {
     if (!lru)
@@ -214,18 +90,18 @@ void byval_lru_destroy(byval_lru_t *lru)
         for (size_t b = 0; b < s->nbuckets; b++) {
             for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
                 nx = e->hnext;
-                list_append(&chain, &tail, e);
+                lru_list_append(&chain, &tail, e);
             }
         }
         for (lru_entry_t *z = s->zombies, *nx; z; z = nx) {
             nx = z->hnext;
-            list_append(&chain, &tail, z);
+            lru_list_append(&chain, &tail, z);
         }
         free(s->buckets);
         s->buckets = NULL;
         pthread_mutex_unlock(&s->lock);
         pthread_mutex_destroy(&s->lock);
-        release_chain(lru, chain);
+        lru_release_chain(lru, chain);
     }
     free(lru);
 }
@@ -239,7 +115,7 @@ int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_
     uint32_t h = lru_hash(key, lru->key_len);
     lru_shard_t *s = shard_of(lru, h);
     pthread_mutex_lock(&s->lock);
-    lru_entry_t *e = table_find(s, key, lru->key_len, h);
+    lru_entry_t *e = lru_table_find(s, key, lru->key_len, h);
     if (!e) {
         s->misses++;
         pthread_mutex_unlock(&s->lock);
@@ -248,32 +124,17 @@ int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_
     s->hits++;
     if (take_ref) {
         if (e->refs++ == 0) {
-            list_unlink(s, e); /* referenced entries leave the LRU list */
+            lru_list_unlink(s, e); /* referenced entries leave the LRU list */
             s->referenced++;
         }
     } else if (e->refs == 0) {
-        list_unlink(s, e); /* touch: most recently used goes last */
-        list_append(&s->lru_head, &s->lru_tail, e);
+        lru_list_unlink(s, e); /* touch: most recently used goes last */
+        lru_list_append(&s->lru_head, &s->lru_tail, e);
     }
     if (value_p)
         *value_p = e->value;
     pthread_mutex_unlock(&s->lock);
     return 1;
-}
-
-/* Evict unreferenced entries from the LRU head while above limit.
- * Returns the evicted chain (linked through ->next) for release. */
-static lru_entry_t *shard_trim(lru_shard_t *s, size_t limit)
-{
-    lru_entry_t *chain = NULL, *tail = NULL;
-    while (s->size > limit && s->lru_head) {
-        lru_entry_t *e = s->lru_head;
-        list_unlink(s, e);
-        table_remove(s, e);
-        s->evictions++;
-        list_append(&chain, &tail, e);
-    }
-    return chain;
 }
 
 int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
@@ -292,10 +153,10 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
     memcpy(n->key, key, lru->key_len);
 
     pthread_mutex_lock(&s->lock);
-    lru_entry_t *e = table_find(s, key, lru->key_len, h);
+    lru_entry_t *e = lru_table_find(s, key, lru->key_len, h);
     if (e) {
         if (take_ref && e->refs++ == 0) {
-            list_unlink(s, e);
+            lru_list_unlink(s, e);
             s->referenced++;
         }
         if (existing_p)
@@ -305,41 +166,24 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
         return BYVAL_LRU_EXISTS;
     }
     /* Make room first, so the bound holds at every instant. */
-    lru_entry_t *evicted = s->capacity ? shard_trim(s, s->capacity - 1) : NULL;
+    lru_entry_t *evicted = s->capacity ? lru_shard_trim(s, s->capacity - 1) : NULL;
     if (s->size >= s->capacity) {
         pthread_mutex_unlock(&s->lock);
         free(n);
-        release_chain(lru, evicted);
+        lru_release_chain(lru, evicted);
         return BYVAL_LRU_FULL;
     }
-    table_insert(s, n);
+    lru_table_insert(s, n);
     s->inserts++;
     if (take_ref) {
         n->refs = 1;
         s->referenced++;
     } else {
-        list_append(&s->lru_head, &s->lru_tail, n);
+        lru_list_append(&s->lru_head, &s->lru_tail, n);
     }
     pthread_mutex_unlock(&s->lock);
-    release_chain(lru, evicted);
+    lru_release_chain(lru, evicted);
     return BYVAL_LRU_OK;
-}
-
-static lru_entry_t *zombie_find(lru_shard_t *s, const void *key, size_t len)
-{
-    for (lru_entry_t *z = s->zombies; z; z = z->hnext)
-        if (memcmp(z->key, key, len) == 0)
-            return z;
-    return NULL;
-}
-
-static void zombie_unlink(lru_shard_t *s, lru_entry_t *z)
-{
-    lru_entry_t **pp = &s->zombies;
-    while (*pp && *pp != z)
-        pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = z->hnext;
 }
 
 int byval_lru_put(byval_lru_t *lru, const void *key)
@@ -351,20 +195,20 @@ int byval_lru_put(byval_lru_t *lru, const void *key)
     pthread_mutex_lock(&s->lock);
     /* A removed-while-referenced entry is the one an outstanding reference
      * points to (a live entry with its key can only be newer): put it first. */
-    lru_entry_t *z = s->zombies ? zombie_find(s, key, lru->key_len) : NULL;
+    lru_entry_t *z = s->zombies ? lru_zombie_find(s, key, lru->key_len) : NULL;
     if (z) {
         int left = (int)--z->refs;
         if (left == 0) {
-            zombie_unlink(s, z);
+            lru_zombie_unlink(s, z);
             s->zombie_count--;
             z->next = NULL;
         }
         pthread_mutex_unlock(&s->lock);
         if (left == 0)
-            release_chain(lru, z);
+            lru_release_chain(lru, z);
         return left;
     }
-    lru_entry_t *e = table_find(s, key, lru->key_len, h);
+    lru_entry_t *e = lru_table_find(s, key, lru->key_len, h);
     if (!e || e->refs == 0) {
         pthread_mutex_unlock(&s->lock);
         return BYVAL_LRU_NOENT;
@@ -373,30 +217,12 @@ int byval_lru_put(byval_lru_t *lru, const void *key)
     lru_entry_t *evicted = NULL;
     if (left == 0) {
         s->referenced--;
-        list_append(&s->lru_head, &s->lru_tail, e);
-        evicted = shard_trim(s, s->capacity); /* capacity may have shrunk */
+        lru_list_append(&s->lru_head, &s->lru_tail, e);
+        evicted = lru_shard_trim(s, s->capacity); /* capacity may have shrunk */
     }
     pthread_mutex_unlock(&s->lock);
-    release_chain(lru, evicted);
+    lru_release_chain(lru, evicted);
     return left;
-}
-
-/* Unlink e from lookups: unreferenced -> onto *chain for release,
- * referenced -> zombie. Shard lock held. */
-static void shard_detach(lru_shard_t *s, lru_entry_t *e, lru_entry_t **chain,
-                         lru_entry_t **tail)
-{
-    table_remove(s, e);
-    s->removals++;
-    if (e->refs == 0) {
-        list_unlink(s, e);
-        list_append(chain, tail, e);
-    } else {
-        s->referenced--;
-        e->hnext = s->zombies;
-        s->zombies = e;
-        s->zombie_count++;
-    }
 }
 
 int byval_lru_remove(byval_lru_t *lru, const void *key)
@@ -407,11 +233,11 @@ int byval_lru_remove(byval_lru_t *lru, const void *key)
     lru_shard_t *s = shard_of(lru, h);
     lru_entry_t *chain = NULL, *tail = NULL;
     pthread_mutex_lock(&s->lock);
-    lru_entry_t *e = table_find(s, key, lru->key_len, h);
+    lru_entry_t *e = lru_table_find(s, key, lru->key_len, h);
     if (e)
-        shard_detach(s, e, &chain, &tail);
+        lru_shard_detach(s, e, &chain, &tail);
     pthread_mutex_unlock(&s->lock);
-    release_chain(lru, chain);
+    lru_release_chain(lru, chain);
     return e ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
 
@@ -429,13 +255,13 @@ size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, v
             for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
                 nx = e->hnext;
                 if (pred(ctx, e->key, e->value)) {
-                    shard_detach(s, e, &chain, &tail);
+                    lru_shard_detach(s, e, &chain, &tail);
                     matched++;
                 }
             }
         }
         pthread_mutex_unlock(&s->lock);
-        release_chain(lru, chain);
+        lru_release_chain(lru, chain);
     }
     return matched;
 }
@@ -482,8 +308,8 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
         lru_shard_t *s = &lru->shards[i];
         pthread_mutex_lock(&s->lock);
         s->capacity = capacity / lru->nshards + (i < capacity % lru->nshards);
-        lru_entry_t *chain = shard_trim(s, s->capacity);
+        lru_entry_t *chain = lru_shard_trim(s, s->capacity);
         pthread_mutex_unlock(&s->lock);
-        release_chain(lru, chain);
+        lru_release_chain(lru, chain);
     }
 }

@@ -49,4 +49,23 @@ struct byval_lru {
 void byval_lru_register(byval_lru_t *lru);
 void byval_lru_unregister(byval_lru_t *lru);
 
+/* lru_table.c: building blocks, called with the shard's lock held
+ * (lru_release_chain: without it). */
+uint32_t lru_hash(const void *key, size_t len);
+void lru_list_unlink(lru_shard_t *s, lru_entry_t *e);
+void lru_list_append(lru_entry_t **head, lru_entry_t **tail, lru_entry_t *e);
+lru_entry_t **lru_table_slot(lru_shard_t *s, const lru_entry_t *e);
+lru_entry_t *lru_table_find(lru_shard_t *s, const void *key, size_t len, uint32_t h);
+void lru_table_remove(lru_shard_t *s, lru_entry_t *e);
+void lru_table_grow(lru_shard_t *s);
+void lru_table_insert(lru_shard_t *s, lru_entry_t *e);
+/* Release a chain linked through ->next: callback, then free. */
+void lru_release_chain(byval_lru_t *lru, lru_entry_t *e);
+/* Evict unreferenced entries from the LRU head while above limit. */
+lru_entry_t *lru_shard_trim(lru_shard_t *s, size_t limit);
+lru_entry_t *lru_zombie_find(lru_shard_t *s, const void *key, size_t len);
+void lru_zombie_unlink(lru_shard_t *s, lru_entry_t *z);
+/* Unlink e: unreferenced -> onto *chain, referenced -> zombie. */
+void lru_shard_detach(lru_shard_t *s, lru_entry_t *e, lru_entry_t **chain, lru_entry_t **tail);
+
 #endif

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-LIB_SRC += cache/lru.c cache/lru_fork.c cache/ptrmap.c
-CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
+LIB_SRC += cache/lru.c cache/lru_table.c cache/lru_fork.c cache/ptrmap.c
+CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_table.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
 
 UNIT_TESTS += $(BUILD)/test/unit/test_lru
 $(BUILD)/test/unit/test_lru: test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ)
