@@ -186,7 +186,9 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
     return BYVAL_LRU_OK;
 }
 
-int byval_lru_put(byval_lru_t *lru, const void *key)
+/* Drop one reference of key's entry; with match, only of the entry that
+ * holds value (a zombie and a newer live entry may share a key). */
+static int lru_put(byval_lru_t *lru, const void *key, const void *value, int match)
 {
     if (!lru || !key)
         return BYVAL_LRU_NOENT;
@@ -195,7 +197,7 @@ int byval_lru_put(byval_lru_t *lru, const void *key)
     pthread_mutex_lock(&s->lock);
     /* A removed-while-referenced entry is the one an outstanding reference
      * points to (a live entry with its key can only be newer): put it first. */
-    lru_entry_t *z = s->zombies ? lru_zombie_find(s, key, lru->key_len) : NULL;
+    lru_entry_t *z = s->zombies ? lru_zombie_find(s, key, lru->key_len, value, match) : NULL;
     if (z) {
         int left = (int)--z->refs;
         if (left == 0) {
@@ -209,7 +211,7 @@ int byval_lru_put(byval_lru_t *lru, const void *key)
         return left;
     }
     lru_entry_t *e = lru_table_find(s, key, lru->key_len, h);
-    if (!e || e->refs == 0) {
+    if (!e || e->refs == 0 || (match && e->value != value)) {
         pthread_mutex_unlock(&s->lock);
         return BYVAL_LRU_NOENT;
     }
@@ -223,6 +225,16 @@ int byval_lru_put(byval_lru_t *lru, const void *key)
     pthread_mutex_unlock(&s->lock);
     lru_release_chain(lru, evicted);
     return left;
+}
+
+int byval_lru_put(byval_lru_t *lru, const void *key)
+{
+    return lru_put(lru, key, NULL, 0);
+}
+
+int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value)
+{
+    return lru_put(lru, key, value, 1);
 }
 
 int byval_lru_remove(byval_lru_t *lru, const void *key)

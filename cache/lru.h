@@ -67,6 +67,12 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value,
  * when its last reference goes. */
 int byval_lru_put(byval_lru_t *lru, const void *key);
 
+/* Drop one reference of the entry for key that holds value. Use this
+ * whenever an entry may be removed and its key inserted again while
+ * references are out: plain put would go to the removed (zombie) entry
+ * first, whoever's reference it was. */
+int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value);
+
 /* Remove key: unreferenced -> released now (callback after unlock);
  * referenced -> unlinked from lookups at once and released when the last
  * reference is put. Returns BYVAL_LRU_OK or BYVAL_LRU_NOENT. */

@@ -63,7 +63,9 @@ void lru_table_insert(lru_shard_t *s, lru_entry_t *e);
 void lru_release_chain(byval_lru_t *lru, lru_entry_t *e);
 /* Evict unreferenced entries from the LRU head while above limit. */
 lru_entry_t *lru_shard_trim(lru_shard_t *s, size_t limit);
-lru_entry_t *lru_zombie_find(lru_shard_t *s, const void *key, size_t len);
+/* A zombie with key (and, with match, holding value). */
+lru_entry_t *lru_zombie_find(lru_shard_t *s, const void *key, size_t len, const void *value,
+                             int match);
 void lru_zombie_unlink(lru_shard_t *s, lru_entry_t *z);
 /* Unlink e: unreferenced -> onto *chain, referenced -> zombie. */
 void lru_shard_detach(lru_shard_t *s, lru_entry_t *e, lru_entry_t **chain, lru_entry_t **tail);

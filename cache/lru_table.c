@@ -142,10 +142,11 @@ lru_entry_t *lru_shard_trim(lru_shard_t *s, size_t limit)
     return chain;
 }
 
-lru_entry_t *lru_zombie_find(lru_shard_t *s, const void *key, size_t len)
+lru_entry_t *lru_zombie_find(lru_shard_t *s, const void *key, size_t len, const void *value,
+                             int match)
 {
     for (lru_entry_t *z = s->zombies; z; z = z->hnext)
-        if (memcmp(z->key, key, len) == 0)
+        if (memcmp(z->key, key, len) == 0 && (!match || z->value == value))
             return z;
     return NULL;
 }

@@ -6,3 +6,8 @@ UNIT_TESTS += $(BUILD)/test/unit/test_lru
 $(BUILD)/test/unit/test_lru: test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ) -lcmocka -lpthread
+
+UNIT_TESTS += $(BUILD)/test/unit/test_lru_put
+$(BUILD)/test/unit/test_lru_put: test/unit/test_lru_put.c $(CACHE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread

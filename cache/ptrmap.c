@@ -16,6 +16,7 @@
 typedef struct ptrmap_entry {
     uintptr_t ptr;
     int count;
+    void *value; /* the cache entry's value, for byval_lru_put_value */
     UT_hash_handle hh;
     unsigned char key[]; /* key_len bytes */
 } ptrmap_entry_t;
@@ -66,12 +67,12 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
     free(m);
 }
 
-static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
+static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value)
 {
     ptrmap_entry_t *e;
     HASH_FIND(hh, m->head, &ptr, sizeof(ptr), e);
     if (e) {
-        if (memcmp(e->key, key, m->key_len) != 0)
+        if (memcmp(e->key, key, m->key_len) != 0 || e->value != value)
             return -1;
         return ++e->count;
     }
@@ -86,6 +87,7 @@ static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
     }
     e->ptr = ptr;
     e->count = 1;
+    e->value = value;
     memcpy(e->key, key, m->key_len);
     HASH_ADD(hh, m->head, ptr, sizeof(e->ptr), e);
     ptrmap_entry_t *check;
@@ -97,17 +99,27 @@ static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
     return 1;
 }
 
-int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
+int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value)
 {
     if (!m || !key)
         return -1;
     pthread_mutex_lock(&m->lock);
-    int n = ptrmap_ref_locked(m, ptr, key);
+    int n = ptrmap_ref_locked(m, ptr, key, value);
     pthread_mutex_unlock(&m->lock);
     return n;
 }
 
+int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
+{
+    return byval_ptrmap_ref_value(m, ptr, key, NULL);
+}
+
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
+{
+    return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
+}
+
+int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
 {
     if (!m)
         return -1;
@@ -118,6 +130,8 @@ int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
     if (e) {
         if (key_p)
             memcpy(key_p, e->key, m->key_len);
+        if (value_p)
+            *value_p = e->value;
         n = --e->count;
         if (n == 0) {
             HASH_DEL(m->head, e);

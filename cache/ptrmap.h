@@ -24,6 +24,12 @@ int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key);
  * remaining count (the entry is gone at 0), or -1 when ptr is unknown. */
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p);
 
+/* The same, also recording (ref) and returning (unref) the cache entry's
+ * value, so that close can put exactly that entry (byval_lru_put_value).
+ * A ref of a known ptr must name the same key and value. */
+int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value);
+int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p);
+
 /* Entries now. */
 size_t byval_ptrmap_size(byval_ptrmap_t *m);
 

@@ -125,10 +125,10 @@ typedef struct byval_cu_key {
     } u;
 } byval_cu_key_t;
 
-int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key);
+int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key, void *value);
 /* Cache of each key type; put is routed by type. */
-void byval_cu_legacy_put(const byval_cu_key_t *key);
-void byval_cu_vmm_put(const byval_cu_key_t *key);
+void byval_cu_legacy_put(const byval_cu_key_t *key, void *value);
+void byval_cu_vmm_put(const byval_cu_key_t *key, void *value);
 
 /* Make ctx current around a driver call from a cache callback. */
 CUcontext byval_cu_ctx_push(CUcontext ctx);

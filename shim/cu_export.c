@@ -292,7 +292,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         byval_leave();
         if (ok)
             byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_lru_put(export_cache, &key);
+        byval_lru_put_value(export_cache, &key, e);
         if (ok) {
             BYVAL_STAT_INC(export_hits);
             return CUDA_SUCCESS;

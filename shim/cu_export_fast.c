@@ -56,7 +56,7 @@ int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHan
              id == f->buffer_id;
     if (ok)
         *h = f->handle;
-    byval_lru_put(fast_cache, &key);
+    byval_lru_put_value(fast_cache, &key, f);
     if (!ok)
         byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
     return ok;

@@ -87,15 +87,15 @@ static void import_init(void)
     pthread_atfork(NULL, NULL, import_atfork_child);
 }
 
-int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key)
+int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key, void *value)
 {
     pthread_once(&import_once, import_init);
-    return open_ptrs ? byval_ptrmap_ref(open_ptrs, (uintptr_t)p, key) : -1;
+    return open_ptrs ? byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, key, value) : -1;
 }
 
-void byval_cu_vmm_put(const byval_cu_key_t *key)
+void byval_cu_vmm_put(const byval_cu_key_t *key, void *value)
 {
-    byval_lru_put(vmm_cache, key);
+    byval_lru_put_value(vmm_cache, key, value);
 }
 
 /* Read and check the manifest behind mfd. Returns malloc'd manifest. */
@@ -214,12 +214,12 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     if (byval_lru_get(vmm_cache, &key, 1, &v)) {
         cu_mapping_t *m = v;
         if (chunk_off < m->size &&
-            byval_ptrmap_ref(open_ptrs, m->base + chunk_off, &key) > 0) {
+            byval_ptrmap_ref_value(open_ptrs, m->base + chunk_off, &key, m) > 0) {
             BYVAL_STAT_INC(open_hits);
             *pdptr = m->base + chunk_off;
             return CUDA_SUCCESS;
         }
-        byval_lru_put(vmm_cache, &key);
+        byval_lru_put_value(vmm_cache, &key, m);
         return CUDA_ERROR_INVALID_VALUE;
     }
     BYVAL_STAT_INC(open_misses);
@@ -259,8 +259,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         mapping_release(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (byval_ptrmap_ref(open_ptrs, m->base + chunk_off, &key) < 0) {
-        byval_lru_put(vmm_cache, &key);
+    if (byval_ptrmap_ref_value(open_ptrs, m->base + chunk_off, &key, m) < 0) {
+        byval_lru_put_value(vmm_cache, &key, m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pdptr = m->base + chunk_off;
@@ -289,14 +289,15 @@ CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
     if (!byval_init() || !byval_cfg.cuda || !open_ptrs)
         return next(ptr);
     byval_cu_key_t key;
-    int left = byval_ptrmap_unref(open_ptrs, (uintptr_t)ptr, &key);
+    void *value = NULL;
+    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &key, &value);
     if (left < 0)
         return next(ptr); /* not a mapping we handed out */
     BYVAL_STAT_INC(closes);
     if (key.type == BYVAL_CU_KEY_VMM)
-        byval_cu_vmm_put(&key);
+        byval_cu_vmm_put(&key, value);
     else if (key.type == BYVAL_CU_KEY_LEGACY)
-        byval_cu_legacy_put(&key);
+        byval_cu_legacy_put(&key, value);
     else if (left == 0)
         return next(ptr); /* an uncached legacy mapping: the driver closes it */
     return CUDA_SUCCESS;

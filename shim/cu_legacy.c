@@ -54,9 +54,9 @@ static void legacy_init(void)
         byval_stats_register_cache("cuda legacy import", legacy_cache);
 }
 
-void byval_cu_legacy_put(const byval_cu_key_t *key)
+void byval_cu_legacy_put(const byval_cu_key_t *key, void *value)
 {
-    byval_lru_put(legacy_cache, key);
+    byval_lru_put_value(legacy_cache, key, value);
 }
 
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
@@ -80,12 +80,12 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     void *v;
     if (byval_lru_get(legacy_cache, &key, 1, &v)) {
         CUdeviceptr p = ((cu_legacy_t *)v)->ptr;
-        if (byval_cu_ptr_ref(p, &key) > 0) {
+        if (byval_cu_ptr_ref(p, &key, v) > 0) {
             BYVAL_STAT_INC(open_hits);
             *pdptr = p;
             return CUDA_SUCCESS;
         }
-        byval_lru_put(legacy_cache, &key);
+        byval_lru_put_value(legacy_cache, &key, v);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     BYVAL_STAT_INC(open_misses);
@@ -110,12 +110,13 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
         rl->ipc_close(p);
         byval_leave();
         p = ((cu_legacy_t *)existing)->ptr;
+        e = existing;
     } else if (ins != BYVAL_LRU_OK) {
         free(e);
         byval_cu_key_t unc;
         memset(&unc, 0, sizeof(unc));
         unc.type = BYVAL_CU_KEY_UNCACHED;
-        if (byval_cu_ptr_ref(p, &unc) < 0) {
+        if (byval_cu_ptr_ref(p, &unc, NULL) < 0) {
             byval_enter();
             rl->ipc_close(p);
             byval_leave();
@@ -124,8 +125,8 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
         *pdptr = p;
         return CUDA_SUCCESS;
     }
-    if (byval_cu_ptr_ref(p, &key) < 0) {
-        byval_lru_put(legacy_cache, &key);
+    if (byval_cu_ptr_ref(p, &key, e) < 0) {
+        byval_lru_put_value(legacy_cache, &key, e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pdptr = p;

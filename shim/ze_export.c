@@ -213,7 +213,7 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
         int valid = e->alloc_id == alloc_id;
         if (valid)
             *handle = e->handle;
-        byval_lru_put(export_cache, &key);
+        byval_lru_put_value(export_cache, &key, e);
         if (valid) {
             BYVAL_STAT_INC(export_hits);
             return ZE_RESULT_SUCCESS;

@@ -176,7 +176,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
         /* Another thread imported the same handle first: use its mapping. */
         free(m);
         import_close_mapping(ctx, p);
-        p = ((ze_import_t *)existing)->ptr;
+        m = existing;
+        p = m->ptr;
     } else if (ins != BYVAL_LRU_OK) {
         /* Every cached mapping is in use: hand out this one uncached. */
         free(m);
@@ -188,8 +189,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
         *pptr = p;
         return ZE_RESULT_SUCCESS;
     }
-    if (byval_ptrmap_ref(open_ptrs, (uintptr_t)p, key) < 0) {
-        byval_lru_put(import_cache, key);
+    if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, key, m) < 0) {
+        byval_lru_put_value(import_cache, key, m);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     *pptr = p;
@@ -235,8 +236,8 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     void *v;
     if (byval_lru_get(import_cache, &key, 1, &v)) {
         void *p = ((ze_import_t *)v)->ptr;
-        if (byval_ptrmap_ref(open_ptrs, (uintptr_t)p, &key) < 0) {
-            byval_lru_put(import_cache, &key);
+        if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &key, v) < 0) {
+            byval_lru_put_value(import_cache, &key, v);
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
         BYVAL_STAT_INC(open_hits);
@@ -255,7 +256,10 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
     if (!byval_init() || !byval_cfg.ze || !open_ptrs)
         return next(ctx, ptr);
     ze_import_key_t key;
-    int left = byval_ptrmap_unref(open_ptrs, (uintptr_t)ptr, &key);
+    void *value = NULL;
+    /* The value tells which entry: a removed one and a newer one may
+     * share the key (byval_lru_put_value). */
+    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &key, &value);
     if (left < 0)
         return next(ctx, ptr); /* not a mapping we handed out */
     BYVAL_STAT_INC(closes);
@@ -264,6 +268,6 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
             return next(ctx, ptr);
         return ZE_RESULT_SUCCESS;
     }
-    byval_lru_put(import_cache, &key);
+    byval_lru_put_value(import_cache, &key, value);
     return ZE_RESULT_SUCCESS;
 }

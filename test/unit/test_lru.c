@@ -2,8 +2,8 @@
 /*
  * test_lru.c - cache/lru.h semantics: basic operations, EXISTS, FULL, LRU
  * order, a randomised model check (eviction never drops a referenced
- * entry), callbacks without the lock, zombies, exact stats. Scale, threads,
- * fork and ptrmap: test_lru_threads.c (same binary, uses these helpers).
+ * entry), callbacks without the lock, stats, ptrmap. Zombies, scale, threads,
+ * fork and the shared helpers: test_lru_threads.c (same binary).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,8 +17,9 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
+#include "cache/ptrmap.h"
 
-/* ---- shared with test_lru_threads.c (which repeats these lines) -------- */
+/* ---- shared with test_lru_threads.c (defines the functions) ------------ */
 #define KLEN 16
 #define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
 #define INS(c, k, v, ref, ex) byval_lru_insert((c), KB(k), (void *)(uintptr_t)(v), (ref), (ex))
@@ -33,52 +34,12 @@ uint64_t rnd(uint64_t *s);
 byval_lru_stats_t stats(byval_lru_t *lru);
 void expect_stats(byval_lru_t *lru, const long *want, int line);
 /* ---- end of shared lines ------------------------------------------------ */
+void test_zombies(void **state);
 void test_bound_1m_inserts_random_refs(void **state);
 void test_sharded_bound_and_bytes(void **state);
 void test_threads_16_shared_keys(void **state);
 void test_fork_child_empty_no_callback(void **state);
 void test_fork_while_hammered(void **state);
-void test_ptrmap(void **state);
-
-unsigned char *mkb(unsigned char *b, uint64_t k)
-{
-    memcpy(b, &k, sizeof(k)); /* the rest stays zero */
-    return b;
-}
-
-uint64_t key_of(const void *key)
-{
-    uint64_t k;
-    memcpy(&k, key, sizeof(k));
-    return k;
-}
-
-uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1DULL;
-}
-
-byval_lru_stats_t stats(byval_lru_t *lru)
-{
-    byval_lru_stats_t st;
-    byval_lru_stats(lru, &st);
-    return st;
-}
-
-void expect_stats(byval_lru_t *lru, const long *want, int line)
-{
-    static const char *name[] = {"size", "referenced", "hits", "misses", "inserts",
-                                 "evictions", "removals"};
-    byval_lru_stats_t st = stats(lru);
-    const long got[7] = {(long)st.size, (long)st.referenced, (long)st.hits, (long)st.misses,
-                         (long)st.inserts, (long)st.evictions, (long)st.removals};
-    for (int i = 0; i < 7; i++)
-        if (want[i] >= 0 && want[i] != got[i])
-            fail_msg("line %d: stats.%s = %ld, expected %ld", line, name[i], got[i], want[i]);
-}
 
 /* Every release: key and value; bad when bytes 8.. of the key are not the
  * zeros the entry was created with (the callback gets the entry's key). */
@@ -94,17 +55,14 @@ static void log_evict(void *ctx, const void *key, void *value)
 {
     evlog_t *l = ctx;
     static const unsigned char zero[KLEN - 8];
-    if (memcmp((const unsigned char *)key + 8, zero, sizeof(zero)) != 0 || l->n >= MAXREL) {
-        l->bad++;
-        return;
-    }
-    l->key[l->n] = key_of(key);
-    l->val[l->n++] = value;
+    l->bad += memcmp((const unsigned char *)key + 8, zero, sizeof(zero)) != 0;
+    if (l->n < MAXREL)
+        l->key[l->n] = key_of(key), l->val[l->n++] = value;
 }
 
 #define V(k) ((void *)(uintptr_t)(0x1000 + (k)))
 
-static void test_get_insert_put_remove(void **state)
+static void test_get_insert_put_remove_exists(void **state)
 {
     evlog_t l = {0};
     assert_null(byval_lru_create(0, KLEN, NULL, NULL));
@@ -113,8 +71,7 @@ static void test_get_insert_put_remove(void **state)
     void *v = NULL;
     assert_int_equal(GET(lru, 1, 0, &v), 0);
     assert_int_equal(INS(lru, 1, V(1), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(GET(lru, 1, 0, &v), 1);
-    assert_ptr_equal(v, V(1));
+    assert_true(GET(lru, 1, 0, &v) == 1 && v == V(1));
     assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT); /* no reference held */
     assert_int_equal(PUT(lru, 2), BYVAL_LRU_NOENT); /* unknown key */
     assert_int_equal(GET(lru, 1, 1, &v), 1);
@@ -128,26 +85,17 @@ static void test_get_insert_put_remove(void **state)
     assert_int_equal(RM(lru, 1), BYVAL_LRU_NOENT);
     assert_int_equal(GET(lru, 1, 0, &v), 0);
     EXPECT(lru, 0, 0, 3, 2, 1, 0, 1);
-    byval_lru_set_capacity(lru, 9);
-    assert_int_equal(stats(lru).capacity, 9);
-    byval_lru_destroy(lru);
-    assert_true(l.n == 1 && l.bad == 0);
-}
-
-static void test_exists_path(void **state)
-{
-    evlog_t l = {0};
-    byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
-    void *ex = NULL, *v = NULL;
-    assert_int_equal(INS(lru, 7, V(1), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(INS(lru, 7, V(2), 1, &ex), BYVAL_LRU_EXISTS);
-    assert_ptr_equal(ex, V(1));
-    EXPECT(lru, 1, 1, 0, 0, 1, 0, 0); /* the existing entry got the reference */
-    assert_int_equal(GET(lru, 7, 0, &v), 1);
-    assert_ptr_equal(v, V(1)); /* V(2) was not stored */
+    /* EXISTS: value not stored, the existing entry referenced */
+    void *ex = NULL;
+    assert_int_equal(INS(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK);
+    assert_true(INS(lru, 7, V(8), 1, &ex) == BYVAL_LRU_EXISTS && ex == V(7));
+    EXPECT(lru, 1, 1, 3, 2, 2, 0, 1);
+    assert_true(GET(lru, 7, 0, &v) == 1 && v == V(7));
     assert_int_equal(PUT(lru, 7), 0);
+    byval_lru_set_capacity(lru, 9);
+    assert_true(stats(lru).capacity == 9 && stats(lru).size == 1);
     byval_lru_destroy(lru);
-    assert_true(l.n == 1 && l.val[0] == V(1)); /* V(2) was never released */
+    assert_true(l.n == 2 && l.val[1] == V(7) && l.bad == 0); /* V(8) never released */
 }
 
 /* Heap values freed by the callback: ASan proves no leak on FULL. */
@@ -163,19 +111,16 @@ static void test_full_path(void **state)
     byval_lru_t *lru = byval_lru_create(4, KLEN, free_evict, &released);
     for (uint64_t i = 0; i < 4; i++)
         assert_int_equal(INS(lru, i, malloc(8), 1, NULL), BYVAL_LRU_OK);
-    for (int take = 0; take < 2; take++) {
+    for (int take = 0; take < 2; take++) { /* not stored: still ours to free */
         void *val = malloc(8);
-        assert_int_equal(INS(lru, 100, val, take, NULL), BYVAL_LRU_FULL);
-        free(val); /* not stored: still ours */
-        assert_int_equal(GET(lru, 100, 0, NULL), 0);
+        assert_true(INS(lru, 100, val, take, NULL) == BYVAL_LRU_FULL && !GET(lru, 100, 0, NULL));
+        free(val);
     }
     EXPECT(lru, 4, 4, -1, -1, 4, 0, 0);
-    assert_int_equal(stats(lru).high_water, 4);
-    assert_int_equal(released, 0);
+    assert_true(stats(lru).high_water == 4 && released == 0);
     assert_int_equal(PUT(lru, 2), 0);
     assert_int_equal(INS(lru, 100, malloc(8), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(released, 1);
-    assert_int_equal(GET(lru, 2, 0, NULL), 0); /* the one put was evicted */
+    assert_true(released == 1 && GET(lru, 2, 0, NULL) == 0); /* the one put was evicted */
     EXPECT(lru, 4, 3, -1, -1, 5, 1, 0);
     byval_lru_destroy(lru); /* referenced entries too */
     assert_int_equal(released, 5);
@@ -195,19 +140,14 @@ static void test_eviction_order(void **state)
     assert_int_equal(PUT(lru, 3), 0);                           /* 3 most recent */
     assert_int_equal(INS(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -5 */
     EXPECT(lru, 4, 0, 2, 0, 8, 4, 0);
-    assert_int_equal(stats(lru).high_water, 4);
     const uint64_t want[] = {2, 4, 1, 5};
-    assert_int_equal(l.n, 4);
-    for (size_t i = 0; i < 4; i++) {
-        assert_int_equal(l.key[i], want[i]);
-        assert_ptr_equal(l.val[i], V(want[i])); /* its own value */
-    }
+    assert_true(l.n == 4 && l.bad == 0);
+    for (size_t i = 0; i < 4; i++) /* in LRU order, each with its own value */
+        assert_true(l.key[i] == want[i] && l.val[i] == V(want[i]));
     byval_lru_destroy(lru);
-    assert_int_equal(l.bad, 0);
 }
 
 /* ---- randomised model check ------------------------------------------ */
-
 #define MK 64
 
 typedef struct mkey {
@@ -235,16 +175,12 @@ static void model_evict(void *ctx, const void *key, void *value)
     model_t *m = ctx;
     uint64_t k = key_of(key);
     uintptr_t v = (uintptr_t)value;
-    if (k >= MK || m->ngot >= MAXREL) {
-        m->bad++;
-        return;
-    }
+    if (k >= MK || m->ngot >= MAXREL)
+        return (void)m->bad++;
     mkey_t *e = &m->k[k];
     uint32_t eff = e->refs - (m->put_key == (int)k && !e->zombie && e->refs);
-    if (!((e->live && e->val == v && eff == 0) ||
-          (e->zombie && e->zval == v && e->zrefs == 1 && m->put_key == (int)k))) {
-        m->bad++;
-    }
+    m->bad += !((e->live && e->val == v && eff == 0) ||
+                (e->zombie && e->zval == v && e->zrefs == 1 && m->put_key == (int)k));
     m->got[m->ngot++] = v;
 }
 
@@ -257,9 +193,7 @@ static void model_trim(model_t *m, size_t limit)
                 best = &m->k[i];
         if (!best)
             return;
-        best->live = 0;
-        m->size--;
-        m->evictions++;
+        best->live = 0, m->size--, m->evictions++;
         m->exp[m->nexp++] = best->val;
     }
 }
@@ -301,10 +235,10 @@ static void model_run(size_t cap, uint64_t seed, long ops)
             assert_int_equal(GET(lru, k, ref, &v), e->live);
             if (e->live) {
                 assert_int_equal((uintptr_t)v, e->val);
-                if (ref)
-                    e->refs++;
-                else if (!e->refs)
-                    e->stamp = ++m.clock;
+                if (ref || e->refs)
+                    e->refs += (uint32_t)ref;
+                else
+                    e->stamp = ++m.clock; /* touched */
             }
         } else if (op < 30) { /* insert */
             int rc = INS(lru, k, serial, ref, &v);
@@ -316,10 +250,7 @@ static void model_run(size_t cap, uint64_t seed, long ops)
                 assert_int_equal(rc, BYVAL_LRU_FULL);
             } else {
                 assert_int_equal(rc, BYVAL_LRU_OK);
-                e->live = 1;
-                e->refs = (uint32_t)ref;
-                e->stamp = ++m.clock;
-                e->val = serial;
+                e->live = 1, e->refs = (uint32_t)ref, e->stamp = ++m.clock, e->val = serial;
                 if (++m.size > m.high)
                     m.high = m.size;
             }
@@ -333,13 +264,10 @@ static void model_run(size_t cap, uint64_t seed, long ops)
             if (e->live) {
                 e->live = 0;
                 m.size--;
-                if (e->refs) {
-                    e->zombie = 1;
-                    e->zrefs = e->refs;
-                    e->zval = e->val;
-                } else {
+                if (e->refs) /* referenced: becomes a zombie */
+                    e->zombie = 1, e->zrefs = e->refs, e->zval = e->val;
+                else
                     m.exp[m.nexp++] = e->val;
-                }
             }
         } else { /* shrink or grow; every second time back to cap */
             m.cap = n % 2 ? 1 + rnd(&seed) % (2 * cap) : cap;
@@ -354,11 +282,9 @@ static void model_run(size_t cap, uint64_t seed, long ops)
         assert_int_equal(st.high_water, m.high);
         assert_true(st.size <= m.cap || st.size == st.referenced);
     }
-    for (int k = 0; k < MK; k++) { /* drop every reference the test holds */
-        m.nexp = 0;
+    for (int k = 0; k < MK; k++) /* drop every reference the test holds */
         while (m.k[k].zombie || (m.k[k].live && m.k[k].refs))
-            model_put(&m, lru, k);
-    }
+            m.nexp = 0, model_put(&m, lru, k);
     assert_int_equal(stats(lru).referenced, 0);
     byval_lru_destroy(lru);
     assert_int_equal(m.bad, 0);
@@ -375,7 +301,6 @@ static void test_model_random(void **state)
 }
 
 /* ---- callbacks run without the lock ----------------------------------- */
-
 typedef struct reent {
     byval_lru_t *lru;
     int calls, self_hits, other_hits, inserted;
@@ -384,8 +309,8 @@ typedef struct reent {
 static void reent_evict(void *ctx, const void *key, void *value)
 {
     reent_t *r = ctx;
-    if (!r->lru)
-        return; /* destroy */
+    if (!r->lru) /* destroy */
+        return;
     r->calls++;
     r->self_hits += byval_lru_get(r->lru, key, 0, NULL);
     r->other_hits += GET(r->lru, 1000, 0, NULL);
@@ -402,79 +327,61 @@ static int pred_small(void *ctx, const void *key, void *value)
 static void test_callback_without_lock(void **state)
 {
     reent_t r = {0};
-    r.lru = byval_lru_create(64, KLEN, reent_evict, &r);
+    byval_lru_t *c = r.lru = byval_lru_create(64, KLEN, reent_evict, &r);
     alarm(20); /* a deadlock kills the binary: the test fails */
     INS(r.lru, 1000, V(0), 1, NULL);
     for (uint64_t i = 0; i < 70; i++) /* evictions from insert */
         assert_int_equal(INS(r.lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
     assert_int_equal(r.calls, 8); /* 1000, 2000 and 0..69 into 64 */
     assert_int_equal(RM(r.lru, 69), BYVAL_LRU_OK); /* remove */
-    GET(r.lru, 68, 1, NULL);
-    RM(r.lru, 68);
-    assert_int_equal(PUT(r.lru, 68), 0); /* zombie release */
-    assert_int_equal(r.calls, 10);
+    assert_true(GET(r.lru, 68, 1, NULL) && RM(r.lru, 68) == BYVAL_LRU_OK);
+    assert_true(PUT(r.lru, 68) == 0 && r.calls == 10); /* zombie release */
     assert_int_equal(stats(r.lru).size, 62); /* 1000, 2000 and 8..67 */
-    assert_int_equal(byval_lru_remove_if(r.lru, pred_small, NULL), 60);
-    assert_int_equal(r.calls, 70);
+    assert_true(byval_lru_remove_if(r.lru, pred_small, NULL) == 60 && r.calls == 70);
     assert_int_equal(PUT(r.lru, 2000), 0);
     byval_lru_set_capacity(r.lru, 1); /* evicts 2000 */
     assert_int_equal(r.calls, 71);
     alarm(0);
     /* the released key was gone, the other key found, the insert done */
     assert_true(r.self_hits == 0 && r.other_hits == r.calls && r.inserted == 1);
-    byval_lru_t *c = r.lru;
-    r.lru = NULL;
+    r.lru = NULL; /* destroy: the callback must not use the dying cache */
     byval_lru_destroy(c);
 }
 
-/* ---- zombies ---------------------------------------------------------- */
-
-static int pred_even(void *ctx, const void *key, void *value)
+/* ---- ptrmap ----------------------------------------------------------------- */
+static void test_ptrmap(void **state)
 {
-    return key_of(key) % 2 == 0;
-}
-
-static void test_zombies(void **state)
-{
-    evlog_t l = {0};
-    byval_lru_t *lru = byval_lru_create(8, KLEN, log_evict, &l);
-    void *v = NULL;
-    assert_int_equal(INS(lru, 1, V(1), 1, NULL), BYVAL_LRU_OK);
-    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
-    assert_int_equal(l.n, 0);                    /* referenced: not released */
-    assert_int_equal(GET(lru, 1, 0, &v), 0);     /* but gone from lookups */
-    EXPECT(lru, 0, 0, -1, -1, 1, 0, 1);
-    assert_int_equal(INS(lru, 1, V(2), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(GET(lru, 1, 0, &v), 1);
-    assert_ptr_equal(v, V(2));
-    assert_int_equal(PUT(lru, 1), 0); /* last reference of the zombie */
-    assert_true(l.n == 1 && l.val[0] == V(1));
-    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT);
-    assert_int_equal(GET(lru, 1, 0, &v), 1); /* the new one untouched */
-    assert_ptr_equal(v, V(2));
-    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
-    assert_int_equal(l.n, 2);
-
-    /* remove_if: 2 4 referenced (zombies), 6 8 not; 3 (referenced) 5 7 stay */
-    l.n = 0;
-    for (uint64_t i = 2; i <= 8; i++)
-        assert_int_equal(INS(lru, i, V(i), i <= 4, NULL), BYVAL_LRU_OK);
-    assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
-    assert_int_equal(l.n, 2);
-    assert_true((l.key[0] == 6 && l.key[1] == 8) || (l.key[0] == 8 && l.key[1] == 6));
-    EXPECT(lru, 3, 1, -1, -1, -1, 0, 6);
-    assert_int_equal(GET(lru, 4, 0, NULL), 0);
-    assert_int_equal(PUT(lru, 4), 0);
-    assert_true(l.n == 3 && l.key[2] == 4 && l.val[2] == V(4));
-    byval_lru_destroy(lru); /* zombie 2 and 3 5 7 */
-    assert_true(l.n == 7 && l.bad == 0);
+    byval_ptrmap_t *m = byval_ptrmap_create(KLEN);
+    unsigned char out[KLEN];
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 1);
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 2);
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(2)), -1); /* key mismatch */
+    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(2)), 1);
+    assert_int_equal(byval_ptrmap_size(m), 2);
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, out), 1); /* the mismatch added none */
+    assert_memory_equal(out, KB(1), KLEN); /* the key it was mapped from */
+    assert_int_equal(byval_ptrmap_unref(m, 0x3000, out), -1); /* unknown */
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), 0);
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), -1); /* gone at 0 */
+    assert_int_equal(byval_ptrmap_size(m), 1);
+    assert_true(byval_ptrmap_ref(NULL, 1, KB(1)) == -1 && byval_ptrmap_ref(m, 1, NULL) == -1);
+    assert_int_equal(byval_ptrmap_unref(NULL, 0x1000, NULL), -1);
+    for (uintptr_t p = 16; p < 10016; p++) /* 0x2000 is mapped already */
+        assert_int_equal(byval_ptrmap_ref(m, p << 12, KB(p)), 1);
+    assert_int_equal(byval_ptrmap_size(m), 10001);
+    assert_int_equal(byval_ptrmap_unref(m, 77 << 12, out), 0);
+    assert_memory_equal(out, KB(77), KLEN);
+    byval_ptrmap_clear(m); /* forgets everything (entries freed: ASan) */
+    assert_int_equal(byval_ptrmap_size(m), 0);
+    assert_int_equal(byval_ptrmap_unref(m, 0x2000, NULL), -1);
+    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(3)), 1); /* usable after */
+    byval_ptrmap_destroy(m);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_insert_put_remove),
-        cmocka_unit_test(test_exists_path),
+        cmocka_unit_test(test_get_insert_put_remove_exists),
         cmocka_unit_test(test_full_path),
         cmocka_unit_test(test_eviction_order),
         cmocka_unit_test(test_model_random),

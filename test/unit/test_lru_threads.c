@@ -1,10 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * test_lru_threads.c - the LRU cache at scale (bound under 1e6 inserts,
- * sharded capacity, bytes per entry), under 16 threads, across fork(), and
- * the pointer map. Part of the test_lru binary (main is in test_lru.c).
- * LRU_TEST_SCALE=0.1 shortens the long loops (sanitizer builds).
- */
+/* test_lru_threads.c - part of test_lru (main in test_lru.c): shared helpers,
+ * zombies, bound under 1e6 inserts, shards and bytes per entry, 16 threads,
+ * fork. LRU_TEST_SCALE=0.1 shortens the long loops (sanitizer builds). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,31 +20,64 @@
 
 #include "cache/lru.h"
 #include "cache/lru_internal.h"
-#include "cache/ptrmap.h"
 
-/* Defined in test_lru.c. */
+/* ---- shared with test_lru.c (same lines there) -------------------------- */
 #define KLEN 16
 #define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
 #define INS(c, k, v, ref, ex) byval_lru_insert((c), KB(k), (void *)(uintptr_t)(v), (ref), (ex))
 #define GET(c, k, ref, v) byval_lru_get((c), KB(k), (ref), (v))
 #define PUT(c, k) byval_lru_put((c), KB(k))
 #define RM(c, k) byval_lru_remove((c), KB(k))
+/* Expected stats, -1 = any: size referenced hits misses inserts evictions removals */
+#define EXPECT(c, ...) expect_stats((c), (const long[7]){__VA_ARGS__}, __LINE__)
 unsigned char *mkb(unsigned char *b, uint64_t k);
 uint64_t key_of(const void *key);
 uint64_t rnd(uint64_t *s);
 byval_lru_stats_t stats(byval_lru_t *lru);
-void test_bound_1m_inserts_random_refs(void **state);
-void test_sharded_bound_and_bytes(void **state);
-void test_threads_16_shared_keys(void **state);
-void test_fork_child_empty_no_callback(void **state);
-void test_fork_while_hammered(void **state);
-void test_ptrmap(void **state);
+void expect_stats(byval_lru_t *lru, const long *want, int line);
+/* ---- end of shared lines ------------------------------------------------ */
+unsigned char *mkb(unsigned char *b, uint64_t k)
+{
+    return memcpy(b, &k, sizeof(k)); /* the rest stays zero */
+}
+
+uint64_t key_of(const void *key)
+{
+    uint64_t k;
+    memcpy(&k, key, sizeof(k));
+    return k;
+}
+
+uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+byval_lru_stats_t stats(byval_lru_t *lru)
+{
+    byval_lru_stats_t st;
+    byval_lru_stats(lru, &st);
+    return st;
+}
+
+void expect_stats(byval_lru_t *lru, const long *want, int line)
+{
+    static const char *name[] = {"size", "ref'd", "hits", "misses", "inserts", "evict", "rm"};
+    byval_lru_stats_t st = stats(lru);
+    const long got[7] = {(long)st.size, (long)st.referenced, (long)st.hits, (long)st.misses,
+                         (long)st.inserts, (long)st.evictions, (long)st.removals};
+    for (int i = 0; i < 7; i++)
+        if (want[i] >= 0 && want[i] != got[i])
+            fail_msg("line %d: stats.%s = %ld, expected %ld", line, name[i], got[i], want[i]);
+}
 
 static long scaled(long n, long min)
 {
-    const char *s = getenv("LRU_TEST_SCALE");
-    double f = s ? strtod(s, NULL) : 1.0;
-    long r = (long)(n * (f > 0 && f <= 1 ? f : 1.0));
+    double f = getenv("LRU_TEST_SCALE") ? strtod(getenv("LRU_TEST_SCALE"), NULL) : 1.0;
+    long r = (long)((double)n * (f > 0 && f <= 1 ? f : 1.0));
     return r < min ? min : r;
 }
 
@@ -57,69 +87,51 @@ static void count_evict(void *ctx, const void *key, void *value)
 }
 
 /* ---- holds its bound under 1,000,000 inserts with random references --- */
-
 #define BKEYS 5000
 #define BHOLD 64
-
 typedef struct bound {
     uint32_t held[BKEYS]; /* references the test holds, per key */
-    long released;
-    int bad;
+    long released, bad;
 } bound_t;
 
 static void bound_evict(void *ctx, const void *key, void *value)
 {
     bound_t *b = ctx;
     uint64_t k = key_of(key);
-    if (k >= BKEYS || (uintptr_t)value != k + 1 || b->held[k] != 0)
-        b->bad++; /* wrong value, or an entry the test holds */
+    b->bad += k >= BKEYS || (uintptr_t)value != k + 1 || b->held[k] != 0;
     b->released++;
 }
 
 void test_bound_1m_inserts_random_refs(void **state)
 {
     bound_t *b = calloc(1, sizeof(*b));
-    const size_t cap = 1000;
-    byval_lru_t *lru = byval_lru_create(cap, KLEN, bound_evict, b);
-    uint32_t ring[BHOLD];
-    size_t nheld = 0, head = 0;
+    const long cap = 1000;
+    byval_lru_t *lru = byval_lru_create((size_t)cap, KLEN, bound_evict, b);
+    uint32_t hold[BHOLD] = {0}; /* keys referenced (1..BKEYS-1), 0 = free slot */
     uint64_t seed = 42;
     long n = scaled(1000000, 20000), stored = 0;
     for (long i = 0; i < n; i++) {
-        uint32_t k = (uint32_t)(rnd(&seed) % BKEYS);
-        int ref = rnd(&seed) % 8 == 0;
-        int rc = INS(lru, k, k + 1, ref, NULL);
+        uint32_t k = 1 + (uint32_t)(rnd(&seed) % (BKEYS - 1)), *slot = &hold[rnd(&seed) % BHOLD];
+        int ref = rnd(&seed) % 8 == 0, rc = INS(lru, k, k + 1, ref, NULL);
         assert_true(rc == BYVAL_LRU_OK || rc == BYVAL_LRU_EXISTS); /* never FULL */
         stored += rc == BYVAL_LRU_OK;
-        if (ref) {
-            if (nheld == BHOLD) { /* drop the oldest reference */
-                uint32_t o = ring[head];
-                head = (head + 1) % BHOLD;
-                nheld--;
-                b->held[o]--;
-                assert_true(PUT(lru, o) >= 0);
-            }
-            ring[(head + nheld++) % BHOLD] = k;
-            b->held[k]++;
+        if (ref && *slot) { /* drop the reference held in the slot */
+            b->held[*slot]--;
+            assert_true(PUT(lru, *slot) >= 0);
         }
-        if (i % 3 == 0) /* touch another key: shuffles the LRU order */
-            GET(lru, rnd(&seed) % BKEYS, 0, NULL);
-        if ((i & 255) == 255) {
-            byval_lru_stats_t st = stats(lru);
-            assert_true(st.size <= cap);
-            assert_true(st.high_water <= cap);
-            assert_int_equal(b->bad, 0);
-        }
+        if (ref)
+            b->held[*slot = k]++;
+        GET(lru, rnd(&seed) % BKEYS, 0, NULL); /* shuffles the LRU order */
+        if ((i & 255) == 255)
+            assert_true(stats(lru).size <= (size_t)cap && stats(lru).high_water <= (size_t)cap);
     }
-    byval_lru_stats_t st = stats(lru);
-    assert_true(st.size <= cap && st.size >= cap * 9 / 10);
-    assert_int_equal(st.inserts, stored);
-    assert_int_equal(st.evictions, stored - (long)st.size);
-    assert_int_equal(st.evictions, b->released);
-    while (nheld--) {
-        b->held[ring[head]]--;
-        assert_true(PUT(lru, ring[head]) >= 0);
-        head = (head + 1) % BHOLD;
+    EXPECT(lru, cap, -1, -1, -1, stored, stored - cap, 0); /* every shard full */
+    assert_int_equal(b->released, stored - cap);
+    for (int j = 0; j < BHOLD; j++) {
+        if (hold[j]) {
+            b->held[hold[j]]--;
+            assert_true(PUT(lru, hold[j]) >= 0);
+        }
     }
     assert_int_equal(stats(lru).referenced, 0);
     byval_lru_destroy(lru);
@@ -129,53 +141,42 @@ void test_bound_1m_inserts_random_refs(void **state)
 }
 
 /* ---- sharded capacity, bytes per entry --------------------------------- */
-
-#define SKLEN 48
-
 void test_sharded_bound_and_bytes(void **state)
 {
-    const size_t cap = 100000;
+    const long cap = 100000, n = cap + scaled(50000, 20000);
     atomic_long released = 0;
-    byval_lru_t *lru = byval_lru_create(cap, SKLEN, count_evict, &released);
-    unsigned char key[SKLEN] = {0};
+    byval_lru_t *lru = byval_lru_create((size_t)cap, 48, count_evict, &released);
+    unsigned char key[48] = {[47] = 0x5a};
     size_t sum = 0;
     assert_true(lru->nshards > 1);
     for (unsigned i = 0; i < lru->nshards; i++)
         sum += lru->shards[i].capacity;
     assert_int_equal(sum, cap);
-    long n = (long)cap + scaled(50000, 20000);
-    key[SKLEN - 1] = 0x5a;
     for (long i = 0; i < n; i++) {
         memcpy(key + 20, &i, sizeof(i));
         assert_int_equal(byval_lru_insert(lru, key, NULL, i < 1000, NULL), BYVAL_LRU_OK);
         if ((i & 4095) == 0)
-            assert_true(stats(lru).size <= cap);
+            assert_true(stats(lru).size <= (size_t)cap);
     }
     byval_lru_stats_t st = stats(lru);
-    printf("%u shards, %zu entries, %zu bytes per entry\n", lru->nshards, st.size,
-           st.bytes_per_entry);
-    assert_int_equal(st.size, cap); /* every shard saw more than its share */
-    assert_true(st.high_water <= cap);
-    assert_int_equal(st.evictions, n - (long)cap);
-    assert_int_equal(released, n - (long)cap);
-    assert_int_equal(st.referenced, 1000);
+    printf("%u shards, %zu entries, %zu bytes each\n", lru->nshards, st.size, st.bytes_per_entry);
+    EXPECT(lru, cap, 1000, 0, 0, n, n - cap, 0); /* every shard saw more than its share */
+    assert_true(st.high_water <= (size_t)cap && st.capacity == (size_t)cap);
+    assert_int_equal(released, n - cap);
     assert_true(st.size >= 10000 && st.bytes_per_entry <= 128);
     for (long i = 0; i < 1000; i++) { /* the referenced ones survived */
         memcpy(key + 20, &i, sizeof(i));
         assert_int_equal(byval_lru_put(lru, key), 0);
     }
-    byval_lru_set_capacity(lru, cap / 10);
-    st = stats(lru);
-    assert_int_equal(st.size, cap / 10); /* nothing referenced: trimmed exactly */
+    byval_lru_set_capacity(lru, (size_t)cap / 10);
+    EXPECT(lru, cap / 10, 0, -1, -1, -1, n - cap / 10, 0); /* trimmed exactly */
     byval_lru_destroy(lru);
     assert_int_equal(released, n);
 }
 
-/* ---- 16 threads -------------------------------------------------------- */
-
+/* ---- 16 threads on a small key set --------------------------------------- */
 #define TTHREADS 16
 #define THOLD 4
-
 typedef struct inst {
     atomic_int state; /* 0 in the cache, 1 released, 2 never stored */
     uint32_t key;
@@ -183,17 +184,11 @@ typedef struct inst {
 
 typedef struct tshared {
     byval_lru_t *lru;
-    uint32_t nkeys;
-    long ops;
     inst_t *pool;
+    long ops, nkeys;
     atomic_long next, stored, released;
     atomic_int bad;
 } tshared_t;
-
-typedef struct targ {
-    tshared_t *sh;
-    uint64_t seed;
-} targ_t;
 
 static void inst_evict(void *ctx, const void *key, void *value)
 {
@@ -206,17 +201,19 @@ static void inst_evict(void *ctx, const void *key, void *value)
 
 static void *hammer_refs(void *p)
 {
-    targ_t *a = p;
-    tshared_t *sh = a->sh;
+    tshared_t *sh = p;
+    uint64_t s = (uint64_t)pthread_self() | 1, *seed = &s;
     uint32_t hold[THOLD];
     int nh = 0;
-    for (long i = 0; i < sh->ops; i++) {
-        uint32_t k = (uint32_t)(rnd(&a->seed) % sh->nkeys), op = rnd(&a->seed) % 8;
+    for (long i = 0; i < sh->ops || nh; i++) {
+        uint32_t k = (uint32_t)(rnd(seed) % (uint64_t)sh->nkeys), op = rnd(seed) % 8;
         int got = 0;
-        if (op < 2) {
-            got = GET(sh->lru, k, 1, NULL);
-        } else if (op == 2) {
-            GET(sh->lru, k, 0, NULL);
+        if (i >= sh->ops || (op >= 5 && op < 7 && nh)) { /* put a held reference */
+            int j = (int)(rnd(seed) % (uint64_t)nh);
+            atomic_fetch_add(&sh->bad, PUT(sh->lru, hold[j]) < 0); /* it must exist */
+            hold[j] = hold[--nh];
+        } else if (op < 3) {
+            got = GET(sh->lru, k, op < 2, NULL) && op < 2;
         } else if (op < 5) {
             inst_t *in = &sh->pool[atomic_fetch_add(&sh->next, 1)];
             in->key = k;
@@ -225,50 +222,33 @@ static void *hammer_refs(void *p)
                 atomic_fetch_add(&sh->stored, 1);
             else
                 atomic_store(&in->state, 2);
-            got = op == 3 && rc >= 0;
-        } else if (op < 7 && nh) {
-            int j = (int)(rnd(&a->seed) % (uint64_t)nh);
-            if (PUT(sh->lru, hold[j]) < 0) /* a held reference must exist */
-                atomic_fetch_add(&sh->bad, 1);
-            hold[j] = hold[--nh];
+            got = op == 3 && rc >= 0; /* OK or EXISTS: referenced */
         } else if (op == 7) {
             RM(sh->lru, k);
         }
-        if (got && nh == THOLD && PUT(sh->lru, k) < 0)
-            atomic_fetch_add(&sh->bad, 1);
-        else if (got && nh < THOLD)
+        if (got && nh == THOLD)
+            atomic_fetch_add(&sh->bad, PUT(sh->lru, k) < 0);
+        else if (got)
             hold[nh++] = k;
     }
-    while (nh)
-        if (PUT(sh->lru, hold[--nh]) < 0)
-            atomic_fetch_add(&sh->bad, 1);
     return NULL;
 }
 
 static void threads_run(size_t cap, uint32_t nkeys)
 {
-    tshared_t sh = {.nkeys = nkeys, .ops = scaled(20000, 2000)};
+    tshared_t sh = {.nkeys = (long)nkeys, .ops = scaled(20000, 2000)};
     pthread_t t[TTHREADS];
-    targ_t a[TTHREADS];
     sh.pool = calloc((size_t)(sh.ops * TTHREADS), sizeof(inst_t));
     sh.lru = byval_lru_create(cap, KLEN, inst_evict, &sh);
-    for (int i = 0; i < TTHREADS; i++) {
-        a[i] = (targ_t){&sh, 0x1234567ULL * (uint64_t)(i + 1)};
-        assert_int_equal(pthread_create(&t[i], NULL, hammer_refs, &a[i]), 0);
-    }
+    for (int i = 0; i < TTHREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, hammer_refs, &sh), 0);
     for (int i = 0; i < TTHREADS; i++)
         pthread_join(t[i], NULL);
-    byval_lru_stats_t st = stats(sh.lru);
-    assert_int_equal(st.referenced, 0);
-    assert_true(st.size <= cap && st.high_water <= cap);
-    assert_int_equal(st.inserts, sh.stored);
+    EXPECT(sh.lru, -1, 0, -1, -1, sh.stored, -1, -1);
+    assert_true(stats(sh.lru).high_water <= cap);
     byval_lru_destroy(sh.lru);
-    assert_int_equal(sh.bad, 0);
-    assert_int_equal(sh.released, sh.stored);
-    long released = 0;
-    for (long i = 0; i < sh.next; i++)
-        released += atomic_load(&sh.pool[i].state) == 1;
-    assert_int_equal(released, sh.stored); /* each stored instance exactly once */
+    assert_int_equal(sh.bad, 0); /* no double release, none of a value never stored */
+    assert_int_equal(sh.released, sh.stored); /* so: each stored value exactly once */
     free(sh.pool);
 }
 
@@ -278,8 +258,51 @@ void test_threads_16_shared_keys(void **state)
     threads_run(128, 160); /* two shards */
 }
 
-/* ---- fork --------------------------------------------------------------- */
+/* ---- zombies: removed while referenced ----------------------------------- */
+typedef struct zlog {
+    int n;
+    uint64_t key; /* of the last release */
+    void *val;
+} zlog_t;
 
+static void zlog_evict(void *ctx, const void *key, void *value)
+{
+    zlog_t *z = ctx;
+    z->n++, z->key = key_of(key), z->val = value;
+}
+
+static int pred_even(void *ctx, const void *key, void *value)
+{
+    return key_of(key) % 2 == 0;
+}
+
+void test_zombies(void **state)
+{
+    zlog_t z = {0};
+    byval_lru_t *lru = byval_lru_create(8, KLEN, zlog_evict, &z);
+    void *v = NULL;
+    assert_int_equal(INS(lru, 1, 0x11, 1, NULL), BYVAL_LRU_OK);
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
+    assert_true(z.n == 0 && GET(lru, 1, 0, &v) == 0); /* not released, not found */
+    EXPECT(lru, 0, 0, -1, -1, 1, 0, 1);
+    assert_int_equal(INS(lru, 1, 0x12, 0, NULL), BYVAL_LRU_OK); /* same key again */
+    assert_int_equal(PUT(lru, 1), 0); /* last reference of the zombie */
+    assert_true(z.n == 1 && z.key == 1 && z.val == (void *)0x11);
+    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT);
+    assert_true(GET(lru, 1, 0, &v) == 1 && v == (void *)0x12); /* untouched */
+    /* remove_if: 2 4 referenced (zombies), 6 8 not; 3 (referenced) 5 7 stay */
+    for (uint64_t i = 2; i <= 8; i++)
+        assert_int_equal(INS(lru, i, i, i <= 4, NULL), BYVAL_LRU_OK);
+    assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
+    assert_true(z.n == 3 && (z.key == 6 || z.key == 8) && z.val == (void *)z.key);
+    EXPECT(lru, 4, 1, -1, -1, -1, 0, 5);
+    assert_true(GET(lru, 4, 0, NULL) == 0 && PUT(lru, 4) == 0);
+    assert_true(z.n == 4 && z.key == 4 && z.val == (void *)4);
+    byval_lru_destroy(lru); /* zombie 2, and 1 3 5 7 */
+    assert_int_equal(z.n, 9);
+}
+
+/* ---- fork ----------------------------------------------------------------- */
 typedef struct forkctx {
     int fd, report, count;
 } forkctx_t;
@@ -295,139 +318,82 @@ static void fork_evict(void *ctx, const void *key, void *value)
 
 void test_fork_child_empty_no_callback(void **state)
 {
-    int p[2];
+    int p[2], ws;
     assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
     forkctx_t f = {.fd = p[1], .report = 1};
     byval_lru_t *lru = byval_lru_create(16, KLEN, fork_evict, &f);
     for (int i = 0; i < 5; i++)
         INS(lru, i, 0x100 + i, i < 2, NULL);
-    RM(lru, 1); /* zombie */
+    RM(lru, 1); /* a zombie */
     GET(lru, 2, 0, NULL);
-    pid_t child = fork();
+    pid_t child = fork(), me = getpid(), who = 0;
     assert_true(child >= 0);
-    if (child == 0) {
+    if (child == 0) { /* no cmocka asserts here: the exit code says it */
         alarm(10);
-        int rc = 0;
         byval_lru_stats_t st = stats(lru);
-        if (st.size || st.referenced || st.hits || st.inserts || st.removals || st.high_water)
-            rc |= 1; /* not empty, stats not zeroed */
-        if (st.capacity != 16 || GET(lru, 2, 0, NULL) || PUT(lru, 1) != BYVAL_LRU_NOENT)
-            rc |= 2;
-        if (f.count) /* a callback ran in the child at fork */
-            rc |= 4;
-        f.report = 0; /* from here the callbacks are the child's own */
-        if (INS(lru, 9, 9, 0, NULL) || !GET(lru, 9, 0, NULL) || RM(lru, 9) || f.count != 1)
-            rc |= 8; /* the child's cache is usable */
+        int rc = (st.size || st.referenced || st.hits || st.inserts || st.high_water) << 0;
+        rc |= (st.capacity != 16 || GET(lru, 2, 0, NULL) || PUT(lru, 1) != BYVAL_LRU_NOENT) << 1;
+        rc |= (f.count != 0) << 2; /* a callback ran in the child */
+        f.report = 0;              /* from here the callbacks are the child's own */
+        rc |= (INS(lru, 9, 9, 0, NULL) || !GET(lru, 9, 0, NULL) || RM(lru, 9) || f.count != 1) << 3;
         _exit(rc);
     }
-    int ws;
-    pid_t me = getpid(), who = 0;
-    assert_int_equal(waitpid(child, &ws, 0), child);
-    assert_true(WIFEXITED(ws));
-    assert_int_equal(WEXITSTATUS(ws), 0);
-    assert_int_equal(read(p[0], &who, sizeof(who)), -1); /* nothing from the child */
-    assert_int_equal(errno, EAGAIN);
-    byval_lru_stats_t st = stats(lru); /* the parent's cache intact */
-    assert_int_equal(st.size, 4);
-    assert_int_equal(st.referenced, 1);
+    assert_true(waitpid(child, &ws, 0) == child && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    assert_true(read(p[0], &who, sizeof(who)) == -1 && errno == EAGAIN); /* none from it */
+    EXPECT(lru, 4, 1, 1, 0, 5, 0, 1); /* the parent's cache intact */
     void *v = NULL;
-    assert_int_equal(GET(lru, 2, 0, &v), 1);
-    assert_ptr_equal(v, (void *)0x102);
+    assert_true(GET(lru, 2, 0, &v) == 1 && v == (void *)0x102);
     assert_int_equal(PUT(lru, 1), 0); /* the zombie, released here */
-    assert_int_equal(read(p[0], &who, sizeof(who)), sizeof(who));
-    assert_int_equal(who, me);
+    assert_true(read(p[0], &who, sizeof(who)) == sizeof(who) && who == me);
     byval_lru_destroy(lru);
     assert_int_equal(f.count, 5);
-    close(p[0]);
-    close(p[1]);
+    assert_true(close(p[0]) == 0 && close(p[1]) == 0);
 }
 
-typedef struct hammer {
-    byval_lru_t *lru;
-    atomic_int *stop;
-    uint64_t seed;
-} hammer_t;
+static atomic_int hammer_stop;
 
-static void *hammer_plain(void *p)
+static void *hammer_plain(void *lru)
 {
-    hammer_t *h = p;
-    while (!atomic_load(h->stop)) {
-        uint64_t k = rnd(&h->seed) % 256;
-        if (GET(h->lru, k, 1, NULL))
-            PUT(h->lru, k);
-        INS(h->lru, k, k, 0, NULL);
+    for (uint64_t seed = (uint64_t)pthread_self() | 1; !atomic_load(&hammer_stop);) {
+        uint64_t k = rnd(&seed) % 256;
+        if (GET(lru, k, 1, NULL))
+            PUT(lru, k);
+        INS(lru, k, k, 0, NULL);
         if (k % 7 == 0)
-            RM(h->lru, k);
-        (void)stats(h->lru);
+            RM(lru, k);
+        (void)stats(lru);
     }
     return NULL;
 }
 
 void test_fork_while_hammered(void **state)
 {
-    atomic_long released = 0;
-    atomic_int stop = 0;
+    static atomic_long released;
     byval_lru_t *lru = byval_lru_create(128, KLEN, count_evict, &released);
     pthread_t t[3];
-    hammer_t h[3];
-    for (int i = 0; i < 3; i++) {
-        h[i] = (hammer_t){lru, &stop, 77u + (uint64_t)i};
-        assert_int_equal(pthread_create(&t[i], NULL, hammer_plain, &h[i]), 0);
-    }
-    long forks = scaled(200, 20);
-    for (long i = 0; i < forks; i++) {
+    atomic_store(&hammer_stop, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, hammer_plain, lru), 0);
+    for (long i = 0, forks = scaled(200, 20); i < forks; i++) {
+        int ws;
         pid_t child = fork();
         assert_true(child >= 0);
         if (child == 0) {
             alarm(5); /* a deadlock in the child ends it with SIGALRM */
-            int rc = stats(lru).size != 0 || stats(lru).inserts != 0;
             byval_lru_t *other = byval_lru_create(4, KLEN, NULL, NULL); /* registry lock */
-            rc |= INS(lru, 1, 1, 1, NULL) != BYVAL_LRU_OK || PUT(lru, 1) != 0 || !other;
+            int rc = stats(lru).size != 0 || stats(lru).inserts != 0 || !other;
+            rc |= INS(lru, 1, 1, 1, NULL) != BYVAL_LRU_OK || PUT(lru, 1) != 0;
             byval_lru_destroy(other);
             _exit(rc);
         }
-        int ws;
         assert_int_equal(waitpid(child, &ws, 0), child);
         if (!WIFEXITED(ws))
-            fail_msg("child %ld died with signal %d", i, WTERMSIG(ws));
+            fail_msg("fork %ld: child killed by signal %d", i, WTERMSIG(ws));
         assert_int_equal(WEXITSTATUS(ws), 0);
     }
-    atomic_store(&stop, 1);
+    atomic_store(&hammer_stop, 1);
     for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
     assert_true(stats(lru).size <= 128);
     byval_lru_destroy(lru);
-}
-
-/* ---- ptrmap -------------------------------------------------------------- */
-
-void test_ptrmap(void **state)
-{
-    byval_ptrmap_t *m = byval_ptrmap_create(KLEN);
-    unsigned char out[KLEN];
-    assert_non_null(m);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 1);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 2);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(2)), -1); /* key mismatch */
-    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(2)), 1);
-    assert_int_equal(byval_ptrmap_size(m), 2);
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, out), 1); /* mismatch added none */
-    assert_memory_equal(out, KB(1), KLEN);
-    assert_int_equal(byval_ptrmap_unref(m, 0x3000, out), -1); /* unknown */
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), 0);
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), -1); /* gone at 0 */
-    assert_int_equal(byval_ptrmap_size(m), 1);
-    assert_int_equal(byval_ptrmap_ref(NULL, 0x1000, KB(1)), -1);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, NULL), -1);
-    assert_int_equal(byval_ptrmap_unref(NULL, 0x1000, NULL), -1);
-    for (uintptr_t p = 16; p < 10016; p++) /* 0x2000 is mapped already */
-        assert_int_equal(byval_ptrmap_ref(m, p << 12, KB(p)), 1);
-    assert_int_equal(byval_ptrmap_size(m), 10001);
-    assert_int_equal(byval_ptrmap_unref(m, 77 << 12, out), 0);
-    assert_memory_equal(out, KB(77), KLEN);
-    byval_ptrmap_clear(m); /* forgets everything (entries freed: ASan) */
-    assert_int_equal(byval_ptrmap_size(m), 0);
-    assert_int_equal(byval_ptrmap_unref(m, 0x2000, NULL), -1);
-    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(3)), 1); /* usable after */
-    byval_ptrmap_destroy(m);
 }

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_lru_put.c - byval_lru_put_value: with a removed-but-referenced
+ * entry (zombie) and a newer live entry under the same key, each holder's
+ * put must reach the entry it holds. Plain put goes to the zombie first,
+ * which released the old value while its holder still used it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cache/lru.h"
+#include "cache/ptrmap.h"
+
+static int released[4];
+
+static void on_release(void *ctx, const void *key, void *value)
+{
+    released[(intptr_t)value]++;
+}
+
+static void test_put_value_reaches_the_held_entry(void **state)
+{
+    memset(released, 0, sizeof(released));
+    byval_lru_t *lru = byval_lru_create(8, sizeof(uint64_t), on_release, NULL);
+    assert_non_null(lru);
+    uint64_t k = 42;
+    void *got = NULL;
+    /* Holder 1 holds A; A is removed (zombie); holder 2 inserts B. */
+    assert_int_equal(byval_lru_insert(lru, &k, (void *)1, 1, &got), BYVAL_LRU_OK);
+    assert_int_equal(byval_lru_remove(lru, &k), BYVAL_LRU_OK);
+    assert_int_equal(byval_lru_insert(lru, &k, (void *)2, 1, &got), BYVAL_LRU_OK);
+    /* Holder 2 puts B: A must stay alive for holder 1. */
+    assert_int_equal(byval_lru_put_value(lru, &k, (void *)2), 0);
+    assert_int_equal(released[1], 0);
+    assert_int_equal(released[2], 0);
+    /* A value nobody holds is not found. */
+    assert_int_equal(byval_lru_put_value(lru, &k, (void *)3), BYVAL_LRU_NOENT);
+    /* Holder 1 puts A: released now, B still cached. */
+    assert_int_equal(byval_lru_put_value(lru, &k, (void *)1), 0);
+    assert_int_equal(released[1], 1);
+    assert_int_equal(byval_lru_get(lru, &k, 0, &got), 1);
+    assert_ptr_equal(got, (void *)2);
+    byval_lru_destroy(lru);
+    assert_int_equal(released[2], 1);
+}
+
+static void test_ptrmap_carries_the_value(void **state)
+{
+    byval_ptrmap_t *m = byval_ptrmap_create(sizeof(uint64_t));
+    uint64_t k = 7, kout = 0;
+    void *v = NULL;
+    assert_int_equal(byval_ptrmap_ref_value(m, 0x1000, &k, (void *)5), 1);
+    assert_int_equal(byval_ptrmap_ref_value(m, 0x1000, &k, (void *)6), -1); /* other value */
+    assert_int_equal(byval_ptrmap_ref_value(m, 0x1000, &k, (void *)5), 2);
+    assert_int_equal(byval_ptrmap_unref_value(m, 0x1000, &kout, &v), 1);
+    assert_ptr_equal(v, (void *)5);
+    assert_int_equal(kout, 7);
+    assert_int_equal(byval_ptrmap_unref_value(m, 0x1000, NULL, &v), 0);
+    assert_int_equal(byval_ptrmap_unref_value(m, 0x1000, NULL, &v), -1);
+    byval_ptrmap_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_value_reaches_the_held_entry),
+        cmocka_unit_test(test_ptrmap_carries_the_value),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
