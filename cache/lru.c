@@ -300,7 +300,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
         buckets += s->nbuckets;
         pthread_mutex_unlock(&s->lock);
     }
-    st->capacity = lru->capacity;
+    st->capacity = __atomic_load_n(&lru->capacity, __ATOMIC_RELAXED);
     /* What one entry really costs: its malloc chunk plus its share of the
      * bucket arrays at the current load (at least one bucket each). */
     lru_entry_t *probe = malloc(sizeof(*probe) + lru->key_len);
@@ -315,7 +315,7 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
 {
     if (!lru || capacity < 1)
         return;
-    lru->capacity = capacity;
+    __atomic_store_n(&lru->capacity, capacity, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < lru->nshards; i++) {
         lru_shard_t *s = &lru->shards[i];
         pthread_mutex_lock(&s->lock);

@@ -45,7 +45,8 @@ enum {
 byval_lru_t *byval_lru_create(size_t capacity, size_t key_len,
                               byval_lru_evict_fn evict, void *ctx);
 
-/* Destroy; calls evict for every remaining entry (after unlocking). */
+/* Destroy; calls evict for every remaining entry (after unlocking). The
+ * callback must not use the cache being destroyed. */
 void byval_lru_destroy(byval_lru_t *lru);
 
 /* Lookup. On hit: moves the entry to most-recently-used, takes a reference
