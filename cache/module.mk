@@ -3,7 +3,7 @@ LIB_SRC += cache/lru.c cache/lru_table.c cache/lru_fork.c cache/ptrmap.c
 CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_table.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
 
 UNIT_TESTS += $(BUILD)/test/unit/test_lru
-$(BUILD)/test/unit/test_lru: test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ)
+$(BUILD)/test/unit/test_lru: test/unit/test_lru.h test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ) -lcmocka -lpthread
 
