@@ -14,9 +14,7 @@ mkdir -p "$LOGS"
 LIB="$PWD/$BUILD/libipcbyval.so.1"
 RUN="$PWD/scripts/ipcbyval-run"
 export IPCBYVAL_LIB="$LIB"
-declare -a rows
-failed=0
-row() { rows+=("$(printf '| %-58s | %-6s | %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
+. scripts/gpu-lib.sh
 
 kernel=$(uname -r)
 echo "== machine: kernel $kernel"
@@ -32,18 +30,6 @@ else
     tail -30 "$LOGS/build.log"
     row "build" FAIL "see $LOGS/build.log"
 fi
-
-# run NAME EXPECT(ok|fail) PATTERN CMD...
-run() {
-    local name=$1 expect=$2 pat=$3; shift 3
-    local log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
-    timeout 90 "$@" >"$log" 2>&1
-    local rc=$?
-    local last; last=$(grep -v '^\[ipcbyval' "$log" | tail -1 | cut -c1-90)
-    if [ "$expect" = ok ] && [ $rc -eq 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "$last"
-    elif [ "$expect" = fail ] && [ $rc -ne 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "fails as expected: $last"
-    else row "$name" FAIL "rc=$rc: $last"; fi
-}
 
 P="$BUILD/test/cudadrv/cu_pair"
 echo "== routing against the real driver (cu_pair)"
@@ -83,22 +69,15 @@ timeout 120 "$B" --iters 200 >"$LOGS/bench-native.log" 2>&1
 timeout 120 "$RUN" "$B" --iters 2000 >"$LOGS/bench-ipcbyval.log" 2>&1
 echo "-- native"; grep '^|\|^bench\|^Open' "$LOGS/bench-native.log"
 echo "-- under ipcbyval"; grep '^|\|^bench\|^Open' "$LOGS/bench-ipcbyval.log"
-# Median column of the row whose name starts with $2 in bench log $1.
-med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
-# ratio NAME TARGET NUM DEN: a row comparing two medians measured in this run.
-ratio() {
-    local name=$1 target=$2 num=$3 den=$4
-    if [ -z "$num" ] || [ -z "$den" ]; then row "$name" FAIL "bench rows missing (see $LOGS/bench-*.log)"; return; fi
-    local r; r=$(awk -v a="$num" -v b="$den" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print 1e9 }')
-    local res=PASS; awk -v r="$r" -v t="$target" 'BEGIN { exit !(r >= t) }' || res=FAIL
-    row "$name (target >= ${target}x)" $res "$num us / $den us = ${r}x"
-}
 NB="$LOGS/bench-native.log" IB="$LOGS/bench-ipcbyval.log"
 nat=$(awk -v a="$(med "$NB" "legacy cuIpcOpenMemHandle")" -v b="$(med "$NB" "legacy cuIpcCloseMemHandle")" 'BEGIN { if (a != "" && b != "") print a + b }')
 hit=$(awk -v a="$(med "$IB" "legacy cuIpcOpenMemHandle")" -v b="$(med "$IB" "legacy cuIpcCloseMemHandle")" 'BEGIN { if (a != "" && b != "") print a + b }')
 ratio "legacy open+close: driver vs ipcbyval cached re-open" 100 "$nat" "$hit"
 ratio "VMM export: cuMemExportToShareableHandle vs cached by-value get" 100 \
     "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
+
+# Several GPUs and the frameworks (issue: multi-GPU), when present.
+[ -f scripts/check-gpu-more.sh ] && . scripts/check-gpu-more.sh
 
 echo
 echo "== summary (kernel $kernel, $NGPU GPU(s))"

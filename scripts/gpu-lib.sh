@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: MIT
+# gpu-lib.sh - shared by check-gpu.sh and bench-gpu.sh (sourced): result
+# rows, running a case, and ratios of medians from bench_ipc tables.
+# Expects LOGS to be set.
+declare -a rows
+failed=0
+row() { rows+=("$(printf '| %-58s | %-6s | %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
+
+# run NAME EXPECT(ok|fail) PATTERN CMD...
+run() {
+    local name=$1 expect=$2 pat=$3; shift 3
+    local log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
+    timeout 90 "$@" >"$log" 2>&1
+    local rc=$?
+    local last; last=$(grep -v '^\[ipcbyval' "$log" | tail -1 | cut -c1-90)
+    if [ "$expect" = ok ] && [ $rc -eq 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "$last"
+    elif [ "$expect" = fail ] && [ $rc -ne 0 ] && grep -q "$pat" "$log"; then row "$name" PASS "fails as expected: $last"
+    else row "$name" FAIL "rc=$rc: $last"; fi
+}
+
+# Median column of the row whose name starts with $2 in bench log $1.
+med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
+# ratio NAME TARGET NUM DEN: a row comparing two medians measured in this run.
+ratio() {
+    local name=$1 target=$2 num=$3 den=$4
+    if [ -z "$num" ] || [ -z "$den" ]; then row "$name" FAIL "bench rows missing (see $LOGS/bench-*.log)"; return; fi
+    local r; r=$(awk -v a="$num" -v b="$den" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print 1e9 }')
+    local res=PASS; awk -v r="$r" -v t="$target" 'BEGIN { exit !(r >= t) }' || res=FAIL
+    row "$name (target >= ${target}x)" $res "$num us / $den us = ${r}x"
+}
