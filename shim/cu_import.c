@@ -31,6 +31,7 @@
 typedef struct cu_mapping {
     CUdeviceptr base;
     uint64_t size;
+    uint8_t rec[BYVAL_WIRE_LEN]; /* a hit must carry the same record */
     uint32_t nchunks;
     byval_manifest_chunk_t chunks[]; /* offsets and sizes (fd fields unused) */
 } cu_mapping_t;
@@ -210,8 +211,15 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     uint64_t chunk_off;
     memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
 
-    void *v;
-    if (byval_lru_get(vmm_cache, &key, 1, &v)) {
+    void *v = NULL;
+    const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
+    int hit = byval_lru_get(vmm_cache, &key, 1, &v);
+    if (hit && memcmp(((cu_mapping_t *)v)->rec, rb, BYVAL_WIRE_LEN) != 0) {
+        /* Same key, another record (forged or corrupted): resolve it. */
+        byval_lru_put_value(vmm_cache, &key, v);
+        hit = 0;
+    }
+    if (hit) {
         cu_mapping_t *m = v;
         if (chunk_off < m->size &&
             byval_ptrmap_ref_value(open_ptrs, m->base + chunk_off, &key, m) > 0) {
@@ -247,6 +255,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         BYVAL_STAT_INC(open_errors);
         return r;
     }
+    memcpy(m->rec, rb, BYVAL_WIRE_LEN);
     void *existing = NULL;
     int ins = byval_lru_insert(vmm_cache, &key, m, 1, &existing);
     if (ins == BYVAL_LRU_EXISTS) {

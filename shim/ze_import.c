@@ -39,6 +39,11 @@ typedef struct ze_import_key {
 typedef struct ze_import {
     void *ptr;
     ze_context_handle_t ctx;
+    /* The whole record it was opened from: a hit must match it, so a
+     * forged or corrupted handle that shares the key (another host's
+     * exporter, another fd, size or inode) is resolved and refused, never
+     * served from the cache. */
+    uint8_t rec[BYVAL_WIRE_LEN];
 } ze_import_t;
 
 /* Key of mappings that could not be cached (cache full of referenced
@@ -169,6 +174,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     if (m) {
         m->ptr = p;
         m->ctx = ctx;
+        memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
     }
     void *existing = NULL;
     int ins = m ? byval_lru_insert(import_cache, key, m, 1, &existing) : BYVAL_LRU_NOMEM;
@@ -207,6 +213,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, dev, handle, flags, pptr); /* disabled, or our own inner call */
+    byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
     if (!pptr || !byval_ze_decode(handle.data, &rec) ||
         rec.kind != BYVAL_KIND_ZE_MEM || byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
@@ -221,7 +228,6 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     if (!import_cache || !open_ptrs)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     BYVAL_STAT_INC(opens);
-    byval_exporters_poll();
 
     ze_import_key_t key;
     memset(&key, 0, sizeof(key));
@@ -233,8 +239,15 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     key.ctx = (uintptr_t)ctx;
     key.dev = (uintptr_t)dev;
 
-    void *v;
-    if (byval_lru_get(import_cache, &key, 1, &v)) {
+    void *v = NULL;
+    int hit = byval_lru_get(import_cache, &key, 1, &v);
+    if (hit &&
+        memcmp(((ze_import_t *)v)->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
+        /* Same key, another record: resolve it (and most likely refuse). */
+        byval_lru_put_value(import_cache, &key, v);
+        hit = 0;
+    }
+    if (hit) {
         void *p = ((ze_import_t *)v)->ptr;
         if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &key, v) < 0) {
             byval_lru_put_value(import_cache, &key, v);

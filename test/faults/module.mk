@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: MIT
+# The fault and abuse suite (make check-faults; part of make check).
+FAULT_BIN := $(BUILD)/test/faults/fault_main
+FAULT_SRC := test/faults/fault_main.c test/faults/fault_more.c test/faults/fault_exporter.c \
+             test/mpi/zeapp.c test/mpi/zeapp_events.c
+TEST_BINS += $(FAULT_BIN)
+FAULT_TESTS += test/faults/test_faults.sh
+
+$(FAULT_BIN): $(FAULT_SRC) test/faults/fault.h test/mpi/zeapp.h $(BUILD)/handles/wire.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $(FAULT_SRC) $(BUILD)/handles/wire.o -DZEAPP_LINKED -lze_loader -ldl -lpthread

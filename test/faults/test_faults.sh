@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The fault and abuse suite: exporters that exit or are killed, PID reuse,
+# allocation and fd reuse, fd exhaustion, threads and fork, bad input,
+# another uid. Each case prints its counts; all run under ipcbyval.
+. "$(dirname "$0")/../integration/lib.sh"
+F="$BUILD/test/faults/fault_main"
+need "$LIB" "$ZEDRV" "$F"
+L="$BUILD/test-logs"
+# Sanitizer builds run the long loops at a tenth of the rounds.
+[ -n "${SAN:-}" ] && export FAULT_SCALE=${FAULT_SCALE:-10}
+
+run_case() {
+    local name=$1; shift
+    local log="$L/fault-$name.log"
+    IPCBYVAL_STATS=1 timeout 300 "$@" >"$log" 2>&1
+    local rc=$?
+    grep -E '^(PASS|FAIL|SKIP): ' "$log"
+    if ! grep -qE '^(PASS|FAIL|SKIP): ' "$log" || { [ $rc -ne 0 ] && ! grep -q '^FAIL: ' "$log"; }; then
+        fail "fault $name" "exit $rc: $(grep -v '^\[ipcbyval' "$log" | tail -3 | tr '\n' ' ')"
+    fi
+}
+
+for c in exit-before exit-after kill realloc fdreuse badinput threads; do
+    run_case "$c" "$RUN" "$F" "$c"
+done
+# The dead exporter's cache entry was released when its pidfd said so.
+grep -qE 'stats: exporter_exits +[1-9]' "$L/fault-exit-after.log" &&
+    pass "exporter exit seen on its pidfd, cache entry released" ||
+    fail "exporter exit seen" "$(grep -E 'exporter_exits|removals' "$L/fault-exit-after.log" | tr '\n' ' ')"
+IPCBYVAL_CACHE_SIZE=64 run_case fdlimit "$RUN" "$F" fdlimit
+grep -q 'hint: pidfd_getfd needs ptrace access' "$L/fault-fdlimit.log" 2>/dev/null || true
+
+if id nobody >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    run_case perm "$RUN" "$F" perm
+    grep -q 'Operation not permitted (hint: ' "$L/fault-perm.log" &&
+        pass "EPERM logged with the ptrace hint" ||
+        fail "EPERM hint" "$(grep -i 'perm' "$L/fault-perm.log" | head -2 | tr '\n' ' ')"
+else
+    skip "another uid" "needs root to switch uids"
+fi
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
+    run_case pidreuse unshare --pid --fork --mount-proc "$RUN" "$F" pidreuse
+else
+    skip "pid reuse" "needs root and unshare for a private pid namespace"
+fi
+finish
