@@ -50,7 +50,7 @@ static const cfg_entry_t cfg_table[] = {
     CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
          "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
     CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
-         "how importers get the exporter's fd: auto, pidfd, socket"),
+         "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
     CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
          "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
 };

@@ -26,6 +26,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/transport.h"
 
 /* One entry per exported reservation (all its chunks, one fd each). */
 typedef struct cu_export_key {
@@ -51,11 +52,16 @@ static void export_release(cu_export_t *e)
 {
     if (!e)
         return;
-    for (uint32_t i = 0; i < e->nchunks; i++)
-        if (e->fds[i] >= 0)
+    for (uint32_t i = 0; i < e->nchunks; i++) {
+        if (e->fds[i] >= 0) {
+            byval_export_withdraw(e->fds[i]);
             close(e->fds[i]);
-    if (e->manifest_fd >= 0)
+        }
+    }
+    if (e->manifest_fd >= 0) {
+        byval_export_withdraw(e->manifest_fd);
         close(e->manifest_fd);
+    }
     free(e->fds);
     free(e->handles);
     free(e->ids);
@@ -128,6 +134,7 @@ static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr 
         if (r != CUDA_SUCCESS)
             return -1;
         e->fds[e->nchunks] = fd;
+        byval_export_offer(fd);
         e->handles[e->nchunks] = gh;
         if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
             e->ids[e->nchunks] = 0;
@@ -173,6 +180,7 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
         return -1;
     }
     e->manifest_fd = fd;
+    byval_export_offer(fd);
     return 0;
 }
 

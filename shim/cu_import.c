@@ -27,6 +27,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/transport.h"
 
 typedef struct cu_mapping {
     CUdeviceptr base;
@@ -126,7 +127,7 @@ static byval_manifest_t *manifest_read(int mfd, uint64_t rec_size)
 }
 
 /* Import every chunk and map it; on success *m_p owns the mapping. */
-static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, uint32_t pid,
+static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
                         const byval_manifest_t *man, cu_mapping_t **m_p)
 {
     char msg[512];
@@ -146,7 +147,8 @@ static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, uint32_t pid,
     for (uint32_t i = 0; i < man->nchunks; i++) {
         const byval_manifest_chunk_t *c = &man->chunks[i];
         int fd = -1;
-        byval_status_t st = byval_getfd_more(pidfd, pid, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
+        byval_status_t st =
+            byval_fetch_more_fd(rec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
         if (st != BYVAL_OK) {
             BYVAL_LOG_ERROR("cuIpcOpenMemHandle: chunk %u: %s", i, msg);
             r = st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
@@ -157,7 +159,7 @@ static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, uint32_t pid,
         close(fd);
         if (r != CUDA_SUCCESS) {
             BYVAL_LOG_ERROR("cuMemImportFromShareableHandle(chunk %u of pid %u) failed: %s", i,
-                            pid, byval_cu_err(r));
+                            rec->pid, byval_cu_err(r));
             goto err;
         }
         r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
@@ -234,7 +236,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
 
     char msg[512];
     int mfd = -1, pidfd = -1;
-    byval_status_t st = byval_resolve_fd(rec, &self, &mfd, &pidfd, msg, sizeof(msg));
+    byval_status_t st = byval_fetch_fd(rec, &self, &mfd, &pidfd, msg, sizeof(msg));
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
@@ -247,7 +249,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     if (!man || chunk_off >= man->reserve_size)
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: malformed manifest from pid %u", rec->pid);
     else
-        r = vmm_map(rl, pidfd, rec->pid, man, &m);
+        r = vmm_map(rl, pidfd, rec, man, &m);
     free(man);
     byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
     byval_exporters_track(&id, pidfd);

@@ -25,6 +25,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/transport.h"
 #include "shim/ze.h"
 
 typedef struct ze_export_key {
@@ -50,6 +51,7 @@ static ze_pfnDeviceGet_t real_device_get;
 static void export_evicted(void *ctx, const void *key, void *value)
 {
     ze_export_t *e = value;
+    byval_export_withdraw((int)byval_ze_handle_fd(e->handle.data));
     /* Give the driver its fd back. Without zeMemPutIpcHandle (loader < 1.6)
      * the driver keeps it until zeMemFree, as it would without us. */
     if (real_put) {
@@ -143,6 +145,7 @@ static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *
     byval_record_set_exporter(&rec, &self);
     rec.kind = BYVAL_KIND_ZE_MEM;
     rec.fd = (uint32_t)fd;
+    byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
     rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
     rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
     void *base = NULL;

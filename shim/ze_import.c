@@ -24,6 +24,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/transport.h"
 #include "shim/ze.h"
 
 typedef struct ze_import_key {
@@ -134,7 +135,7 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     int pidfd = -1;
     if (byval_self_get(&self) != 0)
         return ZE_RESULT_ERROR_UNKNOWN;
-    byval_status_t st = byval_resolve_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
+    byval_status_t st = byval_fetch_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
         import_log_failure(st, msg);

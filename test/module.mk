@@ -6,3 +6,4 @@
 -include test/integration/module.mk
 -include test/bench/module.mk
 -include test/faults/module.mk
+-include test/transport/module.mk

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport.h - how an importer gets the exporter's fd, by policy
+ * (IPCBYVAL_TRANSPORT): pidfd_getfd, the socket fallback, or auto (pidfd
+ * first; on EPERM/ENOSYS/foreign pid namespace the socket, remembered per
+ * exporter so later opens go straight to what worked).
+ */
+#ifndef BYVAL_SHIM_TRANSPORT_H
+#define BYVAL_SHIM_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handles/resolve.h"
+
+/* Like byval_resolve_fd, through the configured transport. *pidfd_p is
+ * -1 when the socket was used. */
+byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
+                              int *pidfd_p, char *msg, size_t msglen);
+
+/* One more fd of the same exporter (CUDA manifest chunks): through pidfd
+ * when the first fetch gave one, else the socket. */
+byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
+                                   uint32_t fd_ino, int *fd_p, char *msg, size_t msglen);
+
+/* Exporter side: offer an exported fd to the socket fallback (unless the
+ * transport is pidfd only), and withdraw it before closing. */
+void byval_export_offer(int fd);
+void byval_export_withdraw(int fd);
+
+#endif
