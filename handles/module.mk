@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-LIB_SRC += handles/wire.c handles/self.c handles/resolve.c handles/broker.c
+LIB_SRC += handles/wire.c handles/self.c handles/resolve.c handles/broker.c handles/nsxlate.c
 HANDLES_OBJ = $(BUILD)/handles/wire.o $(BUILD)/handles/self.o $(BUILD)/handles/resolve.o
 
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "handles/broker.h"
+#include "handles/nsxlate.h"
 #include "shim/config.h"
 #include "shim/log.h"
 
@@ -62,6 +63,26 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     if (mode == BYVAL_TRANSPORT_SOCKET || (mode == BYVAL_TRANSPORT_AUTO && peer_uses_socket(rec)))
         return via_socket(rec, self, fd_p, msg, msglen);
     byval_status_t st = byval_resolve_fd(rec, self, fd_p, pidfd_p, msg, msglen);
+    if (st == BYVAL_E_FOREIGN_NS && rec->boot == self->boot) {
+        /* An exporter below us (a container seen from the host): find its
+         * pid here; the identity check on the pidfd proves it is the one. */
+        uint32_t local;
+        if (byval_ns_translate(rec, &local, msg, msglen) == BYVAL_OK) {
+            byval_record_t here = *rec;
+            here.pid = local;
+            here.pidns = self->pidns;
+            st = byval_resolve_fd(&here, self, fd_p, pidfd_p, msg, msglen);
+            if (st == BYVAL_E_GONE) {
+                /* /proc is another namespace's (not remounted for ours):
+                 * the process it shows is not one we can reach. */
+                snprintf(msg, msglen,
+                         "exporter pid %u lives in pid namespace pid:[%u], which is not below "
+                         "ours (found as pid %u in this /proc, not visible to us)",
+                         rec->pid, rec->pidns, local);
+                st = BYVAL_E_FOREIGN_NS;
+            }
+        }
+    }
     if (mode != BYVAL_TRANSPORT_AUTO ||
         (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS && st != BYVAL_E_FOREIGN_NS))
         return st;

@@ -225,6 +225,8 @@ void fault_fdlimit(unsigned handles);
 void fault_threads_fork(void);
 void fault_perm(void);
 void fault_pidreuse(void);
+int fault_xns_export(const char *file);
+int fault_xns_import(const char *file, int expect_fail);
 
 int main(int argc, char **argv)
 {
@@ -246,6 +248,10 @@ int main(int argc, char **argv)
     RUN_IF("fdlimit", fault_fdlimit(10000 / scale));
     RUN_IF("threads", fault_threads_fork());
     RUN_IF("perm", fault_perm());
+    if (!strcmp(what, "xns-export") && argc > 2)
+        return fault_xns_export(argv[2]);
+    if (!strcmp(what, "xns-import") && argc > 2)
+        fault_xns_import(argv[2], argc > 3 && !strcmp(argv[3], "expect-fail"));
     if (!strcmp(what, "pidreuse"))
         fault_pidreuse(); /* needs its own pid namespace: the script runs it */
     return failures ? 1 : 0;

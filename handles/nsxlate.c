@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* nsxlate.c - pid translation into an ancestor pid namespace (see
+ * nsxlate.h). O(processes) per call: only import-cache misses of
+ * exporters in another namespace pay it. */
+#include "handles/nsxlate.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Last field of the NSpid line of /proc/<dir>/status, or 0. */
+static uint32_t innermost_pid(const char *dir)
+{
+    char path[300], line[256];
+    snprintf(path, sizeof(path), "/proc/%s/status", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint32_t last = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "NSpid:", 6) != 0)
+            continue;
+        for (char *tok = strtok(line + 6, " \t\n"); tok; tok = strtok(NULL, " \t\n"))
+            last = (uint32_t)strtoul(tok, NULL, 10);
+        break;
+    }
+    fclose(f);
+    return last;
+}
+
+byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
+                                  size_t msglen)
+{
+    DIR *d = opendir("/proc");
+    if (!d) {
+        snprintf(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid, rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    struct dirent *e;
+    byval_status_t st = BYVAL_E_FOREIGN_NS;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]) || innermost_pid(e->d_name) != rec->pid)
+            continue;
+        char path[300];
+        struct stat sb;
+        snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
+        if (stat(path, &sb) == 0 && (uint32_t)sb.st_ino == rec->pidns) {
+            *local_pid_p = (uint32_t)strtoul(e->d_name, NULL, 10);
+            st = BYVAL_OK;
+            break;
+        }
+    }
+    closedir(d);
+    if (st != BYVAL_OK)
+        snprintf(msg, msglen,
+                 "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
+                 "not visible from here",
+                 rec->pid, rec->pidns);
+    return st;
+}

@@ -1,0 +1,98 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# bench.sh - run the benchmarks make bench built and print ONE table of
+# medians measured in this run (ipcbyval vs the baseline it replaces), then
+# plot doc/bench.png. Builds nothing; asserts nothing about time: "met?"
+# only reports whether this machine met the target.
+set -eu
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+BENCH="$BUILD/test/bench"
+RUN="$ROOT/scripts/ipcbyval-run"
+THREADS=${BENCH_THREADS:-1,2,4,8,16}
+export ZE_ENABLE_ALT_DRIVERS="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
+export IPCBYVAL_LIB="$BUILD/libipcbyval.so.1"
+for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
+    [ -e "$f" ] || { echo "bench.sh: $f not built (run make bench)" >&2; exit 1; }
+done
+OUT="$BUILD/bench"
+mkdir -p "$OUT"
+
+echo "bench: cache (threads $THREADS) ..."
+"$BENCH/bench_lru" --threads "$THREADS" >"$OUT/lru.txt" 2>"$OUT/lru.err"
+echo "bench: Level Zero, native ..."
+# A stray IPCBYVAL_* or preload from the caller would skew the baseline.
+env -u LD_PRELOAD "$BENCH/bench_ze" >"$OUT/native.txt"
+echo "bench: Level Zero, under ipcbyval ..."
+"$RUN" "$BENCH/bench_ze" >"$OUT/byval.txt"
+echo "bench: Level Zero, ipcbyval loaded with IPCBYVAL_ENABLE=0 ..."
+IPCBYVAL_ENABLE=0 "$RUN" "$BENCH/bench_ze" >"$OUT/disabled.txt"
+CACHE=16
+IPCBYVAL_CACHE_SIZE=$CACHE "$RUN" "$BENCH/bench_ze" --import-only >"$OUT/fds.txt"
+
+get() { awk -v k="$2" '$1 == k { print $2; exit }' "$OUT/$1.txt"; }
+lru() { awk -v k="$2" -v a="$3" '$1 == k && $2 == a { print $3; exit }' "$OUT/$1.txt"; }
+
+[ "$(get byval mode)" = byval ] || echo "bench.sh: warning: raw handles did not open under ipcbyval" >&2
+[ "$(get native mode)" = scm ] || echo "bench.sh: warning: raw handles opened natively?" >&2
+
+cores=$(nproc)
+nmax=${THREADS##*,}
+ncore=1
+for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
+
+# what|ipcbyval|baseline|target|met, one row a line; awk formats.
+{
+    r=$(get byval reopen_ns); n=$(get native reopen_ns)
+    echo "cached re-open (open+close, hit)|$r ns|$n ns|<= 100 ns|$(awk -v a="$r" 'BEGIN{print (a<=100)?"yes":"no"}')"
+    echo "  vs driver open+close|$r ns|$n ns|faster than driver|$(awk -v a="$r" -v b="$n" 'BEGIN{print (a<b)?"yes":"no"}')"
+    c=$(get byval cold_open_us); d=$(get native cold_open_us)
+    o=$(awk -v a="$c" -v b="$d" 'BEGIN{printf "%.2f", a-b}')
+    echo "cold open (overhead +$o us)|$c us|$d us|overhead <= 2 us|$(awk -v x="$o" 'BEGIN{print (x<=2)?"yes":"no"}')"
+    e=$(get byval export_hit_ns); f=$(get native export_hit_ns)
+    echo "cached re-export (zeMemGetIpcHandle)|$e ns|$f ns|<= 150 ns|$(awk -v a="$e" 'BEGIN{print (a<=150)?"yes":"no"}')"
+    s=$(get native socket_rt_us); u=$(get native socket_setup_us)
+    sd=$(awk -v a="$s" -v b="$d" 'BEGIN{printf "%.3f", a+b}')
+    echo "cold open vs socket fd + driver open|$c us|$sd us|< socket path|$(awk -v a="$c" -v b="$sd" 'BEGIN{print (a<b)?"yes":"no"}')"
+    echo "  socket setup avoided (per peer)|0 us|$u us|-|-"
+    echo "  raw pidfd_open+getfd+close vs socket fd rt|$(get native pidfd_us) us|$s us|-|-"
+    h1=$(lru lru lru_hit_ns 16); hm=$(lru lru lru_hit_ns 1000000)
+    echo "cache hit 16 -> 1M entries|$hm ns|$h1 ns|ratio <= 2x|$(awk -v a="$hm" -v b="$h1" 'BEGIN{print (a<=2*b)?"yes":"no"}')"
+    t1=$(lru lru lru_threads 1); tc=$(lru lru lru_threads "$ncore"); tm=$(lru lru lru_threads "$nmax")
+    echo "cache hits/s 1 -> $ncore threads ($cores cores)|$tc /s|$t1 /s|>= 1x (no collapse)|$(awk -v a="$tc" -v b="$t1" 'BEGIN{print (a>=b)?"yes":"no"}')"
+    echo "cache hits/s 1 -> $nmax threads (oversubscribed)|$tm /s|$t1 /s|16 thr: GPU host|n/a"
+    for k in 48 96; do
+        b=$(lru lru lru_bytes "$k")
+        echo "bytes/entry (key $k B, 100k entries)|$b B|-|<= 128 B|$(awk -v a="$b" 'BEGIN{print (a<=128)?"yes":"no"}')"
+    done
+    p=$(get byval passthrough_open_ns); q=$(get native passthrough_open_ns); z=$(get disabled passthrough_open_ns)
+    for pair in "enabled:$p" "IPCBYVAL_ENABLE=0:$z"; do
+        v=${pair#*:}
+        dd=$(awk -v a="$v" -v b="$q" 'BEGIN{printf "%+.0f", a-b}')
+        echo "pass-through open overhead, $(echo "${pair%%:*}") ($dd ns)|$v ns|$q ns|overhead <= 20 ns|$(awk -v x="$dd" 'BEGIN{print (x<=20)?"yes":"no"}')"
+    done
+} | awk -F'|' '
+function num(s) { return s + 0 }
+{ ratio = "-"
+  if ($3 != "-" && num($3) > 0 && num($2) > 0) ratio = sprintf("%.2fx", num($2) / num($3))
+  rows[NR] = sprintf("| %-58s | %12s | %12s | %7s | %-19s | %-4s |", $1, $2, $3, ratio, $4, $5) }
+END {
+  printf "| %-58s | %12s | %12s | %7s | %-19s | %-4s |\n", "what", "ipcbyval", "baseline", "ratio", "target", "met?"
+  printf "|%s|%s|%s|%s|%s|%s|\n", "------------------------------------------------------------", "--------------", "--------------", "---------", "---------------------", "------"
+  for (i = 1; i <= NR; i++) print rows[i] }'
+
+echo
+echo "fds held vs cache size (importer, after 64 opens+closes of one exporter's 64 handles):"
+echo "  IPCBYVAL_CACHE_SIZE=$CACHE: $(get fds fds_held) extra fds open in the importer (/proc/self/fd)"
+echo "  IPCBYVAL_CACHE_SIZE=default: $(get byval fds_held) extra fds; native SCM_RIGHTS path: $(get native fds_held) once the app closes its fds"
+
+if command -v gnuplot >/dev/null; then
+    awk '$1 == "lru_hit_ns" { print $2, $3 }' "$OUT/lru.txt" >"$OUT/hit.dat"
+    awk '$1 == "lru_threads" { print $2, $3 / 1e6 }' "$OUT/lru.txt" >"$OUT/threads.dat"
+    mkdir -p "$ROOT/doc"
+    gnuplot -e "hit='$OUT/hit.dat'; thr='$OUT/threads.dat'; out='$ROOT/doc/bench.png'; cores=$cores" \
+        "$ROOT/scripts/bench-plot.gp" && echo "plot: doc/bench.png"
+else
+    echo "bench.sh: gnuplot not found: no plot (scripts/deps.sh bench)" >&2
+fi

@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_ze: an ordinary Level Zero program (linked -lze_loader, knows
+ * nothing about ipcbyval) timing IPC between a fork()ed exporter child and
+ * its importer parent; scripts/bench.sh runs it natively and under
+ * ipcbyval-run. Prints "key value" lines: mode (byval: the raw 64 bytes
+ * open across processes; scm: they do not, so the child's fd comes by
+ * SCM_RIGHTS into bytes 0-7 as zello_ipc_copy_dma_buf does: the driver's
+ * own import), cold_open_us, reopen_ns, export_hit_ns,
+ * passthrough_open_ns, socket_rt_us, socket_setup_us, pidfd_us, fds_held.
+ * --import-only stops after the cold opens. No timing asserts.
+ */
+#include "test/mpi/zeapp.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define K 64
+#define BUF_SIZE 65536
+#define BATCHES 1000
+#define BATCH_OPS 100 /* 1000 x 100 = 100k operations per batched median */
+#define PT_SAMPLES 20000
+#define SETUP_RUNS 20
+#define PIDFD_RUNS 2000
+
+static void die_exit(int code)
+{
+    exit(code);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void xwrite(int fd, const void *p, size_t n)
+{
+    if (write(fd, p, n) != (ssize_t)n) {
+        perror("bench_ze: write");
+        exit(1);
+    }
+}
+
+static void xread(int fd, void *p, size_t n)
+{
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = read(fd, (char *)p + got, n - got);
+
+        if (r <= 0) {
+            fprintf(stderr, "bench_ze: peer went away\n");
+            exit(1);
+        }
+        got += (size_t)r;
+    }
+}
+
+static void send_fd(int sock, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))] = {0}, b = 'f';
+    struct iovec iov = {.iov_base = &b, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 1)
+        exit(1);
+}
+
+static int recv_fd(int sock)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))], b;
+    struct iovec iov = {.iov_base = &b, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *c;
+    int fd = -1;
+
+    if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != 1)
+        return -1;
+    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    return fd;
+}
+
+static void abstract_addr(struct sockaddr_un *a, socklen_t *len, pid_t pid, int n)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    /* Abstract namespace: no file to clean up, as MPI shm transports do. */
+    int l = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-bench-%d-%d",
+                     (int)pid, n);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)l);
+}
+
+/* The child: K buffers, their handles and the export-hit time to the
+ * parent, then serve fd requests until told to quit. */
+static int run_exporter(int sock)
+{
+    static double samples[BATCHES];
+    ze_ipc_mem_handle_t h[K], tmp;
+    struct zeapp app;
+    void *bufs[K];
+    double hit;
+    char req[2];
+
+    zeapp_init(&app, ZEAPP_ROUTE_SYMBOL, "exporter", die_exit);
+    for (int i = 0; i < K; i++) {
+        bufs[i] = zeapp_alloc_device(&app, BUF_SIZE);
+        memset(&h[i], 0, sizeof(h[i]));
+        if (zeMemGetIpcHandle(app.context, bufs[i], &h[i]) != ZE_RESULT_SUCCESS)
+            zeapp_die(&app, "zeMemGetIpcHandle failed");
+    }
+    /* Re-export of a buffer already exported: what every MPI send of a
+     * handle to a cached buffer costs. */
+    for (int b = 0; b < BATCHES; b++) {
+        int64_t t0 = now_ns();
+        for (int j = 0; j < BATCH_OPS; j++)
+            zeMemGetIpcHandle(app.context, bufs[0], &tmp);
+        samples[b] = (double)(now_ns() - t0) / BATCH_OPS;
+    }
+    hit = median(samples, BATCHES);
+    xwrite(sock, h, sizeof(h));
+    xwrite(sock, &hit, sizeof(hit));
+    for (;;) {
+        xread(sock, req, 2);
+        if (req[0] == 'F') { /* the fd of handle req[1], as users do it today */
+            uint64_t fd;
+
+            memcpy(&fd, h[(unsigned char)req[1]].data, sizeof(fd));
+            send_fd(sock, (int)fd);
+        } else if (req[0] == 'S') { /* a fresh rendezvous socket */
+            struct sockaddr_un a;
+            socklen_t alen;
+            int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), cs;
+
+            abstract_addr(&a, &alen, getpid(), req[1]);
+            if (ls < 0 || bind(ls, (struct sockaddr *)&a, alen) != 0 || listen(ls, 1) != 0)
+                exit(1);
+            xwrite(sock, "r", 1);
+            cs = accept(ls, NULL, NULL);
+            if (cs < 0)
+                exit(1);
+            xwrite(cs, "a", 1);
+            close(cs);
+            close(ls);
+        } else {
+            break;
+        }
+    }
+    for (int i = 0; i < K; i++)
+        zeapp_free(&app, bufs[i]);
+    zeapp_fini(&app);
+    return 0;
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+/* The handle with the child's fd i passed by SCM_RIGHTS in bytes 0-7. */
+static int scm_handle(int sock, const ze_ipc_mem_handle_t *in, int i, ze_ipc_mem_handle_t *out)
+{
+    char req[2] = {'F', (char)i};
+    uint64_t fd64;
+    int fd;
+
+    xwrite(sock, req, 2);
+    fd = recv_fd(sock);
+    if (fd < 0)
+        exit(1);
+    *out = *in;
+    fd64 = (uint64_t)fd;
+    memcpy(out->data, &fd64, sizeof(fd64));
+    return fd;
+}
+
+static void cold_opens(struct zeapp *app, int sock, ze_ipc_mem_handle_t *h, int *scm_fd,
+                       int *scm_mode)
+{
+    double us[K];
+    void *p[K];
+    int base = count_fds();
+
+    /* Try the raw bytes first: they open only under ipcbyval. */
+    for (int i = 0; i < K; i++) {
+        int64_t t0 = now_ns();
+        ze_result_t r = zeMemOpenIpcHandle(app->context, app->device, h[i], 0, &p[i]);
+
+        us[i] = (double)(now_ns() - t0) / 1e3;
+        if (r == ZE_RESULT_SUCCESS)
+            continue;
+        if (i != 0)
+            zeapp_fail(app, "zeMemOpenIpcHandle", r);
+        *scm_mode = 1;
+        break;
+    }
+    if (*scm_mode) {
+        for (int i = 0; i < K; i++) {
+            scm_fd[i] = scm_handle(sock, &h[i], i, &h[i]); /* not timed: the transfer */
+            int64_t t0 = now_ns();
+            ze_result_t r = zeMemOpenIpcHandle(app->context, app->device, h[i], 0, &p[i]);
+
+            us[i] = (double)(now_ns() - t0) / 1e3;
+            if (r != ZE_RESULT_SUCCESS)
+                zeapp_fail(app, "zeMemOpenIpcHandle (SCM_RIGHTS)", r);
+        }
+    }
+    for (int i = 0; i < K; i++)
+        zeMemCloseIpcHandle(app->context, p[i]);
+    printf("mode %s\n", *scm_mode ? "scm" : "byval");
+    printf("cold_open_us %.3f\n", median(us, K));
+    /* The scm mode keeps its K fds for the re-open test: not counted. */
+    printf("fds_held %d\n", count_fds() - base - (*scm_mode ? K : 0));
+}
+
+static double reopen(struct zeapp *app, ze_ipc_mem_handle_t h)
+{
+    static double samples[BATCHES];
+    void *p;
+
+    for (int b = 0; b < BATCHES; b++) {
+        int64_t t0 = now_ns();
+        for (int j = 0; j < BATCH_OPS; j++) {
+            if (zeMemOpenIpcHandle(app->context, app->device, h, 0, &p) != ZE_RESULT_SUCCESS)
+                zeapp_die(app, "re-open failed");
+            zeMemCloseIpcHandle(app->context, p);
+        }
+        samples[b] = (double)(now_ns() - t0) / BATCH_OPS;
+    }
+    return median(samples, BATCHES);
+}
+
+/* An open that is not ipcbyval's (local fd in 0-7) timed alone: what the
+ * preload adds to handles it passes through. */
+static double passthrough(struct zeapp *app, int sock, const ze_ipc_mem_handle_t *raw)
+{
+    static double samples[PT_SAMPLES];
+    ze_ipc_mem_handle_t h;
+    int fd = scm_handle(sock, raw, 1, &h);
+    void *p;
+
+    for (int s = 0; s < PT_SAMPLES; s++) {
+        int64_t t0 = now_ns();
+        ze_result_t r = zeMemOpenIpcHandle(app->context, app->device, h, 0, &p);
+
+        samples[s] = (double)(now_ns() - t0);
+        if (r != ZE_RESULT_SUCCESS)
+            zeapp_fail(app, "zeMemOpenIpcHandle (pass-through)", r);
+        zeMemCloseIpcHandle(app->context, p);
+    }
+    close(fd);
+    return median(samples, PT_SAMPLES);
+}
+
+static void sockets(int sock, pid_t child)
+{
+    double rt[K], setup[SETUP_RUNS];
+
+    for (int i = 0; i < K; i++) {
+        char req[2] = {'F', (char)i};
+        int64_t t0 = now_ns();
+        int fd;
+
+        xwrite(sock, req, 2);
+        fd = recv_fd(sock);
+        rt[i] = (double)(now_ns() - t0) / 1e3;
+        close(fd);
+    }
+    for (int n = 0; n < SETUP_RUNS; n++) {
+        char req[2] = {'S', (char)n}, b;
+        struct sockaddr_un a;
+        socklen_t alen;
+        int64_t t0 = now_ns();
+        int s;
+
+        xwrite(sock, req, 2);
+        xread(sock, &b, 1);
+        abstract_addr(&a, &alen, child, n);
+        s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, alen) != 0) {
+            perror("bench_ze: connect");
+            exit(1);
+        }
+        xread(s, &b, 1); /* the child has accepted */
+        setup[n] = (double)(now_ns() - t0) / 1e3;
+        close(s);
+    }
+    printf("socket_rt_us %.3f\n", median(rt, K));
+    printf("socket_setup_us %.3f\n", median(setup, SETUP_RUNS));
+}
+
+static void pidfds(pid_t child, const ze_ipc_mem_handle_t *raw)
+{
+    static double us[PIDFD_RUNS];
+    uint64_t fd;
+
+    memcpy(&fd, raw->data, sizeof(fd));
+    for (int n = 0; n < PIDFD_RUNS; n++) {
+        int64_t t0 = now_ns();
+        int pfd = (int)syscall(SYS_pidfd_open, child, 0);
+        int lfd = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pfd, (int)fd, 0);
+
+        if (lfd >= 0)
+            close(lfd);
+        if (pfd >= 0)
+            close(pfd);
+        us[n] = (double)(now_ns() - t0) / 1e3;
+        if (lfd < 0) {
+            perror("bench_ze: pidfd_getfd");
+            printf("pidfd_us nan\n");
+            return;
+        }
+    }
+    printf("pidfd_us %.3f\n", median(us, PIDFD_RUNS));
+}
+
+int main(int argc, char **argv)
+{
+    ze_ipc_mem_handle_t raw[K], h[K];
+    int sp[2], scm_fd[K], scm_mode = 0, import_only = argc > 1 &&
+                                                      !strcmp(argv[1], "--import-only");
+    struct zeapp app;
+    double export_hit;
+    pid_t child;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+        return 1;
+    child = fork();
+    if (child < 0)
+        return 1;
+    if (child == 0) {
+        close(sp[0]);
+        return run_exporter(sp[1]);
+    }
+    close(sp[1]);
+    zeapp_init(&app, ZEAPP_ROUTE_SYMBOL, "importer", die_exit);
+    xread(sp[0], raw, sizeof(raw));
+    xread(sp[0], &export_hit, sizeof(export_hit));
+    memcpy(h, raw, sizeof(h));
+    cold_opens(&app, sp[0], h, scm_fd, &scm_mode);
+    if (!import_only) {
+        printf("reopen_ns %.1f\n", reopen(&app, h[0]));
+        printf("export_hit_ns %.1f\n", export_hit);
+        printf("passthrough_open_ns %.1f\n", passthrough(&app, sp[0], &raw[1]));
+        sockets(sp[0], child);
+        pidfds(child, &raw[0]);
+    }
+    if (scm_mode)
+        for (int i = 0; i < K; i++)
+            close(scm_fd[i]);
+    xwrite(sp[0], "Q", 2);
+    close(sp[0]);
+    waitpid(child, NULL, 0);
+    zeapp_fini(&app);
+    return 0;
+}
