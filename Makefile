@@ -54,7 +54,7 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench check-gpu gpu-deps check-faults \
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench bench-gpu check-gpu gpu-deps check-faults \
         fuzz install uninstall clean deps help
 
 all: lib
@@ -128,6 +128,9 @@ demo-run: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
 # uthash headers copied from a Debian machine (make gpu-deps).
 check-gpu:
 	@EXTRA_INC="$(if $(wildcard .gpu-deps/include),-I$(abspath .gpu-deps/include))" scripts/check-gpu.sh
+
+bench-gpu:
+	@EXTRA_INC="$(if $(wildcard .gpu-deps/include),-I$(abspath .gpu-deps/include))" scripts/bench-gpu.sh
 
 gpu-deps:
 	@mkdir -p .gpu-deps/include

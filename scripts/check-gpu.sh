@@ -39,6 +39,8 @@ for route in symbol procaddr cudart; do
         run "cu_pair $mem/$route under ipcbyval" ok OK "$RUN" "$P" --mem "$mem" --route "$route" --iters 3 --reopen
     done
 done
+IPCBYVAL_TRANSPORT=socket run "cu_pair vmm-multi over the socket fallback (real driver)" ok OK \
+    "$RUN" "$P" --mem vmm-multi --route cudart --iters 3
 if [ "$NGPU" -ge 2 ]; then
     run "cu_pair vmm-multi GPU0 -> GPU1 under ipcbyval" ok OK "$RUN" "$P" --mem vmm-multi --route cudart --dev-exp 0 --dev-imp 1
     run "cu_pair legacy GPU0 -> GPU1 under ipcbyval" ok OK "$RUN" "$P" --mem legacy --route cudart --dev-exp 0 --dev-imp 1 --iters 3

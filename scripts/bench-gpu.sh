@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# bench-gpu.sh - the GPU half of the benchmarks (make bench-gpu), on the
+# GPU machine: CUDA IPC latencies natively and under ipcbyval (bench_ipc),
+# and the import cache's hit throughput from 1 to 16 threads on its cores.
+# One table; ratios come from medians of this run.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+OUT=${GPU_OUT:-$BUILD/test/gpu}
+LOGS="$BUILD/gpu-logs"
+mkdir -p "$LOGS"
+LIB="$PWD/$BUILD/libipcbyval.so.1"
+RUN="$PWD/scripts/ipcbyval-run"
+export IPCBYVAL_LIB="$LIB"
+. scripts/gpu-lib.sh
+
+make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
+    make -C test/gpu "$PWD/$OUT/bench_ipc" OUT="$PWD/$OUT" >>"$LOGS/bench-build.log" 2>&1 ||
+    { tail -20 "$LOGS/bench-build.log"; exit 1; }
+
+B="$OUT/bench_ipc"
+timeout 120 "$B" --iters 500 >"$LOGS/bench-native.log" 2>&1
+timeout 120 "$RUN" "$B" --iters 5000 >"$LOGS/bench-ipcbyval.log" 2>&1
+echo "-- native"; grep '^|\|^bench' "$LOGS/bench-native.log"
+echo "-- under ipcbyval"; grep '^|\|^bench' "$LOGS/bench-ipcbyval.log"
+NB="$LOGS/bench-native.log" IB="$LOGS/bench-ipcbyval.log"
+sum2() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "") print a + b }'; }
+nat=$(sum2 "$(med "$NB" "legacy cuIpcOpenMemHandle")" "$(med "$NB" "legacy cuIpcCloseMemHandle")")
+hit=$(sum2 "$(med "$IB" "legacy cuIpcOpenMemHandle")" "$(med "$IB" "legacy cuIpcCloseMemHandle")")
+vhit=$(sum2 "$(med "$IB" "VMM cuIpcOpenMemHandle")" "$(med "$IB" "VMM cuIpcCloseMemHandle")")
+ratio "legacy: driver open+close vs cached re-open" 300 "$nat" "$hit"
+ratio "VMM: driver open+close (legacy) vs cached by-value re-open" 300 "$nat" "$vhit"
+ratio "VMM export: cuMemExportToShareableHandle vs cached get" 300 \
+    "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
+
+echo "-- import cache hit throughput, 1..16 threads ($(nproc) cores)"
+"$BUILD/test/bench/bench_lru" --threads 1,2,4,8,16 >"$LOGS/bench-lru.log" 2>&1
+grep -E '^lru_(threads|hit_ns|bytes)' "$LOGS/bench-lru.log"
+t1=$(awk '$1 == "lru_threads" && $2 == 1 { print $3 }' "$LOGS/bench-lru.log")
+t16=$(awk '$1 == "lru_threads" && $2 == 16 { print $3 }' "$LOGS/bench-lru.log")
+ratio "cache hits/s: 16 threads vs 1" 8 "$t16" "$t1"
+
+echo
+echo "== bench-gpu summary"
+printf '| %-58s | %-6s | %s\n' "measure" "met?" "numbers"
+printf '%s\n' "${rows[@]}"
