@@ -1,110 +1,135 @@
 /* SPDX-License-Identifier: MIT */
-/* ptrmap.c - uthash keyed by pointer value, one mutex (close is not a hot
- * path: the hot path is the import-cache hit, which lives in lru.c). */
+/*
+ * ptrmap.c - open-addressing table keyed by pointer value, one mutex.
+ *
+ * Every cached re-open and close goes through here, so it is built for
+ * that: slots hold the entry inline (no malloc per open), linear probing
+ * on a multiplicative hash of the pointer, deletion by backward shift (no
+ * tombstones), doubling at half load. uthash cost a malloc-free but
+ * hash-heavy add/delete per cycle and twice the time.
+ */
 #include "cache/ptrmap.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* uthash's default on ENOMEM is exit(): never in a host program. With
- * non-fatal OOM an element that could not be added is simply absent,
- * which ptrmap_ref_locked checks. */
-#define HASH_NONFATAL_OOM 1
-#include <uthash.h>
-
-typedef struct ptrmap_entry {
-    uintptr_t ptr;
+typedef struct slot {
+    uintptr_t ptr; /* 0 = empty (no mapping lives at address 0) */
     int count;
-    void *value; /* the cache entry's value, for byval_lru_put_value */
-    UT_hash_handle hh;
+    void *value;
     unsigned char key[]; /* key_len bytes */
-} ptrmap_entry_t;
-
-/* Entries of closed pointers are kept for reuse (up to this many), so an
- * open/close cycle on a cached mapping does no malloc/free. */
-#define PTRMAP_SPARE_MAX 64
+} slot_t;
 
 struct byval_ptrmap {
     pthread_mutex_t lock;
     size_t key_len;
-    ptrmap_entry_t *head;
-    ptrmap_entry_t *spare; /* linked through hh.next */
-    unsigned nspare;
+    size_t slot_size;
+    size_t nslots; /* power of two */
+    size_t used;
+    unsigned char *slots;
 };
+
+#define PTRMAP_MIN_SLOTS 64
+
+static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
+{
+    return (slot_t *)(m->slots + i * m->slot_size);
+}
+
+static size_t home_of(const byval_ptrmap_t *m, uintptr_t ptr)
+{
+    return (size_t)(((uint64_t)ptr * 0x9E3779B97F4A7C15ull) >> 20) & (m->nslots - 1);
+}
 
 byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
 {
     byval_ptrmap_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
-    pthread_mutex_init(&m->lock, NULL);
     m->key_len = key_len;
+    m->slot_size = (sizeof(slot_t) + key_len + 7) & ~(size_t)7;
+    m->nslots = PTRMAP_MIN_SLOTS;
+    m->slots = calloc(m->nslots, m->slot_size);
+    if (!m->slots) {
+        free(m);
+        return NULL;
+    }
+    pthread_mutex_init(&m->lock, NULL);
     return m;
-}
-
-static void ptrmap_free_all(byval_ptrmap_t *m)
-{
-    ptrmap_entry_t *e, *tmp;
-    HASH_ITER(hh, m->head, e, tmp) {
-        HASH_DEL(m->head, e);
-        free(e);
-    }
-    while (m->spare) {
-        e = m->spare;
-        m->spare = e->hh.next;
-        free(e);
-    }
-    m->nspare = 0;
 }
 
 void byval_ptrmap_destroy(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    ptrmap_free_all(m);
     pthread_mutex_destroy(&m->lock);
+    free(m->slots);
     free(m);
 }
 
-static int ptrmap_ref_locked(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value)
+/* Index of ptr's slot, or of the empty slot where it would go. */
+static size_t find(const byval_ptrmap_t *m, uintptr_t ptr)
 {
-    ptrmap_entry_t *e;
-    HASH_FIND(hh, m->head, &ptr, sizeof(ptr), e);
-    if (e) {
-        if (memcmp(e->key, key, m->key_len) != 0 || e->value != value)
-            return -1;
-        return ++e->count;
-    }
-    if (m->spare) {
-        e = m->spare;
-        m->spare = e->hh.next;
-        m->nspare--;
-    } else {
-        e = malloc(sizeof(*e) + m->key_len);
-        if (!e)
-            return -1;
-    }
-    e->ptr = ptr;
-    e->count = 1;
-    e->value = value;
-    memcpy(e->key, key, m->key_len);
-    HASH_ADD(hh, m->head, ptr, sizeof(e->ptr), e);
-    ptrmap_entry_t *check;
-    HASH_FIND(hh, m->head, &ptr, sizeof(ptr), check);
-    if (check != e) {
-        free(e);
+    size_t i = home_of(m, ptr);
+    while (slot_at(m, i)->ptr && slot_at(m, i)->ptr != ptr)
+        i = (i + 1) & (m->nslots - 1);
+    return i;
+}
+
+static int grow(byval_ptrmap_t *m)
+{
+    byval_ptrmap_t big = *m;
+    big.nslots = m->nslots * 2;
+    big.slots = calloc(big.nslots, m->slot_size);
+    if (!big.slots)
         return -1;
+    for (size_t i = 0; i < m->nslots; i++) {
+        slot_t *s = slot_at(m, i);
+        if (s->ptr)
+            memcpy(slot_at(&big, find(&big, s->ptr)), s, m->slot_size);
     }
-    return 1;
+    free(m->slots);
+    m->slots = big.slots;
+    m->nslots = big.nslots;
+    return 0;
+}
+
+/* Remove slot i, shifting back the entries of its probe run. */
+static void erase(byval_ptrmap_t *m, size_t i)
+{
+    size_t mask = m->nslots - 1;
+    for (size_t j = (i + 1) & mask; slot_at(m, j)->ptr; j = (j + 1) & mask) {
+        size_t h = home_of(m, slot_at(m, j)->ptr);
+        /* j may move to i if its home is not in (i, j] cyclically. */
+        if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+            memcpy(slot_at(m, i), slot_at(m, j), m->slot_size);
+            i = j;
+        }
+    }
+    memset(slot_at(m, i), 0, m->slot_size);
+    m->used--;
 }
 
 int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value)
 {
-    if (!m || !key)
+    if (!m || !key || !ptr)
         return -1;
+    int n = -1;
     pthread_mutex_lock(&m->lock);
-    int n = ptrmap_ref_locked(m, ptr, key, value);
+    size_t i = find(m, ptr);
+    slot_t *s = slot_at(m, i);
+    if (s->ptr) {
+        if (memcmp(s->key, key, m->key_len) == 0 && s->value == value)
+            n = ++s->count;
+    } else if ((m->used + 1) * 2 <= m->nslots || grow(m) == 0) {
+        s = slot_at(m, find(m, ptr));
+        s->ptr = ptr;
+        s->count = n = 1;
+        s->value = value;
+        memcpy(s->key, key, m->key_len);
+        m->used++;
+    }
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -114,38 +139,30 @@ int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
     return byval_ptrmap_ref_value(m, ptr, key, NULL);
 }
 
-int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
-{
-    return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
-}
-
 int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
 {
-    if (!m)
+    if (!m || !ptr)
         return -1;
     int n = -1;
-    ptrmap_entry_t *e;
     pthread_mutex_lock(&m->lock);
-    HASH_FIND(hh, m->head, &ptr, sizeof(ptr), e);
-    if (e) {
+    size_t i = find(m, ptr);
+    slot_t *s = slot_at(m, i);
+    if (s->ptr) {
         if (key_p)
-            memcpy(key_p, e->key, m->key_len);
+            memcpy(key_p, s->key, m->key_len);
         if (value_p)
-            *value_p = e->value;
-        n = --e->count;
-        if (n == 0) {
-            HASH_DEL(m->head, e);
-            if (m->nspare < PTRMAP_SPARE_MAX) {
-                e->hh.next = m->spare;
-                m->spare = e;
-                m->nspare++;
-            } else {
-                free(e);
-            }
-        }
+            *value_p = s->value;
+        n = --s->count;
+        if (n == 0)
+            erase(m, i);
     }
     pthread_mutex_unlock(&m->lock);
     return n;
+}
+
+int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
+{
+    return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
 }
 
 size_t byval_ptrmap_size(byval_ptrmap_t *m)
@@ -153,7 +170,7 @@ size_t byval_ptrmap_size(byval_ptrmap_t *m)
     if (!m)
         return 0;
     pthread_mutex_lock(&m->lock);
-    size_t n = HASH_COUNT(m->head);
+    size_t n = m->used;
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -165,5 +182,6 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
     /* Called in a fork child: the lock may have been held by a thread that
      * does not exist here, so re-initialise it rather than take it. */
     pthread_mutex_init(&m->lock, NULL);
-    ptrmap_free_all(m);
+    memset(m->slots, 0, m->nslots * m->slot_size);
+    m->used = 0;
 }
