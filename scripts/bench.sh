@@ -28,6 +28,8 @@ echo "bench: Level Zero, under ipcbyval ..."
 "$RUN" "$BENCH/bench_ze" >"$OUT/byval.txt"
 echo "bench: Level Zero, ipcbyval loaded with IPCBYVAL_ENABLE=0 ..."
 IPCBYVAL_ENABLE=0 "$RUN" "$BENCH/bench_ze" >"$OUT/disabled.txt"
+echo "bench: Level Zero, under ipcbyval, socket fallback forced ..."
+IPCBYVAL_TRANSPORT=socket "$RUN" "$BENCH/bench_ze" >"$OUT/socket.txt"
 CACHE=16
 IPCBYVAL_CACHE_SIZE=$CACHE "$RUN" "$BENCH/bench_ze" --import-only >"$OUT/fds.txt"
 
@@ -50,6 +52,8 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     c=$(get byval cold_open_us); d=$(get native cold_open_us)
     o=$(awk -v a="$c" -v b="$d" 'BEGIN{printf "%.2f", a-b}')
     echo "cold open (overhead +$o us)|$c us|$d us|overhead <= 2 us|$(awk -v x="$o" 'BEGIN{print (x<=2)?"yes":"no"}')"
+    k=$(get socket cold_open_us)
+    echo "  cold open over the socket fallback (vs pidfd)|$k us|$c us|reported|-"
     e=$(get byval export_hit_ns); f=$(get native export_hit_ns)
     echo "cached re-export (zeMemGetIpcHandle)|$e ns|$f ns|<= 150 ns|$(awk -v a="$e" 'BEGIN{print (a<=150)?"yes":"no"}')"
     s=$(get native socket_rt_us); u=$(get native socket_setup_us)
