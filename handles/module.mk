@@ -1,25 +1,37 @@
 # SPDX-License-Identifier: MIT
-LIB_SRC += handles/wire.c handles/self.c handles/resolve.c handles/broker.c handles/nsxlate.c
-HANDLES_OBJ = $(BUILD)/handles/wire.o $(BUILD)/handles/self.o $(BUILD)/handles/resolve.o
+# handles/: the by-value record (wire.c, pure), who we are (self.c), and
+# pidfd resolution (resolve.c, fdcheck.c); broker.c and nsxlate.c are the
+# socket fallback and the pid translation the shim's transport adds.
+HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c
+LIB_SRC += $(HANDLES_SRC) handles/broker.c handles/nsxlate.c
+HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve
-$(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(HANDLES_OBJ)
+$(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ) -lcmocka
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/wire.o -lcmocka
 
-$(BUILD)/test/unit/test_resolve: test/unit/test_resolve.c $(HANDLES_OBJ)
+RESOLVE_TEST_SRC := test/unit/test_resolve.c test/unit/test_resolve_more.c \
+                    test/unit/test_resolve_util.c
+$(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h \
+                                 handles/resolve_internal.h $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ) -lcmocka -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
 
-# libFuzzer target for the decoder: make fuzz FUZZ_SECONDS=60
+# libFuzzer target for the decoder: make fuzz FUZZ_SECONDS=60. Its own
+# tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its own
+# sanitizer set, and UBSan must abort rather than print and go on.
 FUZZ_SECONDS ?= 60
-FUZZ_BIN := build-fuzz/fuzz_wire
-$(FUZZ_BIN): test/fuzz/fuzz_wire.c handles/wire.c handles/wire.h
-	@mkdir -p $(dir $@) build-fuzz/corpus
-	clang -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+FUZZ_CC ?= clang
+FUZZ_DIR := build-fuzz
+FUZZ_BIN := $(FUZZ_DIR)/fuzz_wire
+$(FUZZ_BIN): test/fuzz/fuzz_wire.c handles/wire.c handles/wire.h handles/module.mk
+	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus
+	$(FUZZ_CC) -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -o $@ test/fuzz/fuzz_wire.c handles/wire.c
 
 fuzz:
 	@scripts/deps.sh fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus

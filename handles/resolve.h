@@ -51,11 +51,17 @@ void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
 /* inode of fd (st_ino), 0 on error. */
 uint64_t byval_fd_inode(int fd);
 
+/* Size in bytes of the object behind fd (memfd: st_size; dma-buf: its
+ * SEEK_END), or -1. Exporters record this, not the allocation's size: a
+ * pooled allocation's dma-buf is larger than the allocation. */
+int64_t byval_fd_size(int fd);
+
 /*
  * Resolve rec into a local duplicate of the exporter's fd:
  *   host and pid-namespace checks against self, pidfd_open(rec->pid),
  *   identity check (race-free order), pidfd_getfd(rec->fd), then the
- *   fd-kind check (inode low 32 bits == rec->fd_ino, size covers rec->size).
+ *   fd-kind check (inode low 32 bits == rec->fd_ino and, when rec->size
+ *   != 0, the object's size in pages == rec->size in pages).
  * On success *fd_p is a new fd owned by the caller (O_CLOEXEC).
  * On failure writes one exact, human-readable line (no trailing newline)
  * into msg (may be NULL) that names the syscall, pid, fd and errno text,

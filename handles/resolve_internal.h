@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* resolve_internal.h - helpers shared by self.c and resolve.c. */
+/* resolve_internal.h - helpers shared by self.c, resolve.c and fdcheck.c
+ * (and their unit tests); not part of the interface the shim uses. */
 #ifndef BYVAL_HANDLES_RESOLVE_INTERNAL_H
 #define BYVAL_HANDLES_RESOLVE_INTERNAL_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 
+#include "handles/resolve.h"
+
+/* glibc 2.36 headers have both; older ones lack them (x86-64 and the
+ * generic table share these numbers). */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -16,10 +23,35 @@
 #endif
 #define BYVAL_PIDFS_MAGIC 0x50494446u
 
-/* Start time (clock ticks after boot) of pid, 0 with *err_p = errno. */
-uint64_t byval_proc_start_time(pid_t pid, int *err_p);
+/* Start time of pid (field 22 of /proc/<pid>/stat, clock ticks after
+ * boot) into *start_p. 0, or an errno value: that of open/read, EIO when
+ * the line cannot be parsed. */
+int byval_proc_start_time(pid_t pid, uint64_t *start_p);
 
-/* 1 if pidfd lives on pidfs (its inode then identifies the process). */
+/* 1 if fd lives on pidfs (a pidfd's inode then identifies the process). */
 int byval_pidfd_is_pidfs(int pidfd);
+
+/* Is the process behind pidfd the one rec describes? BYVAL_OK, or
+ * IDENTITY/GONE/PERM/NOFD/SYS with one line in msg. */
+byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg,
+                                    size_t msglen);
+
+/* Is dup (a duplicate of fd in pid) the object the exporter described:
+ * low 32 bits of its inode == fd_ino and, when size != 0, its size in
+ * pages == size / 4096? BYVAL_OK, FDKIND or SYS with one line in msg. */
+byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                   uint64_t size, char *msg, size_t msglen);
+
+/* snprintf into msg when the caller asked for a message (msg may be NULL). */
+__attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,
+                                                                   const char *fmt, ...)
+{
+    if (!msg || !msglen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msglen, fmt, ap);
+    va_end(ap);
+}
 
 #endif

@@ -43,7 +43,6 @@ static byval_lru_t *export_cache;
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 
 static ze_pfnMemGetAllocProperties_t real_get_props;
-static ze_pfnMemGetAddressRange_t real_get_range;
 static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 static ze_pfnDriverGet_t real_driver_get;
 static ze_pfnDeviceGet_t real_device_get;
@@ -67,7 +66,6 @@ static void export_evicted(void *ctx, const void *key, void *value)
 static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
-    real_get_range = (ze_pfnMemGetAddressRange_t)byval_ze_sym("zeMemGetAddressRange");
     real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
     real_driver_get = (ze_pfnDriverGet_t)byval_ze_sym("zeDriverGet");
     real_device_get = (ze_pfnDeviceGet_t)byval_ze_sym("zeDeviceGet");
@@ -148,11 +146,11 @@ static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *
     byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
     rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
     rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
-    void *base = NULL;
-    size_t size = 0;
-    if (real_get_range && real_get_range(ctx, ptr, &base, &size) == ZE_RESULT_SUCCESS &&
-        size <= BYVAL_WIRE_MAX_SIZE)
-        rec.size = size;
+    /* The object's own size (a pool's dma-buf is larger than the
+     * allocation), checked by the importer against its duplicate. */
+    int64_t size = byval_fd_size((int)fd);
+    if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
+        rec.size = (uint64_t)size;
     rec.device = device_ordinal(dev);
     return byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK ? 0 : -1;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -153,13 +154,28 @@ static void test_every_bit_flip_rejected(void **state)
     }
 }
 
+/* Each prefix in a heap block of exactly its length, so ASan flags a read
+ * past the end; a refused record leaves *rec_p untouched. */
 static void test_truncations_short(void **state)
 {
     uint8_t b[BYVAL_WIRE_LEN];
-    byval_record_t out;
+    byval_record_t out, untouched;
+    memset(&out, 0x5a, sizeof(out));
+    memset(&untouched, 0x5a, sizeof(untouched));
     assert_int_equal(byval_wire_encode(&rec_max, b), BYVAL_WIRE_OK);
-    for (size_t len = 0; len < BYVAL_WIRE_LEN; len++)
-        assert_int_equal(byval_wire_decode(b, len, &out), BYVAL_WIRE_SHORT);
+    for (size_t len = 0; len <= BYVAL_WIRE_LEN; len++) {
+        uint8_t *p = malloc(len ? len : 1);
+        assert_non_null(p);
+        memcpy(p, b, len);
+        byval_wire_status_t st = byval_wire_decode(p, len, &out);
+        free(p);
+        if (len == BYVAL_WIRE_LEN) {
+            assert_int_equal(st, BYVAL_WIRE_OK);
+            break;
+        }
+        assert_int_equal(st, BYVAL_WIRE_SHORT);
+        assert_memory_equal(&out, &untouched, sizeof(out));
+    }
     assert_int_equal(byval_wire_decode(NULL, BYVAL_WIRE_LEN, &out), BYVAL_WIRE_SHORT);
     assert_false(byval_wire_is_candidate(b, 1));
     assert_false(byval_wire_is_candidate(NULL, 47));
