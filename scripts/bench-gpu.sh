@@ -39,7 +39,7 @@ echo "-- import cache hit throughput, 1..16 threads ($(nproc) cores)"
 grep -E '^lru_(threads|hit_ns|bytes)' "$LOGS/bench-lru.log"
 t1=$(awk '$1 == "lru_threads" && $2 == 1 { print $3 }' "$LOGS/bench-lru.log")
 t16=$(awk '$1 == "lru_threads" && $2 == 16 { print $3 }' "$LOGS/bench-lru.log")
-ratio "cache hits/s: 16 threads vs 1" 8 "$t16" "$t1"
+ratio "cache hits/s: 16 threads vs 1" 8 "$t16" "$t1" "hits/s"
 
 echo
 echo "== bench-gpu summary"

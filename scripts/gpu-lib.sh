@@ -20,11 +20,12 @@ run() {
 
 # Median column of the row whose name starts with $2 in bench log $1.
 med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
-# ratio NAME TARGET NUM DEN: a row comparing two medians measured in this run.
+# ratio NAME TARGET NUM DEN [UNIT]: a row comparing two medians measured in
+# this run (UNIT defaults to us).
 ratio() {
-    local name=$1 target=$2 num=$3 den=$4
+    local name=$1 target=$2 num=$3 den=$4 unit=${5:-us}
     if [ -z "$num" ] || [ -z "$den" ]; then row "$name" FAIL "bench rows missing (see $LOGS/bench-*.log)"; return; fi
     local r; r=$(awk -v a="$num" -v b="$den" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print 1e9 }')
     local res=PASS; awk -v r="$r" -v t="$target" 'BEGIN { exit !(r >= t) }' || res=FAIL
-    row "$name (target >= ${target}x)" $res "$num us / $den us = ${r}x"
+    row "$name (target >= ${target}x)" $res "$num $unit / $den $unit = ${r}x"
 }
