@@ -6,14 +6,7 @@
 # One table; ratios come from medians of this run.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-OUT=${GPU_OUT:-$BUILD/test/gpu}
-LOGS="$BUILD/gpu-logs"
-mkdir -p "$LOGS"
-LIB="$PWD/$BUILD/libipcbyval.so.1"
-RUN="$PWD/scripts/ipcbyval-run"
-export IPCBYVAL_LIB="$LIB"
-. scripts/gpu-lib.sh
+. scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
 
 make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
     make -C test/gpu "$PWD/$OUT/bench_ipc" OUT="$PWD/$OUT" >>"$LOGS/bench-build.log" 2>&1 ||

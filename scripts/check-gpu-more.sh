@@ -24,16 +24,9 @@ if ! declare -F row >/dev/null; then
     gm_standalone=1
     set -u
     cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-    BUILD=${BUILD:-build}
-    OUT=${GPU_OUT:-$BUILD/test/gpu}
-    LOGS="$BUILD/gpu-logs"
-    mkdir -p "$LOGS"
-    LIB="$PWD/$BUILD/libipcbyval.so.1"
-    RUN="$PWD/scripts/ipcbyval-run"
-    export IPCBYVAL_LIB="$LIB"
     NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     # shellcheck source=scripts/gpu-lib.sh
-    . scripts/gpu-lib.sh # rows, failed, row
+    . scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows, failed, row
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 

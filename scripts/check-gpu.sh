@@ -7,14 +7,7 @@
 # the latency benchmark, then prints a summary table last.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-OUT=${GPU_OUT:-$BUILD/test/gpu}
-LOGS="$BUILD/gpu-logs"
-mkdir -p "$LOGS"
-LIB="$PWD/$BUILD/libipcbyval.so.1"
-RUN="$PWD/scripts/ipcbyval-run"
-export IPCBYVAL_LIB="$LIB"
-. scripts/gpu-lib.sh
+. scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
 
 kernel=$(uname -r)
 echo "== machine: kernel $kernel"

@@ -1,7 +1,15 @@
 # SPDX-License-Identifier: MIT
 # gpu-lib.sh - shared by check-gpu.sh and bench-gpu.sh (sourced): result
 # rows, running a case, and ratios of medians from bench_ipc tables.
-# Expects LOGS to be set.
+# Run from the repository root. Sets BUILD, OUT (GPU binaries), LOGS, LIB,
+# RUN (the launcher) and exports IPCBYVAL_LIB.
+BUILD=${BUILD:-build}
+OUT=${GPU_OUT:-$BUILD/test/gpu}
+LOGS="$BUILD/gpu-logs"
+mkdir -p "$LOGS"
+LIB="$PWD/$BUILD/libipcbyval.so.1"
+RUN="$PWD/scripts/ipcbyval-run"
+export IPCBYVAL_LIB="$LIB"
 declare -a rows
 failed=0
 row() { rows+=("$(printf '| %-58s | %-6s | %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
