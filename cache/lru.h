@@ -7,6 +7,8 @@
  * Entries with a non-zero reference count are never evicted. The eviction
  * callback runs after the cache lock is released and receives the evicted
  * entry's own key and value. All operations are O(1) except remove_if.
+ * Invalid arguments (NULL cache, key or predicate) never crash: get and
+ * remove_if return 0, the other calls BYVAL_LRU_NOENT, and nothing is done.
  */
 #ifndef BYVAL_CACHE_LRU_H
 #define BYVAL_CACHE_LRU_H
@@ -64,8 +66,9 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value,
                      int take_ref, void **existing_p);
 
 /* Drop one reference. Returns the remaining count, or BYVAL_LRU_NOENT.
- * An entry marked by remove() while referenced is released (callback)
- * when its last reference goes. */
+ * An entry marked by remove() while referenced (a zombie) is released
+ * (callback) when its last reference goes. When a zombie and a newer live
+ * entry share the key, put drops the zombie's reference first. */
 int byval_lru_put(byval_lru_t *lru, const void *key);
 
 /* Drop one reference of the entry for key that holds value. Use this
@@ -80,7 +83,8 @@ int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value);
 int byval_lru_remove(byval_lru_t *lru, const void *key);
 
 /* Remove every entry for which pred(ctx, key, value) returns non-zero,
- * with remove()'s semantics. O(n). Returns how many matched. */
+ * with remove()'s semantics. O(n). Returns how many matched. pred runs
+ * under a cache lock: it must not call this cache, nor fork(). */
 size_t byval_lru_remove_if(byval_lru_t *lru,
                            int (*pred)(void *ctx, const void *key, void *value),
                            void *ctx);

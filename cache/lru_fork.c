@@ -5,7 +5,9 @@
  * mid-update when the address space is copied), the parent releases them,
  * and the child re-initialises the locks and frees every entry without
  * calling eviction callbacks (they would call the GPU driver, whose state
- * the child does not own).
+ * the child does not own). No cache operation holds two shard locks or
+ * waits for anything while holding one (callbacks run unlocked), so
+ * prepare cannot deadlock with a thread that uses a cache.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +35,8 @@ static void fork_parent(void)
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* Free every entry (live and zombie) without callbacks; keep the bucket
+ * array (emptied) and nothing else: zeroed stats, a fresh lock. */
 static void shard_empty(lru_shard_t *s)
 {
     for (size_t b = 0; b < s->nbuckets; b++) {
@@ -42,24 +46,23 @@ static void shard_empty(lru_shard_t *s)
         }
         s->buckets[b] = NULL;
     }
-    for (lru_entry_t *z = s->zombies, *nx; z; z = nx) {
-        nx = z->hnext;
-        free(z);
-    }
-    size_t cap = s->capacity, nb = s->nbuckets;
+    size_t nb = s->nbuckets;
     lru_entry_t **buckets = s->buckets;
     memset(s, 0, sizeof(*s));
-    s->capacity = cap;
     s->nbuckets = nb;
     s->buckets = buckets;
-    pthread_mutex_init(&s->lock, NULL);
+    s->head_stamp = BYVAL_LRU_NO_STAMP;
+    byval_lru_lock_init(s);
 }
 
 static void fork_child(void)
 {
-    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
         for (unsigned i = 0; i < c->nshards; i++)
             shard_empty(&c->shards[i]);
+        c->count = 0;
+        c->high_water = 0;
+    }
     pthread_mutex_init(&reg_lock, NULL);
 }
 

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
+# cache/: the bounded LRU cache (lru*.c) and the pointer map (ptrmap.c).
 LIB_SRC += cache/lru.c cache/lru_table.c cache/lru_fork.c cache/ptrmap.c
 CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_table.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
 
+LRU_TEST_SRC = test/unit/test_lru.c test/unit/test_lru_model.c test/unit/test_lru_threads.c
+
 UNIT_TESTS += $(BUILD)/test/unit/test_lru
-$(BUILD)/test/unit/test_lru: test/unit/test_lru.h test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ)
+$(BUILD)/test/unit/test_lru: test/unit/test_lru.h $(LRU_TEST_SRC) $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ test/unit/test_lru.c test/unit/test_lru_threads.c $(CACHE_OBJ) -lcmocka -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $(LRU_TEST_SRC) $(CACHE_OBJ) -lcmocka -lpthread
 
 UNIT_TESTS += $(BUILD)/test/unit/test_lru_put
 $(BUILD)/test/unit/test_lru_put: test/unit/test_lru_put.c $(CACHE_OBJ)

@@ -1,18 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_lru: cost of an import-cache hit (get with a reference + put_value,
- * what a cached zeMemOpenIpcHandle + zeMemCloseIpcHandle does in the cache),
- * how it grows with the number of entries, how aggregate hits scale with
- * threads, and what an entry costs in memory. Prints machine-readable lines:
- *   lru_hit_ns <entries> <median ns>
- *   lru_threads <n> <hits per second>
- *   lru_bytes <key length> <bytes per entry>
- * Measures only; asserts nothing about time.
+ * bench_lru.c - micro-benchmark of cache/lru: one hit is get with a
+ * reference plus put_value (what a cached open + close does in the import
+ * cache), 40-byte keys.
+ *  - median ns per hit at 16, 1k, 64k and 1M entries: keys drawn uniformly
+ *    from all entries (memory misses included, as a real cache of that
+ *    size sees them) and from 16 hot keys (the algorithm alone);
+ *  - aggregate hits/s of 1..16 threads on one shared cache, each thread on
+ *    its own slice of the keys (as ranks open their own peers' handles):
+ *    the contention measured is the cache's own;
+ *  - bytes per entry (stats.bytes_per_entry).
+ * Lines start with a tag (lru_hit_ns, lru_threads, lru_bytes) that
+ * scripts/bench.sh reads; the rest of each line is for people.
+ * Usage: bench_lru [--threads 1,2,4,8,16] [--quick]
  */
-#include "cache/lru.h"
-
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,240 +22,248 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KEY_MAX 96
-#define BATCHES 1000
-#define BATCH_OPS 100
-#define THREAD_KEYS 1024
-#define THREAD_RUN_NS 200000000LL /* 200 ms per thread count */
+#include "cache/lru.h"
 
-static int64_t now_ns(void)
+#define KEY_LEN 40
+#define REPEATS 21
+#define MAX_THREADS 64
+#define THREAD_ENTRIES 16384
+
+static int quick; /* --quick: fewer repeats and shorter windows (smoke test) */
+
+static uint64_t now_ns(void)
 {
     struct timespec ts;
-
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+/* Key i: the index in the first 8 bytes, a constant tail (as real keys
+ * have: pid, namespace, device...). */
+static void mkkey(unsigned char *k, uint64_t i)
+{
+    memcpy(k, &i, sizeof(i));
+}
+
+static void key_init(unsigned char *k)
+{
+    memset(k, 0x5a, KEY_LEN);
 }
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
-
     return (x > y) - (x < y);
 }
 
-static double median(double *v, size_t n)
+static double median(double *v, int n)
 {
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[n / 2];
 }
 
-/* Keys differ in their first 8 bytes and are zero elsewhere, as the
- * shim's keys are zero-padded; the hash still has to read all of them. */
-static void make_key(uint8_t *key, size_t len, uint64_t i)
+static byval_lru_t *filled(size_t n)
 {
-    memset(key, 0, len);
-    memcpy(key, &i, sizeof(i));
-    key[len - 1] = (uint8_t)(i * 131u); /* the tail matters to memcmp too */
-}
-
-/* Fill a cache of capacity `entries` with `entries` keys. The cache is
- * sharded and each shard holds its share of the capacity, so a few keys of
- * an uneven hash are evicted: *present_p (if not NULL) gets the indices
- * that stayed, and lookups pick only those (a miss is another benchmark). */
-static byval_lru_t *filled(size_t entries, size_t key_len, uint32_t **present_p, size_t *n_p)
-{
-    byval_lru_t *lru = byval_lru_create(entries, key_len, NULL, NULL);
-    uint8_t key[KEY_MAX];
-    void *v;
-
-    if (lru == NULL) {
-        fprintf(stderr, "bench_lru: byval_lru_create(%zu) failed\n", entries);
-        exit(1);
-    }
-    for (size_t i = 0; i < entries; i++) {
-        make_key(key, key_len, i);
-        if (byval_lru_insert(lru, key, (void *)(uintptr_t)(i + 1), 0, NULL) != BYVAL_LRU_OK) {
-            fprintf(stderr, "bench_lru: insert %zu failed\n", i);
+    byval_lru_t *lru = byval_lru_create(n, KEY_LEN, NULL, NULL);
+    unsigned char k[KEY_LEN];
+    key_init(k);
+    for (uint64_t i = 0; lru && i < n; i++) {
+        mkkey(k, i);
+        if (byval_lru_insert(lru, k, (void *)(uintptr_t)(i + 1), 0, NULL) != BYVAL_LRU_OK) {
+            fprintf(stderr, "bench_lru: insert %llu of %zu failed\n", (unsigned long long)i, n);
             exit(1);
         }
-    }
-    if (present_p != NULL) {
-        uint32_t *present = malloc(entries * sizeof(*present));
-        size_t n = 0;
-
-        if (present == NULL)
-            exit(1);
-        for (size_t i = 0; i < entries; i++) {
-            make_key(key, key_len, i);
-            if (byval_lru_get(lru, key, 0, &v))
-                present[n++] = (uint32_t)i;
-        }
-        *present_p = present;
-        *n_p = n;
     }
     return lru;
 }
 
-static uint64_t xorshift(uint64_t *s)
+/* One hit: get with a reference, then put that value. A miss is a bug. */
+static inline void hit(byval_lru_t *lru, unsigned char *k, uint64_t i)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-/* One hit as the shim does it: get with a reference, then put that value. */
-static inline void hit(byval_lru_t *lru, const uint8_t *key)
-{
-    void *v;
-
-    if (!byval_lru_get(lru, key, 1, &v)) {
-        fprintf(stderr, "bench_lru: unexpected miss\n");
+    void *v = NULL;
+    mkkey(k, i);
+    if (!byval_lru_get(lru, k, 1, &v) || v != (void *)(uintptr_t)(i + 1) ||
+        byval_lru_put_value(lru, k, v) != 0) {
+        fprintf(stderr, "bench_lru: key %llu did not hit\n", (unsigned long long)i);
         exit(1);
     }
-    byval_lru_put_value(lru, key, v);
 }
 
-/* Median over batches of the per-hit time: one clock read per batch keeps
- * the timer's own cost (~20 ns) out of a ~50 ns operation. Keys are picked
- * at random so that large caches pay their cache misses, as real opens of
- * many different handles would. */
-static void bench_hit(size_t entries)
+/* Median ns per hit over REPEATS batches; hot: draw from 16 keys only. */
+static double hit_ns(byval_lru_t *lru, size_t n, int hot)
 {
-    static double samples[BATCHES];
-    static uint32_t idx[BATCH_OPS];
-    uint32_t *present;
-    size_t n;
-    byval_lru_t *lru = filled(entries, 48, &present, &n);
-    uint8_t key[KEY_MAX];
-    uint64_t seed = 0x9e3779b97f4a7c15ULL;
-
-    for (int b = 0; b < BATCHES; b++) {
-        for (int j = 0; j < BATCH_OPS; j++)
-            idx[j] = present[xorshift(&seed) % n];
-        int64_t t0 = now_ns();
-        for (int j = 0; j < BATCH_OPS; j++) {
-            make_key(key, 48, idx[j]);
-            hit(lru, key);
-        }
-        samples[b] = (double)(now_ns() - t0) / BATCH_OPS;
+    enum { BATCH = 20000 };
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ n, set[16];
+    unsigned char k[KEY_LEN];
+    double per[REPEATS];
+    int reps = quick ? 5 : REPEATS;
+    key_init(k);
+    for (int i = 0; i < 16; i++)
+        set[i] = rnd(&seed) % n;
+    for (int i = 0; i < BATCH; i++) /* warm up */
+        hit(lru, k, hot ? set[i & 15] : rnd(&seed) % n);
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < BATCH; i++)
+            hit(lru, k, hot ? set[rnd(&seed) & 15] : rnd(&seed) % n);
+        per[r] = (double)(now_ns() - t0) / BATCH;
     }
-    printf("lru_hit_ns %zu %.1f\n", entries, median(samples, BATCHES));
-    fprintf(stderr, "bench_lru: %zu of %zu keys stayed in a cache of capacity %zu\n", n,
-            entries, entries);
-    free(present);
-    byval_lru_destroy(lru);
+    return median(per, reps);
 }
 
-struct worker {
+/* ---- threads --------------------------------------------------------------- */
+typedef struct worker {
     pthread_t tid;
     byval_lru_t *lru;
-    const uint32_t *keys; /* this thread's own subset */
-    size_t nkeys;
-    uint64_t seed;
-    uint64_t ops;
-};
+    uint64_t first, nkeys; /* this thread's slice of the keys */
+    uint64_t seed, ops;
+    pthread_barrier_t *start;
+    volatile int *stop;
+} worker_t;
 
-static atomic_int go, stop;
-
-static void *worker_main(void *arg)
+static void *work(void *p)
 {
-    struct worker *w = arg;
-    uint8_t key[KEY_MAX];
-    uint64_t seed = w->seed, ops = 0;
-
-    while (!atomic_load_explicit(&go, memory_order_acquire))
-        ;
-    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
-        for (int j = 0; j < BATCH_OPS; j++) {
-            /* Own key subset: contention is the cache's lock, not the keys. */
-            make_key(key, 48, w->keys[xorshift(&seed) % w->nkeys]);
-            hit(w->lru, key);
-        }
-        ops += BATCH_OPS;
+    worker_t *w = p;
+    unsigned char k[KEY_LEN];
+    key_init(k);
+    pthread_barrier_wait(w->start);
+    while (!__atomic_load_n(w->stop, __ATOMIC_RELAXED)) {
+        for (int i = 0; i < 256; i++)
+            hit(w->lru, k, w->first + rnd(&w->seed) % w->nkeys);
+        w->ops += 256;
     }
-    w->ops = ops;
     return NULL;
 }
 
-static void bench_threads(unsigned n)
+/* Aggregate hits/s of n threads over a window; median of repeats. */
+static double threads_rate(byval_lru_t *lru, int n)
 {
-    uint32_t *present;
-    size_t np;
-    byval_lru_t *lru = filled((size_t)n * THREAD_KEYS, 48, &present, &np);
-    struct worker *w = calloc(n, sizeof(*w));
-    uint64_t total = 0;
-    int64_t t0, t1;
-
-    if (w == NULL)
-        exit(1);
-    atomic_store(&go, 0);
-    atomic_store(&stop, 0);
-    for (unsigned i = 0; i < n; i++) {
-        /* Contiguous slices: the contention measured is the cache's own. */
-        w[i].lru = lru;
-        w[i].keys = present + np * i / n;
-        w[i].nkeys = np * (i + 1) / n - np * i / n;
-        w[i].seed = 0x2545f4914f6cdd1dULL + i;
-        if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0) {
-            fprintf(stderr, "bench_lru: pthread_create failed\n");
-            exit(1);
+    worker_t w[MAX_THREADS];
+    double rate[REPEATS];
+    int reps = quick ? 3 : 5;
+    uint64_t window = quick ? 50000000u : 200000000u;
+    for (int r = 0; r < reps; r++) {
+        pthread_barrier_t start;
+        volatile int stop = 0;
+        pthread_barrier_init(&start, NULL, (unsigned)n + 1);
+        for (int i = 0; i < n; i++) {
+            w[i] = (worker_t){.lru = lru,
+                              .first = (uint64_t)THREAD_ENTRIES * (uint64_t)i / (uint64_t)n,
+                              .nkeys = (uint64_t)THREAD_ENTRIES / (uint64_t)n,
+                              .seed = 0x1234567ull * (uint64_t)(i + 1) + (uint64_t)r,
+                              .start = &start, .stop = &stop};
+            if (pthread_create(&w[i].tid, NULL, work, &w[i]) != 0) {
+                perror("bench_lru: pthread_create");
+                exit(1);
+            }
         }
+        pthread_barrier_wait(&start);
+        uint64_t t0 = now_ns();
+        struct timespec ts = {0, (long)window};
+        nanosleep(&ts, NULL);
+        __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+        uint64_t ops = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(w[i].tid, NULL);
+            ops += w[i].ops;
+        }
+        rate[r] = (double)ops * 1e9 / (double)(now_ns() - t0);
+        pthread_barrier_destroy(&start);
     }
-    t0 = now_ns();
-    atomic_store_explicit(&go, 1, memory_order_release);
-    while (now_ns() - t0 < THREAD_RUN_NS)
-        usleep(1000);
-    atomic_store(&stop, 1);
-    for (unsigned i = 0; i < n; i++) {
-        pthread_join(w[i].tid, NULL);
-        total += w[i].ops;
-    }
-    t1 = now_ns();
-    printf("lru_threads %u %.0f\n", n, (double)total * 1e9 / (double)(t1 - t0));
-    free(w);
-    free(present);
-    byval_lru_destroy(lru);
+    return median(rate, reps);
 }
 
-static void bench_bytes(size_t key_len)
+static size_t bytes_per_entry(size_t key_len, size_t n)
 {
-    byval_lru_t *lru = filled(100000, key_len, NULL, NULL);
-    byval_lru_stats_t st;
-
+    byval_lru_t *lru = byval_lru_create(n, key_len, NULL, NULL);
+    unsigned char *k = calloc(1, key_len);
+    byval_lru_stats_t st = {0};
+    for (uint64_t i = 0; lru && k && i < n; i++) {
+        memcpy(k, &i, sizeof(i));
+        byval_lru_insert(lru, k, NULL, 0, NULL);
+    }
     byval_lru_stats(lru, &st);
-    printf("lru_bytes %zu %zu\n", key_len, st.bytes_per_entry);
     byval_lru_destroy(lru);
+    free(k);
+    return st.bytes_per_entry;
 }
 
 int main(int argc, char **argv)
 {
-    static const size_t sizes[] = {16, 1000, 100000, 1000000};
-    const char *threads = "1,2";
-
+    int threads[MAX_THREADS], nthreads = 0;
+    const char *list = "1,2,4,8,16";
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            threads = argv[++i];
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            list = argv[++i];
+        } else if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
         } else {
-            fprintf(stderr, "usage: bench_lru [--threads 1,2,4,8,16]\n");
+            fprintf(stderr, "usage: %s [--threads 1,2,4,8,16] [--quick]\n", argv[0]);
             return 2;
         }
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        bench_hit(sizes[i]);
-    for (const char *p = threads; *p != '\0';) {
+    for (const char *p = list; *p && nthreads < MAX_THREADS; p += *p == ',') {
         char *end;
-        unsigned long n = strtoul(p, &end, 10);
-
-        if (end == p || n == 0 || n > 1024 || (*end != ',' && *end != '\0')) {
-            fprintf(stderr, "bench_lru: bad --threads list '%s'\n", threads);
+        long t = strtol(p, &end, 10);
+        if (end == p || t < 1 || t > MAX_THREADS) {
+            fprintf(stderr, "bench_lru: bad --threads list '%s' (1..%d)\n", list, MAX_THREADS);
             return 2;
         }
-        bench_threads((unsigned)n);
-        p = *end == ',' ? end + 1 : end;
+        threads[nthreads++] = (int)t;
+        p = end;
     }
-    bench_bytes(48);
-    bench_bytes(96);
+
+    printf("# cache/lru: one hit = get(take_ref) + put_value, %d-byte keys, %ld CPUs online\n",
+           KEY_LEN, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("# %-12s %10s %12s %14s\n", "tag", "entries", "ns/hit", "ns/hit 16 hot");
+    const size_t sizes[] = {16, 1000, 65536, 1000000};
+    double first = 0, last = 0;
+    size_t bpe_1m = 0;
+    for (int i = 0; i < 4; i++) {
+        byval_lru_t *lru = filled(sizes[i]);
+        if (!lru) {
+            perror("bench_lru: create");
+            return 1;
+        }
+        double u = hit_ns(lru, sizes[i], 0), h = hit_ns(lru, sizes[i], 1);
+        printf("%-14s %10zu %12.1f %14.1f\n", "lru_hit_ns", sizes[i], u, h);
+        if (i == 0)
+            first = u;
+        last = u;
+        byval_lru_stats_t st;
+        byval_lru_stats(lru, &st);
+        bpe_1m = st.bytes_per_entry;
+        byval_lru_destroy(lru);
+    }
+    printf("%-14s %10s %12.2f   (1M / 16 entries, uniform keys)\n", "lru_hit_ratio", "1M/16",
+           last / first);
+
+    printf("# %-12s %10s %12s %14s   (%d entries, own key slice per thread)\n", "tag", "threads", "hits/s",
+           "vs 1 thread", THREAD_ENTRIES);
+    byval_lru_t *lru = filled(THREAD_ENTRIES);
+    double base = 0;
+    for (int i = 0; i < nthreads; i++) {
+        double r = threads_rate(lru, threads[i]);
+        if (i == 0)
+            base = r / threads[0];
+        printf("%-14s %10d %12.0f %13.2fx\n", "lru_threads", threads[i], r, r / base);
+        fflush(stdout);
+    }
+    byval_lru_destroy(lru);
+
+    printf("# %-12s %10s %12s\n", "tag", "key bytes", "bytes/entry");
+    printf("%-14s %10d %12zu   (1M entries)\n", "lru_bytes", KEY_LEN, bpe_1m);
+    const size_t keys[] = {40, 48, 96};
+    for (int i = 0; i < 3; i++)
+        printf("%-14s %10zu %12zu   (100k entries)\n", "lru_bytes", keys[i],
+               bytes_per_entry(keys[i], 100000));
     return 0;
 }

@@ -6,11 +6,9 @@
 BENCH_DIR  := $(BUILD)/test/bench
 BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze
 
-$(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(BUILD)/cache/lru.o $(BUILD)/cache/lru_table.o \
-                        $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o
+$(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/cache/lru.o $(BUILD)/cache/lru_table.o \
-	    $(BUILD)/cache/lru_fork.o $(BUILD)/cache/ptrmap.o -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lpthread
 
 # Linked to the loader like any application: the preload interposes on
 # the symbols, exactly as it would for a user's program.

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_lru.c - cache/lru.h semantics: basic operations, EXISTS, FULL, LRU
- * order, a randomised model check (eviction never drops a referenced
- * entry), callbacks without the lock, stats, ptrmap. Zombies, scale, threads,
- * fork and the shared helpers: test_lru_threads.c (same binary).
+ * test_lru.c - cache/lru.h semantics: basic operations, invalid arguments,
+ * EXISTS, FULL, LRU order, the same across shards, zombies, callbacks
+ * without the lock, stats. Same binary: the randomised model check
+ * (test_lru_model.c); scale, threads, fork and the shared helpers
+ * (test_lru_threads.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,10 +18,10 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
-#include "cache/ptrmap.h"
+#include "cache/lru_internal.h"
 
 #include "test/unit/test_lru.h"
-void test_zombies(void **state);
+void test_model_random(void **state);
 void test_bound_1m_inserts_random_refs(void **state);
 void test_sharded_bound_and_bytes(void **state);
 void test_threads_16_shared_keys(void **state);
@@ -29,7 +30,6 @@ void test_fork_while_hammered(void **state);
 
 /* Every release: key and value; bad when bytes 8.. of the key are not the
  * zeros the entry was created with (the callback gets the entry's key). */
-#define MAXREL 256
 typedef struct evlog {
     size_t n;
     uint64_t key[MAXREL];
@@ -84,6 +84,42 @@ static void test_get_insert_put_remove_exists(void **state)
     assert_true(l.n == 2 && l.val[1] == V(7) && l.bad == 0); /* V(8) never released */
 }
 
+static int pred_all(void *ctx, const void *key, void *value)
+{
+    return 1;
+}
+
+static void test_invalid_args(void **state)
+{
+    byval_lru_stats_t st;
+    memset(&st, 0xff, sizeof(st));
+    assert_null(byval_lru_create(1, 1025, NULL, NULL)); /* key too long */
+    byval_lru_t *lru = byval_lru_create(2, KLEN, NULL, NULL);
+    assert_non_null(lru);
+    void *v = (void *)1;
+    assert_int_equal(byval_lru_get(NULL, KB(1), 1, &v), 0);
+    assert_int_equal(byval_lru_get(lru, NULL, 1, &v), 0);
+    assert_true(v == (void *)1 && stats(lru).misses == 0); /* untouched */
+    assert_int_equal(byval_lru_insert(NULL, KB(1), v, 1, &v), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_insert(lru, NULL, v, 1, &v), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_put(NULL, KB(1)), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_put(lru, NULL), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_put_value(NULL, KB(1), v), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_put_value(lru, NULL, v), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_remove(NULL, KB(1)), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_remove(lru, NULL), BYVAL_LRU_NOENT);
+    assert_int_equal(byval_lru_remove_if(NULL, pred_all, NULL), 0);
+    assert_int_equal(byval_lru_remove_if(lru, NULL, NULL), 0);
+    byval_lru_stats(NULL, &st);
+    assert_true(st.capacity == 0 && st.size == 0 && st.bytes_per_entry == 0);
+    byval_lru_stats(lru, NULL);
+    byval_lru_set_capacity(NULL, 5);
+    byval_lru_set_capacity(lru, 0); /* ignored */
+    assert_true(stats(lru).capacity == 2 && stats(lru).inserts == 0);
+    byval_lru_destroy(NULL);
+    byval_lru_destroy(lru);
+}
+
 /* Heap values freed by the callback: ASan proves no leak on FULL. */
 static void free_evict(void *ctx, const void *key, void *value)
 {
@@ -133,157 +169,96 @@ static void test_eviction_order(void **state)
     byval_lru_destroy(lru);
 }
 
-/* ---- randomised model check ------------------------------------------ */
-#define MK 64
-
-typedef struct mkey {
-    int live, zombie;
-    uint32_t refs, zrefs;
-    uint64_t stamp; /* LRU position while live and unreferenced */
-    uintptr_t val, zval;
-} mkey_t;
-
-typedef struct model {
-    mkey_t k[MK];
-    size_t cap, size, high;
-    uint64_t clock, evictions;
-    int put_key; /* key of the put in progress, -1 otherwise */
-    uintptr_t exp[MAXREL], got[MAXREL];
-    size_t nexp, ngot;
-    int bad;
-} model_t;
-
-/* Checked against the model BEFORE the operation: the released instance
- * is the live one with no reference held by the test (a put dropping it to
- * 0 may evict it), or a zombie whose last reference the put drops. */
-static void model_evict(void *ctx, const void *key, void *value)
+/* Keys spread over shards as the cache spreads them: nk keys of shard
+ * `want` (or of any other shard when other), from *next on. */
+static void shard_keys(byval_lru_t *lru, unsigned want, int other, uint64_t *next, uint64_t *k,
+                       int nk)
 {
-    model_t *m = ctx;
-    uint64_t k = key_of(key);
-    uintptr_t v = (uintptr_t)value;
-    if (k >= MK || m->ngot >= MAXREL)
-        return (void)m->bad++;
-    mkey_t *e = &m->k[k];
-    uint32_t eff = e->refs - (m->put_key == (int)k && !e->zombie && e->refs);
-    m->bad += !((e->live && e->val == v && eff == 0) ||
-                (e->zombie && e->zval == v && e->zrefs == 1 && m->put_key == (int)k));
-    m->got[m->ngot++] = v;
-}
-
-static void model_trim(model_t *m, size_t limit)
-{
-    while (m->size > limit) {
-        mkey_t *best = NULL;
-        for (int i = 0; i < MK; i++)
-            if (m->k[i].live && !m->k[i].refs && (!best || m->k[i].stamp < best->stamp))
-                best = &m->k[i];
-        if (!best)
-            return;
-        best->live = 0, m->size--, m->evictions++;
-        m->exp[m->nexp++] = best->val;
+    for (int i = 0; i < nk; (*next)++) {
+        unsigned sh = (byval_lru_hash(KB(*next), KLEN) >> 24) & (lru->nshards - 1);
+        if ((sh == want) != other)
+            k[i++] = *next;
     }
 }
 
-static void model_put(model_t *m, byval_lru_t *lru, int k)
+/* Sharding must not change the semantics: FULL only when the WHOLE cache is
+ * full and referenced, and the victim is the least recently used entry of
+ * all shards. */
+static void test_sharded_global_lru(void **state)
 {
-    mkey_t *e = &m->k[k];
-    m->put_key = k;
-    int rc = PUT(lru, k);
-    m->put_key = -1;
-    if (e->zombie) { /* documented: a zombie takes the put first */
-        assert_int_equal(rc, (int)--e->zrefs);
-        if (!e->zrefs) {
-            e->zombie = 0;
-            m->exp[m->nexp++] = e->zval;
-        }
-    } else if (e->live && e->refs) {
-        assert_int_equal(rc, (int)--e->refs);
-        if (!e->refs) {
-            e->stamp = ++m->clock;
-            model_trim(m, m->cap);
-        }
-    } else {
-        assert_int_equal(rc, BYVAL_LRU_NOENT);
-    }
-}
-
-static void model_run(size_t cap, uint64_t seed, long ops)
-{
-    model_t m = {.cap = cap, .put_key = -1};
-    byval_lru_t *lru = byval_lru_create(cap, KLEN, model_evict, &m);
-    uintptr_t serial = 1;
-    for (long n = 0; n < ops; n++) {
-        int k = (int)(rnd(&seed) % MK), op = (int)(rnd(&seed) % 64), ref = op & 1;
-        mkey_t *e = &m.k[k];
-        void *v = NULL;
-        m.nexp = m.ngot = 0;
-        if (op < 10) { /* get */
-            assert_int_equal(GET(lru, k, ref, &v), e->live);
-            if (e->live) {
-                assert_int_equal((uintptr_t)v, e->val);
-                if (ref || e->refs)
-                    e->refs += (uint32_t)ref;
-                else
-                    e->stamp = ++m.clock; /* touched */
-            }
-        } else if (op < 30) { /* insert */
-            int rc = INS(lru, k, serial, ref, &v);
-            if (e->live) {
-                assert_int_equal(rc, BYVAL_LRU_EXISTS);
-                assert_int_equal((uintptr_t)v, e->val);
-                e->refs += (uint32_t)ref;
-            } else if (model_trim(&m, m.cap - 1), m.size >= m.cap) {
-                assert_int_equal(rc, BYVAL_LRU_FULL);
-            } else {
-                assert_int_equal(rc, BYVAL_LRU_OK);
-                e->live = 1, e->refs = (uint32_t)ref, e->stamp = ++m.clock, e->val = serial;
-                if (++m.size > m.high)
-                    m.high = m.size;
-            }
-            serial++;
-        } else if (op < 52) {
-            model_put(&m, lru, k);
-        } else if (op < 63) { /* remove: at most one zombie per key */
-            if (e->live && e->refs && e->zombie)
-                continue;
-            assert_int_equal(RM(lru, k), e->live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT);
-            if (e->live) {
-                e->live = 0;
-                m.size--;
-                if (e->refs) /* referenced: becomes a zombie */
-                    e->zombie = 1, e->zrefs = e->refs, e->zval = e->val;
-                else
-                    m.exp[m.nexp++] = e->val;
-            }
-        } else { /* shrink or grow; every second time back to cap */
-            m.cap = n % 2 ? 1 + rnd(&seed) % (2 * cap) : cap;
-            byval_lru_set_capacity(lru, m.cap);
-            model_trim(&m, m.cap);
-        }
-        assert_int_equal(m.bad, 0);
-        assert_int_equal(m.ngot, m.nexp);
-        assert_memory_equal(m.got, m.exp, m.nexp * sizeof(m.exp[0]));
-        EXPECT(lru, (long)m.size, -1, -1, -1, -1, (long)m.evictions, -1);
-        byval_lru_stats_t st = stats(lru);
-        assert_int_equal(st.high_water, m.high);
-        assert_true(st.size <= m.cap || st.size == st.referenced);
-    }
-    for (int k = 0; k < MK; k++) /* drop every reference the test holds */
-        while (m.k[k].zombie || (m.k[k].live && m.k[k].refs))
-            m.nexp = 0, model_put(&m, lru, k);
-    assert_int_equal(stats(lru).referenced, 0);
+    evlog_t l = {0};
+    byval_lru_t *lru = byval_lru_create(256, KLEN, log_evict, &l);
+    uint64_t a[200], b[56], c[8], next = 1;
+    assert_int_equal(lru->nshards, 16);
+    shard_keys(lru, 0, 0, &next, a, 200); /* 200 keys of shard 0 */
+    shard_keys(lru, 0, 1, &next, b, 56);  /* 56 of the other shards */
+    shard_keys(lru, 0, 0, &next, c, 8);
+    for (int i = 0; i < 200; i++) /* 12x shard 0's even share, all referenced */
+        assert_int_equal(INS(lru, a[i], V(a[i]), 1, NULL), BYVAL_LRU_OK);
+    for (int i = 0; i < 56; i++)
+        assert_int_equal(INS(lru, b[i], V(b[i]), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(GET(lru, b[0], 0, NULL), 1); /* b[1] is now the oldest */
+    assert_int_equal(INS(lru, c[0], V(c[0]), 1, NULL), BYVAL_LRU_OK);
+    assert_true(l.n == 1 && l.key[0] == b[1] && l.val[0] == V(b[1])); /* across shards */
+    for (int i = 2; i < 56; i++) /* everything referenced now */
+        assert_int_equal(GET(lru, b[i], 1, NULL), 1);
+    assert_int_equal(GET(lru, b[0], 1, NULL), 1);
+    assert_int_equal(INS(lru, c[1], V(c[1]), 0, NULL), BYVAL_LRU_FULL);
+    assert_int_equal(INS(lru, b[1], V(b[1]), 0, NULL), BYVAL_LRU_FULL);
+    EXPECT(lru, 256, 256, 56, 0, 257, 1, 0);
+    assert_int_equal(PUT(lru, b[9]), 0); /* the one evictable entry, in another shard */
+    assert_int_equal(INS(lru, c[1], V(c[1]), 0, NULL), BYVAL_LRU_OK);
+    assert_true(l.n == 2 && l.key[1] == b[9]);
+    for (int i = 199; i >= 0; i--) /* unreferenced now, most recent a[0] */
+        assert_int_equal(PUT(lru, a[i]), 0);
+    byval_lru_set_capacity(lru, 57); /* c[1], then a[199] .. a[2] go */
+    assert_true(l.n == 2 + 199 && l.key[2] == c[1] && l.key[3] == a[199] && l.key[200] == a[2]);
+    assert_true(stats(lru).size == 57 && stats(lru).high_water == 256 && l.bad == 0);
     byval_lru_destroy(lru);
-    assert_int_equal(m.bad, 0);
 }
 
-static void test_model_random(void **state)
+/* ---- zombies: removed while referenced ----------------------------------- */
+typedef struct zlog {
+    int n;
+    uint64_t key; /* of the last release */
+    void *val;
+} zlog_t;
+
+static void zlog_evict(void *ctx, const void *key, void *value)
 {
-    const char *s = getenv("LRU_TEST_SEED");
-    uint64_t seed = s ? strtoull(s, NULL, 0) : 0x9E3779B97F4A7C15ULL;
-    printf("model seed 0x%llx (LRU_TEST_SEED)\n", (unsigned long long)seed);
-    const size_t caps[] = {1, 3, 16, 63};
-    for (size_t i = 0; i < 4; i++)
-        model_run(caps[i], seed + i, 40000);
+    zlog_t *z = ctx;
+    z->n++, z->key = key_of(key), z->val = value;
+}
+
+static int pred_even(void *ctx, const void *key, void *value)
+{
+    return key_of(key) % 2 == 0;
+}
+
+static void test_zombies(void **state)
+{
+    zlog_t z = {0};
+    byval_lru_t *lru = byval_lru_create(8, KLEN, zlog_evict, &z);
+    void *v = NULL;
+    assert_int_equal(INS(lru, 1, 0x11, 1, NULL), BYVAL_LRU_OK);
+    assert_int_equal(RM(lru, 1), BYVAL_LRU_OK);
+    assert_true(z.n == 0 && GET(lru, 1, 0, &v) == 0); /* not released, not found */
+    EXPECT(lru, 0, 0, -1, -1, 1, 0, 1);
+    assert_int_equal(INS(lru, 1, 0x12, 0, NULL), BYVAL_LRU_OK); /* same key again */
+    assert_int_equal(PUT(lru, 1), 0); /* last reference of the zombie */
+    assert_true(z.n == 1 && z.key == 1 && z.val == (void *)0x11);
+    assert_int_equal(PUT(lru, 1), BYVAL_LRU_NOENT);
+    assert_true(GET(lru, 1, 0, &v) == 1 && v == (void *)0x12); /* untouched */
+    /* remove_if: 2 4 referenced (zombies), 6 8 not; 3 (referenced) 5 7 stay */
+    for (uint64_t i = 2; i <= 8; i++)
+        assert_int_equal(INS(lru, i, i, i <= 4, NULL), BYVAL_LRU_OK);
+    assert_int_equal(byval_lru_remove_if(lru, pred_even, NULL), 4);
+    assert_true(z.n == 3 && (z.key == 6 || z.key == 8) && z.val == (void *)z.key);
+    EXPECT(lru, 4, 1, -1, -1, -1, 0, 5);
+    assert_true(GET(lru, 4, 0, NULL) == 0 && PUT(lru, 4) == 0);
+    assert_true(z.n == 4 && z.key == 4 && z.val == (void *)4);
+    byval_lru_destroy(lru); /* zombie 2, and 1 3 5 7 */
+    assert_int_equal(z.n, 9);
 }
 
 /* ---- callbacks run without the lock ----------------------------------- */
@@ -334,42 +309,14 @@ static void test_callback_without_lock(void **state)
     byval_lru_destroy(c);
 }
 
-/* ---- ptrmap ----------------------------------------------------------------- */
-static void test_ptrmap(void **state)
-{
-    byval_ptrmap_t *m = byval_ptrmap_create(KLEN);
-    unsigned char out[KLEN];
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 1);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 2);
-    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(2)), -1); /* key mismatch */
-    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(2)), 1);
-    assert_int_equal(byval_ptrmap_size(m), 2);
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, out), 1); /* the mismatch added none */
-    assert_memory_equal(out, KB(1), KLEN); /* the key it was mapped from */
-    assert_int_equal(byval_ptrmap_unref(m, 0x3000, out), -1); /* unknown */
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), 0);
-    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), -1); /* gone at 0 */
-    assert_int_equal(byval_ptrmap_size(m), 1);
-    assert_true(byval_ptrmap_ref(NULL, 1, KB(1)) == -1 && byval_ptrmap_ref(m, 1, NULL) == -1);
-    assert_int_equal(byval_ptrmap_unref(NULL, 0x1000, NULL), -1);
-    for (uintptr_t p = 16; p < 10016; p++) /* 0x2000 is mapped already */
-        assert_int_equal(byval_ptrmap_ref(m, p << 12, KB(p)), 1);
-    assert_int_equal(byval_ptrmap_size(m), 10001);
-    assert_int_equal(byval_ptrmap_unref(m, 77 << 12, out), 0);
-    assert_memory_equal(out, KB(77), KLEN);
-    byval_ptrmap_clear(m); /* forgets everything (entries freed: ASan) */
-    assert_int_equal(byval_ptrmap_size(m), 0);
-    assert_int_equal(byval_ptrmap_unref(m, 0x2000, NULL), -1);
-    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(3)), 1); /* usable after */
-    byval_ptrmap_destroy(m);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_insert_put_remove_exists),
+        cmocka_unit_test(test_invalid_args),
         cmocka_unit_test(test_full_path),
         cmocka_unit_test(test_eviction_order),
+        cmocka_unit_test(test_sharded_global_lru),
         cmocka_unit_test(test_model_random),
         cmocka_unit_test(test_callback_without_lock),
         cmocka_unit_test(test_zombies),
@@ -378,7 +325,6 @@ int main(void)
         cmocka_unit_test(test_threads_16_shared_keys),
         cmocka_unit_test(test_fork_child_empty_no_callback),
         cmocka_unit_test(test_fork_while_hammered),
-        cmocka_unit_test(test_ptrmap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* test_lru.h - helpers shared by test_lru.c and test_lru_threads.c (the
- * functions are defined in test_lru_threads.c). */
+/* test_lru.h - helpers shared by the test_lru sources (the functions are
+ * defined in test_lru_threads.c). */
 #ifndef BYVAL_TEST_LRU_H
 #define BYVAL_TEST_LRU_H
 
@@ -9,6 +9,7 @@
 #include "cache/lru.h"
 
 #define KLEN 16
+#define MAXREL 256 /* releases logged by one test step */
 #define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
 #define INS(c, k, v, ref, ex) byval_lru_insert((c), KB(k), (void *)(uintptr_t)(v), (ref), (ex))
 #define GET(c, k, ref, v) byval_lru_get((c), KB(k), (ref), (v))
@@ -19,6 +20,8 @@
 unsigned char *mkb(unsigned char *b, uint64_t k);
 uint64_t key_of(const void *key);
 uint64_t rnd(uint64_t *s);
+/* n times LRU_TEST_SCALE (0 < f <= 1), at least min. */
+long scaled(long n, long min);
 byval_lru_stats_t stats(byval_lru_t *lru);
 void expect_stats(byval_lru_t *lru, const long *want, int line);
 

@@ -3,7 +3,8 @@
  * test_lru_put.c - byval_lru_put_value: with a removed-but-referenced
  * entry (zombie) and a newer live entry under the same key, each holder's
  * put must reach the entry it holds. Plain put goes to the zombie first,
- * which released the old value while its holder still used it.
+ * which released the old value while its holder still used it. Also the
+ * pointer map the close path uses to find that entry.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,14 @@
 
 #include "cache/lru.h"
 #include "cache/ptrmap.h"
+
+#define KLEN 16
+#define KB(k) mkb((unsigned char[KLEN]){0}, (uint64_t)(k))
+
+static unsigned char *mkb(unsigned char *b, uint64_t k)
+{
+    return memcpy(b, &k, sizeof(k)); /* the rest stays zero */
+}
 
 static int released[4];
 
@@ -65,11 +74,42 @@ static void test_ptrmap_carries_the_value(void **state)
     byval_ptrmap_destroy(m);
 }
 
+/* ---- ptrmap ----------------------------------------------------------------- */
+static void test_ptrmap(void **state)
+{
+    byval_ptrmap_t *m = byval_ptrmap_create(KLEN);
+    unsigned char out[KLEN];
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 1);
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(1)), 2);
+    assert_int_equal(byval_ptrmap_ref(m, 0x1000, KB(2)), -1); /* key mismatch */
+    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(2)), 1);
+    assert_int_equal(byval_ptrmap_size(m), 2);
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, out), 1); /* the mismatch added none */
+    assert_memory_equal(out, KB(1), KLEN); /* the key it was mapped from */
+    assert_int_equal(byval_ptrmap_unref(m, 0x3000, out), -1); /* unknown */
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), 0);
+    assert_int_equal(byval_ptrmap_unref(m, 0x1000, NULL), -1); /* gone at 0 */
+    assert_int_equal(byval_ptrmap_size(m), 1);
+    assert_true(byval_ptrmap_ref(NULL, 1, KB(1)) == -1 && byval_ptrmap_ref(m, 1, NULL) == -1);
+    assert_int_equal(byval_ptrmap_unref(NULL, 0x1000, NULL), -1);
+    for (uintptr_t p = 16; p < 10016; p++) /* 0x2000 is mapped already */
+        assert_int_equal(byval_ptrmap_ref(m, p << 12, KB(p)), 1);
+    assert_int_equal(byval_ptrmap_size(m), 10001);
+    assert_int_equal(byval_ptrmap_unref(m, 77 << 12, out), 0);
+    assert_memory_equal(out, KB(77), KLEN);
+    byval_ptrmap_clear(m); /* forgets everything (entries freed: ASan) */
+    assert_int_equal(byval_ptrmap_size(m), 0);
+    assert_int_equal(byval_ptrmap_unref(m, 0x2000, NULL), -1);
+    assert_int_equal(byval_ptrmap_ref(m, 0x2000, KB(3)), 1); /* usable after */
+    byval_ptrmap_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_value_reaches_the_held_entry),
         cmocka_unit_test(test_ptrmap_carries_the_value),
+        cmocka_unit_test(test_ptrmap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
