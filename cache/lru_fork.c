@@ -46,12 +46,14 @@ static void shard_empty(lru_shard_t *s)
         }
         s->buckets[b] = NULL;
     }
-    size_t nb = s->nbuckets;
-    lru_entry_t **buckets = s->buckets;
-    memset(s, 0, sizeof(*s));
-    s->nbuckets = nb;
-    s->buckets = buckets;
-    s->head_stamp = BYVAL_LRU_NO_STAMP;
+    /* Field by field, and atomically where other threads read without
+     * the lock: those threads are gone in the child, but the sanitizer's
+     * model (and the compiler's) still wants the same discipline. */
+    s->lru_head = s->lru_tail = NULL;
+    __atomic_store_n(&s->head_stamp, BYVAL_LRU_NO_STAMP, __ATOMIC_RELAXED);
+    s->nodes = s->size = s->referenced = s->zombies = 0;
+    s->last_stamp = 0;
+    s->hits = s->misses = s->inserts = s->evictions = s->removals = 0;
     byval_lru_lock_init(s);
 }
 
@@ -60,8 +62,8 @@ static void fork_child(void)
     for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
         for (unsigned i = 0; i < c->nshards; i++)
             shard_empty(&c->shards[i]);
-        c->count = 0;
-        c->high_water = 0;
+        __atomic_store_n(&c->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->high_water, 0, __ATOMIC_RELAXED);
     }
     pthread_mutex_init(&reg_lock, NULL);
 }
