@@ -6,31 +6,50 @@
  * an abstract Unix socket named after the exporter's identity (so the
  * handle needs no extra bytes) and receives it with SCM_RIGHTS.
  *
- * The exporter serves only fds it offered, only to peers of its own uid
- * (or root), from one thread started at the first offer: never at load
- * time, never on the application's threads.
+ * The exporter serves only fds it offered, only to peers of one uid
+ * (SO_PEERCRED; its own effective uid unless set), from one thread started
+ * at the first offer: never at load time, never on the application's
+ * threads. The importer serves itself: before it sends anything it checks
+ * that the listener is the exporter (SO_PEERPIDFD against the record's
+ * pidfs identity), because any process in the network namespace can bind
+ * an abstract name.
  */
 #ifndef BYVAL_HANDLES_BROKER_H
 #define BYVAL_HANDLES_BROKER_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "handles/resolve.h"
 
-/* Exporter: serve fd (an exported object) from now on. 0, or -1 when the
- * server cannot start (then only pidfd_getfd can reach the fd). */
+/* Exporter: serve fd (an exported object) from now on. 0, or -1 with errno
+ * when the server cannot start (EADDRINUSE: another process holds our
+ * name) or 65536 fds are offered already (ENOSPC); then only pidfd_getfd
+ * can reach the fd. */
 int byval_broker_offer(int fd);
 
-/* Exporter: stop serving fd (before it is closed). */
+/* Exporter: stop serving fd. Call before closing it: a request already
+ * past the check gets the object offered at that time (a duplicate made
+ * under the lock), never whatever reuses the number. */
 void byval_broker_withdraw(int fd);
 
+/* Exporter: the one uid served (default: our effective uid at each
+ * connection). Others are refused and counted. */
+void byval_broker_set_allowed_uid(uid_t uid);
+
 /* Importer: fetch the exporter's fd (checked against fd_ino, low 32 bits)
- * over its socket. Bounded by a 2 s timeout; never hangs the caller. */
+ * over its socket. Bounded by a 2 s deadline; never hangs the caller. */
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen);
 
-/* Peers refused (wrong uid) and fds served, for tests and stats. */
+/* The same; *pidfd_p (may be NULL) receives the exporter's pidfd when the
+ * kernel gave one (SO_PEERPIDFD) and it proved the identity, else -1: the
+ * caller can watch it for the exporter's exit as on the pidfd path. */
+byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen);
+
+/* Fds served and peers refused (wrong uid), for tests and stats. */
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p);
 
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* nsxlate.c - pid translation into an ancestor pid namespace (see
- * nsxlate.h). O(processes) per call: only import-cache misses of
- * exporters in another namespace pay it. */
+ * nsxlate.h). O(processes) per call: only the first import-cache miss of
+ * an exporter in another namespace pays it (transport.c remembers the
+ * answer). Importers call it from any thread: strtok_r, no shared state. */
 #include "handles/nsxlate.h"
 
 #include <ctype.h>
@@ -10,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "handles/resolve_internal.h"
 
 /* Last field of the NSpid line of /proc/<dir>/status, or 0. */
 static uint32_t innermost_pid(const char *dir)
 {
-    char path[300], line[256];
+    char path[300], line[512]; /* NSpid: up to 32 levels of 10 digits */
     snprintf(path, sizeof(path), "/proc/%s/status", dir);
     FILE *f = fopen(path, "re");
     if (!f)
@@ -23,7 +27,9 @@ static uint32_t innermost_pid(const char *dir)
     while (fgets(line, sizeof(line), f)) {
         if (strncmp(line, "NSpid:", 6) != 0)
             continue;
-        for (char *tok = strtok(line + 6, " \t\n"); tok; tok = strtok(NULL, " \t\n"))
+        char *save = NULL;
+        for (char *tok = strtok_r(line + 6, " \t\n", &save); tok;
+             tok = strtok_r(NULL, " \t\n", &save))
             last = (uint32_t)strtoul(tok, NULL, 10);
         break;
     }
@@ -34,9 +40,24 @@ static uint32_t innermost_pid(const char *dir)
 byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
                                   size_t msglen)
 {
+    /* Translation reads pids off /proc: they must be pids of OUR namespace,
+     * or pidfd_open would reach whatever holds that number here. A /proc
+     * mounted for another namespace (unshare --pid without --mount-proc)
+     * shows /proc/self as a pid that is not ours. */
+    char self_link[32];
+    ssize_t n = readlink("/proc/self", self_link, sizeof(self_link) - 1);
+    if (n <= 0 || (self_link[n] = '\0', strtol(self_link, NULL, 10) != (long)getpid())) {
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
+                  "we can tell: this /proc belongs to another pid namespace (mount one for "
+                  "ours to translate pids)",
+                  rec->pid, rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
     DIR *d = opendir("/proc");
     if (!d) {
-        snprintf(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid, rec->pidns);
+        byval_msg(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid,
+                  rec->pidns);
         return BYVAL_E_FOREIGN_NS;
     }
     struct dirent *e;
@@ -55,9 +76,9 @@ byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid
     }
     closedir(d);
     if (st != BYVAL_OK)
-        snprintf(msg, msglen,
-                 "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
-                 "not visible from here",
-                 rec->pid, rec->pidns);
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
+                  "not visible from here",
+                  rec->pid, rec->pidns);
     return st;
 }

@@ -26,7 +26,7 @@ count() { grep -cE "$1" "$2" 2>/dev/null || true; }
 
 for t in "${units[@]}"; do
     name=$(basename "$t")
-    log="$logdir/$name.log"
+    log="$logdir/unit-$name.log" # integration tests may share the name
     "$t" >"$log" 2>&1
     rc=$?
     # cmocka summary lines: "[  PASSED  ] 7 test(s)." / "[  FAILED  ] 1 test(s)..."

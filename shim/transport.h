@@ -13,13 +13,14 @@
 
 #include "handles/resolve.h"
 
-/* Like byval_resolve_fd, through the configured transport. *pidfd_p is
- * -1 when the socket was used. */
+/* Like byval_resolve_fd, through the configured transport
+ * (handles/transport.h). *pidfd_p is the exporter's pidfd, from the socket
+ * too where the kernel gives one (SO_PEERPIDFD); -1 otherwise. */
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen);
 
-/* One more fd of the same exporter (CUDA manifest chunks): through pidfd
- * when the first fetch gave one, else the socket. */
+/* One more fd of the same exporter (CUDA manifest chunks), through the
+ * transport that served the first fetch. */
 byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
                                    uint32_t fd_ino, int *fd_p, char *msg, size_t msglen);
 

@@ -6,3 +6,21 @@ INTEG_TESTS += test/transport/test_transport.sh
 $(DENY_GETFD): test/transport/deny_getfd.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $<
+
+# The transport on handles/ alone (no shim): unit tests of the broker, the
+# pid translation and the policy, and xfer, the exporter/importer pair the
+# namespace and uid cases of test_xfer.sh run.
+TRANSPORT_TEST_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC))
+XFER := $(BUILD)/test/transport/xfer
+TEST_BINS += $(XFER)
+UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport
+INTEG_TESTS += test/transport/test_xfer.sh
+
+$(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
+
+$(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport: \
+		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread

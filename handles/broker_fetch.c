@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * broker_fetch.c - the socket fallback, importer side (see broker.h).
+ *
+ * Bounded: one 2 s deadline covers connect (which blocks only on a full
+ * backlog) and the answer; nothing else blocks.
+ *
+ * Who answers: any process in the network namespace may bind an abstract
+ * name, and the exporter binds its name only at its first export, so the
+ * name can be taken first. The kernel records who called listen(): before
+ * the request leaves, the listener must be the exporter. pidfs records are
+ * checked exactly (SO_PEERPIDFD's inode); start-time records through
+ * SO_PEERCRED's pid where /proc shows it. A listener we cannot see (start
+ * time, sibling pid namespace, or a kernel without SO_PEERPIDFD) is
+ * accepted: the fd-kind check on what comes back still applies.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "handles/broker_internal.h"
+
+/* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
+ * their own tables: there we go without it and check SO_PEERCRED only). */
+#ifndef SO_PEERPIDFD
+#if defined(__alpha__) || defined(__mips__) || defined(__hppa__) || defined(__sparc__)
+#define SO_PEERPIDFD (-1)
+#else
+#define SO_PEERPIDFD 77
+#endif
+#endif
+
+#define BROKER_FETCH_MS 2000
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Bound the next blocking call on s (opt: SO_SNDTIMEO or SO_RCVTIMEO). */
+static void until(int s, int opt, int64_t deadline)
+{
+    int64_t left = deadline - now_ms();
+    if (left < 1)
+        left = 1;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    setsockopt(s, SOL_SOCKET, opt, &tv, sizeof(tv));
+}
+
+static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,
+                               unsigned long long got, char *msg, size_t msglen)
+{
+    byval_msg(msg, msglen,
+              "the socket @%s of exporter pid %u is held by another process (%s %llu, the "
+              "exporter's is %llu): nothing asked of it",
+              name, rec->pid, what, got, (unsigned long long)rec->identity);
+    return BYVAL_E_IDENTITY;
+}
+
+/* Is the listener on s the exporter rec describes? On BYVAL_OK, *pidfd_p
+ * is its pidfd when that proved it, else -1. */
+static byval_status_t check_listener(int s, const byval_record_t *rec, const char *name,
+                                     int *pidfd_p, char *msg, size_t msglen)
+{
+    int pidfd = -1;
+    socklen_t len = sizeof(pidfd);
+    struct stat st;
+    *pidfd_p = -1;
+    if (SO_PEERPIDFD < 0 || getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
+        pidfd = -1;
+    if ((rec->flags & BYVAL_FLAG_ID_PIDFS) && pidfd >= 0 && byval_pidfd_is_pidfs(pidfd) &&
+        fstat(pidfd, &st) == 0) {
+        if ((uint64_t)st.st_ino != rec->identity) {
+            close(pidfd);
+            return impostor(rec, name, "pidfs inode", (unsigned long long)st.st_ino, msg, msglen);
+        }
+        *pidfd_p = pidfd;
+        return BYVAL_OK;
+    }
+    if (pidfd >= 0)
+        close(pidfd); /* not a proof of anything: do not hand it out */
+    struct ucred cred;
+    byval_self_t self;
+    len = sizeof(cred);
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0 ||
+        byval_self_get(&self) != 0)
+        return BYVAL_OK; /* not visible from here: unverifiable, see the top */
+    if (rec->pidns == self.pidns && (uint32_t)cred.pid != rec->pid)
+        return impostor(rec, name, "pid", (unsigned long long)cred.pid, msg, msglen);
+    uint64_t start;
+    if (!(rec->flags & BYVAL_FLAG_ID_PIDFS) && byval_proc_start_time(cred.pid, &start) == 0 &&
+        start != rec->identity)
+        return impostor(rec, name, "start time", (unsigned long long)start, msg, msglen);
+    return BYVAL_OK;
+}
+
+/* The status for an answer the exporter gave (rsp.status != 0). */
+static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                              int32_t status, char *msg, size_t msglen)
+{
+    switch (status) {
+    case -EPERM:
+        byval_msg(msg, msglen,
+                  "exporter pid %u refused the socket fallback: it serves one uid (its own "
+                  "unless set), and ours is %u (SO_PEERCRED)",
+                  rec->pid, (unsigned)geteuid());
+        return BYVAL_E_PERM;
+    case -EBADF:
+        byval_msg(msg, msglen,
+                  "exporter pid %u does not serve fd %u over the socket fallback (not exported, "
+                  "or withdrawn and closed)",
+                  rec->pid, fd);
+        return BYVAL_E_BADFD;
+    case -ESTALE:
+        byval_msg(msg, msglen,
+                  "fd %u in exporter pid %u is not the exported object any more (inode low "
+                  "bits != %u)",
+                  fd, rec->pid, fd_ino);
+        return BYVAL_E_FDKIND;
+    default:
+        byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
+                  rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
+                  status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
+        return BYVAL_E_SYS;
+    }
+}
+
+/* Receive the answer; *got_p is the attached fd (or -1). */
+static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                              int *got_p, char *msg, size_t msglen)
+{
+    struct broker_rsp rsp = {0, 0};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    int err = errno;
+    struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(got_p, CMSG_DATA(c), sizeof(int));
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+        byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
+                  rec->pid, BROKER_FETCH_MS);
+        return BYVAL_E_SYS;
+    }
+    if (n <= 0) {
+        /* Also what a just-forked child of the exporter causes: it held
+         * the listening socket for a moment, then closed it (broker_serve.c). */
+        byval_msg(msg, msglen,
+                  "exporter pid %u closed the connection without an answer (%s): it exited or "
+                  "stopped serving meanwhile",
+                  rec->pid, n < 0 ? strerror(err) : "end of file");
+        return BYVAL_E_SYS;
+    }
+    if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
+        byval_msg(msg, msglen,
+                  "exporter pid %u answered in another protocol over the socket (another "
+                  "ipcbyval version?)",
+                  rec->pid);
+        return BYVAL_E_SYS;
+    }
+    if (rsp.status != 0)
+        return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
+    if (*got_p < 0 && (mh.msg_flags & MSG_CTRUNC)) {
+        byval_msg(msg, msglen,
+                  "fd %u from exporter pid %u was dropped on receipt: this process is out of "
+                  "file descriptors",
+                  fd, rec->pid);
+        return BYVAL_E_NOFD;
+    }
+    if (*got_p < 0) {
+        byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
+        return BYVAL_E_SYS;
+    }
+    return BYVAL_OK;
+}
+
+byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+{
+    struct sockaddr_un a;
+    int pidfd = -1, got = -1;
+    byval_status_t st;
+    *fd_p = -1;
+    if (pidfd_p)
+        *pidfd_p = -1;
+    if (msg && msglen)
+        msg[0] = '\0';
+    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        int err = errno;
+        byval_msg(msg, msglen, "socket() for the fallback failed: %s", strerror(err));
+        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+    }
+    socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
+    const char *name = a.sun_path + 1;
+    until(s, SO_SNDTIMEO, deadline);
+    if (connect(s, (struct sockaddr *)&a, alen) != 0) {
+        int err = errno;
+        st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
+        if (st == BYVAL_E_GONE)
+            byval_msg(msg, msglen,
+                      "exporter pid %u serves no fds over the socket fallback (is it running "
+                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace?)",
+                      rec->pid);
+        else
+            byval_msg(msg, msglen, "connect to @%s (exporter pid %u) failed: %s%s", name,
+                      rec->pid, strerror(err),
+                      err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
+        goto err_sock;
+    }
+    st = check_listener(s, rec, name, &pidfd, msg, msglen);
+    if (st != BYVAL_OK)
+        goto err_sock;
+    struct broker_req req = {BROKER_MAGIC, fd, fd_ino};
+    ssize_t sent = send(s, &req, sizeof(req), MSG_NOSIGNAL);
+    int send_err = errno;
+    /* Even when the send failed, read: an exporter that refuses our uid
+     * answers before reading and may have closed already (EPIPE), and its
+     * answer still waits in our queue. */
+    until(s, SO_RCVTIMEO, deadline);
+    st = receive(s, rec, fd, fd_ino, &got, msg, msglen);
+    if (sent != (ssize_t)sizeof(req) && (st == BYVAL_OK || st == BYVAL_E_SYS)) {
+        byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
+                  sent < 0 ? strerror(send_err) : "short write");
+        st = BYVAL_E_SYS;
+    }
+    if (st != BYVAL_OK)
+        goto err_got;
+    struct stat sst;
+    if (fstat(got, &sst) != 0 || (uint32_t)sst.st_ino != fd_ino) {
+        byval_msg(msg, msglen, "fd %u from exporter pid %u over the socket is not the exported "
+                  "object (inode low bits != %u)", fd, rec->pid, fd_ino);
+        st = BYVAL_E_FDKIND;
+        goto err_got;
+    }
+    *fd_p = got;
+    if (pidfd_p)
+        *pidfd_p = pidfd;
+    else if (pidfd >= 0)
+        close(pidfd);
+    close(s);
+    return BYVAL_OK;
+
+err_got:
+    if (got >= 0)
+        close(got);
+    if (pidfd >= 0)
+        close(pidfd);
+err_sock:
+    close(s);
+    return st;
+}
+
+byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                  int *fd_p, char *msg, size_t msglen)
+{
+    return byval_broker_fetch_pidfd(rec, fd, fd_ino, fd_p, NULL, msg, msglen);
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* broker_internal.h - the socket fallback's name and wire protocol, shared
+ * by its exporter side (broker_serve.c) and importer side (broker_fetch.c). */
+#ifndef BYVAL_HANDLES_BROKER_INTERNAL_H
+#define BYVAL_HANDLES_BROKER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "handles/broker.h"
+#include "handles/resolve_internal.h"
+
+/* One request per connection: {magic, fd, fd_ino} in, {magic, status} out
+ * (status 0 or a negative errno; the fd rides along when it is 0). */
+#define BROKER_MAGIC 0x31427662u
+
+struct broker_req {
+    uint32_t magic, fd, fd_ino;
+};
+
+struct broker_rsp {
+    uint32_t magic;
+    int32_t status;
+};
+
+/* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
+ * disk, and per network namespace, like the exporter's peers. Returns the
+ * address length; the printable name is a->sun_path + 1. */
+static inline socklen_t byval_broker_addr(struct sockaddr_un *a, uint32_t boot, uint32_t pidns,
+                                          uint32_t pid, uint64_t identity)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-%08x-%u-%u-%llx", boot,
+                     pidns, pid, (unsigned long long)identity);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+#endif

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport.h - how an importer gets the exporter's fd, by policy:
+ * pidfd_getfd (with pid translation when the exporter lives in a pid
+ * namespace below ours), the socket fallback (broker.h), or auto: pidfd
+ * first, and on EPERM/ENOSYS/foreign pid namespace the socket, remembered
+ * per exporter (pidns, pid, identity) so later opens go straight to what
+ * worked. No GPU API and no configuration here: the shim passes the mode.
+ */
+#ifndef BYVAL_HANDLES_TRANSPORT_H
+#define BYVAL_HANDLES_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handles/resolve.h"
+
+/* Modes: the values of IPCBYVAL_TRANSPORT (shim/config.h's enum). */
+#define BYVAL_MODE_AUTO 0
+#define BYVAL_MODE_PIDFD 1
+#define BYVAL_MODE_SOCKET 2
+
+typedef enum byval_via {
+    BYVAL_VIA_NONE = 0,
+    BYVAL_VIA_PIDFD = 1,  /* pidfd_getfd, the record's own pid */
+    BYVAL_VIA_XLATED = 2, /* pidfd_getfd, the pid translated into our namespace */
+    BYVAL_VIA_SOCKET = 3, /* the exporter's socket */
+} byval_via_t;
+
+/* What a fetch did, for the caller's log. */
+typedef struct byval_fetch_info {
+    byval_via_t via;
+    uint32_t local_pid; /* the exporter's pid in our namespace; 0 if not visible */
+    int fell_back;      /* auto switched this exporter to the socket just now */
+    char why[512];      /* fell_back: why pidfd_getfd could not serve it */
+} byval_fetch_info_t;
+
+/*
+ * A new fd (O_CLOEXEC, owned by the caller) for the record's object. The
+ * host (boot id) is checked before anything: a handle from another host
+ * or boot is never resolved locally. *pidfd_p: the exporter's pidfd to
+ * watch for its exit, or -1 (socket without SO_PEERPIDFD). info may be
+ * NULL. On failure one line in msg, naming both transports when auto
+ * tried both; the status is the socket's when the exporter answered it,
+ * else pidfd_getfd's.
+ */
+byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_self_t *self,
+                                        int mode, int *fd_p, int *pidfd_p,
+                                        byval_fetch_info_t *info, char *msg, size_t msglen);
+
+/*
+ * One more fd of the same exporter (CUDA manifest chunks), after a
+ * successful byval_transport_fetch_fd that gave pidfd: through whichever
+ * transport reached the exporter then.
+ */
+byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
+                                             uint32_t fd, uint32_t fd_ino, int *fd_p, char *msg,
+                                             size_t msglen);
+
+/* Forget what auto learnt (tests). */
+void byval_transport_forget(void);
+
+#endif

@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_broker.c - the socket fallback (handles/broker*.c): this process is
+ * exporter and importer at once (its server thread answers its own
+ * fetches), forked exporters where a test needs another identity.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "handles/broker_internal.h"
+
+static byval_self_t me;
+
+/* Forked exporters start their own server thread in a child of this
+ * multi-threaded process, which is what the library must support. */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+    return "die_after_fork=0";
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int new_memfd(void)
+{
+    int fd = memfd_create("test-broker", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8192), 0);
+    return fd;
+}
+
+/* A record naming fd of the process described by self. */
+static byval_record_t rec_of(const byval_self_t *self, int fd)
+{
+    byval_record_t rec = {.kind = BYVAL_KIND_ZE_MEM, .fd = (uint32_t)fd, .size = 8192};
+    byval_record_set_exporter(&rec, self);
+    rec.fd_ino = (uint32_t)byval_fd_inode(fd);
+    return rec;
+}
+
+static byval_status_t fetch(const byval_record_t *rec, int *fd_p, char *msg, size_t len)
+{
+    return byval_broker_fetch(rec, rec->fd, rec->fd_ino, fd_p, msg, len);
+}
+
+static void test_roundtrip_and_pidfd(void **state)
+{
+    int fd = new_memfd(), got = -1, pidfd = -1;
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    uint64_t served0, served1, refused;
+    byval_broker_counts(&served0, &refused);
+    char msg[512];
+    assert_int_equal(byval_broker_fetch_pidfd(&rec, rec.fd, rec.fd_ino, &got, &pidfd, msg,
+                                              sizeof(msg)),
+                     BYVAL_OK);
+    assert_int_not_equal(got, fd); /* a new fd for the same object */
+    assert_int_equal(byval_fd_inode(got), byval_fd_inode(fd));
+    assert_true(fcntl(got, F_GETFD) & FD_CLOEXEC);
+    /* SO_PEERPIDFD proved the identity: the pidfd is ours (pidfs inode). */
+    if (me.id_flags & BYVAL_FLAG_ID_PIDFS)
+        assert_int_equal(byval_fd_inode(pidfd), me.identity);
+    byval_broker_counts(&served1, &refused);
+    assert_int_equal(served1, served0 + 1);
+    close(got);
+    if (pidfd >= 0)
+        close(pidfd);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
+static void test_unknown_withdrawn_reused(void **state)
+{
+    char msg[512];
+    int fd = new_memfd(), other = new_memfd(), got = 7;
+    byval_record_t rec = rec_of(&me, fd);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_BADFD); /* never offered */
+    assert_int_equal(got, -1);
+    assert_non_null(strstr(msg, "does not serve fd"));
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_broker_withdraw(fd);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_BADFD); /* withdrawn */
+    /* Offered, but the number now holds another object than the record's. */
+    assert_int_equal(byval_broker_offer(fd), 0);
+    assert_int_equal(dup2(other, fd), fd);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_non_null(strstr(msg, "not the exported object"));
+    byval_broker_withdraw(fd);
+    close(fd);
+    close(other);
+}
+
+static void test_refused_uid_counted(void **state)
+{
+    char msg[512];
+    int fd = new_memfd(), got;
+    uint64_t served, refused0, refused1;
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    byval_broker_counts(&served, &refused0);
+    byval_broker_set_allowed_uid(geteuid() + 1);
+    /* The exporter answers a refused peer before reading its request and
+     * may close first: the answer must still arrive, every time. */
+    int wrong = 0;
+    for (int i = 0; i < 50; i++)
+        wrong += fetch(&rec, &got, msg, sizeof(msg)) != BYVAL_E_PERM ||
+                 !strstr(msg, "refused the socket fallback");
+    byval_broker_set_allowed_uid(geteuid()); /* before any assert: later tests need it */
+    assert_int_equal(wrong, 0);
+    byval_broker_counts(&served, &refused1);
+    assert_int_equal(refused1, refused0 + 50);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_OK);
+    close(got);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
+/* Fork an exporter; it writes its record and waits for a byte on *go_p.
+ * hold: fork a grandchild that outlives it (holding nothing of ours). */
+static pid_t exporter(int offer, int hold, byval_record_t *rec_p, int *go_p)
+{
+    int p[2], go[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        byval_self_t s;
+        char c;
+        close(p[0]);
+        close(go[1]); /* so that read(go[0]) ends if the test dies */
+        byval_self_reset();
+        int fd = memfd_create("exp", 0);
+        if (fd < 0 || ftruncate(fd, 8192) != 0 || byval_self_get(&s) != 0 ||
+            (offer && byval_broker_offer(fd) != 0))
+            _exit(90);
+        byval_record_t rec = rec_of(&s, fd);
+        if (hold) {
+            int ready[2];
+            if (pipe(ready) != 0)
+                _exit(91);
+            if (fork() == 0) { /* the atfork child handler ran before this line */
+                (void)!write(ready[1], "r", 1);
+                sleep(5);
+                _exit(0);
+            }
+            if (read(ready[0], &c, 1) != 1)
+                _exit(92);
+        }
+        if (write(p[1], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+            _exit(93);
+        _exit(read(go[0], &c, 1) == 1 ? 0 : 94);
+    }
+    assert_true(pid > 0);
+    close(p[1]);
+    close(go[0]);
+    assert_int_equal(read(p[0], rec_p, sizeof(*rec_p)), sizeof(*rec_p));
+    close(p[0]);
+    *go_p = go[1];
+    return pid;
+}
+
+static void reap(pid_t pid, int go)
+{
+    int ws;
+    (void)!write(go, "x", 1);
+    close(go);
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
+static void test_no_listener_fast_and_clear(void **state)
+{
+    byval_record_t rec;
+    int go, got;
+    char msg[512];
+    pid_t pid = exporter(0, 0, &rec, &go); /* alive, never offers */
+    double t0 = now_ms();
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_GONE);
+    assert_true(now_ms() - t0 < 100);
+    assert_non_null(strstr(msg, "serves no fds over the socket fallback"));
+    assert_non_null(strstr(msg, "IPCBYVAL_TRANSPORT=auto|socket"));
+    reap(pid, go);
+}
+
+/* The exporter forked a child that outlives it: the child must not keep
+ * the exporter's name bound (importers would wait for a dead server). */
+static void test_fork_child_drops_parents_socket(void **state)
+{
+    byval_record_t rec;
+    int go, got;
+    char msg[512];
+    pid_t pid = exporter(1, 1, &rec, &go);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_OK);
+    close(got);
+    reap(pid, go);
+    double t0 = now_ms();
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_GONE);
+    assert_true(now_ms() - t0 < 100);
+}
+
+static volatile int churn_stop;
+
+static void *churn(void *arg)
+{
+    int fd = *(int *)arg;
+    while (!__atomic_load_n(&churn_stop, __ATOMIC_RELAXED)) {
+        byval_broker_offer(fd);
+        byval_broker_withdraw(fd);
+    }
+    return NULL;
+}
+
+/* fork() while another thread holds the broker's lock: the child's own
+ * first offer must start its own server, not hang on the parent's lock. */
+static void test_fork_while_busy(void **state)
+{
+    int fd = new_memfd(), hung = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, churn, &fd), 0);
+    for (int i = 0; i < 50; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+            alarm(5);
+            byval_self_reset();
+            int f = memfd_create("child", 0);
+            _exit(f >= 0 && byval_broker_offer(f) == 0 ? 0 : 1);
+        }
+        int ws;
+        assert_int_equal(waitpid(c, &ws, 0), c);
+        hung += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    assert_int_equal(hung, 0);
+    close(fd);
+}
+
+/* Someone bound the exporter's name first: refused before any request. */
+static void test_impostor_refused_unasked(void **state)
+{
+    if (!(me.id_flags & BYVAL_FLAG_ID_PIDFS))
+        skip();
+    byval_record_t rec;
+    int go, got;
+    char msg[512];
+    pid_t pid = exporter(0, 0, &rec, &go);
+    struct sockaddr_un a;
+    socklen_t alen = byval_broker_addr(&a, rec.boot, rec.pidns, rec.pid, rec.identity);
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&a, alen), 0);
+    assert_int_equal(listen(l, 4), 0);
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_IDENTITY);
+    assert_non_null(strstr(msg, "held by another process"));
+    int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    char buf[16];
+    assert_int_equal(recv(c, buf, sizeof(buf), MSG_DONTWAIT), 0); /* closed, nothing sent */
+    close(c);
+    close(l);
+    reap(pid, go);
+}
+
+/* A listener that never answers: the fetch gives up at its deadline. */
+static void test_bounded_by_deadline(void **state)
+{
+    int p[2], go[2];
+    char c;
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        byval_self_t s;
+        struct sockaddr_un a;
+        close(p[0]);
+        close(go[1]);
+        byval_self_reset();
+        if (byval_self_get(&s) != 0)
+            _exit(90);
+        int l = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (bind(l, (struct sockaddr *)&a, byval_broker_addr(&a, s.boot, s.pidns, s.pid,
+                                                             s.identity)) != 0 ||
+            listen(l, 4) != 0)
+            _exit(91);
+        byval_record_t rec = rec_of(&s, l);
+        (void)!write(p[1], &rec, sizeof(rec));
+        _exit(read(go[0], &c, 1) == 1 ? 0 : 92);
+    }
+    byval_record_t rec;
+    assert_int_equal(read(p[0], &rec, sizeof(rec)), sizeof(rec));
+    int got;
+    char msg[512];
+    double t0 = now_ms();
+    assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_SYS);
+    double dt = now_ms() - t0;
+    assert_true(dt > 1500 && dt < 3000);
+    assert_non_null(strstr(msg, "no answer"));
+    reap(pid, go[1]);
+    close(p[0]);
+    close(go[0]);
+    close(p[1]);
+}
+
+/* Importers on several threads while another offers and withdraws. */
+static int shared_fd;
+
+static void *importer(void *arg)
+{
+    byval_record_t rec = rec_of(&me, shared_fd);
+    for (int i = 0; i < 100; i++) {
+        int got;
+        if (fetch(&rec, &got, NULL, 0) != BYVAL_OK)
+            return (void *)1;
+        close(got);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    shared_fd = new_memfd();
+    int other = new_memfd();
+    assert_int_equal(byval_broker_offer(shared_fd), 0);
+    churn_stop = 0;
+    pthread_t t[4], ch;
+    assert_int_equal(pthread_create(&ch, NULL, churn, &other), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, importer, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        assert_null(r);
+    }
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELAXED);
+    pthread_join(ch, NULL);
+    byval_broker_withdraw(shared_fd);
+    close(shared_fd);
+    close(other);
+}
+
+int main(void)
+{
+    if (byval_self_get(&me) != 0) {
+        fprintf(stderr, "cannot describe this process\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_and_pidfd),
+        cmocka_unit_test(test_unknown_withdrawn_reused),
+        cmocka_unit_test(test_refused_uid_counted),
+        cmocka_unit_test(test_no_listener_fast_and_clear),
+        cmocka_unit_test(test_fork_child_drops_parents_socket),
+        cmocka_unit_test(test_fork_while_busy),
+        cmocka_unit_test(test_impostor_refused_unasked),
+        cmocka_unit_test(test_bounded_by_deadline),
+        cmocka_unit_test(test_threads),
+    };
+    /* A server for the tests that expect an answer from this process. */
+    int keep = memfd_create("keep", MFD_CLOEXEC);
+    if (keep < 0 || byval_broker_offer(keep) != 0) {
+        fprintf(stderr, "cannot start the broker: %s\n", strerror(errno));
+        return 1;
+    }
+    return cmocka_run_group_tests_name("broker", tests, NULL, NULL);
+}
