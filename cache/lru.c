@@ -1,52 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lru.c - bounded LRU cache with reference counts (see lru.h).
+ * lru.c - bounded cache with reference counts (see lru.h): the operations.
  *
- * Why not uthash: its UT_hash_handle is 56 bytes and its only list is the
- * insertion-order list that iteration depends on. An O(1) LRU of
- * *unreferenced* entries needs its own two links, so a 40-byte key costs
- * 56 + 16 + 40 + value + refs = 124 bytes: a 144-byte malloc chunk, plus
- * uthash's 16-byte buckets. Here: one chain link, the two LRU links, value,
- * stamp, hash and refs are 48 bytes, 88 with the key: a 96-byte chunk
- * plus 8-16 bytes of bucket array (load factor 1/2 to 1).
+ * Hits and the puts that leave an entry live take no lock (lru_internal.h
+ * says how, lru_clock.c why the clock). Everything else - inserts,
+ * removals, evictions, the last put of a zombie, and every lookup the
+ * lock-free probe could not settle - runs under the cache's one lock. One
+ * lock is enough there: those paths come with a driver call that costs
+ * microseconds, and they never hold the lock across a callback.
  *
- * Why shards: a hit takes a lock; one lock for 16 threads would serialise
- * them. Keys are spread by hash over up to 16 shards, each with its own
- * lock, table and LRU list. The cache's semantics stay global:
- *  - the bound is one counter of live entries, reserved (CAS) before an
- *    entry enters any table, so it holds at every instant;
- *  - the eviction victim is the least recently used unreferenced entry of
- *    the whole cache: each shard publishes the use stamp of its LRU head,
- *    and the oldest of those heads (16 loads) is evicted;
- *  - FULL means what lru.h says: at capacity and no shard has an
- *    unreferenced entry.
- * No operation holds two shard locks: eviction from another shard drops
- * the inserting shard's lock first and looks the key up again after.
- *
- * Referenced entries removed by remove/remove_if become zombies: out of
- * lookups and of the bound, still in their bucket chain (flagged) so that
- * put finds them in O(1), released by their last put.
+ * Why not uthash: its UT_hash_handle is 56 bytes per entry, and a
+ * lock-free reader needs type-stable memory that malloc'd entries are not.
  */
 #include "cache/lru.h"
 
 #include <errno.h>
-#include <malloc.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/lru_internal.h"
+#include "cache/stripe.h"
 
-#define LRU_MAX_SHARDS 16
-#define LRU_MIN_PER_SHARD 16
 #define LRU_MAX_KEY 1024
+#define MAX_WORDS (LRU_MAX_KEY / 8)
 
-static lru_shard_t *shard_of(byval_lru_t *lru, uint32_t h)
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+static void count_hit(byval_lru_t *lru)
 {
-    return &lru->shards[(h >> 24) & (lru->nshards - 1)];
+    byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
 }
 
-/* ---- creation --------------------------------------------------------- */
+/* ---- creation ----------------------------------------------------------- */
 
 byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_fn evict,
                               void *ctx)
@@ -55,38 +42,24 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
         errno = EINVAL;
         return NULL;
     }
-    /* Small caches keep one shard: eviction then needs no stamps. */
-    unsigned n = 1;
-    while (n < LRU_MAX_SHARDS && capacity >= (size_t)n * 2 * LRU_MIN_PER_SHARD)
-        n *= 2;
-    size_t sz = sizeof(byval_lru_t) + n * sizeof(lru_shard_t);
     byval_lru_t *lru = NULL;
-    if (posix_memalign((void **)&lru, BYVAL_LRU_CACHELINE, sz) != 0) {
+    if (posix_memalign((void **)&lru, BYVAL_LRU_CACHELINE, sizeof(*lru)) != 0) {
         errno = ENOMEM;
         return NULL;
     }
-    memset(lru, 0, sz);
-    lru->nshards = n;
+    memset(lru, 0, sizeof(*lru));
     lru->key_len = key_len;
+    lru->key_words = (key_len + 7) / 8;
+    lru->stride = sizeof(lru_slot_t) + lru->key_words * 8;
     lru->capacity = capacity;
     lru->evict = evict;
     lru->ctx = ctx;
-    for (unsigned i = 0; i < n; i++) {
-        lru_shard_t *s = &lru->shards[i];
-        s->nbuckets = 16;
-        s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-        if (!s->buckets) {
-            for (unsigned j = 0; j < i; j++) {
-                free(lru->shards[j].buckets);
-                pthread_mutex_destroy(&lru->shards[j].lock);
-            }
-            free(lru);
-            errno = ENOMEM;
-            return NULL;
-        }
-        s->head_stamp = BYVAL_LRU_NO_STAMP;
-        byval_lru_lock_init(s);
+    if (byval_lru_slab_init(lru) != 0) {
+        free(lru);
+        errno = ENOMEM;
+        return NULL;
     }
+    byval_lru_lock_init(lru);
     byval_lru_register(lru);
     return lru;
 }
@@ -96,59 +69,100 @@ void byval_lru_destroy(byval_lru_t *lru)
     if (!lru)
         return;
     byval_lru_unregister(lru);
-    for (unsigned i = 0; i < lru->nshards; i++) {
-        lru_shard_t *s = &lru->shards[i];
-        lru_entry_t *chain = NULL, *tail = NULL;
-        pthread_mutex_lock(&s->lock);
-        for (size_t b = 0; b < s->nbuckets; b++) {
-            for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
-                nx = e->hnext;
-                byval_lru_chain_append(&chain, &tail, e);
-            }
-        }
-        free(s->buckets);
-        s->buckets = NULL;
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_destroy(&s->lock);
-        byval_lru_release(lru, chain);
-    }
+    lru_chain_t c = {0, 0};
+    pthread_mutex_lock(&lru->lock);
+    for (uint32_t i = 1; i < lru->next_new; i++)
+        if (!(LD(&byval_lru_slot(lru, i)->state) & ST_DEAD))
+            byval_lru_chain_push(lru, &c, i);
+    pthread_mutex_unlock(&lru->lock);
+    if (lru->evict)
+        for (uint32_t i = c.head; i; i = LD(&byval_lru_slot(lru, i)->hnext))
+            lru->evict(lru->ctx, byval_lru_slot(lru, i)->key, byval_lru_slot(lru, i)->value);
+    byval_lru_slab_free(lru);
+    pthread_mutex_destroy(&lru->lock);
     free(lru);
 }
 
-/* ---- operations ------------------------------------------------------- */
+/* ---- lookups -------------------------------------------------------------- */
 
-/* Take one reference: a referenced entry leaves the LRU list. */
-static void entry_ref(lru_shard_t *s, lru_entry_t *e)
+/* Lock-free: the live entry for w; with take_ref it is referenced (and
+ * its CLOCK set) by one CAS, else only its CLOCK is set. */
+static int get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_ref,
+                    void **value_p)
 {
-    if (e->refs++ == 0) {
-        byval_lru_list_unlink(s, e);
-        s->referenced++;
+    lru_probe_t p;
+    byval_lru_probe_init(lru, h, &p);
+    for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
+        lru_slot_t *s = byval_lru_slot(lru, i);
+        uint64_t st = LD_ACQ(&s->state);
+        if ((st & (ST_DEAD | ST_ZOMBIE)) || !byval_lru_key_eq(lru, s, w))
+            continue;
+        void *v = LD(&s->value);
+        /* Seqlock read: the key and value loads above happen before the
+         * state is read again (by the CAS or the load below). */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (take_ref) {
+            uint32_t refs;
+            if (!byval_lru_ref_cas(s, ST_GEN(st), 1, &refs))
+                continue; /* removed or reused meanwhile */
+        } else {
+            uint64_t now = LD(&s->state);
+            if (ST_GEN(now) != ST_GEN(st) || (now & (ST_DEAD | ST_ZOMBIE)))
+                continue;
+            if (!(now & ST_CLOCK)) /* best effort: a lost race is a use seen anyway */
+                __atomic_compare_exchange_n(&s->state, &now, now | ST_CLOCK, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED);
+        }
+        *value_p = v;
+        return 1;
     }
+    return 0;
+}
+
+/* Locked: the live (not zombie) entry for w, or 0. */
+static uint32_t find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w)
+{
+    lru_probe_t p;
+    byval_lru_probe_init(lru, h, &p);
+    for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
+        lru_slot_t *s = byval_lru_slot(lru, i);
+        if (!(LD(&s->state) & ST_ZOMBIE) && byval_lru_key_eq(lru, s, w))
+            return i;
+    }
+    return 0;
 }
 
 int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p)
 {
     if (!lru || !key)
         return 0;
+    uint64_t w[MAX_WORDS];
+    byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
-    lru_shard_t *s = shard_of(lru, h);
-    pthread_mutex_lock(&s->lock);
-    lru_entry_t *e = byval_lru_find(s, key, lru->key_len, h);
-    if (!e) {
-        s->misses++;
-        pthread_mutex_unlock(&s->lock);
-        return 0;
+    void *v = NULL;
+    int hit = get_fast(lru, h, w, take_ref, &v);
+    if (!hit) {
+        /* Absent, or the probe raced a writer: ask under the lock. */
+        pthread_mutex_lock(&lru->lock);
+        uint32_t i = find_live(lru, h, w);
+        uint32_t refs;
+        if (i) {
+            lru_slot_t *s = byval_lru_slot(lru, i);
+            uint64_t st = LD(&s->state);
+            /* Under the lock a live entry cannot die: only refs move. */
+            hit = take_ref ? byval_lru_ref_cas(s, ST_GEN(st), 1, &refs)
+                           : (__atomic_fetch_or(&s->state, ST_CLOCK, __ATOMIC_RELAXED), 1);
+            v = LD(&s->value);
+        }
+        if (!hit)
+            lru->misses++;
+        pthread_mutex_unlock(&lru->lock);
+        if (!hit)
+            return 0;
     }
-    s->hits++;
-    if (take_ref) {
-        entry_ref(s, e);
-    } else if (e->refs == 0) {
-        byval_lru_list_unlink(s, e); /* touch: most recently used goes last */
-        byval_lru_list_push(lru, s, e);
-    }
+    count_hit(lru);
     if (value_p)
-        *value_p = e->value;
-    pthread_mutex_unlock(&s->lock);
+        *value_p = v;
     return 1;
 }
 
@@ -157,111 +171,145 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
 {
     if (!lru || !key)
         return BYVAL_LRU_NOENT;
+    uint64_t w[MAX_WORDS];
+    byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
-    lru_shard_t *s = shard_of(lru, h);
-    lru_entry_t *n = malloc(sizeof(*n) + lru->key_len);
-    if (!n)
-        return BYVAL_LRU_NOMEM;
-    memset(n, 0, sizeof(*n));
-    n->hash = h;
-    n->value = value;
-    memcpy(n->key, key, lru->key_len);
-
-    lru_entry_t *chain = NULL, *tail = NULL;
+    lru_chain_t c = {0, 0};
     int rc;
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&lru->lock);
     for (;;) {
-        lru_entry_t *e = byval_lru_find(s, key, lru->key_len, h);
-        if (e) {
-            if (take_ref)
-                entry_ref(s, e);
+        uint32_t i = find_live(lru, h, w);
+        if (i) {
+            lru_slot_t *s = byval_lru_slot(lru, i);
+            uint32_t refs;
+            if (take_ref && !byval_lru_ref_cas(s, ST_GEN(LD(&s->state)), 1, &refs)) {
+                rc = BYVAL_LRU_FULL; /* 2^28 references: none more */
+                break;
+            }
             if (existing_p)
-                *existing_p = e->value;
+                *existing_p = LD(&s->value);
             rc = BYVAL_LRU_EXISTS;
             break;
         }
-        /* Make room first, so the bound holds at every instant. */
-        if (byval_lru_reserve(lru)) {
-            byval_lru_chain_add(s, n);
-            s->size++;
-            s->inserts++;
-            if (take_ref) {
-                n->refs = 1;
-                s->referenced++;
-            } else {
-                byval_lru_list_push(lru, s, n);
+        /* Make room first, so that the bound holds at every instant. */
+        if (lru->count < LD(&lru->capacity)) {
+            i = byval_lru_slot_alloc(lru);
+            if (!i) {
+                rc = BYVAL_LRU_NOMEM;
+                break;
             }
-            n = NULL;
+            if (byval_lru_slot_publish(lru, i, h, w, value, take_ref ? 1 : 0) != 0) {
+                byval_lru_slot_free(lru, i);
+                rc = BYVAL_LRU_NOMEM;
+                break;
+            }
+            ST(&lru->count, lru->count + 1);
+            if (lru->count > lru->high_water)
+                ST(&lru->high_water, lru->count);
+            lru->inserts++;
             rc = BYVAL_LRU_OK;
             break;
         }
-        lru_shard_t *v = byval_lru_pick(lru);
-        if (!v) {
+        if (!byval_lru_evict_one(lru, &c)) {
             rc = BYVAL_LRU_FULL;
             break;
         }
-        if (v == s) {
-            byval_lru_evict_head(lru, s, &chain, &tail);
-            continue;
-        }
-        /* One shard lock at a time; the key is looked up again after. */
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_lock(&v->lock);
-        if (v->lru_head)
-            byval_lru_evict_head(lru, v, &chain, &tail);
-        pthread_mutex_unlock(&v->lock);
-        pthread_mutex_lock(&s->lock);
     }
-    pthread_mutex_unlock(&s->lock);
-    free(n);
-    byval_lru_release(lru, chain);
+    pthread_mutex_unlock(&lru->lock);
+    byval_lru_release(lru, &c);
     return rc;
 }
 
-/* Drop one reference of key's entry; with match, only of the entry that
- * holds value. Without match a zombie is preferred: a live entry with the
- * same key can only be newer than the zombie, so the zombie is the one an
- * older outstanding reference points to (see byval_lru_put_value). */
+/* ---- puts ------------------------------------------------------------------ */
+
+/* Lock-free put of a live entry holding value that keeps it live; -1
+ * when the locked path must decide (zombie, not found, probe gave up). */
+static int put_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void *value)
+{
+    lru_probe_t p;
+    byval_lru_probe_init(lru, h, &p);
+    for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
+        lru_slot_t *s = byval_lru_slot(lru, i);
+        uint64_t st = LD_ACQ(&s->state);
+        if ((st & (ST_DEAD | ST_ZOMBIE)) || !(ST_LOW(st) & ST_REFS) ||
+            LD(&s->value) != value || !byval_lru_key_eq(lru, s, w))
+            continue;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        uint32_t refs;
+        if (byval_lru_ref_cas(s, ST_GEN(st), -1, &refs))
+            return (int)refs;
+    }
+    return -1;
+}
+
+/* Locked put: key's referenced entry - with match the one holding value,
+ * else a zombie first (a live entry with the same key can only be newer,
+ * so the zombie is what an older reference points to). */
+static int put_locked(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void *value,
+                      int match, lru_chain_t *c, int *zombie_p)
+{
+    for (;;) {
+        uint32_t found = 0;
+        uint64_t fst = 0;
+        lru_probe_t p;
+        byval_lru_probe_init(lru, h, &p);
+        for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
+            lru_slot_t *s = byval_lru_slot(lru, i);
+            uint64_t st = LD(&s->state);
+            if ((ST_LOW(st) & ST_REFS) && (!match || LD(&s->value) == value) &&
+                byval_lru_key_eq(lru, s, w)) {
+                found = i;
+                fst = st;
+                if ((st & ST_ZOMBIE) || !LD(&lru->zombies))
+                    break;
+            }
+        }
+        if (!found)
+            return BYVAL_LRU_NOENT;
+        lru_slot_t *s = byval_lru_slot(lru, found);
+        uint32_t refs;
+        if (fst & ST_ZOMBIE) {
+            /* Zombies change only under the lock. */
+            *zombie_p = 1;
+            refs = (ST_LOW(fst) & ST_REFS) - 1;
+            if (refs) {
+                ST(&s->state, fst - 1);
+            } else {
+                ST(&s->state, (fst & ~(uint64_t)UINT32_MAX) | ST_DEAD);
+                byval_lru_table_del(lru, found);
+                ST(&lru->zombies, lru->zombies - 1);
+                byval_lru_chain_push(lru, c, found);
+            }
+            return (int)refs;
+        }
+        if (byval_lru_ref_cas(s, ST_GEN(fst), -1, &refs))
+            return (int)refs;
+        /* A lock-free put took the last reference first: look again. */
+    }
+}
+
 static int lru_put(byval_lru_t *lru, const void *key, const void *value, int match)
 {
     if (!lru || !key)
         return BYVAL_LRU_NOENT;
+    uint64_t w[MAX_WORDS];
+    byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
-    lru_shard_t *s = shard_of(lru, h);
-    lru_entry_t *chain = NULL, *tail = NULL, *e = NULL;
-    int zombie = 0;
-    pthread_mutex_lock(&s->lock);
-    for (lru_entry_t *x = s->buckets[h & (s->nbuckets - 1)]; x; x = x->hnext) {
-        if (x->hash != h || x->refs == 0 || (match && x->value != value) ||
-            memcmp(x->key, key, lru->key_len) != 0)
-            continue;
-        e = x;
-        if ((zombie = x->zombie) || !s->zombies)
-            break; /* a zombie, or there is none to look for further */
+    int left = match ? put_fast(lru, h, w, value) : -1, zombie = 0;
+    lru_chain_t c = {0, 0};
+    if (left < 0) {
+        pthread_mutex_lock(&lru->lock);
+        left = put_locked(lru, h, w, value, match, &c, &zombie);
+        pthread_mutex_unlock(&lru->lock);
     }
-    if (!e) {
-        pthread_mutex_unlock(&s->lock);
-        return BYVAL_LRU_NOENT;
+    /* A live entry evictable again: the cache may be above a capacity that
+     * shrank while every entry was referenced. */
+    if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
+        pthread_mutex_lock(&lru->lock);
+        byval_lru_trim_locked(lru, &c);
+        pthread_mutex_unlock(&lru->lock);
     }
-    /* zombie read before the store to refs: reading a bit of the word
-     * just written stalls store forwarding (~10 ns a put). */
-    int left = (int)--e->refs, relisted = 0;
-    if (left == 0 && zombie) {
-        byval_lru_chain_del(s, e);
-        s->zombies--;
-        byval_lru_chain_append(&chain, &tail, e);
-    } else if (left == 0) {
-        s->referenced--;
-        byval_lru_list_push(lru, s, e);
-        relisted = 1;
-    }
-    pthread_mutex_unlock(&s->lock);
-    /* Evictable again: the cache may be above a capacity that shrank while
-     * every entry was referenced. */
-    if (relisted && __atomic_load_n(&lru->count, __ATOMIC_RELAXED) >
-                        __atomic_load_n(&lru->capacity, __ATOMIC_RELAXED))
-        byval_lru_trim(lru, &chain, &tail);
-    byval_lru_release(lru, chain);
+    byval_lru_release(lru, &c);
     return left;
 }
 
@@ -275,20 +323,23 @@ int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value)
     return lru_put(lru, key, value, 1);
 }
 
+/* ---- removals ------------------------------------------------------------- */
+
 int byval_lru_remove(byval_lru_t *lru, const void *key)
 {
     if (!lru || !key)
         return BYVAL_LRU_NOENT;
+    uint64_t w[MAX_WORDS];
+    byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
-    lru_shard_t *s = shard_of(lru, h);
-    lru_entry_t *chain = NULL, *tail = NULL;
-    pthread_mutex_lock(&s->lock);
-    lru_entry_t *e = byval_lru_find(s, key, lru->key_len, h);
-    if (e)
-        byval_lru_detach(lru, s, e, &chain, &tail);
-    pthread_mutex_unlock(&s->lock);
-    byval_lru_release(lru, chain);
-    return e ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
+    lru_chain_t c = {0, 0};
+    pthread_mutex_lock(&lru->lock);
+    uint32_t i = find_live(lru, h, w);
+    if (i)
+        byval_lru_detach(lru, i, &c);
+    pthread_mutex_unlock(&lru->lock);
+    byval_lru_release(lru, &c);
+    return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
 
 size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *),
@@ -297,24 +348,23 @@ size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, v
     size_t matched = 0;
     if (!lru || !pred)
         return 0;
-    for (unsigned i = 0; i < lru->nshards; i++) {
-        lru_shard_t *s = &lru->shards[i];
-        lru_entry_t *chain = NULL, *tail = NULL;
-        pthread_mutex_lock(&s->lock);
-        for (size_t b = 0; b < s->nbuckets; b++) {
-            for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
-                nx = e->hnext;
-                if (!e->zombie && pred(ctx, e->key, e->value)) {
-                    byval_lru_detach(lru, s, e, &chain, &tail);
-                    matched++;
-                }
-            }
+    lru_chain_t c = {0, 0};
+    pthread_mutex_lock(&lru->lock);
+    for (uint32_t i = 1; i < lru->next_new; i++) {
+        lru_slot_t *s = byval_lru_slot(lru, i);
+        if (LD(&s->state) & (ST_DEAD | ST_ZOMBIE))
+            continue;
+        if (pred(ctx, s->key, LD(&s->value))) {
+            byval_lru_detach(lru, i, &c);
+            matched++;
         }
-        pthread_mutex_unlock(&s->lock);
-        byval_lru_release(lru, chain);
     }
+    pthread_mutex_unlock(&lru->lock);
+    byval_lru_release(lru, &c);
     return matched;
 }
+
+/* ---- stats and capacity --------------------------------------------------- */
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
 {
@@ -323,39 +373,41 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
     memset(st, 0, sizeof(*st));
     if (!lru)
         return;
-    size_t buckets = 0;
-    for (unsigned i = 0; i < lru->nshards; i++) {
-        lru_shard_t *s = &lru->shards[i];
-        pthread_mutex_lock(&s->lock);
-        st->hits += s->hits;
-        st->misses += s->misses;
-        st->inserts += s->inserts;
-        st->evictions += s->evictions;
-        st->removals += s->removals;
-        st->size += s->size;
-        st->referenced += s->referenced;
-        buckets += s->nbuckets;
-        pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < BYVAL_STRIPES; i++)
+        st->hits += LD(&lru->stripes[i].hits);
+    pthread_mutex_lock(&lru->lock);
+    st->misses = lru->misses;
+    st->inserts = lru->inserts;
+    st->evictions = lru->evictions;
+    st->removals = lru->removals;
+    st->size = lru->count;
+    st->high_water = lru->high_water;
+    for (uint32_t i = 1; i < lru->next_new; i++) {
+        uint64_t s = LD(&byval_lru_slot(lru, i)->state);
+        st->referenced += !(s & (ST_DEAD | ST_ZOMBIE)) && (ST_LOW(s) & ST_REFS);
     }
-    st->capacity = __atomic_load_n(&lru->capacity, __ATOMIC_RELAXED);
-    st->high_water = __atomic_load_n(&lru->high_water, __ATOMIC_RELAXED);
-    /* What one entry really costs: its malloc chunk (usable size plus
-     * glibc's size word) and its share of the bucket arrays at the current
-     * load (one bucket when empty). */
-    lru_entry_t *probe = malloc(sizeof(*probe) + lru->key_len);
-    size_t chunk = probe ? malloc_usable_size(probe) + sizeof(size_t) : 0;
-    free(probe);
-    size_t per_bucket = st->size ? (buckets * sizeof(void *) + st->size - 1) / st->size
-                                 : sizeof(void *);
-    st->bytes_per_entry = chunk + per_bucket;
+    /* What the entries really cost: every slot chunk, every bucket array
+     * (replaced ones too) and chunk directory, shared over the entries
+     * held (one slot and bucket when empty). */
+    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift);
+    for (lru_table_t *t = lru->table; t; t = t->retired)
+        bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
+    for (lru_dir_t *d = lru->dir; d; d = d->retired)
+        bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    pthread_mutex_unlock(&lru->lock);
+    st->capacity = LD(&lru->capacity);
+    st->bytes_per_entry = st->size ? (bytes + st->size - 1) / st->size
+                                   : lru->stride + sizeof(uint64_t);
 }
 
 void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
 {
     if (!lru || capacity < 1)
         return;
-    lru_entry_t *chain = NULL, *tail = NULL;
-    __atomic_store_n(&lru->capacity, capacity, __ATOMIC_RELAXED);
-    byval_lru_trim(lru, &chain, &tail);
-    byval_lru_release(lru, chain);
+    lru_chain_t c = {0, 0};
+    pthread_mutex_lock(&lru->lock);
+    ST(&lru->capacity, capacity);
+    byval_lru_trim_locked(lru, &c);
+    pthread_mutex_unlock(&lru->lock);
+    byval_lru_release(lru, &c);
 }

@@ -5,7 +5,7 @@
  * mid-update when the address space is copied), the parent releases them,
  * and the child re-initialises the locks and frees every entry without
  * calling eviction callbacks (they would call the GPU driver, whose state
- * the child does not own). No cache operation holds two shard locks or
+ * the child does not own). No cache operation holds two cache locks or
  * waits for anything while holding one (callbacks run unlocked), so
  * prepare cannot deadlock with a thread that uses a cache.
  */
@@ -23,49 +23,55 @@ static void fork_prepare(void)
 {
     pthread_mutex_lock(&reg_lock);
     for (byval_lru_t *c = reg_head; c; c = c->reg_next)
-        for (unsigned i = 0; i < c->nshards; i++)
-            pthread_mutex_lock(&c->shards[i].lock);
+        pthread_mutex_lock(&c->lock);
 }
 
 static void fork_parent(void)
 {
     for (byval_lru_t *c = reg_head; c; c = c->reg_next)
-        for (unsigned i = 0; i < c->nshards; i++)
-            pthread_mutex_unlock(&c->shards[i].lock);
+        pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&reg_lock);
 }
 
-/* Free every entry (live and zombie) without callbacks; keep the bucket
- * array (emptied) and nothing else: zeroed stats, a fresh lock. */
-static void shard_empty(lru_shard_t *s)
+/* Forget every entry (live and zombie) without callbacks: an empty table,
+ * no slot in use (the chunks stay, for the child's own entries), zeroed
+ * stats, a fresh lock. Stores that lock-free readers would race are
+ * atomic: those threads are gone in the child, but the sanitizer's model
+ * (and the compiler's) still wants the same discipline. */
+static void cache_empty(byval_lru_t *c)
 {
-    for (size_t b = 0; b < s->nbuckets; b++) {
-        for (lru_entry_t *e = s->buckets[b], *nx; e; e = nx) {
-            nx = e->hnext;
-            free(e);
-        }
-        s->buckets[b] = NULL;
-    }
-    /* Field by field, and atomically where other threads read without
-     * the lock: those threads are gone in the child, but the sanitizer's
-     * model (and the compiler's) still wants the same discipline. */
-    s->lru_head = s->lru_tail = NULL;
-    __atomic_store_n(&s->head_stamp, BYVAL_LRU_NO_STAMP, __ATOMIC_RELAXED);
-    s->nodes = s->size = s->referenced = s->zombies = 0;
-    s->last_stamp = 0;
-    s->hits = s->misses = s->inserts = s->evictions = s->removals = 0;
-    byval_lru_lock_init(s);
+    lru_table_t *t = c->table;
+    for (size_t b = 0; b <= t->mask; b++)
+        __atomic_store_n(&t->b[b], (uint64_t)0, __ATOMIC_RELAXED);
+    c->next_new = 1;
+    c->free_head = 0;
+    c->hand = 1;
+    c->nodes = 0;
+    __atomic_store_n(&c->count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->zombies, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->high_water, 0, __ATOMIC_RELAXED);
+    c->misses = c->inserts = c->evictions = c->removals = 0;
+    for (int i = 0; i < BYVAL_STRIPES; i++)
+        __atomic_store_n(&c->stripes[i].hits, 0, __ATOMIC_RELAXED);
+    byval_lru_lock_init(c);
 }
 
 static void fork_child(void)
 {
-    for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
-        for (unsigned i = 0; i < c->nshards; i++)
-            shard_empty(&c->shards[i]);
-        __atomic_store_n(&c->count, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&c->high_water, 0, __ATOMIC_RELAXED);
-    }
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        cache_empty(c);
     pthread_mutex_init(&reg_lock, NULL);
+}
+
+/* Critical sections last tens of ns: a waiter spins a while before
+ * sleeping rather than going to the kernel at the first collision. */
+void byval_lru_lock_init(byval_lru_t *lru)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&lru->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
 }
 
 static void reg_init(void)

@@ -1,7 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* lru_internal.h - the cache's data structures, shared by lru.c (the
- * operations), lru_table.c (table, lists, eviction) and lru_fork.c (the
- * registry and the at-fork handlers). */
+/*
+ * lru_internal.h - the cache's data structures, shared by lru.c (the
+ * operations), lru_slab.c (slots and the hash table), lru_clock.c
+ * (eviction, zombies, releases) and lru_fork.c (registry, at-fork).
+ *
+ * Concurrency in one paragraph: every change of the table, the slots'
+ * contents or the counters is made under the cache's one lock. Hits (get)
+ * and the puts that leave an entry live take no lock: they find the entry
+ * by probing the hash table with atomic loads and change its reference
+ * count with one CAS on the entry's state word. That word carries a
+ * generation, bumped each time a slot is reused, so a CAS that succeeds
+ * proves the key compared just before still names the entry. Slots live in
+ * chunks that are never freed before the cache is (type-stable memory), so
+ * a reader never touches freed memory; a bucket array replaced by a larger
+ * one is kept until then too.
+ */
 #ifndef BYVAL_CACHE_LRU_INTERNAL_H
 #define BYVAL_CACHE_LRU_INTERNAL_H
 
@@ -10,87 +23,132 @@
 #include <stdint.h>
 
 #include "cache/lru.h"
+#include "cache/stripe.h"
 
 #define BYVAL_LRU_CACHELINE 64
-#define BYVAL_LRU_NO_STAMP UINT64_MAX /* published head stamp: list empty */
 
-/* 48 bytes + the key: 88 for a 40-byte key, a 96-byte malloc chunk. */
-typedef struct lru_entry {
-    struct lru_entry *hnext; /* bucket chain (live entries and zombies) */
-    struct lru_entry *prev;  /* LRU list: unreferenced live entries only */
-    struct lru_entry *next;  /* LRU list, or the release chain once unlinked */
-    void *value;
-    uint64_t stamp;    /* last use (multi-shard caches): orders shards' heads */
+/* The state word: generation << 32 | flags | references. */
+#define ST_REFS 0x0FFFFFFFu /* references held (2^28 - 1 at most) */
+#define ST_CLOCK (1u << 28) /* hit since the clock hand last passed */
+#define ST_ZOMBIE (1u << 29) /* removed while referenced: out of lookups */
+#define ST_DEAD (1u << 30)   /* free, being released, or being written */
+#define ST_GEN(s) ((uint32_t)((s) >> 32))
+#define ST_LOW(s) ((uint32_t)(s))
+
+/* One slot: 24 bytes + the key rounded up to 8. Every field is read by
+ * lock-free readers, so every access is atomic (relaxed unless noted). */
+typedef struct lru_slot {
+    uint64_t state;
     uint32_t hash;
-    uint32_t refs : 31;
-    uint32_t zombie : 1; /* removed while referenced: in the chain for put only */
-    unsigned char key[]; /* key_len bytes */
-} lru_entry_t;
+    uint32_t hnext; /* next slot of the free list or a release chain; 0: none */
+    void *value;
+    uint64_t key[]; /* key_len bytes, zero padded to a word */
+} lru_slot_t;
 
-/* One lock, table and LRU list per shard; aligned so that two shards
- * never share a cache line. */
-typedef struct lru_shard {
-    pthread_mutex_t lock;
-    lru_entry_t *lru_head; /* least recently used, unreferenced */
-    lru_entry_t *lru_tail;
-    uint64_t head_stamp; /* lru_head's stamp, read without the lock */
-    lru_entry_t **buckets;
-    size_t nbuckets; /* power of two */
-    size_t nodes;    /* entries in the chains: live + zombies */
-    size_t size;     /* live entries */
-    size_t referenced;
-    size_t zombies;
-    uint64_t last_stamp;
-    uint64_t hits, misses, inserts, evictions, removals;
-} __attribute__((aligned(BYVAL_LRU_CACHELINE))) lru_shard_t;
+/* The hash table: open addressing, a bucket is hash << 32 | slot index
+ * (0 = empty). Replaced tables are chained on `retired` and freed with
+ * the cache (a reader may still probe one). */
+typedef struct lru_table {
+    struct lru_table *retired;
+    size_t mask;
+    uint64_t b[];
+} lru_table_t;
+
+/* A probe in progress (lock-free, or locked where the table is stable). */
+typedef struct lru_probe {
+    const lru_table_t *t;
+    size_t pos, n;
+} lru_probe_t;
+
+/* Slots in chunks of 1 << chunk_shift; the chunk directory grows by
+ * doubling, old directories retired like tables. Slot index i is at position i - 1:
+ * index 0 means none. */
+typedef struct lru_dir {
+    struct lru_dir *retired;
+    size_t cap;
+    unsigned char *chunk[];
+} lru_dir_t;
+
+/* Hit counters, one stripe per thread (cache/stripe.h); two lines a
+ * stripe, as CPUs prefetch lines in pairs. */
+typedef struct lru_stripe {
+    uint64_t hits;
+} __attribute__((aligned(2 * BYVAL_LRU_CACHELINE))) lru_stripe_t;
 
 struct byval_lru {
-    /* Read by every operation, written only at creation (capacity: by
-     * set_capacity, atomically). */
+    /* Read by every operation; written at creation (capacity also by
+     * set_capacity, the table and directory pointers under the lock). */
     struct byval_lru *reg_next; /* registry of live caches (fork), reg_lock */
     size_t key_len;
+    size_t key_words;
+    size_t stride; /* bytes per slot */
     size_t capacity;
     byval_lru_evict_fn evict;
     void *ctx;
-    unsigned nshards; /* power of two */
-    /* Written by inserts and evictions: a line of their own. Changed only
-     * under the lock of the shard whose table gains or loses the entry,
-     * so every lock held (fork prepare) means a consistent count. */
-    size_t count __attribute__((aligned(BYVAL_LRU_CACHELINE))); /* live entries: the bound */
+    lru_table_t *table;
+    lru_dir_t *dir;
+    unsigned chunk_shift;
+
+    /* Written under the lock only. */
+    pthread_mutex_t lock __attribute__((aligned(BYVAL_LRU_CACHELINE)));
+    uint32_t next_new;  /* first never-used slot index */
+    uint32_t free_head; /* free slots, chained through hnext */
+    uint32_t hand;      /* the clock hand: next slot the sweep looks at */
+    size_t nchunks;
+    size_t nodes;   /* slots in the table: live + zombies */
+    size_t count;   /* live entries: the bound (read unlocked by put) */
+    size_t zombies; /* read unlocked by put */
     size_t high_water;
-    lru_shard_t shards[];
+    uint64_t misses, inserts, evictions, removals;
+
+    lru_stripe_t stripes[BYVAL_STRIPES];
 };
 
 /* Registry for the at-fork handlers (lru_fork.c). */
 void byval_lru_register(byval_lru_t *lru);
 void byval_lru_unregister(byval_lru_t *lru);
+void byval_lru_lock_init(byval_lru_t *lru);
 
-/* lru_table.c. All take the shard's lock held, except where noted. */
-void byval_lru_lock_init(lru_shard_t *s); /* no lock: it makes it */
+/* lru_slab.c: slots and the table. Functions marked (locked) need the
+ * cache lock; the others are lock-free readers. */
 uint32_t byval_lru_hash(const void *key, size_t len);
-/* The live entry with key, or NULL. */
-lru_entry_t *byval_lru_find(lru_shard_t *s, const void *key, size_t len, uint32_t h);
-void byval_lru_chain_add(lru_shard_t *s, lru_entry_t *e);
-void byval_lru_chain_del(lru_shard_t *s, lru_entry_t *e);
-/* LRU list of unreferenced entries; push stamps e and appends it. */
-void byval_lru_list_unlink(lru_shard_t *s, lru_entry_t *e);
-void byval_lru_list_push(byval_lru_t *lru, lru_shard_t *s, lru_entry_t *e);
-/* Release chains (linked through ->next): callback, then free. No lock. */
-void byval_lru_chain_append(lru_entry_t **head, lru_entry_t **tail, lru_entry_t *e);
-void byval_lru_release(byval_lru_t *lru, lru_entry_t *chain);
-/* Take one slot of the global bound; 0 when the cache is at capacity. */
-int byval_lru_reserve(byval_lru_t *lru);
-/* The shard whose LRU head is the least recently used of all, read
- * without locks; NULL when every entry is referenced. */
-lru_shard_t *byval_lru_pick(byval_lru_t *lru);
-/* Evict s's LRU head onto the chain (s locked, head present). */
-void byval_lru_evict_head(byval_lru_t *lru, lru_shard_t *s, lru_entry_t **chain,
-                          lru_entry_t **tail);
-/* No lock held: evict least recently used entries while above capacity. */
-void byval_lru_trim(byval_lru_t *lru, lru_entry_t **chain, lru_entry_t **tail);
-/* Unlink e from lookups: unreferenced -> onto the chain, referenced ->
- * zombie (released by its last put). */
-void byval_lru_detach(byval_lru_t *lru, lru_shard_t *s, lru_entry_t *e, lru_entry_t **chain,
-                      lru_entry_t **tail);
+int byval_lru_slab_init(byval_lru_t *lru);
+void byval_lru_slab_free(byval_lru_t *lru);
+lru_slot_t *byval_lru_slot(const byval_lru_t *lru, uint32_t idx);
+/* Copy key into words (zero padded): what slots hold and readers compare. */
+void byval_lru_key_words(const byval_lru_t *lru, const void *key, uint64_t *w);
+int byval_lru_key_eq(const byval_lru_t *lru, const lru_slot_t *s, const uint64_t *w);
+/* The slots whose hash is h, one per call, then 0. Lock-free, the table
+ * may change under the probe, which then misses (or gives up after a
+ * bounded number of buckets): only a locked probe may say that a key is
+ * absent. */
+void byval_lru_probe_init(const byval_lru_t *lru, uint32_t h, lru_probe_t *p);
+uint32_t byval_lru_probe_next(lru_probe_t *p, uint32_t h);
+/* (locked) a slot for key (state DEAD, not in the table) or 0 on ENOMEM. */
+uint32_t byval_lru_slot_alloc(byval_lru_t *lru);
+/* (locked) fill a slot (state = refs, new generation) and add it to the
+ * table; -1 when the table is full and cannot grow. */
+int byval_lru_slot_publish(byval_lru_t *lru, uint32_t idx, uint32_t h, const uint64_t *w,
+                           void *value, uint32_t refs);
+void byval_lru_slot_free(byval_lru_t *lru, uint32_t idx); /* (locked) */
+void byval_lru_table_del(byval_lru_t *lru, uint32_t idx); /* (locked) */
+
+/* lru_clock.c (locked unless noted). A release chain links slots through
+ * hnext: their callbacks run after unlock, then the slots are freed. */
+typedef struct lru_chain {
+    uint32_t head, tail;
+} lru_chain_t;
+/* Take or drop a reference of a live entry with one CAS; fails (0) when
+ * the slot is not the live generation gen. */
+int byval_lru_ref_cas(lru_slot_t *s, uint32_t gen, int delta, uint32_t *refs_p);
+/* Evict one unreferenced entry by the clock; 0 when none can be. */
+int byval_lru_evict_one(byval_lru_t *lru, lru_chain_t *c);
+/* Unlink from lookups: unreferenced -> released, referenced -> zombie. */
+void byval_lru_detach(byval_lru_t *lru, uint32_t idx, lru_chain_t *c);
+/* Evict while above capacity. */
+void byval_lru_trim_locked(byval_lru_t *lru, lru_chain_t *c);
+/* No lock held: callbacks, then free the slots (takes the lock). */
+void byval_lru_release(byval_lru_t *lru, lru_chain_t *c);
+void byval_lru_chain_push(byval_lru_t *lru, lru_chain_t *c, uint32_t idx);
 
 #endif

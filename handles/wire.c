@@ -81,6 +81,15 @@ byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len, byval_recor
         return BYVAL_WIRE_NOT_OURS;
     if (get_le(in + OFF_CHECKSUM, 4) != byval_fnv1a32(in, OFF_CHECKSUM))
         return BYVAL_WIRE_CHECKSUM;
+    return byval_wire_parse(in, len, rec_p);
+}
+
+byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record_t *rec_p)
+{
+    if (!in || len < BYVAL_WIRE_LEN)
+        return BYVAL_WIRE_SHORT;
+    if (get_le(in + OFF_MAGIC, 2) != BYVAL_WIRE_MAGIC)
+        return BYVAL_WIRE_NOT_OURS;
     if (in[OFF_VERSION] != BYVAL_WIRE_VERSION)
         return BYVAL_WIRE_VERSION_UNKNOWN;
     uint8_t kind = in[OFF_KIND] & 0xF, flags = in[OFF_KIND] >> 4;

@@ -7,7 +7,15 @@
 
 #include "shim/log.h"
 
-byval_stats_t byval_stats;
+byval_stats_t byval_stats[BYVAL_STRIPES];
+
+uint64_t byval_stats_sum(size_t offset)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < BYVAL_STRIPES; i++)
+        sum += __atomic_load_n((uint64_t *)((char *)&byval_stats[i] + offset), __ATOMIC_RELAXED);
+    return sum;
+}
 
 #define STATS_MAX_CACHES 8
 static struct {
@@ -34,7 +42,7 @@ void byval_stats_print(void)
     /* The "stats" pseudo-level: shown whenever IPCBYVAL_STATS asks. */
 #define STATS_PRINT_(name, doc)                                                     \
     byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", #name,                 \
-              (unsigned long long)__atomic_load_n(&byval_stats.name, __ATOMIC_RELAXED), doc);
+              (unsigned long long)BYVAL_STAT_SUM(name), doc);
     BYVAL_STATS_LIST(STATS_PRINT_)
 #undef STATS_PRINT_
     pthread_mutex_lock(&stats_lock);

@@ -85,6 +85,9 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
  * set, or a ze_result_t error already logged. */
 ze_result_t byval_ze_resolve(const struct byval_record *rec, int *fd_p);
 int byval_ze_decode(const void *handle64, struct byval_record *rec_p);
+/* The same without the checksum (byval_wire_parse): only for a cache
+ * lookup whose hit compares the whole record with a decoded one. */
+int byval_ze_parse(const void *handle64, struct byval_record *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
 
 #endif

@@ -215,8 +215,10 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, dev, handle, flags, pptr); /* disabled, or our own inner call */
     byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
-    if (!pptr || !byval_ze_decode(handle.data, &rec) ||
-        rec.kind != BYVAL_KIND_ZE_MEM || byval_self_get(&self) != 0) {
+    /* Parsed without the checksum: a hit below must equal a cached record,
+     * which was checked; anything else is checked before it is used. */
+    if (!pptr || !byval_ze_parse(handle.data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
+        byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
         return next(ctx, dev, handle, flags, pptr);
     }
@@ -228,7 +230,6 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     pthread_once(&import_once, import_init);
     if (!import_cache || !open_ptrs)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    BYVAL_STAT_INC(opens);
 
     ze_import_key_t key;
     memset(&key, 0, sizeof(key));
@@ -254,10 +255,16 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
             byval_lru_put_value(import_cache, &key, v);
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
+        BYVAL_STAT_INC(opens);
         BYVAL_STAT_INC(open_hits);
         *pptr = p;
         return ZE_RESULT_SUCCESS;
     }
+    if (!byval_ze_decode(handle.data, &rec)) { /* bad checksum: not ours after all */
+        BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, dev, handle, flags, pptr);
+    }
+    BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(open_misses);
     return import_miss(next, ctx, dev, handle, flags, &rec, &key, pptr);
 }

@@ -7,7 +7,8 @@
  * open across processes; scm: they do not, so the child's fd comes by
  * SCM_RIGHTS into bytes 0-7 as zello_ipc_copy_dma_buf does: the driver's
  * own import), cold_open_us, reopen_ns, export_hit_ns,
- * passthrough_open_ns, socket_rt_us, socket_setup_us, pidfd_us, fds_held.
+ * passthrough_open_ns, passthrough_put_ns, socket_rt_us, socket_setup_us,
+ * pidfd_us, fds_held.
  * --import-only stops after the cold opens. No timing asserts.
  */
 #include "test/mpi/zeapp.h"
@@ -293,6 +294,27 @@ static double passthrough(struct zeapp *app, int sock, const ze_ipc_mem_handle_t
     return median(samples, PT_SAMPLES);
 }
 
+/* A call ipcbyval wraps but does not change, cheap in the driver:
+ * zeMemPutIpcHandle of a handle that is not a by-value one (the driver
+ * looks it up and finds nothing). Batched like reopen, so that the median
+ * resolves a few ns: what the wrapper adds when it passes a call through,
+ * enabled or with IPCBYVAL_ENABLE=0, against the same binary run native. */
+static double passthrough_put(struct zeapp *app)
+{
+    static double samples[BATCHES];
+    ze_ipc_mem_handle_t h;
+
+    memset(&h, 0, sizeof(h));
+    for (int b = 0; b < BATCHES; b++) {
+        int64_t t0 = now_ns();
+        for (int j = 0; j < BATCH_OPS; j++)
+            if (zeMemPutIpcHandle(app->context, h) != ZE_RESULT_SUCCESS)
+                zeapp_die(app, "zeMemPutIpcHandle (pass-through) failed");
+        samples[b] = (double)(now_ns() - t0) / BATCH_OPS;
+    }
+    return median(samples, BATCHES);
+}
+
 static void sockets(int sock, pid_t child)
 {
     double rt[K], setup[SETUP_RUNS];
@@ -384,6 +406,7 @@ int main(int argc, char **argv)
         printf("reopen_ns %.1f\n", reopen(&app, h[0]));
         printf("export_hit_ns %.1f\n", export_hit);
         printf("passthrough_open_ns %.1f\n", passthrough(&app, sp[0], &raw[1]));
+        printf("passthrough_put_ns %.1f\n", passthrough_put(&app));
         sockets(sp[0], child);
         pidfds(child, &raw[0]);
     }

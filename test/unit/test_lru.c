@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_lru.c - cache/lru.h semantics: basic operations, invalid arguments,
- * EXISTS, FULL, LRU order, the same across shards, zombies, callbacks
+ * EXISTS, FULL, eviction order (the clock), zombies, callbacks
  * without the lock, stats. Same binary: the randomised model check
  * (test_lru_model.c); scale, threads, fork and the shared helpers
  * (test_lru_threads.c).
@@ -18,12 +18,11 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
-#include "cache/lru_internal.h"
 
 #include "test/unit/test_lru.h"
 void test_model_random(void **state);
 void test_bound_1m_inserts_random_refs(void **state);
-void test_sharded_bound_and_bytes(void **state);
+void test_bound_and_bytes(void **state);
 void test_threads_16_shared_keys(void **state);
 void test_fork_child_empty_no_callback(void **state);
 void test_fork_while_hammered(void **state);
@@ -148,72 +147,74 @@ static void test_full_path(void **state)
     assert_int_equal(released, 5);
 }
 
+/* The clock, step by step (slots in brackets, the hand as ^). A hit sets
+ * an entry's bit; the hand clears a set bit and evicts the first
+ * unreferenced entry without one; an evicted slot is reused only after
+ * its callback, so a new entry takes a free or a new slot. */
 static void test_eviction_order(void **state)
 {
     evlog_t l = {0};
     byval_lru_t *lru = byval_lru_create(4, KLEN, log_evict, &l);
-    for (uint64_t i = 1; i <= 4; i++) /* 1 2 3 4 */
+    for (uint64_t i = 1; i <= 4; i++) /* ^[1 2 3 4] */
         assert_int_equal(INS(lru, i, V(i), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(GET(lru, 1, 0, NULL), 1);                  /* 2 3 4 1 */
-    assert_int_equal(INS(lru, 5, V(5), 0, NULL), BYVAL_LRU_OK); /* -2 */
+    assert_int_equal(GET(lru, 1, 0, NULL), 1);                  /* 1 hit */
+    assert_int_equal(INS(lru, 5, V(5), 0, NULL), BYVAL_LRU_OK); /* 1 spared, -2: [1 . ^3 4 5] */
     assert_int_equal(GET(lru, 3, 1, NULL), 1);                  /* 3 referenced */
-    assert_int_equal(INS(lru, 6, V(6), 0, NULL), BYVAL_LRU_OK); /* -4 */
-    assert_int_equal(INS(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK); /* -1 */
-    assert_int_equal(PUT(lru, 3), 0);                           /* 3 most recent */
-    assert_int_equal(INS(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -5 */
+    assert_int_equal(INS(lru, 6, V(6), 0, NULL), BYVAL_LRU_OK); /* -4: [1 6 3 . ^5] */
+    assert_int_equal(INS(lru, 7, V(7), 0, NULL), BYVAL_LRU_OK); /* -5: [^1 6 3 7 .] */
+    assert_int_equal(PUT(lru, 3), 0);                           /* 3 unreferenced, bit set */
+    assert_int_equal(INS(lru, 8, V(8), 0, NULL), BYVAL_LRU_OK); /* -1 (spared once already) */
     EXPECT(lru, 4, 0, 2, 0, 8, 4, 0);
-    const uint64_t want[] = {2, 4, 1, 5};
+    const uint64_t want[] = {2, 4, 5, 1};
     assert_true(l.n == 4 && l.bad == 0);
-    for (size_t i = 0; i < 4; i++) /* in LRU order, each with its own value */
+    for (size_t i = 0; i < 4; i++) /* in the clock's order, each with its own value */
         assert_true(l.key[i] == want[i] && l.val[i] == V(want[i]));
+    /* 3 was hit since the hand passed: it survives the next two inserts. */
+    assert_int_equal(INS(lru, 9, V(9), 0, NULL), BYVAL_LRU_OK);
+    assert_int_equal(INS(lru, 10, V(10), 0, NULL), BYVAL_LRU_OK);
+    assert_true(l.n == 6 && GET(lru, 3, 0, NULL) == 1);
+    assert_true(l.key[4] != 3 && l.key[5] != 3);
     byval_lru_destroy(lru);
 }
 
-/* Keys spread over shards as the cache spreads them: nk keys of shard
- * `want` (or of any other shard when other), from *next on. */
-static void shard_keys(byval_lru_t *lru, unsigned want, int other, uint64_t *next, uint64_t *k,
-                       int nk)
-{
-    for (int i = 0; i < nk; (*next)++) {
-        unsigned sh = (byval_lru_hash(KB(*next), KLEN) >> 24) & (lru->nshards - 1);
-        if ((sh == want) != other)
-            k[i++] = *next;
-    }
-}
-
-/* Sharding must not change the semantics: FULL only when the WHOLE cache is
- * full and referenced, and the victim is the least recently used entry of
- * all shards. */
-static void test_sharded_global_lru(void **state)
+/* A large cache mostly referenced: the hand skips referenced entries and
+ * gives a hit entry a second chance; FULL only when every entry is
+ * referenced; a shrink evicts only unreferenced entries. */
+static void test_clock_mostly_referenced(void **state)
 {
     evlog_t l = {0};
     byval_lru_t *lru = byval_lru_create(256, KLEN, log_evict, &l);
-    uint64_t a[200], b[56], c[8], next = 1;
-    assert_int_equal(lru->nshards, 16);
-    shard_keys(lru, 0, 0, &next, a, 200); /* 200 keys of shard 0 */
-    shard_keys(lru, 0, 1, &next, b, 56);  /* 56 of the other shards */
-    shard_keys(lru, 0, 0, &next, c, 8);
-    for (int i = 0; i < 200; i++) /* 12x shard 0's even share, all referenced */
+    uint64_t a[200], b[56], c[8];
+    for (int i = 0; i < 200; i++)
+        a[i] = 1 + (uint64_t)i;
+    for (int i = 0; i < 56; i++)
+        b[i] = 1000 + (uint64_t)i;
+    for (int i = 0; i < 8; i++)
+        c[i] = 2000 + (uint64_t)i;
+    for (int i = 0; i < 200; i++) /* all referenced */
         assert_int_equal(INS(lru, a[i], V(a[i]), 1, NULL), BYVAL_LRU_OK);
     for (int i = 0; i < 56; i++)
         assert_int_equal(INS(lru, b[i], V(b[i]), 0, NULL), BYVAL_LRU_OK);
-    assert_int_equal(GET(lru, b[0], 0, NULL), 1); /* b[1] is now the oldest */
+    assert_int_equal(GET(lru, b[0], 0, NULL), 1); /* b[0] hit: b[1] goes first */
     assert_int_equal(INS(lru, c[0], V(c[0]), 1, NULL), BYVAL_LRU_OK);
-    assert_true(l.n == 1 && l.key[0] == b[1] && l.val[0] == V(b[1])); /* across shards */
+    assert_true(l.n == 1 && l.key[0] == b[1] && l.val[0] == V(b[1]));
     for (int i = 2; i < 56; i++) /* everything referenced now */
         assert_int_equal(GET(lru, b[i], 1, NULL), 1);
     assert_int_equal(GET(lru, b[0], 1, NULL), 1);
     assert_int_equal(INS(lru, c[1], V(c[1]), 0, NULL), BYVAL_LRU_FULL);
     assert_int_equal(INS(lru, b[1], V(b[1]), 0, NULL), BYVAL_LRU_FULL);
     EXPECT(lru, 256, 256, 56, 0, 257, 1, 0);
-    assert_int_equal(PUT(lru, b[9]), 0); /* the one evictable entry, in another shard */
+    assert_int_equal(PUT(lru, b[9]), 0); /* the one evictable entry */
     assert_int_equal(INS(lru, c[1], V(c[1]), 0, NULL), BYVAL_LRU_OK);
     assert_true(l.n == 2 && l.key[1] == b[9]);
-    for (int i = 199; i >= 0; i--) /* unreferenced now, most recent a[0] */
+    for (int i = 199; i >= 0; i--) /* unreferenced now */
         assert_int_equal(PUT(lru, a[i]), 0);
-    byval_lru_set_capacity(lru, 57); /* c[1], then a[199] .. a[2] go */
-    assert_true(l.n == 2 + 199 && l.key[2] == c[1] && l.key[3] == a[199] && l.key[200] == a[2]);
-    assert_true(stats(lru).size == 57 && stats(lru).high_water == 256 && l.bad == 0);
+    byval_lru_set_capacity(lru, 57); /* 55 referenced b[] and c[0] stay */
+    assert_true(l.n == 2 + 199 && l.bad == 0);
+    for (size_t i = 2; i < l.n; i++) /* only a[] and c[1] were unreferenced */
+        assert_true((l.key[i] >= a[0] && l.key[i] <= a[199]) || l.key[i] == c[1]);
+    EXPECT(lru, 57, 55, -1, -1, -1, 201, 0);
+    assert_int_equal(stats(lru).high_water, 256);
     byval_lru_destroy(lru);
 }
 
@@ -316,12 +317,12 @@ int main(void)
         cmocka_unit_test(test_invalid_args),
         cmocka_unit_test(test_full_path),
         cmocka_unit_test(test_eviction_order),
-        cmocka_unit_test(test_sharded_global_lru),
+        cmocka_unit_test(test_clock_mostly_referenced),
         cmocka_unit_test(test_model_random),
         cmocka_unit_test(test_callback_without_lock),
         cmocka_unit_test(test_zombies),
         cmocka_unit_test(test_bound_1m_inserts_random_refs),
-        cmocka_unit_test(test_sharded_bound_and_bytes),
+        cmocka_unit_test(test_bound_and_bytes),
         cmocka_unit_test(test_threads_16_shared_keys),
         cmocka_unit_test(test_fork_child_empty_no_callback),
         cmocka_unit_test(test_fork_while_hammered),

@@ -3,8 +3,8 @@
  * test_lru_model.c - part of test_lru (main in test_lru.c): a randomised
  * check against a model of the cache (get/insert/put/remove/set_capacity on
  * 64 keys). Every operation's result, every release (which entry, in which
- * order, that none is referenced) and the stats must match the model, on
- * one shard and on 16 (exact LRU across shards). LRU_TEST_SEED=n replays.
+ * order, that none is referenced) and the stats must match the model,
+ * which runs the same clock over the same slots. LRU_TEST_SEED=n replays.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,24 +16,30 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
-#include "cache/lru_internal.h"
 
 #include "test/unit/test_lru.h"
 
 /* ---- randomised model check ------------------------------------------ */
 #define MK 64
+#define MSLOTS 1024
 
+/* The model keeps the cache's slot discipline (a LIFO free list, then
+ * never-used slots; slots of evicted entries reused only after their
+ * callbacks) so that it can run the clock over the same slot order. */
 typedef struct mkey {
-    int live, zombie;
+    int live, zombie, clock;
     uint32_t refs, zrefs;
-    uint64_t stamp; /* LRU position while live and unreferenced */
+    unsigned slot, zslot;
     uintptr_t val, zval;
 } mkey_t;
 
 typedef struct model {
     mkey_t k[MK];
+    int slot_key[MSLOTS]; /* key in the slot (live or zombie), -1 free */
+    unsigned free_[MSLOTS], nfree, next_new, hand;
+    unsigned pending[MSLOTS], npending; /* released, freed after callbacks */
     size_t cap, size, high;
-    uint64_t clock, evictions;
+    uint64_t evictions;
     int put_key; /* key of the put in progress, -1 otherwise */
     uintptr_t exp[MAXREL], got[MAXREL];
     size_t nexp, ngot;
@@ -57,18 +63,55 @@ static void model_evict(void *ctx, const void *key, void *value)
     m->got[m->ngot++] = v;
 }
 
+static void model_release(model_t *m, unsigned slot, uintptr_t val)
+{
+    m->slot_key[slot] = -1;
+    m->pending[m->npending++] = slot;
+    m->exp[m->nexp++] = val;
+}
+
+/* After the operation's callbacks: its released slots become free. */
+static void model_flush(model_t *m)
+{
+    for (unsigned i = 0; i < m->npending; i++)
+        m->free_[m->nfree++] = m->pending[i];
+    m->npending = 0;
+}
+
+static unsigned model_alloc(model_t *m)
+{
+    return m->nfree ? m->free_[--m->nfree] : m->next_new++;
+}
+
+/* The clock: skip free slots, zombies and referenced entries, clear the
+ * bit of an entry hit since the hand passed, evict the first without. */
+static int model_evict_one(model_t *m)
+{
+    unsigned n = m->next_new;
+    for (unsigned v = 0; n > 1 && v <= 2 * (n - 1); v++) {
+        unsigned i = m->hand;
+        m->hand = i + 1 < n ? i + 1 : 1;
+        int k = m->slot_key[i];
+        if (k < 0)
+            continue;
+        mkey_t *e = &m->k[k];
+        if (!e->live || e->slot != i || e->refs)
+            continue; /* the slot is a zombie's, or referenced */
+        if (e->clock) {
+            e->clock = 0;
+            continue;
+        }
+        e->live = 0, m->size--, m->evictions++;
+        model_release(m, i, e->val);
+        return 1;
+    }
+    return 0;
+}
+
 static void model_trim(model_t *m, size_t limit)
 {
-    while (m->size > limit) {
-        mkey_t *best = NULL;
-        for (int i = 0; i < MK; i++)
-            if (m->k[i].live && !m->k[i].refs && (!best || m->k[i].stamp < best->stamp))
-                best = &m->k[i];
-        if (!best)
-            return;
-        best->live = 0, m->size--, m->evictions++;
-        m->exp[m->nexp++] = best->val;
-    }
+    while (m->size > limit && model_evict_one(m))
+        ;
 }
 
 static void model_put(model_t *m, byval_lru_t *lru, int k)
@@ -81,25 +124,25 @@ static void model_put(model_t *m, byval_lru_t *lru, int k)
         assert_int_equal(rc, (int)--e->zrefs);
         if (!e->zrefs) {
             e->zombie = 0;
-            m->exp[m->nexp++] = e->zval;
+            model_release(m, e->zslot, e->zval);
         }
     } else if (e->live && e->refs) {
         assert_int_equal(rc, (int)--e->refs);
-        if (!e->refs) {
-            e->stamp = ++m->clock;
+        if (!e->refs)
             model_trim(m, m->cap);
-        }
     } else {
         assert_int_equal(rc, BYVAL_LRU_NOENT);
     }
+    model_flush(m);
 }
 
-/* create_cap > cap: a sharded cache, shrunk to cap before the run. */
+/* create_cap > cap: a cache made larger (table, chunks), shrunk to cap before the run. */
 static void model_run(size_t create_cap, size_t cap, uint64_t seed, long ops)
 {
-    model_t m = {.cap = cap, .put_key = -1};
+    model_t m = {.cap = cap, .put_key = -1, .next_new = 1, .hand = 1};
+    for (int i = 0; i < MSLOTS; i++)
+        m.slot_key[i] = -1;
     byval_lru_t *lru = byval_lru_create(create_cap, KLEN, model_evict, &m);
-    assert_true(create_cap == cap || lru->nshards == 16);
     byval_lru_set_capacity(lru, cap);
     uintptr_t serial = 1;
     for (long n = 0; n < ops; n++) {
@@ -111,10 +154,8 @@ static void model_run(size_t create_cap, size_t cap, uint64_t seed, long ops)
             assert_int_equal(GET(lru, k, ref, &v), e->live);
             if (e->live) {
                 assert_int_equal((uintptr_t)v, e->val);
-                if (ref || e->refs)
-                    e->refs += (uint32_t)ref;
-                else
-                    e->stamp = ++m.clock; /* touched */
+                e->refs += (uint32_t)ref;
+                e->clock = 1; /* hit */
             }
         } else if (op < 30) { /* insert */
             int rc = INS(lru, k, serial, ref, &v);
@@ -122,14 +163,18 @@ static void model_run(size_t create_cap, size_t cap, uint64_t seed, long ops)
                 assert_int_equal(rc, BYVAL_LRU_EXISTS);
                 assert_int_equal((uintptr_t)v, e->val);
                 e->refs += (uint32_t)ref;
+                e->clock |= ref; /* a reference taken is a use */
             } else if (model_trim(&m, m.cap - 1), m.size >= m.cap) {
                 assert_int_equal(rc, BYVAL_LRU_FULL);
             } else {
                 assert_int_equal(rc, BYVAL_LRU_OK);
-                e->live = 1, e->refs = (uint32_t)ref, e->stamp = ++m.clock, e->val = serial;
+                e->live = 1, e->refs = (uint32_t)ref, e->clock = 0, e->val = serial;
+                e->slot = model_alloc(&m);
+                m.slot_key[e->slot] = k;
                 if (++m.size > m.high)
                     m.high = m.size;
             }
+            model_flush(&m);
             serial++;
         } else if (op < 52) {
             model_put(&m, lru, k);
@@ -141,14 +186,16 @@ static void model_run(size_t create_cap, size_t cap, uint64_t seed, long ops)
                 e->live = 0;
                 m.size--;
                 if (e->refs) /* referenced: becomes a zombie */
-                    e->zombie = 1, e->zrefs = e->refs, e->zval = e->val;
+                    e->zombie = 1, e->zrefs = e->refs, e->zval = e->val, e->zslot = e->slot;
                 else
-                    m.exp[m.nexp++] = e->val;
+                    model_release(&m, e->slot, e->val);
+                model_flush(&m);
             }
         } else { /* shrink or grow; every second time back to cap */
             m.cap = n % 2 ? 1 + rnd(&seed) % (2 * cap) : cap;
             byval_lru_set_capacity(lru, m.cap);
             model_trim(&m, m.cap);
+            model_flush(&m);
         }
         assert_int_equal(m.bad, 0);
         assert_int_equal(m.ngot, m.nexp);
