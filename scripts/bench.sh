@@ -70,11 +70,11 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
         b=$(lru lru lru_bytes "$k")
         echo "bytes/entry (key $k B, 100k entries)|$b B|-|<= 128 B|$(awk -v a="$b" 'BEGIN{print (a<=128)?"yes":"no"}')"
     done
-    p=$(get byval passthrough_put_ns); q=$(get native passthrough_put_ns); z=$(get disabled passthrough_put_ns)
+    p=$(get byval passthrough_close_ns); q=$(get native passthrough_close_ns); z=$(get disabled passthrough_close_ns)
     for pair in "enabled, not ours:$p" "IPCBYVAL_ENABLE=0:$z"; do
         v=${pair#*:}
         dd=$(awk -v a="$v" -v b="$q" 'BEGIN{printf "%+.1f", a-b}')
-        echo "pass-through zeMemPutIpcHandle, $(echo "${pair%%:*}") ($dd ns)|$v ns|$q ns|overhead <= 20 ns|$(awk -v x="$dd" 'BEGIN{print (x<=20)?"yes":"no"}')"
+        echo "pass-through zeMemCloseIpcHandle, $(echo "${pair%%:*}") ($dd ns)|$v ns|$q ns|overhead <= 20 ns|$(awk -v x="$dd" 'BEGIN{print (x<=20)?"yes":"no"}')"
     done
     p=$(get byval passthrough_open_ns); q=$(get native passthrough_open_ns)
     echo "  pass-through open, local fd (driver import ~8 us, noisy)|$p ns|$q ns|reported|-"
