@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")/.."
 . scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
 
-make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
+make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" "$BUILD/test/bench/bench_pidfd" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
     make -C test/gpu "$PWD/$OUT/bench_ipc" OUT="$PWD/$OUT" >>"$LOGS/bench-build.log" 2>&1 ||
     { tail -20 "$LOGS/bench-build.log"; exit 1; }
 
@@ -26,6 +26,18 @@ ratio "legacy: driver open+close vs cached re-open" 300 "$nat" "$hit"
 ratio "VMM: driver open+close (legacy) vs cached by-value re-open" 300 "$nat" "$vhit"
 ratio "VMM export: cuMemExportToShareableHandle vs cached get" 300 \
     "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
+
+echo "-- cold open: what ipcbyval adds to the driver's import"
+"$BUILD/test/bench/bench_pidfd" >"$LOGS/bench-pidfd.log" 2>&1
+cat "$LOGS/bench-pidfd.log"
+res=$(awk '$1 == "resolve_us" { print $2 }' "$LOGS/bench-pidfd.log")
+raw=$(awk '$1 == "pidfd_raw_us" { print $2 }' "$LOGS/bench-pidfd.log")
+if [ -n "$res" ]; then
+    met=$(awk -v r="$res" 'BEGIN { print (r <= 2) ? "PASS" : "FAIL" }')
+    row "cold-open overhead: resolve record, pidfd+checks (<= 2 us)" "$met" "$res us (raw pidfd_open+getfd+close $raw us)"
+else
+    row "cold-open overhead: resolve record, pidfd+checks (<= 2 us)" FAIL "bench_pidfd failed: $(tail -1 "$LOGS/bench-pidfd.log")"
+fi
 
 echo "-- import cache hit throughput, 1..16 threads ($(nproc) cores)"
 "$BUILD/test/bench/bench_lru" --threads 1,2,4,8,16 >"$LOGS/bench-lru.log" 2>&1

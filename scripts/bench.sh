@@ -13,7 +13,7 @@ RUN="$ROOT/scripts/ipcbyval-run"
 THREADS=${BENCH_THREADS:-1,2,4,8,16}
 export ZE_ENABLE_ALT_DRIVERS="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
 export IPCBYVAL_LIB="$BUILD/libipcbyval.so.1"
-for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
+for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$BENCH/bench_pidfd" "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
     [ -e "$f" ] || { echo "bench.sh: $f not built (run make bench)" >&2; exit 1; }
 done
 OUT="$BUILD/bench"
@@ -21,6 +21,8 @@ mkdir -p "$OUT"
 
 echo "bench: cache (threads $THREADS) ..."
 "$BENCH/bench_lru" --threads "$THREADS" >"$OUT/lru.txt" 2>"$OUT/lru.err"
+echo "bench: record resolution (pidfd) ..."
+"$BENCH/bench_pidfd" >"$OUT/pidfd.txt"
 echo "bench: Level Zero, native ..."
 # A stray IPCBYVAL_* or preload from the caller would skew the baseline.
 env -u LD_PRELOAD "$BENCH/bench_ze" >"$OUT/native.txt"
@@ -52,6 +54,7 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     c=$(get byval cold_open_us); d=$(get native cold_open_us)
     o=$(awk -v a="$c" -v b="$d" 'BEGIN{printf "%.2f", a-b}')
     echo "cold open (overhead +$o us)|$c us|$d us|overhead <= 2 us|$(awk -v x="$o" 'BEGIN{print (x<=2)?"yes":"no"}')"
+    echo "  of which: resolve the record (pidfd_open+getfd+checks)|$(get pidfd resolve_us) us|$(get pidfd pidfd_raw_us) us|raw syscalls|-"
     k=$(get socket cold_open_us)
     echo "  cold open over the socket fallback (vs pidfd)|$k us|$c us|reported|-"
     e=$(get byval export_hit_ns); f=$(get native export_hit_ns)

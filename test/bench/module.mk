@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: MIT
-# Benchmarks (make bench): bench_lru times the cache alone; bench_ze is an
+# Benchmarks (make bench): bench_lru times the cache alone, bench_pidfd the
+# resolution a cold open adds; bench_ze is an
 # ordinary Level Zero program (it knows nothing about ipcbyval) that
 # scripts/bench.sh runs natively and under ipcbyval-run.
 
 BENCH_DIR  := $(BUILD)/test/bench
-BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze
+BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze $(BENCH_DIR)/bench_pidfd
 
 $(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lpthread
+
+# The resolution a cold open adds, on handles/ alone (no GPU, no loader).
+$(BENCH_DIR)/bench_pidfd: test/bench/bench_pidfd.c $(HANDLES_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ)
 
 # Linked to the loader like any application: the preload interposes on
 # the symbols, exactly as it would for a user's program.
