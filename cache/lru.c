@@ -97,10 +97,9 @@ static int get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_re
         uint64_t st = LD_ACQ(&s->state);
         if ((st & (ST_DEAD | ST_ZOMBIE)) || !byval_lru_key_eq(lru, s, w))
             continue;
-        void *v = LD(&s->value);
-        /* Seqlock read: the key and value loads above happen before the
-         * state is read again (by the CAS or the load below). */
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        /* Seqlock read: the key and value loads are acquire loads, so the
+         * state is read again (by the CAS or the load below) after them. */
+        void *v = LD_ACQ(&s->value);
         if (take_ref) {
             uint32_t refs;
             if (!byval_lru_ref_cas(s, ST_GEN(st), 1, &refs))
@@ -232,9 +231,8 @@ static int put_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void 
         lru_slot_t *s = byval_lru_slot(lru, i);
         uint64_t st = LD_ACQ(&s->state);
         if ((st & (ST_DEAD | ST_ZOMBIE)) || !(ST_LOW(st) & ST_REFS) ||
-            LD(&s->value) != value || !byval_lru_key_eq(lru, s, w))
+            LD_ACQ(&s->value) != value || !byval_lru_key_eq(lru, s, w))
             continue;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         uint32_t refs;
         if (byval_lru_ref_cas(s, ST_GEN(st), -1, &refs))
             return (int)refs;

@@ -68,8 +68,8 @@ void byval_lru_key_words(const byval_lru_t *lru, const void *key, uint64_t *w)
 int byval_lru_key_eq(const byval_lru_t *lru, const lru_slot_t *s, const uint64_t *w)
 {
     uint64_t diff = 0;
-    for (size_t i = 0; i < lru->key_words; i++)
-        diff |= LD(&s->key[i]) ^ w[i];
+    for (size_t i = 0; i < lru->key_words; i++) /* acquire: see byval_lru_slot_publish */
+        diff |= LD_ACQ(&s->key[i]) ^ w[i];
     return diff == 0;
 }
 
@@ -249,14 +249,15 @@ int byval_lru_slot_publish(byval_lru_t *lru, uint32_t idx, uint32_t h, const uin
         return -1;
     lru_slot_t *s = byval_lru_slot(lru, idx);
     uint64_t old = LD(&s->state);
-    /* A reader that reads any of the stores below and then the state
-     * (after its acquire fence) sees this slot's DEAD or new state, never
-     * the generation whose key it compared. */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    ST(&s->hash, h);
+    /* Release stores, read with acquire loads: a reader that reads any of
+     * them and then the state sees the DEAD state this slot got before
+     * (or a later one), never the generation whose key it compared - the
+     * seqlock read, without fences (which TSan cannot follow). On x86
+     * both are plain moves. */
+    ST_REL(&s->hash, h);
     for (size_t i = 0; i < lru->key_words; i++)
-        ST(&s->key[i], w[i]);
-    ST(&s->value, value);
+        ST_REL(&s->key[i], w[i]);
+    ST_REL(&s->value, value);
     ST_REL(&s->state, ((uint64_t)(ST_GEN(old) + 1) << 32) | refs);
     table_put(lru->table, h, idx);
     lru->nodes++;
