@@ -174,20 +174,33 @@ byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *
     /* The record holds a pidfs inode and nothing else: if our pidfd is not
      * on pidfs, no other check is equivalent, so refuse instead of
      * guessing. Same boot id means same kernel, so this only happens when
-     * something between us and the kernel (a sandbox) differs. */
+     * something between us and the kernel (a sandbox) differs. pidfs is
+     * one superblock: once fstatfs showed a pidfd on it, its device number
+     * (from the fstat needed anyway) recognises the next pidfds without a
+     * second syscall on every first open from an exporter. */
+    static uint64_t pidfs_dev; /* 0: not seen yet */
     struct statfs sfs;
     struct stat st;
-    if (fstatfs(pidfd, &sfs) != 0 || fstat(pidfd, &st) != 0) {
+    if (fstat(pidfd, &st) != 0) {
         byval_msg(msg, msglen, "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", rec->pid,
                   rec->fd, strerror(errno));
         return BYVAL_E_SYS;
     }
-    if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC) {
-        byval_msg(msg, msglen,
-                  "cannot verify that pid %u is the exporter of fd %u: the handle names it by "
-                  "its pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
-                  rec->pid, rec->fd, (unsigned long)sfs.f_type);
-        return BYVAL_E_IDENTITY;
+    uint64_t known = __atomic_load_n(&pidfs_dev, __ATOMIC_RELAXED);
+    if (known == 0 || (uint64_t)st.st_dev != known) {
+        if (fstatfs(pidfd, &sfs) != 0) {
+            byval_msg(msg, msglen, "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s",
+                      rec->pid, rec->fd, strerror(errno));
+            return BYVAL_E_SYS;
+        }
+        if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC) {
+            byval_msg(msg, msglen,
+                      "cannot verify that pid %u is the exporter of fd %u: the handle names it "
+                      "by its pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
+                      rec->pid, rec->fd, (unsigned long)sfs.f_type);
+            return BYVAL_E_IDENTITY;
+        }
+        __atomic_store_n(&pidfs_dev, (uint64_t)st.st_dev, __ATOMIC_RELAXED);
     }
     if ((uint64_t)st.st_ino != rec->identity) {
         byval_msg(msg, msglen,
@@ -301,8 +314,8 @@ err_pidfd:
     return st;
 }
 
-byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, int *fd_p,
-                                char *msg, size_t msglen)
+byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                uint64_t size, int *fd_p, char *msg, size_t msglen)
 {
     int dup = -1;
     if (fd_p)
@@ -317,7 +330,7 @@ byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t f
     byval_status_t st = getfd(pidfd, pid, fd, &dup, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(dup, pid, fd, fd_ino, 0, msg, msglen);
+    st = byval_check_fd_kind(dup, pid, fd, fd_ino, size, msg, msglen);
     if (st != BYVAL_OK)
         goto err_dup;
     *fd_p = dup;

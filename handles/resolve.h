@@ -75,11 +75,12 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
 
 /*
  * Duplicate one more fd of an exporter already resolved (pidfd from
- * byval_resolve_fd): pidfd_getfd(fd), then the inode check against fd_ino
- * (low 32 bits). Same statuses and message style as byval_resolve_fd.
+ * byval_resolve_fd, whose identity check covers it): pidfd_getfd(fd), then
+ * the fd-kind check (inode low 32 bits == fd_ino and, when size != 0, the
+ * size in pages). Same statuses and message style as byval_resolve_fd.
  */
-byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, int *fd_p,
-                                char *msg, size_t msglen);
+byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                uint64_t size, int *fd_p, char *msg, size_t msglen);
 
 /* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
 int byval_pidfd_exited(int pidfd);

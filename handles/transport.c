@@ -215,13 +215,13 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
 }
 
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
-                                             uint32_t fd, uint32_t fd_ino, int *fd_p, char *msg,
-                                             size_t msglen)
+                                             uint32_t fd, uint32_t fd_ino, uint64_t size,
+                                             int *fd_p, char *msg, size_t msglen)
 {
     int sock = mode == BYVAL_MODE_SOCKET ||
                (mode == BYVAL_MODE_AUTO && (pidfd < 0 || peer_get(rec).via == BYVAL_VIA_SOCKET));
     if (!sock) {
-        byval_status_t st = byval_getfd_more(pidfd, rec->pid, fd, fd_ino, fd_p, msg, msglen);
+        byval_status_t st = byval_getfd_more(pidfd, rec->pid, fd, fd_ino, size, fd_p, msg, msglen);
         /* auto forgot the exporter meanwhile (table overwritten): the
          * pidfd came from the socket, which still serves. */
         if (mode != BYVAL_MODE_AUTO || (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS))
@@ -230,7 +230,7 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
     byval_status_t st = byval_broker_fetch(rec, fd, fd_ino, fd_p, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(*fd_p, rec->pid, fd, fd_ino, 0, msg, msglen);
+    st = byval_check_fd_kind(*fd_p, rec->pid, fd, fd_ino, size, msg, msglen);
     if (st != BYVAL_OK) {
         close(*fd_p);
         *fd_p = -1;

@@ -49,13 +49,14 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
                                         byval_fetch_info_t *info, char *msg, size_t msglen);
 
 /*
- * One more fd of the same exporter (CUDA manifest chunks), after a
- * successful byval_transport_fetch_fd that gave pidfd: through whichever
- * transport reached the exporter then.
+ * One more fd of the same exporter (CUDA manifest chunks, or a later cold
+ * open of an exporter whose pidfd was kept), after a successful
+ * byval_transport_fetch_fd that gave pidfd: through whichever transport
+ * reached the exporter then. size: as byval_getfd_more (0: not checked).
  */
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
-                                             uint32_t fd, uint32_t fd_ino, int *fd_p, char *msg,
-                                             size_t msglen);
+                                             uint32_t fd, uint32_t fd_ino, uint64_t size,
+                                             int *fd_p, char *msg, size_t msglen);
 
 /* Forget what auto learnt (tests). */
 void byval_transport_forget(void);

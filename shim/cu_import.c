@@ -238,6 +238,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     int mfd = -1, pidfd = -1;
     byval_status_t st = byval_fetch_fd(rec, &self, &mfd, &pidfd, msg, sizeof(msg));
     if (st != BYVAL_OK) {
+        byval_fetch_done(rec, pidfd);
         BYVAL_STAT_INC(open_errors);
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
         return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
@@ -251,8 +252,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     else
         r = vmm_map(rl, pidfd, rec, man, &m);
     free(man);
-    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
-    byval_exporters_track(&id, pidfd);
+    byval_fetch_done(rec, pidfd);
     if (r != CUDA_SUCCESS) {
         BYVAL_STAT_INC(open_errors);
         return r;

@@ -1,5 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* exporters.c - exporter exit detection with pidfds, no helper thread. */
+/*
+ * exporters.c - exporter exit detection with pidfds, no helper thread, and
+ * the same pidfds lent to cold opens (see exporters.h).
+ *
+ * A lent pidfd must stay open while its borrower uses it: closing it
+ * would let the number go to another file under the borrower's
+ * pidfd_getfd. So an exporter seen exiting while some of its pidfd's
+ * loans are out leaves the table (no new loans, handlers run) but its
+ * pidfd waits in `drain` until the last loan comes back.
+ */
 #include "shim/exporters.h"
 
 #include <pthread.h>
@@ -13,14 +22,22 @@
 
 /* An importer talks to its peers on one node: a few hundred at most. */
 #define EXPORTERS_MAX 1024
+#define EXPORTERS_DRAIN 64
 #define EXPORTERS_HANDLERS 4
 #define EXPORTERS_POLL_NS 1000000LL
+
+typedef struct kept {
+    byval_exporter_id_t id;
+    int pidfd;
+    unsigned loans;
+} kept_t;
 
 static struct {
     pthread_mutex_t lock;
     unsigned count;
-    byval_exporter_id_t id[EXPORTERS_MAX];
-    int pidfd[EXPORTERS_MAX];
+    kept_t k[EXPORTERS_MAX];
+    unsigned ndrain;
+    kept_t drain[EXPORTERS_DRAIN]; /* exited, loans out: id unused */
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
     int64_t last_poll_ns;
     int atfork_done;
@@ -28,11 +45,15 @@ static struct {
 
 static void exporters_atfork_child(void)
 {
-    /* The child did not import anything: forget the parent's exporters.
-     * Closing the inherited pidfds touches no driver state. */
+    /* The child did not import anything and borrows nothing (only the
+     * forking thread exists): forget the parent's exporters. Closing the
+     * inherited pidfds touches no driver state. */
     pthread_mutex_init(&ex.lock, NULL);
     for (unsigned i = 0; i < ex.count; i++)
-        close(ex.pidfd[i]);
+        close(ex.k[i].pidfd);
+    for (unsigned i = 0; i < ex.ndrain; i++)
+        close(ex.drain[i].pidfd);
+    ex.ndrain = 0;
     __atomic_store_n(&ex.count, 0, __ATOMIC_RELAXED);
 }
 
@@ -54,30 +75,62 @@ void byval_exporters_on_exit(byval_exporter_exit_fn fn)
     pthread_mutex_unlock(&ex.lock);
 }
 
-void byval_exporters_track(const byval_exporter_id_t *id, int pidfd)
+/* (locked) The kept entry of id, or NULL. */
+static kept_t *find_locked(const byval_exporter_id_t *id)
+{
+    for (unsigned i = 0; i < ex.count; i++)
+        if (memcmp(&ex.k[i].id, id, sizeof(*id)) == 0)
+            return &ex.k[i];
+    return NULL;
+}
+
+int byval_exporters_hold(const byval_exporter_id_t *id)
+{
+    if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
+        return -1;
+    int pidfd = -1;
+    pthread_mutex_lock(&ex.lock);
+    kept_t *k = find_locked(id);
+    if (k) {
+        k->loans++;
+        pidfd = k->pidfd;
+    }
+    pthread_mutex_unlock(&ex.lock);
+    return pidfd;
+}
+
+void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
 {
     if (pidfd < 0)
         return;
+    int close_fd = -1;
     pthread_mutex_lock(&ex.lock);
-    for (unsigned i = 0; i < ex.count; i++) {
-        if (memcmp(&ex.id[i], id, sizeof(*id)) == 0) {
-            pthread_mutex_unlock(&ex.lock);
-            close(pidfd);
-            return;
+    kept_t *k = find_locked(id);
+    if (k && k->pidfd == pidfd) {
+        k->loans--; /* a loan back: open fds have unique numbers */
+    } else if (k) {
+        close_fd = pidfd; /* a second pidfd of a kept exporter */
+    } else {
+        unsigned d = 0;
+        while (d < ex.ndrain && ex.drain[d].pidfd != pidfd)
+            d++;
+        if (d < ex.ndrain) { /* a loan of an exporter that exited meanwhile */
+            if (--ex.drain[d].loans == 0) {
+                close_fd = pidfd;
+                ex.drain[d] = ex.drain[--ex.ndrain];
+            }
+        } else if (ex.count < EXPORTERS_MAX) {
+            ex.k[ex.count] = (kept_t){*id, pidfd, 0};
+            __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
+        } else {
+            close_fd = pidfd;
+            BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched",
+                            EXPORTERS_MAX, id->pid);
         }
     }
-    if (ex.count < EXPORTERS_MAX) {
-        ex.id[ex.count] = *id;
-        ex.pidfd[ex.count] = pidfd;
-        __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
-        pidfd = -1;
-    }
     pthread_mutex_unlock(&ex.lock);
-    if (pidfd >= 0) {
-        BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched",
-                        EXPORTERS_MAX, id->pid);
-        close(pidfd);
-    }
+    if (close_fd >= 0)
+        close(close_fd);
 }
 
 unsigned byval_exporters_count(void)
@@ -100,23 +153,30 @@ void byval_exporters_poll(void)
     if (now - __atomic_load_n(&ex.last_poll_ns, __ATOMIC_RELAXED) < EXPORTERS_POLL_NS)
         return;
     byval_exporter_id_t gone[64];
-    unsigned ngone = 0;
+    int to_close[64];
+    unsigned ngone = 0, nclose = 0;
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
     pthread_mutex_lock(&ex.lock);
     __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < ex.count && ngone < 64;) {
-        if (byval_pidfd_exited(ex.pidfd[i])) {
-            gone[ngone++] = ex.id[i];
-            close(ex.pidfd[i]);
-            __atomic_store_n(&ex.count, ex.count - 1, __ATOMIC_RELAXED);
-            ex.id[i] = ex.id[ex.count];
-            ex.pidfd[i] = ex.pidfd[ex.count];
-        } else {
+        kept_t *k = &ex.k[i];
+        /* Loans out and no room to wait: try again at a later poll. */
+        if (!byval_pidfd_exited(k->pidfd) || (k->loans && ex.ndrain == EXPORTERS_DRAIN)) {
             i++;
+            continue;
         }
+        gone[ngone++] = k->id;
+        if (k->loans)
+            ex.drain[ex.ndrain++] = *k;
+        else
+            to_close[nclose++] = k->pidfd;
+        __atomic_store_n(&ex.count, ex.count - 1, __ATOMIC_RELAXED);
+        *k = ex.k[ex.count];
     }
     memcpy(handlers, ex.handlers, sizeof(handlers));
     pthread_mutex_unlock(&ex.lock);
+    for (unsigned c = 0; c < nclose; c++)
+        close(to_close[c]);
     for (unsigned g = 0; g < ngone; g++) {
         BYVAL_STAT_INC(exporter_exits);
         BYVAL_LOG_INFO("exporter pid %u exited: releasing its cached mappings", gone[g].pid);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * exporters.h - the importer's view of the processes it imported from.
- * One pidfd per exporter, polled (rate-limited, no thread) so that cache
- * entries of an exporter that exited are released.
+ * One pidfd per exporter: polled (rate-limited, no thread) so that cache
+ * entries of an exporter that exited are released, and lent to later
+ * cold opens of the same exporter, which then skip pidfd_open and the
+ * identity check (both were done on this pidfd when it was kept).
  */
 #ifndef BYVAL_SHIM_EXPORTERS_H
 #define BYVAL_SHIM_EXPORTERS_H
@@ -21,14 +23,21 @@ typedef void (*byval_exporter_exit_fn)(const byval_exporter_id_t *id);
 /* Register a handler (each API family registers one, once). */
 void byval_exporters_on_exit(byval_exporter_exit_fn fn);
 
-/* Remember pidfd for id (takes ownership of pidfd: kept or closed). */
-void byval_exporters_track(const byval_exporter_id_t *id, int pidfd);
+/* The kept pidfd of exporter id, lent to the caller (it stays open until
+ * the matching byval_exporters_release, even if the exporter exits and is
+ * dropped meanwhile), or -1 when id is not kept. */
+int byval_exporters_hold(const byval_exporter_id_t *id);
 
-/* Poll tracked pidfds at most once per millisecond; runs the handlers
+/* Give back pidfd for id: a pidfd lent by byval_exporters_hold is
+ * returned; any other pidfd (verified for id by the caller) is kept for
+ * id, or closed when id already has one or the table is full. -1: no-op. */
+void byval_exporters_release(const byval_exporter_id_t *id, int pidfd);
+
+/* Poll kept pidfds at most once per millisecond; runs the handlers
  * for those that exited. Cheap when nothing is due. */
 void byval_exporters_poll(void);
 
-/* Number of exporters tracked (pidfds held). */
+/* Number of exporters kept (pidfds held for them). */
 unsigned byval_exporters_count(void);
 
 #endif

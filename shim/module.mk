@@ -19,3 +19,10 @@ endif
 # memory exists: it must not be instrumented.
 NO_SAN_OBJ := $(BUILD)/shim/dlsym.o $(BUILD)/shim/dlsym_next.o
 $(NO_SAN_OBJ): LIB_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=all,$(LIB_CFLAGS))
+
+# The exporters table alone (its log and counters stubbed by the test).
+UNIT_TESTS += $(BUILD)/test/unit/test_exporters
+$(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c $(BUILD)/shim/exporters.o \
+                                   $(HANDLES_OBJ) $(BUILD)/cache/stripe.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ -lcmocka -lpthread

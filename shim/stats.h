@@ -16,6 +16,7 @@
     X(opens, "by-value handles opened")                                   \
     X(open_hits, "import-cache hits")                                     \
     X(open_misses, "import-cache misses (pidfd resolution)")              \
+    X(open_kept_pidfd, "misses served through an exporter's kept pidfd")  \
     X(open_passthrough, "opens passed through to the driver unchanged")   \
     X(open_errors, "opens refused")                                       \
     X(closes, "closes of by-value mappings")                              \

@@ -7,17 +7,37 @@
 
 #include "handles/broker.h"
 #include "handles/transport.h"
+#include "shim/exporters.h"
 #include "shim/config.h"
 #include "shim/log.h"
+#include "shim/stats.h"
 
 _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
                    BYVAL_MODE_PIDFD == BYVAL_TRANSPORT_PIDFD &&
                    BYVAL_MODE_SOCKET == BYVAL_TRANSPORT_SOCKET,
                "handles/transport.h modes are IPCBYVAL_TRANSPORT's values");
 
+static byval_exporter_id_t exporter_of(const byval_record_t *rec)
+{
+    return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
+}
+
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
+    /* Same boot first: the kept pidfd is matched by (pidns, pid, identity),
+     * which another host's record could repeat. */
+    if (rec->boot == self->boot) {
+        byval_exporter_id_t id = exporter_of(rec);
+        int kept = byval_exporters_hold(&id);
+        if (kept >= 0) {
+            BYVAL_STAT_INC(open_kept_pidfd);
+            *pidfd_p = kept;
+            *fd_p = -1;
+            return byval_transport_fetch_more_fd(rec, byval_cfg.transport, kept, rec->fd,
+                                                 rec->fd_ino, rec->size, fd_p, msg, msglen);
+        }
+    }
     byval_fetch_info_t info;
     byval_status_t st = byval_transport_fetch_fd(rec, self, byval_cfg.transport, fd_p, pidfd_p,
                                                  &info, msg, msglen);
@@ -33,8 +53,14 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
 byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
                                    uint32_t fd_ino, int *fd_p, char *msg, size_t msglen)
 {
-    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, fd_p, msg,
-                                         msglen);
+    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, 0, fd_p,
+                                         msg, msglen);
+}
+
+void byval_fetch_done(const byval_record_t *rec, int pidfd)
+{
+    byval_exporter_id_t id = exporter_of(rec);
+    byval_exporters_release(&id, pidfd);
 }
 
 void byval_export_offer(int fd)

@@ -14,10 +14,16 @@
 #include "handles/resolve.h"
 
 /* Like byval_resolve_fd, through the configured transport
- * (handles/transport.h). *pidfd_p is the exporter's pidfd, from the socket
- * too where the kernel gives one (SO_PEERPIDFD); -1 otherwise. */
+ * (handles/transport.h). An exporter met before lends its kept pidfd
+ * (shim/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
+ * no identity check. *pidfd_p is the exporter's pidfd (from the socket too
+ * where the kernel gives one, SO_PEERPIDFD), or -1; whatever it is, the
+ * caller hands it to byval_fetch_done once done with it, success or not. */
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen);
+
+/* Return or keep the pidfd byval_fetch_fd gave for rec's exporter. */
+void byval_fetch_done(const byval_record_t *rec, int pidfd);
 
 /* One more fd of the same exporter (CUDA manifest chunks), through the
  * transport that served the first fetch. */

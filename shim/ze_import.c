@@ -136,13 +136,12 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     if (byval_self_get(&self) != 0)
         return ZE_RESULT_ERROR_UNKNOWN;
     byval_status_t st = byval_fetch_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
+    byval_fetch_done(rec, pidfd);
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
         import_log_failure(st, msg);
         return status_to_ze(st);
     }
-    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
-    byval_exporters_track(&id, pidfd);
     return ZE_RESULT_SUCCESS;
 }
 

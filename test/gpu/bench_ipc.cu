@@ -9,7 +9,8 @@
  * VMM allocation (fails natively; under ipcbyval first and repeated). The
  * parent opens what it was sent and times the first open and close, then
  * --iters open+close cycles: natively the driver's cost, under ipcbyval
- * the cached reopen. Medians and 90th percentiles in microseconds.
+ * the cached reopen; then the same cycles timed in batches (the ratios of
+ * make bench-gpu use those). Medians and 90th percentiles in microseconds.
  * --api rt measures the cudaIpc* calls instead of the cuIpc* ones.
  */
 #include "gpu_common.cuh"
@@ -20,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum row { GET_LEGACY, EXPORT_NATIVE, GET_VMM, OPEN_LEGACY, CLOSE_LEGACY, OPEN_VMM, CLOSE_VMM,
-           NROWS };
+enum row { GET_LEGACY, EXPORT_NATIVE, GET_VMM, OPEN_LEGACY, CLOSE_LEGACY, CYCLE_LEGACY, OPEN_VMM,
+           CLOSE_VMM, CYCLE_VMM, NROWS };
 
 /* memory kind, whether the call is the API under test (cu or cuda), call */
 static const struct {
@@ -34,8 +35,10 @@ static const struct {
     { "VMM", 1, "IpcGetMemHandle (by value: ipcbyval)" },
     { "legacy", 1, "IpcOpenMemHandle" },
     { "legacy", 1, "IpcCloseMemHandle" },
+    { "legacy", 1, "IpcOpen+Close cycle (batched)" },
     { "VMM", 1, "IpcOpenMemHandle (ipcbyval)" },
     { "VMM", 1, "IpcCloseMemHandle (ipcbyval)" },
+    { "VMM", 1, "IpcOpen+Close cycle (batched, ipcbyval)" },
 };
 
 struct stat_row {
@@ -228,6 +231,28 @@ static int time_opens(struct stat_row *open_row, struct stat_row *close_row,
     return 0;
 }
 
+/* Whole open+close cycles timed in batches: a cached cycle costs a few
+ * hundred ns, as much as the two clock reads per call that time_opens
+ * adds; a batch of cycles between two reads measures the cycle alone, the
+ * same way natively and under ipcbyval. Median of the batches' means. */
+#define CYCLE_BATCHES 21
+static int time_cycles(struct stat_row *row, const cudaIpcMemHandle_t *h, double *t)
+{
+    int n = o.iters / CYCLE_BATCHES > 0 ? o.iters / CYCLE_BATCHES : 1;
+    CUdeviceptr p;
+
+    for (int b = 0; b < CYCLE_BATCHES; b++) {
+        double t0 = now_us();
+
+        for (int i = 0; i < n; i++)
+            if (ipc_open(&p, h) || ipc_close(p))
+                return 1;
+        t[b] = (now_us() - t0) / n;
+    }
+    summarize(row, t[0], t, CYCLE_BATCHES);
+    return 0;
+}
+
 static void print_table(const struct msg *m)
 {
     const char *pre = getenv("LD_PRELOAD");
@@ -266,12 +291,15 @@ static int importer(int rfd, int ackfd, pid_t child, double *t1, double *t2)
         fprintf(stderr, "bench_ipc: importer: the exporter sent no handles\n");
         goto out;
     }
-    if (time_opens(&m.rows[OPEN_LEGACY], &m.rows[CLOSE_LEGACY], &m.legacy, t1, t2))
+    if (time_opens(&m.rows[OPEN_LEGACY], &m.rows[CLOSE_LEGACY], &m.legacy, t1, t2) ||
+        time_cycles(&m.rows[CYCLE_LEGACY], &m.legacy, t1))
         goto out;
     if (!m.vmm_ok) {
         snprintf(m.rows[OPEN_VMM].err, sizeof(m.rows[OPEN_VMM].err), "no handle (export failed)");
         snprintf(m.rows[CLOSE_VMM].err, sizeof(m.rows[CLOSE_VMM].err), "no handle");
-    } else if (time_opens(&m.rows[OPEN_VMM], &m.rows[CLOSE_VMM], &m.vmm, t1, t2)) {
+        snprintf(m.rows[CYCLE_VMM].err, sizeof(m.rows[CYCLE_VMM].err), "no handle");
+    } else if (time_opens(&m.rows[OPEN_VMM], &m.rows[CLOSE_VMM], &m.vmm, t1, t2) ||
+               time_cycles(&m.rows[CYCLE_VMM], &m.vmm, t1)) {
         goto out;
     }
     print_table(&m);

@@ -33,6 +33,13 @@ if [ -n "$after" ] && [ "$after" -le $((before + 16 + 2)) ]; then
 else
     fail "importer fds" "before '$before' after '$after'"
 fi
+# Only an exporter's first miss opens a pidfd: later misses borrow it.
+kept=$(sed -nE 's/.*stats: open_kept_pidfd +([0-9]+) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+if [ -n "$misses" ] && [ "$misses" -ge 2 ] && [ "$kept" -eq $((misses - 1)) ]; then
+    pass "cold opens after the first borrowed the kept pidfd ($kept of $misses misses)"
+else
+    fail "kept pidfd" "open_kept_pidfd '$kept', misses '$misses'"
+fi
 grep -qE 'stats: open_errors +0 ' "$log" && pass "no open errors reported" ||
     fail "open errors" "$(grep open_errors "$log" | tr '\n' ' ')"
 finish

@@ -129,6 +129,13 @@ void test_identity_unverifiable(void **state)
         assert_int_equal(byval_check_identity(&r, pidfd, msg, sizeof(msg)), BYVAL_OK);
         r.identity++;
         assert_int_equal(byval_check_identity(&r, pidfd, msg, sizeof(msg)), BYVAL_E_IDENTITY);
+        /* pidfs seen once, a file elsewhere is still unverifiable (the
+         * shortcut for later pidfds must not skip the check for it) */
+        r.identity = self.identity;
+        not_pidfd = memfd_create("byval-not-a-pidfd", MFD_CLOEXEC);
+        assert_int_equal(byval_check_identity(&r, not_pidfd, msg, sizeof(msg)), BYVAL_E_IDENTITY);
+        assert_non_null(strstr(msg, "cannot verify"));
+        close(not_pidfd);
     }
     if (pidfd >= 0)
         close(pidfd);
@@ -216,20 +223,20 @@ void test_getfd_more_errors(void **state)
     exporter_start(&x, EXP_PLAIN);
     assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, &pidfd, msg, sizeof(msg)), BYVAL_OK);
     int before = nfds();
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, 1000, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, 1000, 0, 0, &more, msg, sizeof(msg)),
                      BYVAL_E_BADFD);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "pidfd_getfd(pid"));
     assert_int_equal(more, -1);
-    assert_int_equal(byval_getfd_more(-1, x.rec.pid, x.rec.fd, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_more(-1, x.rec.pid, x.rec.fd, 0, 0, &more, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, &more, msg,
+    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, 0, &more, msg,
                                       sizeof(msg)), BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, 0, NULL, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, 0, 0, NULL, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
     assert_int_equal(nfds(), before);
     exporter_stop(&x, 0); /* reaped: getfd through the old pidfd is ESRCH */
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, &more, msg,
+    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, &more, msg,
                                       sizeof(msg)), BYVAL_E_GONE);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "exited"));

@@ -223,8 +223,8 @@ static int denied_importer(const byval_record_t *rec)
                                  sizeof(msg)) != BYVAL_OK ||
         info.via != BYVAL_VIA_SOCKET || !info.fell_back || !strstr(info.why, "pidfd_getfd"))
         return 11; /* auto: falls back, says why */
-    if (byval_transport_fetch_more_fd(rec, BYVAL_MODE_AUTO, pidfd, rec->fd, rec->fd_ino, &more,
-                                      msg, sizeof(msg)) != BYVAL_OK)
+    if (byval_transport_fetch_more_fd(rec, BYVAL_MODE_AUTO, pidfd, rec->fd, rec->fd_ino, rec->size,
+                                      &more, msg, sizeof(msg)) != BYVAL_OK)
         return 12; /* more fds: the transport that worked */
     close(more);
     close(fd);
