@@ -4,7 +4,7 @@
  *
  * Hits and the puts that leave an entry live take no lock (lru_internal.h
  * says how, lru_clock.c why the clock). Everything else - inserts,
- * removals, evictions, the last put of a zombie, and every lookup the
+ * removals, evictions, every put of a zombie, and every lookup the
  * lock-free probe could not settle - runs under the cache's one lock. One
  * lock is enough there: those paths come with a driver call that costs
  * microseconds, and they never hold the lock across a callback.
@@ -31,6 +31,11 @@
 static void count_hit(byval_lru_t *lru)
 {
     byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
+}
+
+static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
+{
+    return (uint64_t)idx << 32 | gen; /* idx >= 1: never 0 */
 }
 
 /* ---- creation ----------------------------------------------------------- */
@@ -85,10 +90,11 @@ void byval_lru_destroy(byval_lru_t *lru)
 
 /* ---- lookups -------------------------------------------------------------- */
 
-/* Lock-free: the live entry for w; with take_ref it is referenced (and
- * its CLOCK set) by one CAS, else only its CLOCK is set. */
-static int get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_ref,
-                    void **value_p)
+/* Lock-free: the live entry for w (its slot index, 0 when none was
+ * found); with take_ref it is referenced (and its CLOCK set) by one CAS,
+ * else only its CLOCK is set. *gen_p gets its generation. */
+static uint32_t get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_ref,
+                         void **value_p, uint32_t *gen_p)
 {
     lru_probe_t p;
     byval_lru_probe_init(lru, h, &p);
@@ -113,7 +119,8 @@ static int get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_re
                                             __ATOMIC_RELAXED);
         }
         *value_p = v;
-        return 1;
+        *gen_p = ST_GEN(st);
+        return i;
     }
     return 0;
 }
@@ -131,43 +138,66 @@ static uint32_t find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w)
     return 0;
 }
 
-int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p)
+/* get and get_ref: with ref_p (take_ref only), the handle of the entry
+ * referenced, 0 on a miss. */
+static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p,
+                   byval_lru_ref_t *ref_p)
 {
+    if (ref_p)
+        *ref_p = 0;
     if (!lru || !key)
         return 0;
     uint64_t w[MAX_WORDS];
     byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
     void *v = NULL;
-    int hit = get_fast(lru, h, w, take_ref, &v);
-    if (!hit) {
+    uint32_t gen = 0, i = get_fast(lru, h, w, take_ref, &v, &gen);
+    if (!i) {
         /* Absent, or the probe raced a writer: ask under the lock. */
         pthread_mutex_lock(&lru->lock);
-        uint32_t i = find_live(lru, h, w);
+        i = find_live(lru, h, w);
         uint32_t refs;
         if (i) {
             lru_slot_t *s = byval_lru_slot(lru, i);
             uint64_t st = LD(&s->state);
+            gen = ST_GEN(st);
             /* Under the lock a live entry cannot die: only refs move. */
-            hit = take_ref ? byval_lru_ref_cas(s, ST_GEN(st), 1, &refs)
-                           : (__atomic_fetch_or(&s->state, ST_CLOCK, __ATOMIC_RELAXED), 1);
+            if (take_ref ? !byval_lru_ref_cas(s, gen, 1, &refs)
+                         : (__atomic_fetch_or(&s->state, ST_CLOCK, __ATOMIC_RELAXED), 0))
+                i = 0; /* 2^28 references: none more */
             v = LD(&s->value);
         }
-        if (!hit)
+        if (!i)
             lru->misses++;
         pthread_mutex_unlock(&lru->lock);
-        if (!hit)
+        if (!i)
             return 0;
     }
     count_hit(lru);
     if (value_p)
         *value_p = v;
+    if (ref_p)
+        *ref_p = mkref(i, gen);
     return 1;
 }
 
-int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
-                     void **existing_p)
+int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p)
 {
+    return lru_get(lru, key, take_ref, value_p, NULL);
+}
+
+int byval_lru_get_ref(byval_lru_t *lru, const void *key, void **value_p, byval_lru_ref_t *ref_p)
+{
+    return lru_get(lru, key, 1, value_p, ref_p);
+}
+
+/* insert and insert_ref: with ref_p (take_ref only), the handle of the
+ * entry referenced on OK and EXISTS, else 0. */
+static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
+                      void **existing_p, byval_lru_ref_t *ref_p)
+{
+    if (ref_p)
+        *ref_p = 0;
     if (!lru || !key)
         return BYVAL_LRU_NOENT;
     uint64_t w[MAX_WORDS];
@@ -187,6 +217,8 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
             }
             if (existing_p)
                 *existing_p = LD(&s->value);
+            if (ref_p)
+                *ref_p = mkref(i, ST_GEN(LD(&s->state)));
             rc = BYVAL_LRU_EXISTS;
             break;
         }
@@ -206,6 +238,8 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
             if (lru->count > lru->high_water)
                 ST(&lru->high_water, lru->count);
             lru->inserts++;
+            if (ref_p) /* the generation moves only under the lock */
+                *ref_p = mkref(i, ST_GEN(LD(&byval_lru_slot(lru, i)->state)));
             rc = BYVAL_LRU_OK;
             break;
         }
@@ -219,7 +253,57 @@ int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_re
     return rc;
 }
 
-/* ---- puts ------------------------------------------------------------------ */
+int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
+                     void **existing_p)
+{
+    return lru_insert(lru, key, value, take_ref, existing_p, NULL);
+}
+
+int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value, void **existing_p,
+                         byval_lru_ref_t *ref_p)
+{
+    return lru_insert(lru, key, value, 1, existing_p, ref_p);
+}
+
+/* ---- puts ------------------------------------------------------------------ *
+ * Three ways to name the entry: put_ref by its handle (one CAS on a live
+ * entry, the lock for a zombie), put_value by key and value (a lock-free
+ * probe first), put by key alone (locked, a zombie first). All end in
+ * put_finish. */
+
+/* What every put does after its reference went: a live entry evictable
+ * again may let the cache down to a capacity that shrank while every
+ * entry was referenced; released slots get their callbacks, unlocked. */
+static int put_finish(byval_lru_t *lru, int left, int zombie, lru_chain_t *c)
+{
+    if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
+        pthread_mutex_lock(&lru->lock);
+        byval_lru_trim_locked(lru, c);
+        pthread_mutex_unlock(&lru->lock);
+    }
+    byval_lru_release(lru, c);
+    return left;
+}
+
+int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
+{
+    uint32_t idx = (uint32_t)(ref >> 32), gen = (uint32_t)ref, refs;
+    lru_slot_t *s = lru ? byval_lru_slot_checked(lru, idx) : NULL;
+    if (!s)
+        return BYVAL_LRU_NOENT;
+    if (byval_lru_ref_cas(s, gen, -1, &refs))
+        return put_finish(lru, (int)refs, 0, &(lru_chain_t){0, 0});
+    /* Not live: a zombie (it moves only under the lock, and a live entry
+     * we hold a reference of can only become one), or a stale handle. */
+    lru_chain_t c = {0, 0};
+    int left = BYVAL_LRU_NOENT;
+    pthread_mutex_lock(&lru->lock);
+    uint64_t st = LD(&s->state);
+    if (ST_GEN(st) == gen && (st & ST_ZOMBIE) && !(st & ST_DEAD) && (ST_LOW(st) & ST_REFS))
+        left = (int)byval_lru_zombie_put(lru, idx, st, &c);
+    pthread_mutex_unlock(&lru->lock);
+    return put_finish(lru, left, 1, &c);
+}
 
 /* Lock-free put of a live entry holding value that keeps it live; -1
  * when the locked path must decide (zombie, not found, probe gave up). */
@@ -264,23 +348,12 @@ static int put_locked(byval_lru_t *lru, uint32_t h, const uint64_t *w, const voi
         }
         if (!found)
             return BYVAL_LRU_NOENT;
-        lru_slot_t *s = byval_lru_slot(lru, found);
         uint32_t refs;
         if (fst & ST_ZOMBIE) {
-            /* Zombies change only under the lock. */
             *zombie_p = 1;
-            refs = (ST_LOW(fst) & ST_REFS) - 1;
-            if (refs) {
-                ST(&s->state, fst - 1);
-            } else {
-                ST(&s->state, (fst & ~(uint64_t)UINT32_MAX) | ST_DEAD);
-                byval_lru_table_del(lru, found);
-                ST(&lru->zombies, lru->zombies - 1);
-                byval_lru_chain_push(lru, c, found);
-            }
-            return (int)refs;
+            return (int)byval_lru_zombie_put(lru, found, fst, c);
         }
-        if (byval_lru_ref_cas(s, ST_GEN(fst), -1, &refs))
+        if (byval_lru_ref_cas(byval_lru_slot(lru, found), ST_GEN(fst), -1, &refs))
             return (int)refs;
         /* A lock-free put took the last reference first: look again. */
     }
@@ -300,15 +373,7 @@ static int lru_put(byval_lru_t *lru, const void *key, const void *value, int mat
         left = put_locked(lru, h, w, value, match, &c, &zombie);
         pthread_mutex_unlock(&lru->lock);
     }
-    /* A live entry evictable again: the cache may be above a capacity that
-     * shrank while every entry was referenced. */
-    if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
-        pthread_mutex_lock(&lru->lock);
-        byval_lru_trim_locked(lru, &c);
-        pthread_mutex_unlock(&lru->lock);
-    }
-    byval_lru_release(lru, &c);
-    return left;
+    return put_finish(lru, left, zombie, &c);
 }
 
 int byval_lru_put(byval_lru_t *lru, const void *key)

@@ -9,6 +9,11 @@
  * entry's own key and value. All operations are O(1) except remove_if.
  * Invalid arguments (NULL cache, key or predicate) never crash: get and
  * remove_if return 0, the other calls BYVAL_LRU_NOENT, and nothing is done.
+ *
+ * A reference can be taken with a handle (get_ref, insert_ref) and dropped
+ * by it (put_ref): the put then goes to the very entry the reference came
+ * with, without hashing or comparing the key again. That is what a close
+ * wants: it is half of every cached open+close cycle.
  */
 #ifndef BYVAL_CACHE_LRU_H
 #define BYVAL_CACHE_LRU_H
@@ -17,6 +22,12 @@
 #include <stdint.h>
 
 typedef struct byval_lru byval_lru_t;
+
+/* Names one entry: slot index << 32 | generation; 0 names none. Valid
+ * while the reference it came with is held (the slot cannot be reused
+ * before), so it stays exact when the entry is removed and its key
+ * inserted again meanwhile. */
+typedef uint64_t byval_lru_ref_t;
 
 /* Called with the evicted/removed entry's key and value, never under the
  * cache lock, never from the at-fork child handler. */
@@ -65,16 +76,34 @@ int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref,
 int byval_lru_insert(byval_lru_t *lru, const void *key, void *value,
                      int take_ref, void **existing_p);
 
+/* get with a reference, also returning its handle in *ref_p (0 on a
+ * miss). Returns 1 on a hit, 0 on a miss. Drop it with put_ref. */
+int byval_lru_get_ref(byval_lru_t *lru, const void *key, void **value_p,
+                      byval_lru_ref_t *ref_p);
+
+/* insert with a reference, also returning its handle in *ref_p: the new
+ * entry's on BYVAL_LRU_OK, the existing (now referenced) one's on
+ * BYVAL_LRU_EXISTS, 0 otherwise. Drop it with put_ref. */
+int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value,
+                         void **existing_p, byval_lru_ref_t *ref_p);
+
+/* Drop the reference ref was handed out with. Returns the remaining count,
+ * or BYVAL_LRU_NOENT (ref 0, NULL cache, or an entry that no longer holds
+ * that reference). A live entry costs one CAS and no lock; a zombie whose
+ * last reference this is is released (callback after unlock), and a newer
+ * entry under the same key is left alone. O(1), no key. */
+int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref);
+
 /* Drop one reference. Returns the remaining count, or BYVAL_LRU_NOENT.
  * An entry marked by remove() while referenced (a zombie) is released
  * (callback) when its last reference goes. When a zombie and a newer live
  * entry share the key, put drops the zombie's reference first. */
 int byval_lru_put(byval_lru_t *lru, const void *key);
 
-/* Drop one reference of the entry for key that holds value. Use this
- * whenever an entry may be removed and its key inserted again while
- * references are out: plain put would go to the removed (zombie) entry
- * first, whoever's reference it was. */
+/* Drop one reference of the entry for key that holds value. Use this (or
+ * put_ref) whenever an entry may be removed and its key inserted again
+ * while references are out: plain put would go to the removed (zombie)
+ * entry first, whoever's reference it was. */
 int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value);
 
 /* Remove key: unreferenced -> released now (callback after unlock);

@@ -65,6 +65,21 @@ static int kill(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
     return 1;
 }
 
+uint32_t byval_lru_zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
+{
+    lru_slot_t *s = byval_lru_slot(lru, idx);
+    uint32_t refs = (ST_LOW(st) & ST_REFS) - 1;
+    if (refs) {
+        ST(&s->state, st - 1);
+        return refs;
+    }
+    ST(&s->state, GEN_BITS(st) | ST_DEAD);
+    byval_lru_table_del(lru, idx);
+    ST(&lru->zombies, lru->zombies - 1);
+    byval_lru_chain_push(lru, c, idx);
+    return 0;
+}
+
 int byval_lru_evict_one(byval_lru_t *lru, lru_chain_t *c)
 {
     uint32_t n = lru->next_new;

@@ -7,10 +7,11 @@
  * Concurrency in one paragraph: every change of the table, the slots'
  * contents or the counters is made under the cache's one lock. Hits (get)
  * and the puts that leave an entry live take no lock: they find the entry
- * by probing the hash table with atomic loads and change its reference
- * count with one CAS on the entry's state word. That word carries a
- * generation, bumped each time a slot is reused, so a CAS that succeeds
- * proves the key compared just before still names the entry. Slots live in
+ * by probing the hash table with atomic loads (put_ref by its handle,
+ * slot index and generation) and change its reference count with one CAS
+ * on the entry's state word. That word carries a generation, bumped each
+ * time a slot is reused, so a CAS that succeeds proves the key compared
+ * just before (or the handle) still names the entry. Slots live in
  * chunks that are never freed before the cache is (type-stable memory), so
  * a reader never touches freed memory; a bucket array replaced by a larger
  * one is kept until then too.
@@ -115,6 +116,9 @@ uint32_t byval_lru_hash(const void *key, size_t len);
 int byval_lru_slab_init(byval_lru_t *lru);
 void byval_lru_slab_free(byval_lru_t *lru);
 lru_slot_t *byval_lru_slot(const byval_lru_t *lru, uint32_t idx);
+/* The same for an index from outside (a reference handle): NULL when it
+ * names no slot of an allocated chunk, instead of reading out of bounds. */
+lru_slot_t *byval_lru_slot_checked(const byval_lru_t *lru, uint32_t idx);
 /* Copy key into words (zero padded): what slots hold and readers compare. */
 void byval_lru_key_words(const byval_lru_t *lru, const void *key, uint64_t *w);
 int byval_lru_key_eq(const byval_lru_t *lru, const lru_slot_t *s, const uint64_t *w);
@@ -141,6 +145,10 @@ typedef struct lru_chain {
 /* Take or drop a reference of a live entry with one CAS; fails (0) when
  * the slot is not the live generation gen. */
 int byval_lru_ref_cas(lru_slot_t *s, uint32_t gen, int delta, uint32_t *refs_p);
+/* Drop one reference of zombie idx, whose state is st (and cannot move:
+ * zombies change only under the lock); the last one unlinks it and puts
+ * it on the chain. Returns the references left. */
+uint32_t byval_lru_zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c);
 /* Evict one unreferenced entry by the clock; 0 when none can be. */
 int byval_lru_evict_one(byval_lru_t *lru, lru_chain_t *c);
 /* Unlink from lookups: unreferenced -> released, referenced -> zombie. */

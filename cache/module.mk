@@ -3,7 +3,8 @@
 LIB_SRC += cache/lru.c cache/lru_slab.c cache/lru_clock.c cache/lru_fork.c cache/stripe.c cache/ptrmap.c
 CACHE_OBJ = $(BUILD)/cache/lru.o $(BUILD)/cache/lru_slab.o $(BUILD)/cache/lru_clock.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/stripe.o $(BUILD)/cache/ptrmap.o
 
-LRU_TEST_SRC = test/unit/test_lru.c test/unit/test_lru_model.c test/unit/test_lru_threads.c
+LRU_TEST_SRC = test/unit/test_lru.c test/unit/test_lru_model.c test/unit/test_lru_threads.c \
+               test/unit/test_lru_ref.c test/unit/test_lru_hash.c
 
 UNIT_TESTS += $(BUILD)/test/unit/test_lru
 $(BUILD)/test/unit/test_lru: test/unit/test_lru.h $(LRU_TEST_SRC) $(CACHE_OBJ)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ptrmap.h - thread-safe map from a pointer the application holds (an
- * opened IPC mapping) to the cache key it came from, with an open count.
- * The close call only has the pointer; this finds the cache entry.
+ * opened IPC mapping) to what names its cache entry (a fixed-size key:
+ * the shim stores the entry's byval_lru_ref_t), with an open count. The
+ * close call only has the pointer; this finds the cache entry.
  */
 #ifndef BYVAL_CACHE_PTRMAP_H
 #define BYVAL_CACHE_PTRMAP_H
@@ -24,9 +25,8 @@ int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key);
  * remaining count (the entry is gone at 0), or -1 when ptr is unknown. */
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p);
 
-/* The same, also recording (ref) and returning (unref) the cache entry's
- * value, so that close can put exactly that entry (byval_lru_put_value).
- * A ref of a known ptr must name the same key and value. */
+/* The same, also recording (ref) and returning (unref) a value (the
+ * cache entry's). A ref of a known ptr must name the same key and value. */
 int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value);
 int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p);
 

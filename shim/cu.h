@@ -14,6 +14,8 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "cache/lru.h"
+
 /* The header maps these names to their newest versions; we wrap every
  * version under its exported name. */
 #undef cuIpcOpenMemHandle
@@ -109,8 +111,8 @@ CUresult byval_cu_vmm_open(const struct byval_record *rec, const CUipcMemHandle 
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
                               unsigned int flags);
 
-/* The open-pointer map shared by the VMM and legacy caches: close gets a
- * pointer and must find which cache holds it. */
+/* Key of the VMM and legacy import caches; type says which (UNCACHED
+ * appears only in the open-pointer map, below). */
 enum { BYVAL_CU_KEY_VMM = 1, BYVAL_CU_KEY_LEGACY = 2, BYVAL_CU_KEY_UNCACHED = 3 };
 typedef struct byval_cu_key {
     uint32_t type;
@@ -125,10 +127,16 @@ typedef struct byval_cu_key {
     } u;
 } byval_cu_key_t;
 
-int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key, void *value);
-/* Cache of each key type; put is routed by type. */
-void byval_cu_legacy_put(const byval_cu_key_t *key, void *value);
-void byval_cu_vmm_put(const byval_cu_key_t *key, void *value);
+/* The open-pointer map shared by the VMM and legacy caches: close gets a
+ * pointer and must find which cache holds it, and which entry. It keeps
+ * the cache type and the entry's reference handle (16 bytes, not the
+ * 80-byte key: close puts by handle, without hashing the key again).
+ * type BYVAL_CU_KEY_UNCACHED with ref 0: a legacy mapping not cached,
+ * closed by the driver on its last close. value: the entry's (NULL when
+ * uncached); a pointer opened again must come with the same three. */
+int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *value);
+/* Drop the legacy cache reference ref (close routes by type). */
+void byval_cu_legacy_put(byval_lru_ref_t ref);
 
 /* Make ctx current around a driver call from a cache callback. */
 CUcontext byval_cu_ctx_push(CUcontext ctx);

@@ -293,14 +293,15 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
 
     cu_export_key_t key = {start, size};
     void *v;
-    if (byval_lru_get(export_cache, &key, 1, &v)) {
+    byval_lru_ref_t ref;
+    if (byval_lru_get_ref(export_cache, &key, &v, &ref)) {
         cu_export_t *e = v;
         byval_enter();
         int ok = handle_from_entry(rl, e, ptr, buffer_id, h);
         byval_leave();
         if (ok)
             byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_lru_put_value(export_cache, &key, e);
+        byval_lru_put_ref(export_cache, ref);
         if (ok) {
             BYVAL_STAT_INC(export_hits);
             return CUDA_SUCCESS;

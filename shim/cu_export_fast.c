@@ -49,14 +49,15 @@ int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHan
 {
     uint64_t key = ptr, id = 0;
     void *v;
-    if (!fast_cache || !byval_lru_get(fast_cache, &key, 1, &v))
+    byval_lru_ref_t ref;
+    if (!fast_cache || !byval_lru_get_ref(fast_cache, &key, &v, &ref))
         return 0;
     cu_fast_t *f = v;
     int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 &&
              id == f->buffer_id;
     if (ok)
         *h = f->handle;
-    byval_lru_put_value(fast_cache, &key, f);
+    byval_lru_put_ref(fast_cache, ref);
     if (!ok)
         byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
     return ok;

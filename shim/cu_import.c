@@ -37,6 +37,13 @@ typedef struct cu_mapping {
     byval_manifest_chunk_t chunks[]; /* offsets and sizes (fd fields unused) */
 } cu_mapping_t;
 
+/* What the open pointer map keeps for each pointer (cu.h). */
+typedef struct cu_open {
+    uint32_t type;
+    uint32_t zero; /* the map compares keys whole: no padding left undefined */
+    byval_lru_ref_t ref;
+} cu_open_t;
+
 static byval_lru_t *vmm_cache;
 static byval_ptrmap_t *open_ptrs;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
@@ -82,22 +89,18 @@ static void import_atfork_child(void)
 static void import_init(void)
 {
     vmm_cache = byval_lru_create(byval_cfg.cache_size, sizeof(byval_cu_key_t), vmm_evicted, NULL);
-    open_ptrs = byval_ptrmap_create(sizeof(byval_cu_key_t));
+    open_ptrs = byval_ptrmap_create(sizeof(cu_open_t));
     if (vmm_cache)
         byval_stats_register_cache("cuda vmm import", vmm_cache);
     byval_exporters_on_exit(vmm_exporter_exited);
     pthread_atfork(NULL, NULL, import_atfork_child);
 }
 
-int byval_cu_ptr_ref(CUdeviceptr p, const byval_cu_key_t *key, void *value)
+int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *value)
 {
+    cu_open_t o = {.type = type, .zero = 0, .ref = ref};
     pthread_once(&import_once, import_init);
-    return open_ptrs ? byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, key, value) : -1;
-}
-
-void byval_cu_vmm_put(const byval_cu_key_t *key, void *value)
-{
-    byval_lru_put_value(vmm_cache, key, value);
+    return open_ptrs ? byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &o, value) : -1;
 }
 
 /* Read and check the manifest behind mfd. Returns malloc'd manifest. */
@@ -214,22 +217,23 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
 
     void *v = NULL;
+    byval_lru_ref_t ref = 0;
     const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
-    int hit = byval_lru_get(vmm_cache, &key, 1, &v);
+    int hit = byval_lru_get_ref(vmm_cache, &key, &v, &ref);
     if (hit && memcmp(((cu_mapping_t *)v)->rec, rb, BYVAL_WIRE_LEN) != 0) {
         /* Same key, another record (forged or corrupted): resolve it. */
-        byval_lru_put_value(vmm_cache, &key, v);
+        byval_lru_put_ref(vmm_cache, ref);
         hit = 0;
     }
     if (hit) {
         cu_mapping_t *m = v;
         if (chunk_off < m->size &&
-            byval_ptrmap_ref_value(open_ptrs, m->base + chunk_off, &key, m) > 0) {
+            byval_cu_ptr_ref(m->base + chunk_off, BYVAL_CU_KEY_VMM, ref, m) > 0) {
             BYVAL_STAT_INC(open_hits);
             *pdptr = m->base + chunk_off;
             return CUDA_SUCCESS;
         }
-        byval_lru_put_value(vmm_cache, &key, m);
+        byval_lru_put_ref(vmm_cache, ref);
         return CUDA_ERROR_INVALID_VALUE;
     }
     BYVAL_STAT_INC(open_misses);
@@ -259,7 +263,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     }
     memcpy(m->rec, rb, BYVAL_WIRE_LEN);
     void *existing = NULL;
-    int ins = byval_lru_insert(vmm_cache, &key, m, 1, &existing);
+    int ins = byval_lru_insert_ref(vmm_cache, &key, m, &existing, &ref);
     if (ins == BYVAL_LRU_EXISTS) {
         mapping_release(m); /* another thread mapped it first */
         m = existing;
@@ -270,8 +274,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         mapping_release(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (byval_ptrmap_ref_value(open_ptrs, m->base + chunk_off, &key, m) < 0) {
-        byval_lru_put_value(vmm_cache, &key, m);
+    if (byval_cu_ptr_ref(m->base + chunk_off, BYVAL_CU_KEY_VMM, ref, m) < 0) {
+        byval_lru_put_ref(vmm_cache, ref);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pdptr = m->base + chunk_off;
@@ -299,16 +303,17 @@ CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda || !open_ptrs)
         return next(ptr);
-    byval_cu_key_t key;
-    void *value = NULL;
-    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &key, &value);
+    cu_open_t o;
+    /* The handle names the entry itself: a removed one and a newer one may
+     * share the key. */
+    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &o, NULL);
     if (left < 0)
         return next(ptr); /* not a mapping we handed out */
     BYVAL_STAT_INC(closes);
-    if (key.type == BYVAL_CU_KEY_VMM)
-        byval_cu_vmm_put(&key, value);
-    else if (key.type == BYVAL_CU_KEY_LEGACY)
-        byval_cu_legacy_put(&key, value);
+    if (o.type == BYVAL_CU_KEY_VMM)
+        byval_lru_put_ref(vmm_cache, o.ref);
+    else if (o.type == BYVAL_CU_KEY_LEGACY)
+        byval_cu_legacy_put(o.ref);
     else if (left == 0)
         return next(ptr); /* an uncached legacy mapping: the driver closes it */
     return CUDA_SUCCESS;

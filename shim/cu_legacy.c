@@ -54,9 +54,9 @@ static void legacy_init(void)
         byval_stats_register_cache("cuda legacy import", legacy_cache);
 }
 
-void byval_cu_legacy_put(const byval_cu_key_t *key, void *value)
+void byval_cu_legacy_put(byval_lru_ref_t ref)
 {
-    byval_lru_put_value(legacy_cache, key, value);
+    byval_lru_put_ref(legacy_cache, ref);
 }
 
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
@@ -78,14 +78,15 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
 
     BYVAL_STAT_INC(opens);
     void *v;
-    if (byval_lru_get(legacy_cache, &key, 1, &v)) {
+    byval_lru_ref_t ref;
+    if (byval_lru_get_ref(legacy_cache, &key, &v, &ref)) {
         CUdeviceptr p = ((cu_legacy_t *)v)->ptr;
-        if (byval_cu_ptr_ref(p, &key, v) > 0) {
+        if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_LEGACY, ref, v) > 0) {
             BYVAL_STAT_INC(open_hits);
             *pdptr = p;
             return CUDA_SUCCESS;
         }
-        byval_lru_put_value(legacy_cache, &key, v);
+        byval_lru_put_ref(legacy_cache, ref);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     BYVAL_STAT_INC(open_misses);
@@ -101,7 +102,7 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     if (e) {
         e->ptr = p;
         e->ctx = ctx;
-        ins = byval_lru_insert(legacy_cache, &key, e, 1, &existing);
+        ins = byval_lru_insert_ref(legacy_cache, &key, e, &existing, &ref);
     }
     if (ins == BYVAL_LRU_EXISTS) {
         /* Raced with another thread: the driver refcounted our open. */
@@ -113,10 +114,7 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
         e = existing;
     } else if (ins != BYVAL_LRU_OK) {
         free(e);
-        byval_cu_key_t unc;
-        memset(&unc, 0, sizeof(unc));
-        unc.type = BYVAL_CU_KEY_UNCACHED;
-        if (byval_cu_ptr_ref(p, &unc, NULL) < 0) {
+        if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_UNCACHED, 0, NULL) < 0) {
             byval_enter();
             rl->ipc_close(p);
             byval_leave();
@@ -125,8 +123,8 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
         *pdptr = p;
         return CUDA_SUCCESS;
     }
-    if (byval_cu_ptr_ref(p, &key, e) < 0) {
-        byval_lru_put_value(legacy_cache, &key, e);
+    if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_LEGACY, ref, e) < 0) {
+        byval_lru_put_ref(legacy_cache, ref);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pdptr = p;

@@ -209,12 +209,13 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
 
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
     void *v;
-    if (byval_lru_get(export_cache, &key, 1, &v)) {
+    byval_lru_ref_t ref;
+    if (byval_lru_get_ref(export_cache, &key, &v, &ref)) {
         ze_export_t *e = v;
         int valid = e->alloc_id == alloc_id;
         if (valid)
             *handle = e->handle;
-        byval_lru_put_value(export_cache, &key, e);
+        byval_lru_put_ref(export_cache, ref);
         if (valid) {
             BYVAL_STAT_INC(export_hits);
             return ZE_RESULT_SUCCESS;

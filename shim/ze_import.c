@@ -9,7 +9,9 @@
  * is kept in the import cache keyed by (pid namespace, pid, identity,
  * allocation id, flags, pool offset, local context, local device): a
  * re-open is a lookup. Close drops a reference; the driver's close runs on
- * eviction, when the exporter exits, or never (process exit).
+ * eviction, when the exporter exits, or never (process exit). The open
+ * pointer map keeps each mapping's cache reference handle, so that close
+ * puts exactly that entry without hashing the key again.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,10 +49,9 @@ typedef struct ze_import {
     uint8_t rec[BYVAL_WIRE_LEN];
 } ze_import_t;
 
-/* Key of mappings that could not be cached (cache full of referenced
- * entries): closed for real on their last close. */
-static const ze_import_key_t uncached_key = {UINT32_MAX, UINT32_MAX, UINT64_MAX,
-                                             UINT64_MAX, UINT64_MAX, UINTPTR_MAX, UINTPTR_MAX};
+/* In the open pointer map, reference handle 0 marks a mapping that could
+ * not be cached (cache full of referenced entries): closed for real on
+ * its last close. */
 
 static byval_lru_t *import_cache;
 static byval_ptrmap_t *open_ptrs;
@@ -100,7 +101,7 @@ static void import_init(void)
     real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
     import_cache = byval_lru_create(byval_cfg.cache_size, sizeof(ze_import_key_t),
                                     import_evicted, NULL);
-    open_ptrs = byval_ptrmap_create(sizeof(ze_import_key_t));
+    open_ptrs = byval_ptrmap_create(sizeof(byval_lru_ref_t));
     if (!import_cache || !open_ptrs) {
         BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
         return;
@@ -177,7 +178,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
         memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
     }
     void *existing = NULL;
-    int ins = m ? byval_lru_insert(import_cache, key, m, 1, &existing) : BYVAL_LRU_NOMEM;
+    byval_lru_ref_t ref = 0;
+    int ins = m ? byval_lru_insert_ref(import_cache, key, m, &existing, &ref) : BYVAL_LRU_NOMEM;
     if (ins == BYVAL_LRU_EXISTS) {
         /* Another thread imported the same handle first: use its mapping. */
         free(m);
@@ -188,15 +190,15 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
         /* Every cached mapping is in use: hand out this one uncached. */
         free(m);
         BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached", p);
-        if (byval_ptrmap_ref(open_ptrs, (uintptr_t)p, &uncached_key) < 0) {
+        if (byval_ptrmap_ref(open_ptrs, (uintptr_t)p, &ref) < 0) { /* ref is 0 */
             import_close_mapping(ctx, p);
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
         *pptr = p;
         return ZE_RESULT_SUCCESS;
     }
-    if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, key, m) < 0) {
-        byval_lru_put_value(import_cache, key, m);
+    if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &ref, m) < 0) {
+        byval_lru_put_ref(import_cache, ref);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     *pptr = p;
@@ -241,17 +243,18 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     key.dev = (uintptr_t)dev;
 
     void *v = NULL;
-    int hit = byval_lru_get(import_cache, &key, 1, &v);
+    byval_lru_ref_t ref = 0;
+    int hit = byval_lru_get_ref(import_cache, &key, &v, &ref);
     if (hit &&
         memcmp(((ze_import_t *)v)->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
         /* Same key, another record: resolve it (and most likely refuse). */
-        byval_lru_put_value(import_cache, &key, v);
+        byval_lru_put_ref(import_cache, ref);
         hit = 0;
     }
     if (hit) {
         void *p = ((ze_import_t *)v)->ptr;
-        if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &key, v) < 0) {
-            byval_lru_put_value(import_cache, &key, v);
+        if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &ref, v) < 0) {
+            byval_lru_put_ref(import_cache, ref);
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
         BYVAL_STAT_INC(opens);
@@ -275,19 +278,18 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze || !open_ptrs)
         return next(ctx, ptr);
-    ze_import_key_t key;
-    void *value = NULL;
-    /* The value tells which entry: a removed one and a newer one may
-     * share the key (byval_lru_put_value). */
-    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &key, &value);
+    byval_lru_ref_t ref = 0;
+    /* The handle names the entry itself: a removed one and a newer one may
+     * share the key. */
+    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &ref, NULL);
     if (left < 0)
         return next(ctx, ptr); /* not a mapping we handed out */
     BYVAL_STAT_INC(closes);
-    if (memcmp(&key, &uncached_key, sizeof(key)) == 0) {
+    if (!ref) { /* uncached */
         if (left == 0)
             return next(ctx, ptr);
         return ZE_RESULT_SUCCESS;
     }
-    byval_lru_put_value(import_cache, &key, value);
+    byval_lru_put_ref(import_cache, ref);
     return ZE_RESULT_SUCCESS;
 }

@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_lru.c - micro-benchmark of cache/lru: one hit is get with a
- * reference plus put_value (what a cached open + close does in the import
- * cache), 40-byte keys.
+ * bench_lru.c - micro-benchmark of cache/lru: one hit is get_ref plus
+ * put_ref (what a cached open + close does in the import caches), 40-byte
+ * keys.
  *  - median ns per hit at 16, 1k, 64k and 1M entries: keys drawn uniformly
  *    from all entries (memory misses included, as a real cache of that
  *    size sees them) and from 16 hot keys (the algorithm alone);
  *  - aggregate hits/s of 1..16 threads on one shared cache, each thread on
  *    its own slice of the keys (as ranks open their own peers' handles):
  *    the contention measured is the cache's own;
+ *  - ns per hit by key size (40 ze export, 48 ze import, 80 CUDA), both
+ *    as get_ref + put_ref and as get + put_value (the key hashed and
+ *    probed again by the put, as close did before handles);
  *  - bytes per entry (stats.bytes_per_entry).
- * Lines start with a tag (lru_hit_ns, lru_threads, lru_bytes) that
+ * Lines start with a tag (lru_hit_ns, lru_hit_key_ns, lru_threads, lru_bytes) that
  * scripts/bench.sh reads; the rest of each line is for people.
  * Usage: bench_lru [--threads 1,2,4,8,16] [--quick]
  */
@@ -24,12 +27,15 @@
 
 #include "cache/lru.h"
 
-#define KEY_LEN 40
+#define KEY_LEN 40 /* the main table's */
+#define MAX_KEY 128
 #define REPEATS 21
 #define MAX_THREADS 64
 #define THREAD_ENTRIES 16384
 
 static int quick; /* --quick: fewer repeats and shorter windows (smoke test) */
+static size_t key_len = KEY_LEN;
+static int by_value; /* put by key and value instead of by handle */
 
 static uint64_t now_ns(void)
 {
@@ -55,7 +61,7 @@ static void mkkey(unsigned char *k, uint64_t i)
 
 static void key_init(unsigned char *k)
 {
-    memset(k, 0x5a, KEY_LEN);
+    memset(k, 0x5a, key_len);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -72,8 +78,8 @@ static double median(double *v, int n)
 
 static byval_lru_t *filled(size_t n)
 {
-    byval_lru_t *lru = byval_lru_create(n, KEY_LEN, NULL, NULL);
-    unsigned char k[KEY_LEN];
+    byval_lru_t *lru = byval_lru_create(n, key_len, NULL, NULL);
+    unsigned char k[MAX_KEY];
     key_init(k);
     for (uint64_t i = 0; lru && i < n; i++) {
         mkkey(k, i);
@@ -85,13 +91,15 @@ static byval_lru_t *filled(size_t n)
     return lru;
 }
 
-/* One hit: get with a reference, then put that value. A miss is a bug. */
+/* One hit: get with a reference, then put it. A miss is a bug. */
 static inline void hit(byval_lru_t *lru, unsigned char *k, uint64_t i)
 {
     void *v = NULL;
+    byval_lru_ref_t ref = 0;
     mkkey(k, i);
-    if (!byval_lru_get(lru, k, 1, &v) || v != (void *)(uintptr_t)(i + 1) ||
-        byval_lru_put_value(lru, k, v) != 0) {
+    int ok = by_value ? byval_lru_get(lru, k, 1, &v) && byval_lru_put_value(lru, k, v) == 0
+                      : byval_lru_get_ref(lru, k, &v, &ref) && byval_lru_put_ref(lru, ref) == 0;
+    if (!ok || v != (void *)(uintptr_t)(i + 1)) {
         fprintf(stderr, "bench_lru: key %llu did not hit\n", (unsigned long long)i);
         exit(1);
     }
@@ -102,7 +110,7 @@ static double hit_ns(byval_lru_t *lru, size_t n, int hot)
 {
     enum { BATCH = 20000 };
     uint64_t seed = 0x9E3779B97F4A7C15ull ^ n, set[16];
-    unsigned char k[KEY_LEN];
+    unsigned char k[MAX_KEY];
     double per[REPEATS];
     int reps = quick ? 5 : REPEATS;
     key_init(k);
@@ -132,7 +140,7 @@ typedef struct worker {
 static void *work(void *p)
 {
     worker_t *w = p;
-    unsigned char k[KEY_LEN];
+    unsigned char k[MAX_KEY];
     key_init(k);
     /* Seed and count in locals: workers sit side by side in one array, and
      * a store per hit to a shared line would measure false sharing. */
@@ -185,10 +193,10 @@ static double threads_rate(byval_lru_t *lru, int n)
     return median(rate, reps);
 }
 
-static size_t bytes_per_entry(size_t key_len, size_t n)
+static size_t bytes_per_entry(size_t klen, size_t n)
 {
-    byval_lru_t *lru = byval_lru_create(n, key_len, NULL, NULL);
-    unsigned char *k = calloc(1, key_len);
+    byval_lru_t *lru = byval_lru_create(n, klen, NULL, NULL);
+    unsigned char *k = calloc(1, klen);
     byval_lru_stats_t st = {0};
     for (uint64_t i = 0; lru && k && i < n; i++) {
         memcpy(k, &i, sizeof(i));
@@ -225,7 +233,7 @@ int main(int argc, char **argv)
         p = end;
     }
 
-    printf("# cache/lru: one hit = get(take_ref) + put_value, %d-byte keys, %ld CPUs online\n",
+    printf("# cache/lru: one hit = get_ref + put_ref, %d-byte keys, %ld CPUs online\n",
            KEY_LEN, sysconf(_SC_NPROCESSORS_ONLN));
     printf("# %-12s %10s %12s %14s\n", "tag", "entries", "ns/hit", "ns/hit 16 hot");
     const size_t sizes[] = {16, 1000, 65536, 1000000};
@@ -249,6 +257,22 @@ int main(int argc, char **argv)
     }
     printf("%-14s %10s %12.2f   (1M / 16 entries, uniform keys)\n", "lru_hit_ratio", "1M/16",
            last / first);
+
+    /* Key sizes, and what put by handle saves over put by key + value. */
+    printf("# %-12s %10s %12s %14s   (1000 entries, uniform keys)\n", "tag", "key bytes",
+           "ns/hit ref", "ns/hit value");
+    const size_t klens[] = {40, 48, 80}; /* ze export, ze import, CUDA */
+    for (int i = 0; i < 3; i++) {
+        double ns[2];
+        key_len = klens[i];
+        byval_lru_t *kl = filled(1000);
+        for (by_value = 0; by_value < 2; by_value++)
+            ns[by_value] = hit_ns(kl, 1000, 0);
+        by_value = 0;
+        byval_lru_destroy(kl);
+        printf("%-14s %10zu %12.1f %14.1f\n", "lru_hit_key_ns", klens[i], ns[0], ns[1]);
+    }
+    key_len = KEY_LEN;
 
     printf("# %-12s %10s %12s %14s   (%d entries, own key slice per thread)\n", "tag", "threads", "hits/s",
            "vs 1 thread", THREAD_ENTRIES);

@@ -4,7 +4,8 @@
  * EXISTS, FULL, eviction order (the clock), zombies, callbacks
  * without the lock, stats. Same binary: the randomised model check
  * (test_lru_model.c); scale, threads, fork and the shared helpers
- * (test_lru_threads.c).
+ * (test_lru_threads.c); reference handles (test_lru_ref.c); the key hash
+ * (test_lru_hash.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +27,10 @@ void test_bound_and_bytes(void **state);
 void test_threads_16_shared_keys(void **state);
 void test_fork_child_empty_no_callback(void **state);
 void test_fork_while_hammered(void **state);
+void test_ref_basics(void **state);
+void test_ref_zombie(void **state);
+void test_ref_threads_churn(void **state);
+void test_lru_hash_spread(void **state);
 
 /* Every release: key and value; bad when bytes 8.. of the key are not the
  * zeros the entry was created with (the callback gets the entry's key). */
@@ -44,8 +49,6 @@ static void log_evict(void *ctx, const void *key, void *value)
     if (l->n < MAXREL)
         l->key[l->n] = key_of(key), l->val[l->n++] = value;
 }
-
-#define V(k) ((void *)(uintptr_t)(0x1000 + (k)))
 
 static void test_get_insert_put_remove_exists(void **state)
 {
@@ -321,6 +324,10 @@ int main(void)
         cmocka_unit_test(test_model_random),
         cmocka_unit_test(test_callback_without_lock),
         cmocka_unit_test(test_zombies),
+        cmocka_unit_test(test_ref_basics),
+        cmocka_unit_test(test_ref_zombie),
+        cmocka_unit_test(test_ref_threads_churn),
+        cmocka_unit_test(test_lru_hash_spread),
         cmocka_unit_test(test_bound_1m_inserts_random_refs),
         cmocka_unit_test(test_bound_and_bytes),
         cmocka_unit_test(test_threads_16_shared_keys),

@@ -15,6 +15,7 @@
 #define GET(c, k, ref, v) byval_lru_get((c), KB(k), (ref), (v))
 #define PUT(c, k) byval_lru_put((c), KB(k))
 #define RM(c, k) byval_lru_remove((c), KB(k))
+#define V(k) ((void *)(uintptr_t)(0x1000 + (k)))
 /* Expected stats, -1 = any: size referenced hits misses inserts evictions removals */
 #define EXPECT(c, ...) expect_stats((c), (const long[7]){__VA_ARGS__}, __LINE__)
 unsigned char *mkb(unsigned char *b, uint64_t k);
