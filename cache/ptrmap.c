@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ptrmap.c - open-addressing table keyed by pointer value, one mutex.
+ * ptrmap.c - open-addressing table keyed by pointer value, one spin lock
+ * (cache/spin.h says why not a mutex).
  *
  * Every cached re-open and close goes through here, so it is built for
  * that: slots hold the entry inline (no malloc per open), linear probing
@@ -10,7 +11,8 @@
  */
 #include "cache/ptrmap.h"
 
-#include <pthread.h>
+#include "cache/spin.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +24,7 @@ typedef struct slot {
 } slot_t;
 
 struct byval_ptrmap {
-    pthread_mutex_t lock;
+    byval_spin_t lock;
     size_t key_len;
     size_t slot_size;
     size_t nslots; /* power of two */
@@ -55,7 +57,6 @@ byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
         free(m);
         return NULL;
     }
-    pthread_mutex_init(&m->lock, NULL);
     return m;
 }
 
@@ -63,7 +64,6 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    pthread_mutex_destroy(&m->lock);
     free(m->slots);
     free(m);
 }
@@ -79,8 +79,8 @@ static size_t find(const byval_ptrmap_t *m, uintptr_t ptr)
 
 static int grow(byval_ptrmap_t *m)
 {
-    byval_ptrmap_t big = *m;
-    big.nslots = m->nslots * 2;
+    /* Not a copy of *m: its lock word is read by spinning waiters. */
+    byval_ptrmap_t big = {.slot_size = m->slot_size, .nslots = m->nslots * 2};
     big.slots = calloc(big.nslots, m->slot_size);
     if (!big.slots)
         return -1;
@@ -116,7 +116,7 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     if (!m || !key || !ptr)
         return -1;
     int n = -1;
-    pthread_mutex_lock(&m->lock);
+    byval_spin_lock(&m->lock);
     size_t i = find(m, ptr);
     slot_t *s = slot_at(m, i);
     if (s->ptr) {
@@ -130,7 +130,7 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
         memcpy(s->key, key, m->key_len);
         m->used++;
     }
-    pthread_mutex_unlock(&m->lock);
+    byval_spin_unlock(&m->lock);
     return n;
 }
 
@@ -144,7 +144,7 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
     if (!m || !ptr)
         return -1;
     int n = -1;
-    pthread_mutex_lock(&m->lock);
+    byval_spin_lock(&m->lock);
     size_t i = find(m, ptr);
     slot_t *s = slot_at(m, i);
     if (s->ptr) {
@@ -156,7 +156,7 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
         if (n == 0)
             erase(m, i);
     }
-    pthread_mutex_unlock(&m->lock);
+    byval_spin_unlock(&m->lock);
     return n;
 }
 
@@ -169,9 +169,9 @@ size_t byval_ptrmap_size(byval_ptrmap_t *m)
 {
     if (!m)
         return 0;
-    pthread_mutex_lock(&m->lock);
+    byval_spin_lock(&m->lock);
     size_t n = m->used;
-    pthread_mutex_unlock(&m->lock);
+    byval_spin_unlock(&m->lock);
     return n;
 }
 
@@ -181,7 +181,7 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
         return;
     /* Called in a fork child: the lock may have been held by a thread that
      * does not exist here, so re-initialise it rather than take it. */
-    pthread_mutex_init(&m->lock, NULL);
+    byval_spin_reset(&m->lock);
     memset(m->slots, 0, m->nslots * m->slot_size);
     m->used = 0;
 }

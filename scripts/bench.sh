@@ -34,6 +34,19 @@ echo "bench: Level Zero, under ipcbyval, socket fallback forced ..."
 IPCBYVAL_TRANSPORT=socket "$RUN" "$BENCH/bench_ze" >"$OUT/socket.txt"
 CACHE=16
 IPCBYVAL_CACHE_SIZE=$CACHE "$RUN" "$BENCH/bench_ze" --import-only >"$OUT/fds.txt"
+# CUDA's cached re-open, on the CUDA driver double (where the CUDA headers
+# were there to build it): the wrappers, caches and pointer map are the
+# ones a GPU runs; the double's own calls cost nanoseconds.
+CUDRV="$BUILD/test/cudadrv"
+: >"$OUT/cuda.txt"
+if [ -x "$CUDRV/cu_pair" ] && [ -e "$CUDRV/libcuda.so.1" ]; then
+    echo "bench: CUDA cached re-open on the driver double ..."
+    for mem in legacy vmm; do
+        c=$(LD_LIBRARY_PATH="$CUDRV${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RUN" "$CUDRV/cu_pair" \
+            --mem "$mem" --route cudart --bench 1000000 | awk '$1 == "cycle_ns" { print $2 }')
+        echo "cuda_$mem ${c:-}" >>"$OUT/cuda.txt"
+    done
+fi
 
 get() { awk -v k="$2" '$1 == k { print $2; exit }' "$OUT/$1.txt"; }
 lru() { awk -v k="$2" -v a="$3" '$1 == k && $2 == a { print $3; exit }' "$OUT/$1.txt"; }
@@ -50,6 +63,10 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
 {
     r=$(get byval reopen_ns); n=$(get native reopen_ns)
     echo "cached re-open (open+close, hit)|$r ns|$n ns|<= 100 ns|$(awk -v a="$r" 'BEGIN{print (a<=100)?"yes":"no"}')"
+    for mem in legacy vmm; do
+        c=$(get cuda "cuda_$mem")
+        [ -n "$c" ] && echo "  CUDA $mem, cuIpcOpen+Close on the driver double|$c ns|-|<= 100 ns|$(awk -v a="$c" 'BEGIN{print (a<=100)?"yes":"no"}')"
+    done
     echo "  vs driver open+close|$r ns|$n ns|faster than driver|$(awk -v a="$r" -v b="$n" 'BEGIN{print (a<b)?"yes":"no"}')"
     c=$(get byval cold_open_us); d=$(get native cold_open_us)
     o=$(awk -v a="$c" -v b="$d" 'BEGIN{printf "%.2f", a-b}')

@@ -102,10 +102,12 @@ void byval_cu_fast_forget_all(void);
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
 
-/* Import of a VMM manifest handle (cu_import.c). */
+/* Import of a VMM manifest handle (cu_import.c); rec parsed without its
+ * checksum. *ours_p = 0 (and nothing done) when the record turns out not
+ * to be a valid one of ours: the caller treats the handle as the driver's. */
 struct byval_record;
 CUresult byval_cu_vmm_open(const struct byval_record *rec, const CUipcMemHandle *h,
-                           unsigned int flags, CUdeviceptr *pdptr);
+                           unsigned int flags, CUdeviceptr *pdptr, int *ours_p);
 
 /* Legacy handle open through the cache (cu_legacy.c). */
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,

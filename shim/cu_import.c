@@ -187,8 +187,9 @@ err:
 }
 
 CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
-                           unsigned int flags, CUdeviceptr *pdptr)
+                           unsigned int flags, CUdeviceptr *pdptr, int *ours_p)
 {
+    *ours_p = 1;
     const byval_cu_real_t *rl = byval_cu_real();
     byval_self_t self;
     CUcontext ctx = NULL;
@@ -199,7 +200,6 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
-    BYVAL_STAT_INC(opens);
     byval_exporters_poll();
 
     byval_cu_key_t key;
@@ -229,6 +229,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         cu_mapping_t *m = v;
         if (chunk_off < m->size &&
             byval_cu_ptr_ref(m->base + chunk_off, BYVAL_CU_KEY_VMM, ref, m) > 0) {
+            BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
             *pdptr = m->base + chunk_off;
             return CUDA_SUCCESS;
@@ -236,6 +237,14 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         byval_lru_put_ref(vmm_cache, ref);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    /* rec was parsed without its checksum (a hit equals a checked record):
+     * check it now, before anything trusts it. */
+    byval_record_t checked;
+    if (byval_wire_decode(rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK) {
+        *ours_p = 0;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(open_misses);
 
     char msg[512];
@@ -289,10 +298,16 @@ CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHa
     if (!byval_init() || !byval_cfg.cuda || !pdptr)
         return next(pdptr, h, flags);
     const uint8_t *rb = (const uint8_t *)h.reserved + BYVAL_CU_RECORD_OFF;
+    /* Parsed without the checksum: a hit must equal a cached (checked)
+     * record, and a miss checks it before using it. */
     if (byval_wire_is_candidate(rb, BYVAL_WIRE_LEN) &&
-        byval_wire_decode(rb, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK &&
-        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST)
-        return byval_cu_vmm_open(&rec, &h, flags, pdptr);
+        byval_wire_parse(rb, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK &&
+        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST) {
+        int ours;
+        CUresult r = byval_cu_vmm_open(&rec, &h, flags, pdptr, &ours);
+        if (ours)
+            return r;
+    }
     if (byval_cfg.cuda_legacy_cache)
         return byval_cu_legacy_open(next, pdptr, h, flags);
     BYVAL_STAT_INC(open_passthrough);

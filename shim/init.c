@@ -19,7 +19,10 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_enabled;
-static __thread int init_depth; /* >0 while this thread runs ipcbyval code */
+/* >0 while this thread runs ipcbyval code. Initial-exec: read on every
+ * wrapped call, and the default model for a shared object's TLS calls
+ * __tls_get_addr each time; a preloaded library gets static TLS. */
+static __thread int init_depth __attribute__((tls_model("initial-exec")));
 
 static void init_atfork_child(void)
 {

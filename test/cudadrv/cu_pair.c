@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* What the exporter sends: the handle plus where the pointer lies. */
@@ -245,6 +246,45 @@ static int import_once(const struct msg *m, unsigned char *buf, int iter, int re
     return 0;
 }
 
+static double now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* --bench N: N open+close cycles of the handle (after the checked opens),
+ * timed in 21 batches; prints the median batch mean (make bench's CUDA
+ * row: the cached re-open on the double). */
+static int bench_cycles(const struct msg *m, int n)
+{
+    enum { BATCHES = 21 };
+    double per[BATCHES];
+    int each = n / BATCHES > 0 ? n / BATCHES : 1;
+    CUdeviceptr p;
+
+    for (int b = 0; b < BATCHES; b++) {
+        double t0 = now_ns();
+
+        for (int i = 0; i < each; i++) {
+            CU(IpcOpenMemHandle, &p, m->handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+            CU(IpcCloseMemHandle, p);
+        }
+        per[b] = (now_ns() - t0) / each;
+    }
+    qsort(per, BATCHES, sizeof(per[0]), cmp_double);
+    printf("cycle_ns %.1f\n", per[BATCHES / 2]);
+    return 0;
+}
+
 static int importer(const struct opts *o, int rfd, int ackfd, pid_t child)
 {
     struct msg m;
@@ -264,6 +304,8 @@ static int importer(const struct opts *o, int rfd, int ackfd, pid_t child)
     for (int i = 0; i < o->iters; i++)
         if (import_once(&m, buf, i, o->reopen && i == 0, o->verbose))
             goto out;
+    if (o->bench && bench_cycles(&m, o->bench))
+        goto out;
     rc = 0;
 out:
     free(buf);
@@ -296,13 +338,13 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cu_pair [--mem legacy|vmm|vmm-multi] [--route symbol|procaddr|cudart]\n"
             "               [--iters K] [--reopen] [--dev-exp N] [--dev-imp N]\n"
-            "               [--cuda-version V] [--lib PATH] [-v]\n");
+            "               [--cuda-version V] [--lib PATH] [--bench N] [-v]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = { MEM_LEGACY, ROUTE_SYMBOL, 1, 0, 0, 0, 0, CUDA_VERSION, "libcuda.so.1" };
+    struct opts o = { MEM_LEGACY, ROUTE_SYMBOL, 1, 0, 0, 0, 0, CUDA_VERSION, 0, "libcuda.so.1" };
     int to_imp[2], to_exp[2];
     pid_t pid;
 
@@ -324,6 +366,8 @@ int main(int argc, char **argv)
             o.dev_exp = atoi(v), i++;
         } else if (!strcmp(a, "--dev-imp") && v) {
             o.dev_imp = atoi(v), i++;
+        } else if (!strcmp(a, "--bench") && v && (o.bench = atoi(v)) > 0) {
+            i++;
         } else if (!strcmp(a, "--cuda-version") && v) {
             o.version = atoi(v), i++;
         } else if (!strcmp(a, "--lib") && v) {

@@ -40,7 +40,8 @@ static const char *gpu_role = "main";
     X(IpcGetMemHandle, 4010)                     \
     X(IpcOpenMemHandle, 11000)                   \
     X(IpcCloseMemHandle, 4010)                   \
-    X(PointerGetAttribute, 4000)
+    X(PointerGetAttribute, 4000)                 \
+    X(CtxGetCurrent, 4000)
 
 struct gpu_drv {
 #define X(name, ver) PFN_cu##name##_v##ver name;

@@ -4,8 +4,10 @@
  * entry (zombie) and a newer live entry under the same key, each holder's
  * put must reach the entry it holds. Plain put goes to the zombie first,
  * which released the old value while its holder still used it. Also the
- * pointer map the close path uses to find that entry.
+ * pointer map the close path uses to find that entry, alone and under
+ * threads that open and close their own and shared pointers at once.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -104,12 +106,65 @@ static void test_ptrmap(void **state)
     byval_ptrmap_destroy(m);
 }
 
+/* Threads open and close (ref/unref) their own pointers and one shared
+ * pointer, enough to grow the table under them: every count must come out
+ * exact, which it does only if the map's lock excludes them (lost updates
+ * or a grow under a reader show as wrong counts; TSan sees the race). */
+#define PM_THREADS 4
+#define PM_OWN 200
+#define PM_ROUNDS 2000
+static byval_ptrmap_t *pm;
+
+static void *ptrmap_worker(void *arg)
+{
+    uintptr_t base = 0x100000 * (1 + (uintptr_t)arg);
+    uint64_t k = 7;
+    intptr_t bad = 0;
+    for (int r = 0; r < PM_ROUNDS; r++) {
+        uintptr_t own = base + 0x1000 * (uintptr_t)(r % PM_OWN);
+        int want = r % 2 ? 1 : r / PM_OWN + 1; /* even rounds' pointers stay open */
+        bad += byval_ptrmap_ref_value(pm, own, &k, (void *)own) != want;
+        bad += byval_ptrmap_ref_value(pm, 0x42000, &k, (void *)1) < 1;
+        bad += byval_ptrmap_unref_value(pm, 0x42000, NULL, NULL) < 0;
+        if (r % 2) /* half the own pointers stay open until the end */
+            bad += byval_ptrmap_unref_value(pm, own, NULL, NULL) != 0;
+    }
+    return (void *)bad;
+}
+
+static void test_ptrmap_threads(void **state)
+{
+    pthread_t t[PM_THREADS];
+    pm = byval_ptrmap_create(sizeof(uint64_t));
+    assert_non_null(pm);
+    for (intptr_t i = 0; i < PM_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, ptrmap_worker, (void *)i), 0);
+    intptr_t bad = 0;
+    for (int i = 0; i < PM_THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        bad += (intptr_t)r;
+    }
+    assert_int_equal(bad, 0);
+    /* Own pointers of even rounds: PM_OWN / 2 a thread, each opened
+     * PM_ROUNDS / PM_OWN times and never closed; the shared one is closed. */
+    assert_int_equal(byval_ptrmap_size(pm), PM_THREADS * PM_OWN / 2);
+    assert_int_equal(byval_ptrmap_unref_value(pm, 0x42000, NULL, NULL), -1);
+    for (intptr_t i = 0; i < PM_THREADS; i++) {
+        uintptr_t own = 0x100000 * (1 + (uintptr_t)i);
+        assert_int_equal(byval_ptrmap_unref_value(pm, own, NULL, NULL),
+                         PM_ROUNDS / PM_OWN - 1);
+    }
+    byval_ptrmap_destroy(pm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_value_reaches_the_held_entry),
         cmocka_unit_test(test_ptrmap_carries_the_value),
         cmocka_unit_test(test_ptrmap),
+        cmocka_unit_test(test_ptrmap_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
