@@ -86,6 +86,11 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     echo "  raw pidfd_open+getfd+close vs socket fd rt|$(get native pidfd_us) us|$s us|-|-"
     h1=$(lru lru lru_hit_ns 16); hm=$(lru lru lru_hit_ns 1000000)
     echo "cache hit 16 -> 1M entries|$hm ns|$h1 ns|ratio <= 2x|$(awk -v a="$hm" -v b="$h1" 'BEGIN{print (a<=2*b)?"yes":"no"}')"
+    hh1=$(awk '$1 == "lru_hit_ns" && $2 == 16 { print $4; exit }' "$OUT/lru.txt")
+    hhm=$(awk '$1 == "lru_hit_ns" && $2 == 1000000 { print $4; exit }' "$OUT/lru.txt")
+    echo "  16 hot keys among 16 -> 1M entries|$hhm ns|$hh1 ns|ratio <= 2x|$(awk -v a="$hhm" -v b="$hh1" 'BEGIN{print (a<=2*b)?"yes":"no"}')"
+    mf=$(lru lru lru_mem_ns 1000000)
+    echo "  one random DRAM load over the 1M cache's memory|$mf ns|$h1 ns|reported|-"
     t1=$(lru lru lru_threads 1); tc=$(lru lru lru_threads "$ncore"); tm=$(lru lru lru_threads "$nmax")
     echo "cache hits/s 1 -> $ncore threads ($cores cores)|$tc /s|$t1 /s|>= 1x (no collapse)|$(awk -v a="$tc" -v b="$t1" 'BEGIN{print (a>=b)?"yes":"no"}')"
     echo "cache hits/s 1 -> $nmax threads (oversubscribed)|$tm /s|$t1 /s|16 thr: GPU host|n/a"
@@ -120,7 +125,14 @@ if command -v gnuplot >/dev/null; then
     awk '$1 == "lru_hit_ns" { print $2, $3 }' "$OUT/lru.txt" >"$OUT/hit.dat"
     awk '$1 == "lru_threads" { print $2, $3 / 1e6 }' "$OUT/lru.txt" >"$OUT/threads.dat"
     mkdir -p "$ROOT/doc"
-    gnuplot -e "hit='$OUT/hit.dat'; thr='$OUT/threads.dat'; out='$ROOT/doc/bench.png'; cores=$cores" \
+    # The GPU host's numbers (make bench-gpu), kept in doc/, beside ours.
+    gpu="$ROOT/doc/bench-gpu-lru.txt" extra=""
+    if [ -f "$gpu" ]; then
+        awk '$1 == "lru_hit_ns" { print $2, $3 }' "$gpu" >"$OUT/hit-gpu.dat"
+        awk '$1 == "lru_threads" { print $2, $3 / 1e6 }' "$gpu" >"$OUT/threads-gpu.dat"
+        extra="; hit2='$OUT/hit-gpu.dat'; thr2='$OUT/threads-gpu.dat'"
+    fi
+    gnuplot -e "hit='$OUT/hit.dat'; thr='$OUT/threads.dat'; out='$ROOT/doc/bench.png'; cores=$cores$extra" \
         "$ROOT/scripts/bench-plot.gp" && echo "plot: doc/bench.png"
 else
     echo "bench.sh: gnuplot not found: no plot (scripts/deps.sh bench)" >&2

@@ -9,11 +9,19 @@
  *  - aggregate hits/s of 1..16 threads on one shared cache, each thread on
  *    its own slice of the keys (as ranks open their own peers' handles):
  *    the contention measured is the cache's own;
+<<<<<<< ours
  *  - ns per hit by key size (40 ze export, 48 ze import, 80 CUDA), both
  *    as get_ref + put_ref and as get + put_value (the key hashed and
  *    probed again by the put, as close did before handles);
  *  - bytes per entry (stats.bytes_per_entry).
  * Lines start with a tag (lru_hit_ns, lru_hit_key_ns, lru_threads, lru_bytes) that
+=======
+ *  - bytes per entry (stats.bytes_per_entry);
+ *  - the memory floor: one dependent load at random over as many bytes as
+ *    the 1M-entry cache holds. A uniform hit there makes two (bucket, then
+ *    slot), so no layout of this cache gets under twice that.
+ * Lines start with a tag (lru_hit_ns, lru_threads, lru_bytes, lru_mem_ns) that
+>>>>>>> theirs
  * scripts/bench.sh reads; the rest of each line is for people.
  * Usage: bench_lru [--threads 1,2,4,8,16] [--quick]
  */
@@ -22,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +202,50 @@ static double threads_rate(byval_lru_t *lru, int n)
     return median(rate, reps);
 }
 
+/* ns per dependent load over a random cycle of the 64-byte lines of
+ * `bytes` (median of batches): what memory alone costs a uniform lookup
+ * in a cache of that size. Huge pages where the kernel gives them, so the
+ * figure is DRAM's, not the TLB's: a floor, not an excuse. */
+static double mem_ns(size_t bytes)
+{
+    enum { BATCH = 200000 };
+    const size_t huge = (size_t)2 << 20;
+    size_t len = (bytes + huge - 1) & ~(huge - 1), n = len / 64;
+    void **buf = aligned_alloc(huge, len);
+    size_t *order = malloc(n * sizeof(*order));
+    double per[REPEATS];
+    int reps = quick ? 5 : REPEATS;
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    if (!buf || !order) {
+        perror("bench_lru: mem_ns");
+        exit(1);
+    }
+    madvise(buf, len, MADV_HUGEPAGE);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n - 1; i > 0; i--) { /* Sattolo: one cycle through all */
+        size_t j = rnd(&seed) % i, t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[order[i] * 8] = &buf[order[(i + 1) % n] * 8];
+    void **p = &buf[order[0] * 8];
+    for (int i = 0; i < BATCH; i++) /* warm up */
+        p = *p;
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < BATCH; i++)
+            p = *p;
+        per[r] = (double)(now_ns() - t0) / BATCH;
+    }
+    if (!p) /* keep the chase */
+        abort();
+    free(order);
+    free(buf);
+    return median(per, reps);
+}
+
 static size_t bytes_per_entry(size_t klen, size_t n)
 {
     byval_lru_t *lru = byval_lru_create(n, klen, NULL, NULL);
@@ -257,6 +310,8 @@ int main(int argc, char **argv)
     }
     printf("%-14s %10s %12.2f   (1M / 16 entries, uniform keys)\n", "lru_hit_ratio", "1M/16",
            last / first);
+    printf("%-14s %10s %12.1f   (one dependent load over the 1M cache's %zu MB: its hit makes 2)\n",
+           "lru_mem_ns", "1000000", mem_ns(bpe_1m * sizes[3]), bpe_1m * sizes[3] >> 20);
 
     /* Key sizes, and what put by handle saves over put by key + value. */
     printf("# %-12s %10s %12s %14s   (1000 entries, uniform keys)\n", "tag", "key bytes",
