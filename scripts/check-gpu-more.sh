@@ -17,7 +17,7 @@
 #   4. test/gpu/frameworks: torch.multiprocessing sharing (default and
 #      expandable segments), torch NCCL all-reduce (NCCL_CUMEM_ENABLE=0/1),
 #      mpi4py + CuPy IPC: natively and under ipcbyval, RESULT lines must
-#      match; both times reported; all-reduce times must agree within noise
+#      match; both times reported; ipcbyval's all-reduce no slower than native beyond noise
 
 gm_standalone=0
 if ! declare -F row >/dev/null; then
@@ -212,8 +212,10 @@ gm_pair() {
     fi
 }
 
-# All-reduce medians of gm_ln/gm_lp within noise: 10 %, or twice the larger
-# interquartile spread when that is wider.
+# ipcbyval must not slow the all-reduce: its median may exceed native's by
+# no more than noise (10 %, or twice the larger interquartile spread when
+# that is wider). Faster is not a failure: a 1-GPU all-reduce moves no
+# data, and its ~0.02-0.09 ms medians swing several-fold between runs.
 gm_nccl_time() {
     local name=$1 n p
     n=$(sed -n 's/^TIME allreduce_ms median=\([0-9.]*\) p25=\([0-9.]*\) p75=\([0-9.]*\).*/\1 \2 \3/p' "$gm_ln")
@@ -227,10 +229,14 @@ gm_nccl_time() {
         split(n, a, " "); split(p, b, " ");
         tol = 0.10; sa = 2 * (a[3] - a[2]) / a[1]; sb = 2 * (b[3] - b[2]) / b[1];
         if (sa > tol) tol = sa; if (sb > tol) tol = sb;
-        d = b[1] / a[1] - 1; ad = d < 0 ? -d : d;
+        d = b[1] / a[1] - 1;
         printf "%s native %.3f ms, ipcbyval %.3f ms (%+.1f%%, noise +-%.0f%%)",
-            (ad <= tol ? "PASS" : "FAIL"), a[1], b[1], 100 * d, 100 * tol }')
-    row "$name" "${verdict%% *}" "${verdict#* }"
+            (d <= tol ? "PASS" : "FAIL"), a[1], b[1], 100 * d, 100 * tol }')
+    local res=${verdict%% *}
+    # One GPU: a 1-rank all-reduce opens no IPC handle, so its time says
+    # nothing about ipcbyval (and swings 2-4x between runs): reported only.
+    [ "${NGPU:-0}" -lt 2 ] && res=INFO
+    row "$name" "$res" "${verdict#* }"
 }
 
 # shellcheck disable=SC2034 # nat/pre reach gm_pair by name (local -n)

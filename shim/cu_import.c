@@ -193,7 +193,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     const byval_cu_real_t *rl = byval_cu_real();
     byval_self_t self;
     CUcontext ctx = NULL;
-    if (!rl || byval_self_get(&self) != 0)
+    if (!rl)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_once(&import_once, import_init);
     if (!vmm_cache || !open_ptrs)
@@ -244,6 +244,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         *ours_p = 0;
         return CUDA_ERROR_INVALID_VALUE;
     }
+    if (byval_self_get(&self) != 0) /* who we are: only a miss needs it */
+        return CUDA_ERROR_NOT_INITIALIZED;
     BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(open_misses);
 
