@@ -15,7 +15,7 @@ $(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 
 RESOLVE_TEST_SRC := test/unit/test_resolve.c test/unit/test_resolve_more.c \
                     test/unit/test_resolve_util.c
-$(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h \
+$(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h test/unit/test_skip.h \
                                  handles/resolve_internal.h $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread

@@ -24,6 +24,7 @@
 
 #include "shim/exporters.h"
 #include "shim/stats.h"
+#include "test/unit/test_skip.h"
 
 /* ---- stubs for what exporters.c logs and counts ------------------------ */
 int byval_log_level = 0;
@@ -93,13 +94,7 @@ static void drain_all(void)
 }
 
 static const char *skip_reason;
-#define NEED_PIDFD()                                \
-    do {                                            \
-        if (skip_reason) {                          \
-            printf("skipped: %s\n", skip_reason);   \
-            skip();                                 \
-        }                                           \
-    } while (0)
+#define NEED_PIDFD() BYVAL_NEED(skip_reason)
 
 static int setup(void **state)
 {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "handles/resolve.h"
+#include "test/unit/test_skip.h"
 
 #define SZ (3 * 4096 + 100) /* not a page multiple: the record rounds up */
 
@@ -25,13 +26,7 @@ extern byval_self_t self;       /* the importer (this process) */
 extern const char *skip_reason; /* why pidfd tests cannot run, or NULL */
 
 /* Tests that need pidfd_open + pidfd_getfd skip, saying why, without them. */
-#define NEED_GETFD()                                                                               \
-    do {                                                                                           \
-        if (skip_reason) {                                                                         \
-            printf("skipped: %s\n", skip_reason);                                                  \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define NEED_GETFD() BYVAL_NEED(skip_reason)
 
 int nfds(void);
 uint8_t pattern(size_t i);
