@@ -18,8 +18,6 @@
 
 #include "cache/lru_internal.h"
 
-#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 #define CAS(p, exp, des) \
     __atomic_compare_exchange_n((p), (exp), (des), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)
 

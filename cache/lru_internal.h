@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lru_internal.h - the cache's data structures, shared by lru.c (the
- * operations), lru_slab.c (slots and the hash table), lru_clock.c
- * (eviction, zombies, releases) and lru_fork.c (registry, at-fork).
+ * lru_internal.h - the cache's data structures, shared by lru.c (lookups,
+ * inserts, removals), lru_put.c (puts), lru_slab.c (slots and the hash
+ * table), lru_clock.c (eviction, zombies, releases) and lru_fork.c
+ * (registry, at-fork).
  *
  * Concurrency in one paragraph: every change of the table, the slots'
  * contents or the counters is made under the cache's one lock. Hits (get)
@@ -27,6 +28,14 @@
 #include "cache/stripe.h"
 
 #define BYVAL_LRU_CACHELINE 64
+#define LRU_MAX_KEY 1024
+#define MAX_WORDS (LRU_MAX_KEY / 8) /* a key as words, on the stack */
+
+/* Every field a lock-free reader may see is accessed with these. */
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 /* The state word: generation << 32 | flags | references. */
 #define ST_REFS 0x0FFFFFFFu /* references held (2^28 - 1 at most) */

@@ -24,11 +24,6 @@
 
 #include "cache/lru_internal.h"
 
-#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-
 #define MAX_PROBES 256 /* a probe this long races a writer: let the lock decide */
 #define MIN_CHUNK_SHIFT 4
 #define MAX_CHUNK_SHIFT 10
