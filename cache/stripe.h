@@ -24,9 +24,14 @@ static inline unsigned byval_stripe(void)
     return s ? s - 1 : byval_stripe_assign();
 }
 
+static inline void byval_stripe_add(uint64_t *counter, uint64_t v)
+{
+    __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
 static inline void byval_stripe_bump(uint64_t *counter)
 {
-    __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    byval_stripe_add(counter, 1);
 }
 
 #endif

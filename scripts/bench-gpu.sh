@@ -8,7 +8,8 @@ set -u
 cd "$(dirname "$0")/.."
 . scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
 
-make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" "$BUILD/test/bench/bench_pidfd" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
+make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" "$BUILD/test/bench/bench_pidfd" \
+    "$BUILD/test/cudadrv/cu_pair" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
     make -C test/gpu "$PWD/$OUT/bench_ipc" OUT="$PWD/$OUT" >>"$LOGS/bench-build.log" 2>&1 ||
     { tail -20 "$LOGS/bench-build.log"; exit 1; }
 
@@ -70,6 +71,17 @@ for r in "exporter known: getfd + fd check|$known|raw pidfd_getfd+close $kraw" \
         row "cold-open overhead, $what (<= 2 us)" FAIL "bench_pidfd failed: $(tail -1 "$LOGS/bench-pidfd.log")"
     fi
 done
+
+echo "-- a first VMM open (3 chunks), split by IPCBYVAL_STATS"
+IPCBYVAL_STATS=1 timeout 60 "$RUN" "$BUILD/test/cudadrv/cu_pair" --mem vmm-multi --route cudart \
+    --iters 3 >"$LOGS/bench-split.log" 2>&1
+grep -E 'stats: (open_misses|miss_)' "$LOGS/bench-split.log"
+split=$(awk '/stats: open_misses/ { m += $6 } /stats: miss_fetch_ns/ { f += $6 }
+             /stats: miss_import_ns/ { i += $6 } /stats: miss_map_ns/ { p += $6 }
+             END { if (m) printf "fd fetch %.1f us, driver import %.1f us, map %.1f us", f / m / 1e3, i / m / 1e3, p / m / 1e3 }' \
+    "$LOGS/bench-split.log")
+if [ -n "$split" ]; then row "first VMM open, per miss (reported)" INFO "$split"
+else row "first VMM open, per miss (reported)" FAIL "no statistics: $(tail -1 "$LOGS/bench-split.log")"; fi
 
 echo "-- import cache hit throughput, 1..16 threads ($(nproc) cores)"
 "$BUILD/test/bench/bench_lru" --threads 1,2,4,8,16 >"$LOGS/bench-lru.log" 2>&1

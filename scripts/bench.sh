@@ -27,7 +27,7 @@ echo "bench: Level Zero, native ..."
 # A stray IPCBYVAL_* or preload from the caller would skew the baseline.
 env -u LD_PRELOAD "$BENCH/bench_ze" >"$OUT/native.txt"
 echo "bench: Level Zero, under ipcbyval ..."
-"$RUN" "$BENCH/bench_ze" >"$OUT/byval.txt"
+IPCBYVAL_STATS=1 "$RUN" "$BENCH/bench_ze" >"$OUT/byval.txt" 2>"$OUT/byval.err"
 echo "bench: Level Zero, ipcbyval loaded with IPCBYVAL_ENABLE=0 ..."
 IPCBYVAL_ENABLE=0 "$RUN" "$BENCH/bench_ze" >"$OUT/disabled.txt"
 echo "bench: Level Zero, under ipcbyval, socket fallback forced ..."
@@ -76,6 +76,11 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     k=$(get pidfd resolve_us)
     echo "  resolve, first contact (+pidfd_open, identity check)|$k us|$(get pidfd pidfd_raw_us) us|<= 2 us (raw syscalls)|$(awk -v x="$k" 'BEGIN{print (x<=2)?"yes":"no"}')"
     k=$(get socket cold_open_us)
+    # Where a miss goes (IPCBYVAL_STATS of the importer): fetch vs import.
+    sp=$(awk '/stats: open_misses/ { m += $6 } /stats: miss_fetch_ns/ { f += $6 }
+              /stats: miss_import_ns/ { i += $6 }
+              END { if (m) printf "%.2f|%.2f", f / m / 1e3, i / m / 1e3 }' "$OUT/byval.err")
+    [ -n "$sp" ] && echo "  split per miss: fd fetch (pidfd, checks) vs driver import|${sp%%|*} us|${sp##*|} us|reported|-"
     echo "  cold open over the socket fallback (vs pidfd)|$k us|$c us|reported|-"
     e=$(get byval export_hit_ns); f=$(get native export_hit_ns)
     echo "cached re-export (zeMemGetIpcHandle)|$e ns|$f ns|<= 150 ns|$(awk -v a="$e" 'BEGIN{print (a<=150)?"yes":"no"}')"

@@ -91,9 +91,11 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     }
     BYVAL_STAT_INC(open_misses);
     CUdeviceptr p = 0;
+    uint64_t t0 = byval_stats_now_ns();
     byval_enter();
     CUresult r = next(&p, h, flags);
     byval_leave();
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     if (r != CUDA_SUCCESS)
         return r;
     cu_legacy_t *e = malloc(sizeof(*e));

@@ -4,10 +4,18 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "shim/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
+
+uint64_t byval_stats_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 uint64_t byval_stats_sum(size_t offset)
 {

@@ -21,7 +21,10 @@
     X(open_errors, "opens refused")                                       \
     X(closes, "closes of by-value mappings")                              \
     X(frees, "frees that dropped an export entry")                        \
-    X(exporter_exits, "exporters seen exiting")
+    X(exporter_exits, "exporters seen exiting")                           \
+    X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \
+    X(miss_import_ns, "ns in misses in the driver's import")              \
+    X(miss_map_ns, "ns in misses mapping (CUDA VMM: reserve, map, access)")
 
 /* One copy per thread stripe (cache/stripe.h), summed when printed: a
  * shared counter bumped with a lock prefix on every open and close cost
@@ -35,6 +38,10 @@ typedef struct byval_stats {
 extern byval_stats_t byval_stats[BYVAL_STRIPES];
 
 #define BYVAL_STAT_INC(name) byval_stripe_bump(&byval_stats[byval_stripe()].name)
+#define BYVAL_STAT_ADD(name, v) byval_stripe_add(&byval_stats[byval_stripe()].name, (v))
+
+/* Monotonic ns, for the miss_*_ns split of a cold open (misses only). */
+uint64_t byval_stats_now_ns(void);
 
 /* The sum over the stripes of one counter, e.g. BYVAL_STAT_SUM(opens). */
 #define BYVAL_STAT_SUM(name) byval_stats_sum(offsetof(byval_stats_t, name))

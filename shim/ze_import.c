@@ -136,8 +136,10 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     int pidfd = -1;
     if (byval_self_get(&self) != 0)
         return ZE_RESULT_ERROR_UNKNOWN;
+    uint64_t t0 = byval_stats_now_ns();
     byval_status_t st = byval_fetch_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
     byval_fetch_done(rec, pidfd);
+    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
         import_log_failure(st, msg);
@@ -160,9 +162,11 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     uint64_t fd64 = (uint64_t)fd;
     memcpy(local.data, &fd64, sizeof(fd64));
     void *p = NULL;
+    uint64_t t0 = byval_stats_now_ns();
     byval_enter();
     ze_result_t r = next(ctx, dev, local, flags, &p);
     byval_leave();
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     close(fd); /* the driver holds its own reference to the buffer now */
     if (r != ZE_RESULT_SUCCESS) {
         BYVAL_STAT_INC(open_errors);

@@ -36,6 +36,12 @@ IPCBYVAL_STATS=1 "$RUN" "$P" --mem legacy --route cudart --iters 40 >"$log" 2>&1
 grep -q 'cuda legacy import cache: hits 39 misses 1 ' "$log" &&
     pass "legacy re-open after close hits the cache (39/40)" ||
     fail "legacy cache" "$(grep 'legacy import cache' "$log")"
+# A miss's time, split for IPCBYVAL_STATS: fds fetched, driver import, map.
+log="$L/cu-vmm-split.log"
+IPCBYVAL_STATS=1 "$RUN" "$P" --mem vmm-multi --route cudart --iters 2 >"$log" 2>&1
+n=$(grep -cE 'stats: miss_(fetch|import|map)_ns +[1-9][0-9]* ' "$log")
+[ "$n" -eq 3 ] && pass "a VMM miss's time split into fetch, import and map (statistics)" ||
+    fail "miss split" "$(grep -E 'stats: miss_' "$log" | tr '\n' ' ')"
 log="$L/cu-legacy-nocache.log"
 IPCBYVAL_STATS=1 IPCBYVAL_CUDA_LEGACY_CACHE=0 "$RUN" "$P" --mem legacy --route cudart --iters 5 >"$log" 2>&1
 grep -qE 'stats: open_passthrough +5 ' "$log" && ! grep -q 'legacy import cache: hits [1-9]' "$log" &&
