@@ -43,6 +43,18 @@ static struct {
     int atfork_done;
 } ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* fork(): the forking thread holds the lock across it (no other thread
+ * is inside the table then), the parent lets go, the child starts over. */
+static void exporters_atfork_prepare(void)
+{
+    pthread_mutex_lock(&ex.lock);
+}
+
+static void exporters_atfork_parent(void)
+{
+    pthread_mutex_unlock(&ex.lock);
+}
+
 static void exporters_atfork_child(void)
 {
     /* The child did not import anything and borrows nothing (only the
@@ -61,7 +73,8 @@ void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
     pthread_mutex_lock(&ex.lock);
     if (!ex.atfork_done) {
-        pthread_atfork(NULL, NULL, exporters_atfork_child);
+        pthread_atfork(exporters_atfork_prepare, exporters_atfork_parent,
+                       exporters_atfork_child);
         ex.atfork_done = 1;
     }
     for (int i = 0; i < EXPORTERS_HANDLERS; i++) {
