@@ -179,9 +179,22 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    /* Called in a fork child: the lock may have been held by a thread that
-     * does not exist here, so re-initialise it rather than take it. */
+    /* Called in a fork child, where the forking thread holds the lock
+     * (byval_ptrmap_fork_prepare) or, without those handlers, a thread
+     * that does not exist here may: reset it rather than take it. */
     byval_spin_reset(&m->lock);
     memset(m->slots, 0, m->nslots * m->slot_size);
     m->used = 0;
+}
+
+void byval_ptrmap_fork_prepare(byval_ptrmap_t *m)
+{
+    if (m)
+        byval_spin_lock(&m->lock);
+}
+
+void byval_ptrmap_fork_parent(byval_ptrmap_t *m)
+{
+    if (m)
+        byval_spin_unlock(&m->lock);
 }

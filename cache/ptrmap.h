@@ -36,4 +36,10 @@ size_t byval_ptrmap_size(byval_ptrmap_t *m);
 /* Forget everything without callbacks (at-fork child). */
 void byval_ptrmap_clear(byval_ptrmap_t *m);
 
+/* fork(): prepare takes the map's lock in the forking thread, parent
+ * releases it; the child then clears (no other thread is inside the map
+ * at fork, so the child's clear races nothing). NULL m: no-op. */
+void byval_ptrmap_fork_prepare(byval_ptrmap_t *m);
+void byval_ptrmap_fork_parent(byval_ptrmap_t *m);
+
 #endif

@@ -81,6 +81,16 @@ static void vmm_exporter_exited(const byval_exporter_id_t *id)
         byval_lru_remove_if(vmm_cache, vmm_from_exporter, (void *)id);
 }
 
+static void import_atfork_prepare(void)
+{
+    byval_ptrmap_fork_prepare(open_ptrs);
+}
+
+static void import_atfork_parent(void)
+{
+    byval_ptrmap_fork_parent(open_ptrs);
+}
+
 static void import_atfork_child(void)
 {
     byval_ptrmap_clear(open_ptrs);
@@ -93,7 +103,7 @@ static void import_init(void)
     if (vmm_cache)
         byval_stats_register_cache("cuda vmm import", vmm_cache);
     byval_exporters_on_exit(vmm_exporter_exited);
-    pthread_atfork(NULL, NULL, import_atfork_child);
+    pthread_atfork(import_atfork_prepare, import_atfork_parent, import_atfork_child);
 }
 
 int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *value)

@@ -89,6 +89,16 @@ static void import_exporter_exited(const byval_exporter_id_t *id)
         byval_lru_remove_if(import_cache, import_from_exporter, (void *)id);
 }
 
+static void import_atfork_prepare(void)
+{
+    byval_ptrmap_fork_prepare(open_ptrs);
+}
+
+static void import_atfork_parent(void)
+{
+    byval_ptrmap_fork_parent(open_ptrs);
+}
+
 static void import_atfork_child(void)
 {
     /* The child holds none of the parent's opens (the cache empties
@@ -108,7 +118,7 @@ static void import_init(void)
     }
     byval_stats_register_cache("ze import", import_cache);
     byval_exporters_on_exit(import_exporter_exited);
-    pthread_atfork(NULL, NULL, import_atfork_child);
+    pthread_atfork(import_atfork_prepare, import_atfork_parent, import_atfork_child);
 }
 
 /* Log the first failure of each kind at error level, the rest at debug:
