@@ -153,13 +153,10 @@ lru_slot_t *byval_lru_slot(const byval_lru_t *lru, uint32_t idx)
 lru_slot_t *byval_lru_slot_checked(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_dir_t *d = LD_ACQ(&lru->dir);
-    uint32_t pos = idx - 1;
-    if (!idx || (pos >> lru->chunk_shift) >= d->cap)
+    uint32_t c = (idx - 1) >> lru->chunk_shift;
+    if (!idx || c >= d->cap || !LD(&d->chunk[c]))
         return NULL;
-    unsigned char *chunk = LD(&d->chunk[pos >> lru->chunk_shift]);
-    if (!chunk)
-        return NULL;
-    return (lru_slot_t *)(chunk + (pos & ((1u << lru->chunk_shift) - 1)) * lru->stride);
+    return byval_lru_slot(lru, idx); /* the directory only grows: still there */
 }
 
 void byval_lru_probe_init(const byval_lru_t *lru, uint32_t h, lru_probe_t *p)

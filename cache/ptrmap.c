@@ -11,10 +11,10 @@
  */
 #include "cache/ptrmap.h"
 
-#include "cache/spin.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "cache/spin.h"
 
 typedef struct slot {
     uintptr_t ptr; /* 0 = empty (no mapping lives at address 0) */

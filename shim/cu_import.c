@@ -139,25 +139,8 @@ static byval_manifest_t *manifest_read(int mfd, uint64_t rec_size)
     return m;
 }
 
-static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                               const byval_manifest_t *man, cu_mapping_t **m_p,
-                               uint64_t *fetch_ns, uint64_t *import_ns);
-
-/* Import every chunk and map it; on success *m_p owns the mapping. The
- * statistics split its time: fds fetched, driver imports, the rest
- * (reserve, map, access) mapping. */
-static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                        const byval_manifest_t *man, cu_mapping_t **m_p)
-{
-    uint64_t t_all = byval_stats_now_ns(), t_fetch = 0, t_import = 0, t;
-    CUresult r = vmm_map_chunks(rl, pidfd, rec, man, m_p, &t_fetch, &t_import);
-    t = byval_stats_now_ns() - t_all;
-    BYVAL_STAT_ADD(miss_fetch_ns, t_fetch);
-    BYVAL_STAT_ADD(miss_import_ns, t_import);
-    BYVAL_STAT_ADD(miss_map_ns, t > t_fetch + t_import ? t - t_fetch - t_import : 0);
-    return r;
-}
-
+/* vmm_map's work; the time of fd fetches and driver imports goes to
+ * *fetch_ns and *import_ns. */
 static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
                                const byval_manifest_t *man, cu_mapping_t **m_p,
                                uint64_t *fetch_ns, uint64_t *import_ns)
@@ -216,6 +199,21 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
     return CUDA_SUCCESS;
 err:
     mapping_release(m);
+    return r;
+}
+
+/* Import every chunk and map it; on success *m_p owns the mapping. The
+ * statistics split its time: fds fetched, driver imports, the rest
+ * (reserve, map, access) mapping. */
+static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
+                        const byval_manifest_t *man, cu_mapping_t **m_p)
+{
+    uint64_t t_all = byval_stats_now_ns(), t_fetch = 0, t_import = 0, t;
+    CUresult r = vmm_map_chunks(rl, pidfd, rec, man, m_p, &t_fetch, &t_import);
+    t = byval_stats_now_ns() - t_all;
+    BYVAL_STAT_ADD(miss_fetch_ns, t_fetch);
+    BYVAL_STAT_ADD(miss_import_ns, t_import);
+    BYVAL_STAT_ADD(miss_map_ns, t > t_fetch + t_import ? t - t_fetch - t_import : 0);
     return r;
 }
 

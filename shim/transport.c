@@ -7,8 +7,8 @@
 
 #include "handles/broker.h"
 #include "handles/transport.h"
-#include "shim/exporters.h"
 #include "shim/config.h"
+#include "shim/exporters.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 
