@@ -142,21 +142,25 @@ void byval_lru_slab_free(byval_lru_t *lru)
     lru->nchunks = 0;
 }
 
+/* Slot idx within chunk, the chunk idx lies in. */
+static inline lru_slot_t *slot_in(const byval_lru_t *lru, unsigned char *chunk, uint32_t idx)
+{
+    uint32_t pos = idx - 1; /* index 0 means none */
+    return (lru_slot_t *)(chunk + (pos & ((1u << lru->chunk_shift) - 1)) * lru->stride);
+}
+
 lru_slot_t *byval_lru_slot(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_dir_t *d = LD_ACQ(&lru->dir);
-    uint32_t pos = idx - 1; /* index 0 means none */
-    unsigned char *chunk = LD(&d->chunk[pos >> lru->chunk_shift]);
-    return (lru_slot_t *)(chunk + (pos & ((1u << lru->chunk_shift) - 1)) * lru->stride);
+    return slot_in(lru, LD(&d->chunk[(idx - 1) >> lru->chunk_shift]), idx);
 }
 
 lru_slot_t *byval_lru_slot_checked(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_dir_t *d = LD_ACQ(&lru->dir);
     uint32_t c = (idx - 1) >> lru->chunk_shift;
-    if (!idx || c >= d->cap || !LD(&d->chunk[c]))
-        return NULL;
-    return byval_lru_slot(lru, idx); /* the directory only grows: still there */
+    unsigned char *chunk = idx && c < d->cap ? LD(&d->chunk[c]) : NULL;
+    return chunk ? slot_in(lru, chunk, idx) : NULL;
 }
 
 void byval_lru_probe_init(const byval_lru_t *lru, uint32_t h, lru_probe_t *p)
