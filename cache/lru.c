@@ -119,8 +119,7 @@ static uint32_t get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int ta
     return 0;
 }
 
-/* Locked: the live (not zombie) entry for w, or 0. */
-static uint32_t find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w)
+uint32_t byval_lru_find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w)
 {
     lru_probe_t p;
     byval_lru_probe_init(lru, h, &p);
@@ -149,7 +148,7 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
     if (!i) {
         /* Absent, or the probe raced a writer: ask under the lock. */
         pthread_mutex_lock(&lru->lock);
-        i = find_live(lru, h, w);
+        i = byval_lru_find_live(lru, h, w);
         uint32_t refs;
         if (i) {
             lru_slot_t *s = byval_lru_slot(lru, i);
@@ -201,7 +200,7 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
     int rc;
     pthread_mutex_lock(&lru->lock);
     for (;;) {
-        uint32_t i = find_live(lru, h, w);
+        uint32_t i = byval_lru_find_live(lru, h, w);
         if (i) {
             lru_slot_t *s = byval_lru_slot(lru, i);
             uint32_t refs;
@@ -257,47 +256,6 @@ int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value, void **
                          byval_lru_ref_t *ref_p)
 {
     return lru_insert(lru, key, value, 1, existing_p, ref_p);
-}
-
-/* ---- removals ------------------------------------------------------------- */
-
-int byval_lru_remove(byval_lru_t *lru, const void *key)
-{
-    if (!lru || !key)
-        return BYVAL_LRU_NOENT;
-    uint64_t w[MAX_WORDS];
-    byval_lru_key_words(lru, key, w);
-    uint32_t h = byval_lru_hash(key, lru->key_len);
-    lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
-    uint32_t i = find_live(lru, h, w);
-    if (i)
-        byval_lru_detach(lru, i, &c);
-    pthread_mutex_unlock(&lru->lock);
-    byval_lru_release(lru, &c);
-    return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
-}
-
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *),
-                           void *ctx)
-{
-    size_t matched = 0;
-    if (!lru || !pred)
-        return 0;
-    lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
-    for (uint32_t i = 1; i < lru->next_new; i++) {
-        lru_slot_t *s = byval_lru_slot(lru, i);
-        if (LD(&s->state) & (ST_DEAD | ST_ZOMBIE))
-            continue;
-        if (pred(ctx, s->key, LD(&s->value))) {
-            byval_lru_detach(lru, i, &c);
-            matched++;
-        }
-    }
-    pthread_mutex_unlock(&lru->lock);
-    byval_lru_release(lru, &c);
-    return matched;
 }
 
 /* ---- stats and capacity --------------------------------------------------- */

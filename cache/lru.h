@@ -118,6 +118,24 @@ size_t byval_lru_remove_if(byval_lru_t *lru,
                            int (*pred)(void *ctx, const void *key, void *value),
                            void *ctx);
 
+/* Remove the very entry ref names (remove()'s semantics), not whatever
+ * now holds its key: BYVAL_LRU_OK, or BYVAL_LRU_NOENT when that entry is
+ * no longer live. The caller's own reference, if any, stays valid. */
+int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref);
+
+/* Like remove_if, but every matching entry, referenced or a zombie, is
+ * released now: the references out there become stale (their puts
+ * return BYVAL_LRU_NOENT). For owners that know the entries are dead
+ * whatever their users think (a destroyed GPU context). */
+size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
+                          void *ctx);
+
+/* Evict unreferenced live entries for which pred returns > 0, visiting
+ * them in clock order; pred returning < 0 ends the pass. Returns how many
+ * were evicted (counted as evictions). Same rules for pred as remove_if. */
+size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
+                          void *ctx);
+
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *stats_p);
 
 /* Change capacity (evicts down to it where it can). */

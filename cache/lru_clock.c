@@ -153,3 +153,35 @@ void byval_lru_release(byval_lru_t *lru, lru_chain_t *c)
     pthread_mutex_unlock(&lru->lock);
     c->head = c->tail = 0;
 }
+
+void byval_lru_purge(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
+{
+    lru_slot_t *s = byval_lru_slot(lru, idx);
+    uint64_t st = LD(&s->state);
+    /* Whatever its references: a lock-free put or get then fails its CAS
+     * (DEAD), a zombie put finds it DEAD under the lock. */
+    while (!(st & ST_DEAD) && !CAS(&s->state, &st, GEN_BITS(st) | ST_DEAD))
+        ;
+    if (st & ST_DEAD)
+        return;
+    byval_lru_table_del(lru, idx);
+    if (st & ST_ZOMBIE)
+        ST(&lru->zombies, lru->zombies - 1);
+    else
+        ST(&lru->count, lru->count - 1);
+    lru->removals++;
+    byval_lru_chain_push(lru, c, idx);
+}
+
+int byval_lru_evict_slot(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
+{
+    uint64_t st = LD(&byval_lru_slot(lru, idx)->state);
+    while (!(st & (ST_DEAD | ST_ZOMBIE)) && !(ST_LOW(st) & ST_REFS)) {
+        if (kill(lru, idx, st, c)) {
+            lru->evictions++;
+            return 1;
+        }
+        st = LD(&byval_lru_slot(lru, idx)->state);
+    }
+    return 0;
+}

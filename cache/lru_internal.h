@@ -146,6 +146,9 @@ int byval_lru_slot_publish(byval_lru_t *lru, uint32_t idx, uint32_t h, const uin
 void byval_lru_slot_free(byval_lru_t *lru, uint32_t idx); /* (locked) */
 void byval_lru_table_del(byval_lru_t *lru, uint32_t idx); /* (locked) */
 
+/* lru.c (locked): the live (not zombie) entry for key words w, or 0. */
+uint32_t byval_lru_find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w);
+
 /* lru_clock.c (locked unless noted). A release chain links slots through
  * hnext: their callbacks run after unlock, then the slots are freed. */
 typedef struct lru_chain {
@@ -162,6 +165,11 @@ uint32_t byval_lru_zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_c
 int byval_lru_evict_one(byval_lru_t *lru, lru_chain_t *c);
 /* Unlink from lookups: unreferenced -> released, referenced -> zombie. */
 void byval_lru_detach(byval_lru_t *lru, uint32_t idx, lru_chain_t *c);
+/* Release idx now whatever its references (live or zombie): its
+ * holders' puts then fail. No-op on a DEAD slot. */
+void byval_lru_purge(byval_lru_t *lru, uint32_t idx, lru_chain_t *c);
+/* Evict idx if it is live and unreferenced (1), else leave it (0). */
+int byval_lru_evict_slot(byval_lru_t *lru, uint32_t idx, lru_chain_t *c);
 /* Evict while above capacity. */
 void byval_lru_trim_locked(byval_lru_t *lru, lru_chain_t *c);
 /* No lock held: callbacks, then free the slots (takes the lock). */

@@ -29,6 +29,7 @@ struct byval_ptrmap {
     size_t slot_size;
     size_t nslots; /* power of two */
     size_t used;
+    int keep; /* closed pointers stay, with count 0, until dropped */
     unsigned char *slots;
 };
 
@@ -57,6 +58,14 @@ byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
         free(m);
         return NULL;
     }
+    return m;
+}
+
+byval_ptrmap_t *byval_ptrmap_create_keep(size_t key_len)
+{
+    byval_ptrmap_t *m = byval_ptrmap_create(key_len);
+    if (m)
+        m->keep = 1;
     return m;
 }
 
@@ -119,6 +128,12 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     byval_spin_lock(&m->lock);
     size_t i = find(m, ptr);
     slot_t *s = slot_at(m, i);
+    if (s->ptr && s->count == 0 && (memcmp(s->key, key, m->key_len) != 0 || s->value != value)) {
+        /* A kept closed pointer of a mapping released without a drop:
+         * the new one at that address replaces it. */
+        memcpy(s->key, key, m->key_len);
+        s->value = value;
+    }
     if (s->ptr) {
         if (memcmp(s->key, key, m->key_len) == 0 && s->value == value)
             n = ++s->count;
@@ -152,9 +167,13 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
             memcpy(key_p, s->key, m->key_len);
         if (value_p)
             *value_p = s->value;
-        n = --s->count;
-        if (n == 0)
-            erase(m, i);
+        if (s->count == 0) {
+            n = BYVAL_PTRMAP_CLOSED; /* kept, and closed already */
+        } else {
+            n = --s->count;
+            if (n == 0 && !m->keep)
+                erase(m, i);
+        }
     }
     byval_spin_unlock(&m->lock);
     return n;
@@ -163,6 +182,40 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
 {
     return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
+}
+
+int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
+{
+    if (!m || !ptr)
+        return -1;
+    int n = -1;
+    byval_spin_lock(&m->lock);
+    size_t i = find(m, ptr);
+    if (slot_at(m, i)->ptr) {
+        n = slot_at(m, i)->count;
+        erase(m, i);
+    }
+    byval_spin_unlock(&m->lock);
+    return n;
+}
+
+size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
+{
+    size_t n = 0;
+    if (!m)
+        return 0;
+    byval_spin_lock(&m->lock);
+    for (size_t i = 0; i < m->nslots;) {
+        slot_t *s = slot_at(m, i);
+        if (s->ptr && s->value == value) {
+            erase(m, i); /* shifts a later entry into i: look at i again */
+            n++;
+        } else {
+            i++;
+        }
+    }
+    byval_spin_unlock(&m->lock);
+    return n;
 }
 
 size_t byval_ptrmap_size(byval_ptrmap_t *m)

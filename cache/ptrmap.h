@@ -15,7 +15,14 @@ typedef struct byval_ptrmap byval_ptrmap_t;
 
 /* key_len: size of the keys stored (copied inline). NULL on ENOMEM. */
 byval_ptrmap_t *byval_ptrmap_create(size_t key_len);
+/* A map that keeps a pointer after its last close, with count 0, until
+ * it is dropped: a close of such a pointer returns BYVAL_PTRMAP_CLOSED
+ * (a double close), distinct from -1 (a pointer never handed out). A
+ * ref of a kept pointer with another key or value replaces it. */
+byval_ptrmap_t *byval_ptrmap_create_keep(size_t key_len);
 void byval_ptrmap_destroy(byval_ptrmap_t *m);
+
+#define BYVAL_PTRMAP_CLOSED (-2)
 
 /* One more open of ptr from key. Returns the new count, or -1 on ENOMEM
  * or when ptr is already mapped from another key (caller's bug). */
@@ -30,7 +37,13 @@ int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p);
 int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value);
 int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p);
 
-/* Entries now. */
+/* Forget ptr whatever its count: returns the count it had, -1 if unknown. */
+int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr);
+
+/* Forget every pointer recorded with value (O(size)). Returns how many. */
+size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value);
+
+/* Entries now (kept closed pointers included). */
 size_t byval_ptrmap_size(byval_ptrmap_t *m);
 
 /* Forget everything without callbacks (at-fork child). */

@@ -6,6 +6,7 @@
  */
 #include "shim/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 
 byval_config_t byval_cfg;
 
-enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT };
+enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_BYTES, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT };
 
 typedef struct cfg_entry {
     const char *name;
@@ -39,6 +40,8 @@ static const cfg_entry_t cfg_table[] = {
          "append log lines to this file instead of stderr (%p expands to the pid)"),
     CFG_("IPCBYVAL_CACHE_SIZE", "1024", CFG_SIZE, cache_size,
          "import cache entries (mappings kept open for reuse), >= 1"),
+    CFG_("IPCBYVAL_CACHE_BYTES", "1G", CFG_BYTES, cache_bytes,
+         "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"),
     CFG_("IPCBYVAL_EXPORT_CACHE_SIZE", "4096", CFG_SIZE, export_cache_size,
          "export cache entries (one exported fd per live allocation), >= 1"),
     CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
@@ -102,6 +105,25 @@ static int parse_enum(const char *s, const char *const *names, size_t n, int *ou
     return -1;
 }
 
+/* Bytes, with an optional binary suffix K, M, G or T (0 allowed). */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (errno || (*end && (!u || end[1] != '\0')))
+        return -1;
+    unsigned shift = u ? 10u * (unsigned)(u - units + 1) : 0;
+    if (v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
 static int parse_value(const cfg_entry_t *e, const char *s)
 {
     void *field = (char *)&byval_cfg + e->offset;
@@ -110,6 +132,8 @@ static int parse_value(const cfg_entry_t *e, const char *s)
         return parse_bool(s, field);
     case CFG_SIZE:
         return parse_size(s, field);
+    case CFG_BYTES:
+        return parse_bytes(s, field);
     case CFG_LEVEL:
         if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0') {
             *(int *)field = s[0] - '0';
@@ -134,6 +158,8 @@ static const char *type_hint(enum cfg_type t)
         return "y/yes/on/1 or n/no/off/0";
     case CFG_SIZE:
         return "an integer from 1 to 4294967296";
+    case CFG_BYTES:
+        return "a byte count, with an optional K, M, G or T suffix";
     case CFG_LEVEL:
         return "none, error, warn, info, debug or 0-4";
     case CFG_TRANSPORT:
@@ -243,6 +269,9 @@ static void format_value(const cfg_entry_t *e, char *buf, size_t len)
         break;
     case CFG_SIZE:
         snprintf(buf, len, "%zu", *(const size_t *)field);
+        break;
+    case CFG_BYTES:
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
         break;
     case CFG_LEVEL:
         snprintf(buf, len, "%s", level_names[*(const int *)field]);

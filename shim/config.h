@@ -8,6 +8,7 @@
 #define BYVAL_SHIM_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 enum byval_transport {
@@ -21,6 +22,7 @@ typedef struct byval_config {
     int log_level;            /* IPCBYVAL_LOG */
     char log_file[256];       /* IPCBYVAL_LOG_FILE ("" = stderr) */
     size_t cache_size;        /* IPCBYVAL_CACHE_SIZE: import cache entries */
+    uint64_t cache_bytes;     /* IPCBYVAL_CACHE_BYTES: closed mappings kept */
     size_t export_cache_size; /* IPCBYVAL_EXPORT_CACHE_SIZE */
     int stats;                /* IPCBYVAL_STATS */
     int ze;                   /* IPCBYVAL_ZE: handle Level Zero */

@@ -88,3 +88,13 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     (void)w;
     errno = saved;
 }
+
+void byval_log_double_close(const char *api, const void *ptr)
+{
+    static int warned;
+    int lvl = __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG
+                                                                 : BYVAL_LOG_LVL_WARN;
+    if (byval_log_level >= lvl)
+        byval_log(lvl, NULL, "%s(%p): not open (closed already): the driver's error is returned "
+                  "and the cached mapping is left alone", api, ptr);
+}

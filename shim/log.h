@@ -30,4 +30,9 @@ void byval_log(int level, const char *func, const char *fmt, ...)
 #define BYVAL_LOG_INFO(...) BYVAL_LOG_(BYVAL_LOG_LVL_INFO, __VA_ARGS__)
 #define BYVAL_LOG_DEBUG(...) BYVAL_LOG_(BYVAL_LOG_LVL_DEBUG, __VA_ARGS__)
 
+/* A close of a pointer that is open no more (a double close): the API's
+ * error is returned and the cached mapping left alone. One warning per
+ * process, then debug lines: a loop must not flood the job's output. */
+void byval_log_double_close(const char *api, const void *ptr);
+
 #endif

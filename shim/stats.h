@@ -22,6 +22,8 @@
     X(closes, "closes of by-value mappings")                              \
     X(frees, "frees that dropped an export entry")                        \
     X(exporter_exits, "exporters seen exiting")                           \
+    X(released_freed, "cached mappings released because the exporter freed them") \
+    X(double_closes, "closes of a pointer not open (the API's error returned)") \
     X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \
     X(miss_import_ns, "ns in misses in the driver's import")              \
     X(miss_map_ns, "ns in misses mapping (CUDA VMM: reserve, map, access)")

@@ -6,6 +6,7 @@
 #include <errno.h>
 
 #include "handles/broker.h"
+#include "handles/registry.h"
 #include "handles/transport.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
@@ -81,4 +82,26 @@ void byval_export_withdraw(int fd)
 {
     if (byval_cfg.transport != BYVAL_TRANSPORT_PIDFD)
         byval_broker_withdraw(fd);
+}
+
+void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
+{
+    static int offered;
+    if (byval_registry_add(key, ino, fd, size) != 0) {
+        BYVAL_LOG_DEBUG("export registry full or unavailable: importers keep fd %u's mappings "
+                        "within their byte budget", fd);
+        return;
+    }
+    int memfd, pipe_rd;
+    /* Importers that cannot use pidfd_getfd fetch these from the broker. */
+    if (!__atomic_load_n(&offered, __ATOMIC_ACQUIRE) && byval_registry_fds(&memfd, &pipe_rd) == 0 &&
+        !__atomic_exchange_n(&offered, 1, __ATOMIC_ACQ_REL)) {
+        byval_export_offer(memfd);
+        byval_export_offer(pipe_rd);
+    }
+}
+
+void byval_export_unpublish(uint64_t key, uint32_t ino)
+{
+    byval_registry_remove(key, ino);
 }

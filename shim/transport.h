@@ -35,4 +35,13 @@ byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_
 void byval_export_offer(int fd);
 void byval_export_withdraw(int fd);
 
+/* Exporter side: publish a live export in this process's registry
+ * (handles/registry.h), so that importers can tell when it is freed; the
+ * registry's fds are offered to the broker with the first one. */
+void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
+
+/* The export's allocation is freed (or its export withdrawn): importers
+ * release their closed mappings of it. */
+void byval_export_unpublish(uint64_t key, uint32_t ino);
+
 #endif

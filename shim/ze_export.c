@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cache/lru.h"
+#include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/init.h"
@@ -47,9 +48,26 @@ static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 static ze_pfnDriverGet_t real_driver_get;
 static ze_pfnDeviceGet_t real_device_get;
 
+/* What the registry names an export by (handles/registry.h). */
+static int export_reg_key(const ze_export_t *e, uint64_t *key_p, uint32_t *ino_p)
+{
+    byval_record_t rec;
+    if (!byval_ze_decode(e->handle.data, &rec))
+        return -1;
+    *key_p = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id);
+    *ino_p = rec.fd_ino;
+    return 0;
+}
+
 static void export_evicted(void *ctx, const void *key, void *value)
 {
     ze_export_t *e = value;
+    uint64_t rkey;
+    uint32_t ino;
+    /* Freed (or evicted, its fd given back): importers drop their closed
+     * mappings of it now, as they would natively after their close. */
+    if (export_reg_key(e, &rkey, &ino) == 0)
+        byval_export_unpublish(rkey, ino);
     byval_export_withdraw((int)byval_ze_handle_fd(e->handle.data));
     /* Give the driver its fd back. Without zeMemPutIpcHandle (loader < 1.6)
      * the driver keeps it until zeMemFree, as it would without us. */
@@ -241,8 +259,18 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
     e->ctx = ctx;
     e->handle = *handle;
     void *existing;
-    if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK)
+    uint64_t rkey;
+    uint32_t ino;
+    /* Published before a racing free can evict it, withdrawn again when
+     * the cache does not keep it (only what a free will withdraw stays). */
+    int reg = export_reg_key(e, &rkey, &ino) == 0;
+    if (reg)
+        byval_export_publish(rkey, ino, (uint32_t)byval_ze_handle_fd(h), 0);
+    if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK) {
         free(e); /* another thread exported it first, or cache full */
+        if (reg)
+            byval_export_unpublish(rkey, ino);
+    }
     return r;
 }
 

@@ -1,31 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_import.c - zeMemOpenIpcHandle / zeMemCloseIpcHandle for by-value
- * handles.
+ * handles, and what zeContextDestroy must release first.
  *
  * A miss resolves the exporter's fd with pidfd_open + pidfd_getfd
  * (handles/resolve.c), writes the local fd into bytes 0-7 of a copy of the
  * handle, lets the driver import it and closes the duplicate. The mapping
- * is kept in the import cache keyed by (pid namespace, pid, identity,
- * allocation id, flags, pool offset, local context, local device): a
- * re-open is a lookup. Close drops a reference; the driver's close runs on
- * eviction, when the exporter exits, or never (process exit). The open
- * pointer map keeps each mapping's cache reference handle, so that close
- * puts exactly that entry without hashing the key again.
+ * is kept by the import lifecycle core (cache/imports.h) keyed by (pid
+ * namespace, pid, identity, allocation id, flags, pool offset, local
+ * context, local device): a re-open is a lookup. Close drops an open; a
+ * closed mapping is released when the exporter frees the allocation or
+ * exits, the context is destroyed, or a budget needs room (imports.h).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/lru.h"
-#include "cache/ptrmap.h"
+#include "cache/imports.h"
+#include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/track.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
 
@@ -40,6 +41,7 @@ typedef struct ze_import_key {
 } ze_import_key_t;
 
 typedef struct ze_import {
+    byval_import_t base; /* the lifecycle core's part (cache/imports.h) */
     void *ptr;
     ze_context_handle_t ctx;
     /* The whole record it was opened from: a hit must match it, so a
@@ -49,12 +51,7 @@ typedef struct ze_import {
     uint8_t rec[BYVAL_WIRE_LEN];
 } ze_import_t;
 
-/* In the open pointer map, reference handle 0 marks a mapping that could
- * not be cached (cache full of referenced entries): closed for real on
- * its last close. */
-
-static byval_lru_t *import_cache;
-static byval_ptrmap_t *open_ptrs;
+static byval_imports_t *imports;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
 static ze_pfnMemCloseIpcHandle_t real_close;
 
@@ -69,56 +66,41 @@ static void import_close_mapping(ze_context_handle_t ctx, void *ptr)
         BYVAL_LOG_WARN("zeMemCloseIpcHandle(%p) on release returned 0x%x", ptr, (unsigned)r);
 }
 
-static void import_evicted(void *ctx, const void *key, void *value)
+static void ze_release(byval_import_t *b)
 {
-    ze_import_t *m = value;
+    ze_import_t *m = (ze_import_t *)b;
     import_close_mapping(m->ctx, m->ptr);
     free(m);
 }
 
-static int import_from_exporter(void *ctx, const void *key, void *value)
+static int ze_same(const byval_import_t *a, const byval_import_t *b)
 {
-    const byval_exporter_id_t *id = ctx;
-    const ze_import_key_t *k = key;
-    return k->pidns == id->pidns && k->pid == id->pid && k->identity == id->identity;
+    return memcmp(((const ze_import_t *)a)->rec, ((const ze_import_t *)b)->rec,
+                  BYVAL_WIRE_LEN) == 0;
 }
 
-static void import_exporter_exited(const byval_exporter_id_t *id)
+/* At the first close: where the exporter says whether it still lives. */
+static void ze_track(byval_import_t *b)
 {
-    if (import_cache)
-        byval_lru_remove_if(import_cache, import_from_exporter, (void *)id);
+    byval_record_t rec;
+    if (byval_wire_decode(((ze_import_t *)b)->rec, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK)
+        byval_track_record(b, &rec, BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino);
 }
 
-static void import_atfork_prepare(void)
-{
-    byval_ptrmap_fork_prepare(open_ptrs);
-}
-
-static void import_atfork_parent(void)
-{
-    byval_ptrmap_fork_parent(open_ptrs);
-}
-
-static void import_atfork_child(void)
-{
-    /* The child holds none of the parent's opens (the cache empties
-     * itself in its own handler, without driver calls). */
-    byval_ptrmap_clear(open_ptrs);
-}
+static byval_imports_ops_t import_ops = {
+    .name = "ze import",
+    .key_len = sizeof(ze_import_key_t),
+    .release = ze_release,
+    .same = ze_same,
+    .track = ze_track,
+};
 
 static void import_init(void)
 {
     real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
-    import_cache = byval_lru_create(byval_cfg.cache_size, sizeof(ze_import_key_t),
-                                    import_evicted, NULL);
-    open_ptrs = byval_ptrmap_create(sizeof(byval_lru_ref_t));
-    if (!import_cache || !open_ptrs) {
+    imports = byval_track_cache(&import_ops);
+    if (!imports)
         BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
-        return;
-    }
-    byval_stats_register_cache("ze import", import_cache);
-    byval_exporters_on_exit(import_exporter_exited);
-    pthread_atfork(import_atfork_prepare, import_atfork_parent, import_atfork_child);
 }
 
 /* Log the first failure of each kind at error level, the rest at debug:
@@ -158,7 +140,7 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     return ZE_RESULT_SUCCESS;
 }
 
-/* Resolve, import and cache. On success *pptr is referenced once. */
+/* Resolve, import and cache. On success *pptr is open once. */
 static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
                                ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
                                ze_ipc_memory_flags_t flags, const byval_record_t *rec,
@@ -180,41 +162,35 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     close(fd); /* the driver holds its own reference to the buffer now */
     if (r != ZE_RESULT_SUCCESS) {
         BYVAL_STAT_INC(open_errors);
-        BYVAL_LOG_ERROR("zeMemOpenIpcHandle: driver refused fd %d (pid %u fd %u): 0x%x", fd,
-                        rec->pid, rec->fd, (unsigned)r);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec->pid,
+                 rec->fd, (unsigned)r);
+        import_log_failure(BYVAL_E_SYS, msg);
         return r;
     }
-
-    ze_import_t *m = malloc(sizeof(*m));
-    if (m) {
-        m->ptr = p;
-        m->ctx = ctx;
-        memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
-    }
-    void *existing = NULL;
-    byval_lru_ref_t ref = 0;
-    int ins = m ? byval_lru_insert_ref(import_cache, key, m, &existing, &ref) : BYVAL_LRU_NOMEM;
-    if (ins == BYVAL_LRU_EXISTS) {
-        /* Another thread imported the same handle first: use its mapping. */
-        free(m);
+    ze_import_t *m = calloc(1, sizeof(*m));
+    if (!m) {
         import_close_mapping(ctx, p);
-        m = existing;
-        p = m->ptr;
-    } else if (ins != BYVAL_LRU_OK) {
-        /* Every cached mapping is in use: hand out this one uncached. */
-        free(m);
-        BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached", p);
-        if (byval_ptrmap_ref(open_ptrs, (uintptr_t)p, &ref) < 0) { /* ref is 0 */
-            import_close_mapping(ctx, p);
-            return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-        }
-        *pptr = p;
-        return ZE_RESULT_SUCCESS;
-    }
-    if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &ref, m) < 0) {
-        byval_lru_put_ref(import_cache, ref);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
+    m->ptr = p;
+    m->ctx = ctx;
+    memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
+    m->base.bytes = rec->size;
+    m->base.ctx = (uintptr_t)ctx;
+    m->base.pidns = rec->pidns;
+    m->base.pid = rec->pid;
+    m->base.identity = rec->identity;
+    byval_import_t *out;
+    byval_lru_ref_t ref;
+    byval_imports_insert(imports, key, &m->base, &out, &ref);
+    if (!ref)
+        BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached", ((ze_import_t *)out)->ptr);
+    p = ((ze_import_t *)out)->ptr;
+    if (byval_imports_open(imports, out, ref, (uintptr_t)p) < 0)
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    BYVAL_LOG_DEBUG("open: miss, pid %u fd %u, %llu bytes at %p", rec->pid, rec->fd,
+                    (unsigned long long)rec->size, p);
     *pptr = p;
     return ZE_RESULT_SUCCESS;
 }
@@ -243,7 +219,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
         return next(ctx, dev, handle, flags, pptr);
     }
     pthread_once(&import_once, import_init);
-    if (!import_cache || !open_ptrs)
+    if (!imports)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 
     ze_import_key_t key;
@@ -256,24 +232,19 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     key.ctx = (uintptr_t)ctx;
     key.dev = (uintptr_t)dev;
 
-    void *v = NULL;
     byval_lru_ref_t ref = 0;
-    int hit = byval_lru_get_ref(import_cache, &key, &v, &ref);
-    if (hit &&
-        memcmp(((ze_import_t *)v)->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
+    ze_import_t *m = (ze_import_t *)byval_imports_get(imports, &key, &ref);
+    if (m && memcmp(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
         /* Same key, another record: resolve it (and most likely refuse). */
-        byval_lru_put_ref(import_cache, ref);
-        hit = 0;
+        byval_imports_unget(imports, ref);
+        m = NULL;
     }
-    if (hit) {
-        void *p = ((ze_import_t *)v)->ptr;
-        if (byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &ref, v) < 0) {
-            byval_lru_put_ref(import_cache, ref);
+    if (m) {
+        if (byval_imports_open(imports, &m->base, ref, (uintptr_t)m->ptr) < 0)
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-        }
         BYVAL_STAT_INC(opens);
         BYVAL_STAT_INC(open_hits);
-        *pptr = p;
+        *pptr = m->ptr;
         return ZE_RESULT_SUCCESS;
     }
     if (!byval_ze_decode(handle.data, &rec)) { /* bad checksum: not ours after all */
@@ -290,20 +261,28 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    if (!byval_init() || !byval_cfg.ze || !open_ptrs)
+    if (!byval_init() || !byval_cfg.ze)
         return next(ctx, ptr);
-    byval_lru_ref_t ref = 0;
-    /* The handle names the entry itself: a removed one and a newer one may
-     * share the key. */
-    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &ref, NULL);
-    if (left < 0)
-        return next(ctx, ptr); /* not a mapping we handed out */
-    BYVAL_STAT_INC(closes);
-    if (!ref) { /* uncached */
-        if (left == 0)
-            return next(ctx, ptr);
+    switch (byval_imports_close((uintptr_t)ptr)) {
+    case BYVAL_IMPORTS_CLOSED:
+        BYVAL_STAT_INC(closes);
         return ZE_RESULT_SUCCESS;
+    case BYVAL_IMPORTS_NOT_OPEN:
+        /* The driver would refuse a pointer that is not open; the cached
+         * mapping behind it must not be touched. */
+        byval_log_double_close("zeMemCloseIpcHandle", ptr);
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    default:
+        return next(ctx, ptr); /* not a mapping we handed out */
     }
-    byval_lru_put_ref(import_cache, ref);
-    return ZE_RESULT_SUCCESS;
+}
+
+void byval_ze_context_destroyed(ze_context_handle_t ctx)
+{
+    if (!byval_init() || !byval_cfg.ze)
+        return;
+    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
+    if (n)
+        BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it", (void *)ctx, n,
+                        n == 1 ? "" : "s");
 }

@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * imports.c - the lifecycle core of imported mappings (see imports.h).
+ *
+ * Design notes.
+ * - One open-pointer map for every API: close gets only a pointer. It
+ *   keeps each pointer with the cache reference it came with; a pointer
+ *   closed as often as opened stays (count 0) until its mapping is
+ *   released, and is dropped from the map BEFORE the driver unmaps it,
+ *   so a new mapping at the same address never meets a stale record.
+ * - The byte budget counts a mapping's bytes from its first close until
+ *   it is released, also while it is open again: an over-estimate of what
+ *   closed mappings hold (never an under-estimate), which keeps the hit
+ *   path free of shared counters (a re-open and its close touch no global
+ *   state). When a first close takes the total over the budget, the
+ *   caches evict unreferenced counted mappings in clock order until it
+ *   fits.
+ * - Liveness: m->live points at the exporter's registry slot and m->serial
+ *   is what it held when tracked (at the first close, when a mapping
+ *   starts to live on borrowed time); a hit compares them (one load) and
+ *   the registry watcher's events remove freed ones at once.
+ * - Releases run under a shared gate; a context purge takes it exclusive
+ *   after purging, so that no release of that context is still running on
+ *   another thread (the watcher's) when the driver destroys the context.
+ */
+#include "cache/imports.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "cache/ptrmap.h"
+
+#define IMPORTS_MAX 4
+
+struct byval_imports {
+    const byval_imports_ops_t *ops;
+    byval_lru_t *lru;
+};
+
+static struct {
+    pthread_mutex_t lock; /* the list of caches, the uncached list */
+    byval_imports_t *caches[IMPORTS_MAX];
+    unsigned ncaches;
+    byval_import_t *uncached;
+    byval_ptrmap_t *open_ptrs;
+    pthread_rwlock_t gate;
+    uint64_t closed, peak, budget;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .budget = UINT64_MAX};
+
+#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+
+static int alive(const byval_import_t *m)
+{
+    const uint64_t *w = LD(&m->live);
+    return !w || __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial,
+                                                                          __ATOMIC_RELAXED);
+}
+
+int byval_import_alive(const byval_import_t *m)
+{
+    return alive(m);
+}
+
+void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker)
+{
+    m->tracker = tracker;
+    __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->live, word, __ATOMIC_RELEASE); /* after the serial */
+}
+
+/* Give m to the driver: every path that ends a mapping comes here once. */
+static void release(byval_import_t *m)
+{
+    const byval_imports_ops_t *ops = m->home->ops;
+    void *tracker = m->tracker;
+    byval_ptrmap_drop_value(g.open_ptrs, m);
+    if (LD(&m->counted))
+        __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
+    pthread_rwlock_rdlock(&g.gate);
+    ops->release(m);
+    pthread_rwlock_unlock(&g.gate);
+    if (tracker && ops->untrack)
+        ops->untrack(tracker);
+}
+
+static void evicted(void *ctx, const void *key, void *value)
+{
+    (void)ctx;
+    (void)key;
+    release(value);
+}
+
+static void atfork_prepare(void)
+{
+    /* No release may be inside the driver while fork copies the address
+     * space: the watcher thread's releases are ours, not the
+     * application's, and a driver lock they hold would stay locked in the
+     * child forever (a child that uses the driver would hang). */
+    pthread_rwlock_wrlock(&g.gate);
+    pthread_mutex_lock(&g.lock);
+    byval_ptrmap_fork_prepare(g.open_ptrs);
+}
+
+static void atfork_parent(void)
+{
+    byval_ptrmap_fork_parent(g.open_ptrs);
+    pthread_mutex_unlock(&g.lock);
+    pthread_rwlock_unlock(&g.gate);
+}
+
+/* Writers first: a purge or a fork waits for the releases running, not
+ * for every release queued behind them. */
+static void gate_init(void)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&g.gate, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
+static void atfork_child(void)
+{
+    /* The child holds none of the parent's mappings (its caches empty
+     * themselves, without driver calls): forget the opens too. */
+    pthread_mutex_init(&g.lock, NULL);
+    gate_init();
+    byval_ptrmap_clear(g.open_ptrs);
+    g.uncached = NULL;
+    __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g.peak, 0, __ATOMIC_RELAXED);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+    /* Not under g.lock: fork() holds glibc's handler lock while it runs
+     * the prepare handlers, and ours takes g.lock. */
+    gate_init();
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t capacity)
+{
+    byval_imports_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ops = ops;
+    pthread_once(&atfork_once, atfork_register);
+    pthread_mutex_lock(&g.lock);
+    if (!g.open_ptrs)
+        g.open_ptrs = byval_ptrmap_create_keep(sizeof(byval_lru_ref_t));
+    if (g.open_ptrs && g.ncaches < IMPORTS_MAX)
+        c->lru = byval_lru_create(capacity, ops->key_len, evicted, c);
+    if (c->lru)
+        g.caches[__atomic_fetch_add(&g.ncaches, 1, __ATOMIC_RELEASE)] = c;
+    pthread_mutex_unlock(&g.lock);
+    if (!c->lru) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void byval_imports_set_budget(uint64_t bytes)
+{
+    __atomic_store_n(&g.budget, bytes, __ATOMIC_RELAXED);
+}
+
+byval_lru_t *byval_imports_lru(byval_imports_t *c)
+{
+    return c ? c->lru : NULL;
+}
+
+void byval_imports_bytes(uint64_t *held_p, uint64_t *peak_p)
+{
+    *held_p = __atomic_load_n(&g.closed, __ATOMIC_RELAXED);
+    *peak_p = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
+}
+
+/* ---- open ----------------------------------------------------------------- */
+
+byval_import_t *byval_imports_get(byval_imports_t *c, const void *key, byval_lru_ref_t *ref_p)
+{
+    void *v = NULL;
+    if (!byval_lru_get_ref(c->lru, key, &v, ref_p))
+        return NULL;
+    byval_import_t *m = v;
+    if (!alive(m)) {
+        /* The exporter freed it: out of the cache (released when its last
+         * user closes it, maybe now), and this open imports afresh. */
+        byval_lru_remove_ref(c->lru, *ref_p);
+        byval_lru_put_ref(c->lru, *ref_p);
+        *ref_p = 0;
+        return NULL;
+    }
+    return m;
+}
+
+void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref)
+{
+    byval_lru_put_ref(c->lru, ref);
+}
+
+static void keep_uncached(byval_import_t *m)
+{
+    m->uncached = 1;
+    pthread_mutex_lock(&g.lock);
+    m->unext = g.uncached;
+    g.uncached = m;
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* Take m off the uncached list; 0 when it was not there (purged). */
+static int unlist_uncached(byval_import_t *m)
+{
+    int found = 0;
+    pthread_mutex_lock(&g.lock);
+    for (byval_import_t **pp = &g.uncached; *pp; pp = &(*pp)->unext)
+        if (*pp == m) {
+            *pp = m->unext;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&g.lock);
+    return found;
+}
+
+int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
+                         byval_import_t **out_p, byval_lru_ref_t *ref_p)
+{
+    m->home = c;
+    for (int tries = 0; tries < 8; tries++) {
+        void *ex = NULL;
+        byval_lru_ref_t ref = 0;
+        int rc = byval_lru_insert_ref(c->lru, key, m, &ex, &ref);
+        if (rc == BYVAL_LRU_OK) {
+            *out_p = m;
+            *ref_p = ref;
+            return 0;
+        }
+        if (rc != BYVAL_LRU_EXISTS)
+            break;
+        byval_import_t *e = ex;
+        if (c->ops->same(e, m) && alive(e)) {
+            /* A racing thread imported the same record first. */
+            release(m);
+            *out_p = e;
+            *ref_p = ref;
+            return 0;
+        }
+        /* Another record under the key (an allocation id the exporter's
+         * driver reused, a new process image): m was verified just now,
+         * so it wins; the old mapping lives on only for its open users. */
+        byval_lru_remove_ref(c->lru, ref);
+        byval_lru_put_ref(c->lru, ref);
+    }
+    /* Every cached mapping is open (or no memory): hand m out uncached. */
+    keep_uncached(m);
+    *out_p = m;
+    *ref_p = 0;
+    return 0;
+}
+
+int byval_imports_open(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, uintptr_t ptr)
+{
+    if (byval_ptrmap_ref_value(g.open_ptrs, ptr, &ref, m) > 0)
+        return 0;
+    if (ref)
+        byval_lru_put_ref(c->lru, ref);
+    else if (unlist_uncached(m))
+        release(m);
+    return -1;
+}
+
+/* ---- close ---------------------------------------------------------------- */
+
+typedef struct shed {
+    uint64_t excess;
+} shed_t;
+
+static int shed_pred(void *ctx, const void *key, void *value)
+{
+    shed_t *s = ctx;
+    const byval_import_t *m = value;
+    (void)key;
+    if (!s->excess)
+        return -1;
+    if (!LD(&m->counted))
+        return 0;
+    s->excess = m->bytes >= s->excess ? 0 : s->excess - m->bytes;
+    return 1;
+}
+
+/* Closed bytes over the budget: evict unreferenced counted mappings. */
+static void shed(void)
+{
+    unsigned n = LD(&g.ncaches);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t held = __atomic_load_n(&g.closed, __ATOMIC_RELAXED);
+        uint64_t budget = __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
+        if (held <= budget)
+            return;
+        shed_t s = {held - budget};
+        byval_lru_evict_if(g.caches[i]->lru, shed_pred, &s);
+    }
+}
+
+/* A mapping's first close (we still hold the reference being closed):
+ * track it, count its bytes. Returns 1 when the budget must shed. */
+static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref)
+{
+    uint32_t zero = 0;
+    if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return 0; /* another thread's close was first */
+    if (c->ops->track && !LD(&m->live))
+        c->ops->track(m);
+    if (!alive(m)) /* freed before we looked: no reason to keep it */
+        byval_lru_remove_ref(c->lru, ref);
+    uint64_t held = __atomic_add_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
+    uint64_t peak = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
+    while (held > peak && !__atomic_compare_exchange_n(&g.peak, &peak, held, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    return held > __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
+}
+
+int byval_imports_close(uintptr_t ptr)
+{
+    byval_lru_ref_t ref = 0;
+    void *v = NULL;
+    if (!LD(&g.open_ptrs))
+        return BYVAL_IMPORTS_NOT_OURS;
+    int left = byval_ptrmap_unref_value(g.open_ptrs, ptr, &ref, &v);
+    if (left == BYVAL_PTRMAP_CLOSED)
+        return BYVAL_IMPORTS_NOT_OPEN;
+    if (left < 0)
+        return BYVAL_IMPORTS_NOT_OURS;
+    byval_import_t *m = v;
+    if (!ref) { /* uncached: the driver's close at the last one */
+        if (left == 0) {
+            byval_ptrmap_drop(g.open_ptrs, ptr);
+            if (unlist_uncached(m))
+                release(m);
+        }
+        return BYVAL_IMPORTS_CLOSED;
+    }
+    byval_imports_t *c = m->home;
+    int over = LD(&m->counted) ? 0 : first_close(c, m, ref);
+    byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
+    if (over)
+        shed();
+    return BYVAL_IMPORTS_CLOSED;
+}
+
+/* ---- releases by rule ----------------------------------------------------- */
+
+typedef struct pred_adapter {
+    int (*pred)(void *, const byval_import_t *);
+    void *ctx;
+} pred_adapter_t;
+
+static int adapt(void *ctx, const void *key, void *value)
+{
+    const pred_adapter_t *a = ctx;
+    (void)key;
+    return a->pred(a->ctx, value);
+}
+
+size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx)
+{
+    pred_adapter_t a = {pred, ctx};
+    size_t n = 0;
+    unsigned nc = LD(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_remove_if(g.caches[i]->lru, adapt, &a);
+    return n;
+}
+
+static int of_ctx(void *ctx, const byval_import_t *m)
+{
+    return m->ctx == *(const uintptr_t *)ctx;
+}
+
+size_t byval_imports_purge_ctx(uintptr_t ctx)
+{
+    pred_adapter_t a = {of_ctx, &ctx};
+    size_t n = 0;
+    unsigned nc = LD(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_purge_if(g.caches[i]->lru, adapt, &a);
+    /* Uncached mappings of ctx, too. */
+    byval_import_t *dead = NULL;
+    pthread_mutex_lock(&g.lock);
+    for (byval_import_t **pp = &g.uncached; *pp;) {
+        byval_import_t *m = *pp;
+        if (m->ctx == ctx) {
+            *pp = m->unext;
+            m->unext = dead;
+            dead = m;
+        } else {
+            pp = &m->unext;
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    for (byval_import_t *m = dead, *nx; m; m = nx, n++) {
+        nx = m->unext;
+        release(m);
+    }
+    /* Releases of ctx that other threads started before the purge. */
+    pthread_rwlock_wrlock(&g.gate);
+    pthread_rwlock_unlock(&g.gate);
+    return n;
+}

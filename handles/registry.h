@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * registry.h - the exporter's table of what it exported, shared with its
+ * importers read-only, and the importers' reader of it.
+ *
+ * Why: an importer keeps a closed mapping cached for a cheap re-open, but
+ * natively the memory comes back to the exporter when it frees the
+ * allocation and every importer closed it. So the exporter publishes, per
+ * export, whether the allocation is still live, and wakes its importers
+ * when one is freed; an importer releases its closed mappings of a freed
+ * allocation at once, and its hit path refuses a freed one.
+ *
+ * Layout: a memfd named "ipcbyval-registry" (a 64-byte header, then
+ * BYVAL_REG_SLOTS slots of 32 bytes). A slot's serial is non-zero while
+ * its export is live; the exporter stores 0 (release) when the allocation
+ * is freed, then bumps the header's seq and writes a byte to a pipe whose
+ * read end importers hold (epoll, edge-triggered: every write wakes every
+ * importer; the write end closes at the exporter's exit or exec, which
+ * importers see as a hang-up: that process image's exports are all gone).
+ * Serials are never reused in a process image, so an importer that noted
+ * (slot, serial) at attach time tells "freed" from "slot reused" with one
+ * load. Importers find the memfd by its name in /proc/PID/fd (readlink
+ * opens nothing) and fetch it and the pipe's read end through the same
+ * transport as the exported fds (both are offered to the socket broker).
+ *
+ * No GPU API here: keys are whatever the shim names an allocation by.
+ */
+#ifndef BYVAL_HANDLES_REGISTRY_H
+#define BYVAL_HANDLES_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handles/wire.h"
+
+#define BYVAL_REG_MAGIC UINT64_C(0x3167657279627969) /* "iybyreg1" */
+#define BYVAL_REG_VERSION 1u
+#define BYVAL_REG_SLOTS 8192u /* twice the default export cache */
+#define BYVAL_REG_NAME "ipcbyval-registry"
+
+typedef struct byval_reg_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t pid;      /* the exporter, in its own pid namespace */
+    uint32_t pipe_fd;  /* the wake-up pipe's read end, in the exporter */
+    uint64_t identity; /* as in its records (pidfs inode or start time) */
+    uint32_t high;     /* slots [0, high) have been used */
+    uint32_t pipe_ino;
+    uint64_t seq; /* bumped at every free */
+    uint8_t pad[16];
+} byval_reg_header_t;
+
+typedef struct byval_reg_slot {
+    uint64_t key;    /* the allocation, as the shim names it */
+    uint32_t ino;    /* the exported fd's inode (low 32 bits), 0: none */
+    uint32_t fd;     /* the exported fd's number in the exporter */
+    uint64_t serial; /* != 0 while live; never reused */
+    uint64_t size;   /* bytes exported */
+} byval_reg_slot_t;
+
+_Static_assert(sizeof(byval_reg_header_t) == 64, "registry header is 64 bytes");
+_Static_assert(sizeof(byval_reg_slot_t) == 32, "registry slot is 32 bytes");
+
+/* Registry keys: what an allocation is named by in both processes. */
+#define BYVAL_REG_KEY(kind, alloc_id) ((uint64_t)(kind) << 56 | ((alloc_id) & BYVAL_WIRE_MAX_ALLOC_ID))
+/* A legacy CUDA handle names itself: a hash of its 64 bytes. */
+uint64_t byval_reg_key_bytes(const void *bytes, size_t len);
+
+/* ---- exporter side ---------------------------------------------------- */
+
+/* Publish a live export (created on first use, with its pipe). Returns 0,
+ * or -1 (no memfd/pipe/slot: importers will not track this export and
+ * keep it only within their byte budget). Adding a live (key, ino) again
+ * is a no-op. */
+int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
+
+/* The allocation behind (key, ino) is gone: mark it and wake importers.
+ * ino 0 matches any. Cheap when the key was never published. */
+void byval_registry_remove(uint64_t key, uint32_t ino);
+
+/* The registry's and the pipe's fds (-1 when none yet), to offer them to
+ * the socket broker. */
+int byval_registry_fds(int *memfd_p, int *pipe_rd_p);
+
+/* fork(): the registry holds its lock across fork; the child forgets the
+ * parent's registry (its own exports start a new one). */
+
+#endif

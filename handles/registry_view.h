@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * registry_view.h - an importer's read-only view of an exporter's registry
+ * (registry.h), and the one thread that watches every view for frees and
+ * for the exporter's exit or exec.
+ */
+#ifndef BYVAL_HANDLES_REGISTRY_VIEW_H
+#define BYVAL_HANDLES_REGISTRY_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handles/registry.h"
+#include "handles/wire.h"
+
+typedef struct byval_reg_view byval_reg_view_t;
+
+/* What the watcher reports: the exporter freed something (gone = 0: look
+ * again at the slots of this view), or its process image is gone (exit or
+ * exec: everything of this view is freed). Runs on the watcher thread, no
+ * lock held. */
+typedef void (*byval_reg_event_fn)(byval_reg_view_t *v, int gone);
+
+/* Set the handler (once, before the first attach). */
+void byval_reg_on_event(byval_reg_event_fn fn);
+
+/* The view of the exporter rec names, reached through pidfd (the
+ * importer's verified pidfd of that exporter; -1 when it has none) with
+ * transport mode. One view per exporter image, shared and referenced:
+ * drop it with byval_reg_view_put. NULL when the exporter publishes no
+ * registry or it cannot be reached (msg says why): the caller's mappings
+ * of that exporter are then not tracked. The first attach starts the
+ * watcher thread. */
+byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
+                                   size_t msglen);
+
+/* The same for an exporter known only by its pid in our namespace (a
+ * legacy CUDA handle carries the driver's getpid()): the registry found
+ * there must describe the process behind a pidfd of that pid. pidfd
+ * transport only. */
+byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen);
+
+/* Another reference / drop one. */
+void byval_reg_view_get(byval_reg_view_t *v);
+void byval_reg_view_put(byval_reg_view_t *v);
+
+/* The serial word of the live export (key, ino) and its value now, or
+ * NULL when the registry lists no such live export (freed already). */
+const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
+                               uint64_t *serial_p);
+
+/* 1 while the export found as (word, serial) is live. One load: what a
+ * cache hit pays to refuse memory the exporter freed. */
+static inline int byval_reg_live(const uint64_t *word, uint64_t serial)
+{
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE) == serial;
+}
+
+/* 1 once the exporter's image is gone (exit or exec seen). */
+int byval_reg_view_gone(const byval_reg_view_t *v);
+
+/* Views attached now (statistics, tests). */
+unsigned byval_reg_views(void);
+
+#endif

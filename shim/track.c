@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * track.c - imported mappings and their exporters (see track.h).
+ *
+ * Events come from two places: the registry watcher thread (an exporter
+ * freed an export, or its process image is gone) and the exporters table
+ * (a kept pidfd says the exporter exited). Both end in
+ * byval_imports_remove_if: closed mappings are released at once, open
+ * ones at their last close, as natively.
+ */
+#include "shim/track.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "handles/registry_view.h"
+#include "shim/config.h"
+#include "shim/exporters.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+
+/* Never equal to a serial: what "not listed (freed)" points at. */
+static const uint64_t freed_word = 0;
+
+static int of_view(void *ctx, const byval_import_t *m)
+{
+    const byval_reg_view_t *v = ctx;
+    return m->tracker == v && (byval_reg_view_gone(v) || !byval_import_alive(m));
+}
+
+static void on_registry_event(byval_reg_view_t *v, int gone)
+{
+    size_t n = byval_imports_remove_if(of_view, v);
+    BYVAL_STAT_ADD(released_freed, n);
+    if (n)
+        BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed",
+                        n, n == 1 ? "" : "s");
+}
+
+static int of_exporter(void *ctx, const byval_import_t *m)
+{
+    const byval_exporter_id_t *id = ctx;
+    return m->pidns == id->pidns && m->pid == id->pid && m->identity == id->identity;
+}
+
+static void exporter_exited(const byval_exporter_id_t *id)
+{
+    byval_imports_remove_if(of_exporter, (void *)id);
+}
+
+static pthread_once_t track_once = PTHREAD_ONCE_INIT;
+
+static void track_init(void)
+{
+    byval_imports_set_budget(byval_cfg.cache_bytes);
+    byval_reg_on_event(on_registry_event);
+    byval_exporters_on_exit(exporter_exited);
+}
+
+byval_imports_t *byval_track_cache(byval_imports_ops_t *ops)
+{
+    pthread_once(&track_once, track_init);
+    ops->untrack = byval_track_untrack;
+    byval_imports_t *c = byval_imports_create(ops, byval_cfg.cache_size);
+    if (c)
+        byval_stats_register_cache(ops->name, byval_imports_lru(c));
+    return c;
+}
+
+void byval_track_untrack(void *tracker)
+{
+    byval_reg_view_put(tracker);
+}
+
+/* Log once per exporter pid that its mappings go untracked. */
+static void untracked(uint32_t pid, const char *why)
+{
+    static uint32_t last_pid;
+    if (__atomic_exchange_n(&last_pid, pid, __ATOMIC_RELAXED) != pid)
+        BYVAL_LOG_INFO("pid %u: %s: its closed mappings are kept within IPCBYVAL_CACHE_BYTES", pid,
+                       why);
+}
+
+static void track_in(byval_import_t *m, byval_reg_view_t *v, uint64_t key, uint32_t ino)
+{
+    uint64_t serial = 0;
+    const uint64_t *w = byval_reg_find(v, key, ino, &serial);
+    if (w)
+        byval_import_track(m, w, serial, v);
+    else
+        byval_import_track(m, &freed_word, 1, v); /* freed before we looked */
+}
+
+void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino)
+{
+    char msg[512] = "";
+    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
+    int pidfd = byval_exporters_hold(&id);
+    byval_reg_view_t *v =
+        pidfd >= 0 ? byval_reg_attach(rec, byval_cfg.transport, pidfd, msg, sizeof(msg)) : NULL;
+    byval_exporters_release(&id, pidfd);
+    if (!v) {
+        untracked(rec->pid, msg[0] ? msg : "no pidfd of it is kept");
+        return;
+    }
+    track_in(m, v, key, ino);
+}
+
+void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key)
+{
+    char msg[512] = "";
+    byval_reg_view_t *v = byval_reg_attach_pid(pid, msg, sizeof(msg));
+    if (!v) {
+        BYVAL_LOG_DEBUG("legacy handle of pid %u: %s: kept within IPCBYVAL_CACHE_BYTES", pid,
+                        msg);
+        return;
+    }
+    track_in(m, v, key, 0);
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * track.h - what ties imported mappings (cache/imports.h) to their
+ * exporters: liveness from the exporter's registry (handles/registry*),
+ * release at the exporter's exit, the byte budget from the configuration.
+ * Every import family (ze_import.c, cu_import.c, cu_legacy.c) creates its
+ * cache here and tracks its mappings through here.
+ */
+#ifndef BYVAL_SHIM_TRACK_H
+#define BYVAL_SHIM_TRACK_H
+
+#include "cache/imports.h"
+#include "handles/wire.h"
+
+/* An import cache with the shim's tracker hooks filled in (ops->track,
+ * untrack: leave them NULL in ops), registered for statistics. */
+byval_imports_t *byval_track_cache(byval_imports_ops_t *ops);
+
+/* For ops->track: find m's export (key, ino) in the registry of the
+ * exporter rec names. Not listed there: freed (m is released at its
+ * close); no registry reachable: m stays untracked (budget only). */
+void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino);
+
+/* For ops->track of a legacy CUDA mapping: the exporter named by its pid
+ * (the driver's bytes 8-11) and the key of its 64 handle bytes. */
+void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
+
+/* For ops->untrack. */
+void byval_track_untrack(void *tracker);
+
+#endif
