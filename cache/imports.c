@@ -379,33 +379,45 @@ size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), 
     return n;
 }
 
-static int of_ctx(void *ctx, const byval_import_t *m)
+typedef struct ctx_match {
+    uintptr_t ctx;
+    int dead;
+} ctx_match_t;
+
+static int of_ctx(void *arg, const byval_import_t *m)
 {
-    return m->ctx == *(const uintptr_t *)ctx;
+    const ctx_match_t *c = arg;
+    if (m->ctx != c->ctx)
+        return 0;
+    if (c->dead) /* under the cache lock: the release comes after */
+        __atomic_store_n(&((byval_import_t *)m)->dead, 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
-size_t byval_imports_purge_ctx(uintptr_t ctx)
+static size_t purge_ctx(uintptr_t ctx, int dead)
 {
-    pred_adapter_t a = {of_ctx, &ctx};
+    ctx_match_t match = {ctx, dead};
+    pred_adapter_t a = {of_ctx, &match};
     size_t n = 0;
     unsigned nc = LD(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
         n += byval_lru_purge_if(g.caches[i]->lru, adapt, &a);
     /* Uncached mappings of ctx, too. */
-    byval_import_t *dead = NULL;
+    byval_import_t *gone = NULL;
     pthread_mutex_lock(&g.lock);
     for (byval_import_t **pp = &g.uncached; *pp;) {
         byval_import_t *m = *pp;
         if (m->ctx == ctx) {
+            m->dead = dead;
             *pp = m->unext;
-            m->unext = dead;
-            dead = m;
+            m->unext = gone;
+            gone = m;
         } else {
             pp = &m->unext;
         }
     }
     pthread_mutex_unlock(&g.lock);
-    for (byval_import_t *m = dead, *nx; m; m = nx, n++) {
+    for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
         nx = m->unext;
         release(m);
     }
@@ -413,4 +425,14 @@ size_t byval_imports_purge_ctx(uintptr_t ctx)
     pthread_rwlock_wrlock(&g.gate);
     pthread_rwlock_unlock(&g.gate);
     return n;
+}
+
+size_t byval_imports_purge_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 0);
+}
+
+size_t byval_imports_forget_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 1);
 }

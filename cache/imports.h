@@ -44,6 +44,7 @@ typedef struct byval_import {
     struct byval_import *unext; /* uncached mappings' list */
     uint32_t counted; /* its bytes count as closed (first close on) */
     uint32_t uncached;
+    uint32_t dead; /* its context is gone: release without driver calls */
 } byval_import_t;
 
 typedef struct byval_imports_ops {
@@ -108,6 +109,10 @@ int byval_imports_close(uintptr_t ptr);
  * are forgotten: a later close of one goes to the driver. Returns how
  * many mappings. Waits for releases running on other threads. */
 size_t byval_imports_purge_ctx(uintptr_t ctx);
+
+/* The same for a context already destroyed: the mappings died with it,
+ * so the release callbacks are told (m->dead) not to call the driver. */
+size_t byval_imports_forget_ctx(uintptr_t ctx);
 
 /* Take out of the cache every mapping for which pred(ctx, m) is true
  * (open ones are released at their last close). */

@@ -5,8 +5,9 @@
  * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
  * cu_real.c    the real libcuda entry points, found at run time
  * cu_export.c  by-value export of VMM memory (manifest of chunks)
- * cu_import.c  VMM import, close, and the shared open-pointer map
+ * cu_import.c  VMM import, close, context destruction
  * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
+ * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
 #define BYVAL_SHIM_CU_H
@@ -63,6 +64,14 @@ typedef struct byval_cu_real {
     byval_cu_free_v1_fn mem_free;
     byval_cu_release_fn mem_release;
     byval_cu_unmap_fn mem_unmap;
+    CUresult (*ctx_destroy_v2)(CUcontext);
+    CUresult (*ctx_destroy)(CUcontext);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_release_v2)(CUdevice);
+    CUresult (*primary_release)(CUdevice);
+    CUresult (*primary_reset_v2)(CUdevice);
+    CUresult (*primary_reset)(CUdevice);
+    CUresult (*primary_get_state)(CUdevice, unsigned int *, int *);
     void *get_proc_address;    /* cuGetProcAddress (v1) */
     void *get_proc_address_v2; /* cuGetProcAddress_v2 */
 } byval_cu_real_t;
@@ -113,9 +122,8 @@ CUresult byval_cu_vmm_open(const struct byval_record *rec, const CUipcMemHandle 
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
                               unsigned int flags);
 
-/* Key of the VMM and legacy import caches; type says which (UNCACHED
- * appears only in the open-pointer map, below). */
-enum { BYVAL_CU_KEY_VMM = 1, BYVAL_CU_KEY_LEGACY = 2, BYVAL_CU_KEY_UNCACHED = 3 };
+/* Key of the VMM and legacy import caches; type says which. */
+enum { BYVAL_CU_KEY_VMM = 1, BYVAL_CU_KEY_LEGACY = 2 };
 typedef struct byval_cu_key {
     uint32_t type;
     uint32_t flags;
@@ -129,16 +137,12 @@ typedef struct byval_cu_key {
     } u;
 } byval_cu_key_t;
 
-/* The open-pointer map shared by the VMM and legacy caches: close gets a
- * pointer and must find which cache holds it, and which entry. It keeps
- * the cache type and the entry's reference handle (16 bytes, not the
- * 80-byte key: close puts by handle, without hashing the key again).
- * type BYVAL_CU_KEY_UNCACHED with ref 0: a legacy mapping not cached,
- * closed by the driver on its last close. value: the entry's (NULL when
- * uncached); a pointer opened again must come with the same three. */
-int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *value);
-/* Drop the legacy cache reference ref (close routes by type). */
-void byval_cu_legacy_put(byval_lru_ref_t ref);
+/* A context is about to be destroyed or reset (cuCtxDestroy, the primary
+ * context's reset or last release): release its mappings first. */
+void byval_cu_context_dying(CUcontext ctx);
+
+/* The context wrappers (cu_ctx.c) for cuGetProcAddress, NULL if not one. */
+void *byval_cu_ctx_wrapper_for(const char *symbol, int version);
 
 /* Make ctx current around a driver call from a cache callback. */
 CUcontext byval_cu_ctx_push(CUcontext ctx);

@@ -102,7 +102,7 @@ static void *cu_wrapper_for(const char *symbol, int version)
         return (void *)cuMemRelease;
     if (strcmp(symbol, "cuMemUnmap") == 0)
         return (void *)cuMemUnmap;
-    return NULL;
+    return byval_cu_ctx_wrapper_for(symbol, version);
 }
 
 /* Replace *pfn with our wrapper when the driver found the symbol. */

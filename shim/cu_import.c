@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle.
+ * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle, and what a
+ * context's destruction must release first.
  *
  * A by-value VMM handle names the exporter's manifest memfd. A miss
  * duplicates it with pidfd_getfd, reads the chunk list, duplicates each
@@ -9,16 +10,19 @@
  * grants the current device read/write: every byte of the exporter's
  * buffer sits at the same offset. The pointer returned has the driver's
  * legacy semantics: the base of the exporter's cuMemGetAddressRange
- * allocation (callers add their offset). The mapping stays in the import
- * cache; close drops a reference, eviction or exporter exit unmaps.
+ * allocation (callers add their offset). The mapping's lifetime is the
+ * import core's (cache/imports.h): close drops an open; the exporter's
+ * free or exit, the context's destruction or a budget release it.
  */
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/lru.h"
-#include "cache/ptrmap.h"
+#include "cache/imports.h"
+#include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
@@ -27,90 +31,91 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/track.h"
 #include "shim/transport.h"
 
 typedef struct cu_mapping {
+    byval_import_t core; /* the lifecycle core's part (cache/imports.h) */
     CUdeviceptr base;
     uint64_t size;
+    CUcontext ctx;
     uint8_t rec[BYVAL_WIRE_LEN]; /* a hit must carry the same record */
     uint32_t nchunks;
     byval_manifest_chunk_t chunks[]; /* offsets and sizes (fd fields unused) */
 } cu_mapping_t;
 
-/* What the open pointer map keeps for each pointer (cu.h). */
-typedef struct cu_open {
-    uint32_t type;
-    uint32_t zero; /* the map compares keys whole: no padding left undefined */
-    byval_lru_ref_t ref;
-} cu_open_t;
-
-static byval_lru_t *vmm_cache;
-static byval_ptrmap_t *open_ptrs;
+static byval_imports_t *vmm_cache;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
 
 static void mapping_release(cu_mapping_t *m)
 {
     const byval_cu_real_t *rl = byval_cu_real();
-    if (rl && m->base) {
+    if (rl && m->base && !__atomic_load_n(&m->core.dead, __ATOMIC_RELAXED)) {
         byval_enter();
+        /* From the watcher thread too: the context the mapping was made
+         * in, which a purge keeps alive until this returns. */
+        CUcontext saved = byval_cu_ctx_push(m->ctx);
         for (uint32_t i = 0; i < m->nchunks; i++)
             if (m->chunks[i].size)
                 rl->mem_unmap(m->base + m->chunks[i].offset, m->chunks[i].size);
         rl->address_free(m->base, m->size);
+        byval_cu_ctx_pop(saved);
         byval_leave();
     }
     free(m);
 }
 
-static void vmm_evicted(void *ctx, const void *key, void *value)
+static void vmm_release(byval_import_t *b)
 {
-    mapping_release(value);
+    mapping_release((cu_mapping_t *)b);
 }
 
-static int vmm_from_exporter(void *ctx, const void *key, void *value)
+static int vmm_same(const byval_import_t *a, const byval_import_t *b)
 {
-    const byval_exporter_id_t *id = ctx;
-    const byval_cu_key_t *k = key;
-    return k->u.vmm.pidns == id->pidns && k->u.vmm.pid == id->pid &&
-           k->u.vmm.identity == id->identity;
+    return memcmp(((const cu_mapping_t *)a)->rec, ((const cu_mapping_t *)b)->rec,
+                  BYVAL_WIRE_LEN) == 0;
 }
 
-static void vmm_exporter_exited(const byval_exporter_id_t *id)
+/* At the first close: where the exporter says whether it still lives. */
+static void vmm_track(byval_import_t *b)
 {
-    if (vmm_cache)
-        byval_lru_remove_if(vmm_cache, vmm_from_exporter, (void *)id);
+    byval_record_t rec;
+    if (byval_wire_decode(((cu_mapping_t *)b)->rec, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK)
+        byval_track_record(b, &rec, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
+                           rec.fd_ino);
 }
 
-static void import_atfork_prepare(void)
-{
-    byval_ptrmap_fork_prepare(open_ptrs);
-}
-
-static void import_atfork_parent(void)
-{
-    byval_ptrmap_fork_parent(open_ptrs);
-}
-
-static void import_atfork_child(void)
-{
-    byval_ptrmap_clear(open_ptrs);
-}
+static byval_imports_ops_t vmm_ops = {
+    .name = "cuda vmm import",
+    .key_len = sizeof(byval_cu_key_t),
+    .release = vmm_release,
+    .same = vmm_same,
+    .track = vmm_track,
+};
 
 static void import_init(void)
 {
-    vmm_cache = byval_lru_create(byval_cfg.cache_size, sizeof(byval_cu_key_t), vmm_evicted, NULL);
-    open_ptrs = byval_ptrmap_create(sizeof(cu_open_t));
-    if (vmm_cache)
-        byval_stats_register_cache("cuda vmm import", vmm_cache);
-    byval_exporters_on_exit(vmm_exporter_exited);
-    pthread_atfork(import_atfork_prepare, import_atfork_parent, import_atfork_child);
+    vmm_cache = byval_track_cache(&vmm_ops);
 }
 
-int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *value)
+/* Log the first failure of each kind at error level, the rest at debug:
+ * a loop that keeps failing must not flood the job's output. */
+static void vmm_log_failure(byval_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void vmm_log_failure(byval_status_t st, const char *fmt, ...)
 {
-    cu_open_t o = {.type = type, .zero = 0, .ref = ref};
-    pthread_once(&import_once, import_init);
-    return open_ptrs ? byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &o, value) : -1;
+    static int seen[BYVAL_E_SYS + 2];
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    int k = st <= BYVAL_E_SYS ? (int)st : BYVAL_E_SYS + 1;
+    int first = !__atomic_exchange_n(&seen[k], 1, __ATOMIC_RELAXED);
+    if (first)
+        BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
+    else
+        BYVAL_LOG_DEBUG("cuIpcOpenMemHandle: %s", msg);
 }
 
 /* Read and check the manifest behind mfd. Returns malloc'd manifest. */
@@ -154,8 +159,11 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
+    rl->ctx_get_current(&m->ctx);
     r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
+        vmm_log_failure(BYVAL_E_SYS, "cuMemAddressReserve(%llu bytes) failed: %s",
+                        (unsigned long long)m->size, byval_cu_err(r));
         m->base = 0;
         goto err;
     }
@@ -167,7 +175,7 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
             byval_fetch_more_fd(rec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
         *fetch_ns += byval_stats_now_ns() - t0;
         if (st != BYVAL_OK) {
-            BYVAL_LOG_ERROR("cuIpcOpenMemHandle: chunk %u: %s", i, msg);
+            vmm_log_failure(st, "chunk %u: %s", i, msg);
             r = st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
             goto err;
         }
@@ -177,14 +185,17 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
         *import_ns += byval_stats_now_ns() - t0;
         close(fd);
         if (r != CUDA_SUCCESS) {
-            BYVAL_LOG_ERROR("cuMemImportFromShareableHandle(chunk %u of pid %u) failed: %s", i,
-                            rec->pid, byval_cu_err(r));
+            vmm_log_failure(BYVAL_E_SYS, "cuMemImportFromShareableHandle(chunk %u of pid %u) "
+                            "failed: %s", i, rec->pid, byval_cu_err(r));
             goto err;
         }
         r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
         rl->mem_release(gh); /* the mapping holds the allocation now */
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            vmm_log_failure(BYVAL_E_SYS, "cuMemMap(chunk %u of pid %u, %llu bytes) failed: %s", i,
+                            rec->pid, (unsigned long long)c->size, byval_cu_err(r));
             goto err;
+        }
         m->chunks[m->nchunks++] = *c;
         CUmemAccessDesc acc;
         memset(&acc, 0, sizeof(acc));
@@ -192,8 +203,11 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
         acc.location.id = dev;
         acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk %u of pid %u) failed: %s", i,
+                            rec->pid, byval_cu_err(r));
             goto err;
+        }
     }
     *m_p = m;
     return CUDA_SUCCESS;
@@ -217,6 +231,20 @@ static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, const byval_record
     return r;
 }
 
+/* Hand out the open of m (referenced by ref) at chunk offset chunk_off. */
+static CUresult vmm_hand_out(cu_mapping_t *m, byval_lru_ref_t ref, uint64_t chunk_off,
+                             CUdeviceptr *pdptr)
+{
+    if (chunk_off >= m->size) {
+        byval_imports_unget(vmm_cache, ref);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (byval_imports_open(vmm_cache, &m->core, ref, (uintptr_t)(m->base + chunk_off)) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pdptr = m->base + chunk_off;
+    return CUDA_SUCCESS;
+}
+
 CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
                            unsigned int flags, CUdeviceptr *pdptr, int *ours_p)
 {
@@ -227,7 +255,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     if (!rl)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_once(&import_once, import_init);
-    if (!vmm_cache || !open_ptrs)
+    if (!vmm_cache)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -247,26 +275,22 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     uint64_t chunk_off;
     memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
 
-    void *v = NULL;
     byval_lru_ref_t ref = 0;
     const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
-    int hit = byval_lru_get_ref(vmm_cache, &key, &v, &ref);
-    if (hit && memcmp(((cu_mapping_t *)v)->rec, rb, BYVAL_WIRE_LEN) != 0) {
-        /* Same key, another record (forged or corrupted): resolve it. */
-        byval_lru_put_ref(vmm_cache, ref);
-        hit = 0;
+    cu_mapping_t *m = (cu_mapping_t *)byval_imports_get(vmm_cache, &key, &ref);
+    if (m && memcmp(m->rec, rb, BYVAL_WIRE_LEN) != 0) {
+        /* Same key, another record (a new export of the reservation, or a
+         * forged or corrupted one): resolve it. */
+        byval_imports_unget(vmm_cache, ref);
+        m = NULL;
     }
-    if (hit) {
-        cu_mapping_t *m = v;
-        if (chunk_off < m->size &&
-            byval_cu_ptr_ref(m->base + chunk_off, BYVAL_CU_KEY_VMM, ref, m) > 0) {
+    if (m) {
+        CUresult r = vmm_hand_out(m, ref, chunk_off, pdptr);
+        if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
-            *pdptr = m->base + chunk_off;
-            return CUDA_SUCCESS;
         }
-        byval_lru_put_ref(vmm_cache, ref);
-        return CUDA_ERROR_INVALID_VALUE;
+        return r;
     }
     /* rec was parsed without its checksum (a hit equals a checked record):
      * check it now, before anything trusts it. */
@@ -288,15 +312,14 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     if (st != BYVAL_OK) {
         byval_fetch_done(rec, pidfd);
         BYVAL_STAT_INC(open_errors);
-        BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
+        vmm_log_failure(st, "%s", msg);
         return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     }
     byval_manifest_t *man = manifest_read(mfd, rec->size);
     close(mfd);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    cu_mapping_t *m = NULL;
     if (!man || chunk_off >= man->reserve_size)
-        BYVAL_LOG_ERROR("cuIpcOpenMemHandle: malformed manifest from pid %u", rec->pid);
+        vmm_log_failure(BYVAL_E_FDKIND, "malformed manifest from pid %u", rec->pid);
     else
         r = vmm_map(rl, pidfd, rec, man, &m);
     free(man);
@@ -306,24 +329,24 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         return r;
     }
     memcpy(m->rec, rb, BYVAL_WIRE_LEN);
-    void *existing = NULL;
-    int ins = byval_lru_insert_ref(vmm_cache, &key, m, &existing, &ref);
-    if (ins == BYVAL_LRU_EXISTS) {
-        mapping_release(m); /* another thread mapped it first */
-        m = existing;
-    } else if (ins != BYVAL_LRU_OK) {
-        /* Every cached mapping is open: this one lives uncached. */
-        BYVAL_LOG_WARN("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu)",
-                       byval_cfg.cache_size);
-        mapping_release(m);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (byval_cu_ptr_ref(m->base + chunk_off, BYVAL_CU_KEY_VMM, ref, m) < 0) {
-        byval_lru_put_ref(vmm_cache, ref);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    *pdptr = m->base + chunk_off;
-    return CUDA_SUCCESS;
+    m->core.bytes = m->size;
+    m->core.ctx = (uintptr_t)ctx;
+    m->core.pidns = rec->pidns;
+    m->core.pid = rec->pid;
+    m->core.identity = rec->identity;
+    byval_import_t *out;
+    byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
+    if (!ref) /* every cached mapping is open: this one lives uncached */
+        BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
+                        "0x%llx not cached", byval_cfg.cache_size,
+                        (unsigned long long)((cu_mapping_t *)out)->base);
+    r = vmm_hand_out((cu_mapping_t *)out, ref, chunk_off, pdptr);
+    if (r == CUDA_SUCCESS)
+        BYVAL_LOG_DEBUG("open: miss, pid %u, %u chunks, %llu bytes at 0x%llx", rec->pid,
+                        ((cu_mapping_t *)out)->nchunks,
+                        (unsigned long long)((cu_mapping_t *)out)->size,
+                        (unsigned long long)*pdptr);
+    return r;
 }
 
 CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
@@ -351,20 +374,29 @@ CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHa
 
 CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
 {
-    if (!byval_init() || !byval_cfg.cuda || !open_ptrs)
+    if (!byval_init() || !byval_cfg.cuda)
         return next(ptr);
-    cu_open_t o;
-    /* The handle names the entry itself: a removed one and a newer one may
-     * share the key. */
-    int left = byval_ptrmap_unref_value(open_ptrs, (uintptr_t)ptr, &o, NULL);
-    if (left < 0)
+    switch (byval_imports_close((uintptr_t)ptr)) {
+    case BYVAL_IMPORTS_CLOSED:
+        BYVAL_STAT_INC(closes);
+        return CUDA_SUCCESS;
+    case BYVAL_IMPORTS_NOT_OPEN:
+        /* As the driver answers a pointer that is not open; the cached
+         * mapping behind it must not be touched. */
+        BYVAL_STAT_INC(double_closes);
+        byval_log_double_close("cuIpcCloseMemHandle", (const void *)(uintptr_t)ptr);
+        return CUDA_ERROR_INVALID_VALUE;
+    default:
         return next(ptr); /* not a mapping we handed out */
-    BYVAL_STAT_INC(closes);
-    if (o.type == BYVAL_CU_KEY_VMM)
-        byval_lru_put_ref(vmm_cache, o.ref);
-    else if (o.type == BYVAL_CU_KEY_LEGACY)
-        byval_cu_legacy_put(o.ref);
-    else if (left == 0)
-        return next(ptr); /* an uncached legacy mapping: the driver closes it */
-    return CUDA_SUCCESS;
+    }
+}
+
+void byval_cu_context_dying(CUcontext ctx)
+{
+    if (!ctx || !byval_init() || !byval_cfg.cuda)
+        return;
+    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
+    if (n)
+        BYVAL_LOG_DEBUG("context %p: released %zu mapping%s of it before the driver destroys it",
+                        (void *)ctx, n, n == 1 ? "" : "s");
 }

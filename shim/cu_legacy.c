@@ -6,57 +6,80 @@
  * the driver ~56 us (33 + 23 measured on H200). The cache keys on all 64
  * handle bytes (the driver puts a per-allocation identifier in them, so a
  * new allocation is a new key) plus the current context and the flags; a
- * re-open after close is a lookup. The driver's close runs on eviction,
- * with the entry's context made current. IPCBYVAL_CUDA_LEGACY_CACHE=0
- * restores pure pass-through.
+ * re-open after close is a lookup. Lifetimes are the import core's
+ * (cache/imports.h): the driver's bytes 8-11 carry the exporter's pid, so
+ * an exporter that runs ipcbyval tells us about its frees through its
+ * registry (it publishes the hash of the handle bytes it gave out); any
+ * other exporter's closed mappings are kept within IPCBYVAL_CACHE_BYTES.
+ * The driver's close runs with the mapping's context made current.
+ * IPCBYVAL_CUDA_LEGACY_CACHE=0 restores pure pass-through.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/lru.h"
+#include "cache/imports.h"
+#include "handles/registry.h"
 #include "shim/config.h"
 #include "shim/cu.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/track.h"
 
 typedef struct cu_legacy {
+    byval_import_t core; /* the lifecycle core's part (cache/imports.h) */
     CUdeviceptr ptr;
     CUcontext ctx;
+    uint8_t handle[CU_IPC_HANDLE_SIZE];
 } cu_legacy_t;
 
-static byval_lru_t *legacy_cache;
+static byval_imports_t *legacy_cache;
 static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
 
-static void legacy_evicted(void *ctx, const void *key, void *value)
+static void legacy_release(byval_import_t *b)
 {
-    cu_legacy_t *e = value;
+    cu_legacy_t *e = (cu_legacy_t *)b;
     const byval_cu_real_t *rl = byval_cu_real();
-    if (rl) {
+    if (rl && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
         byval_enter();
         CUcontext saved = byval_cu_ctx_push(e->ctx);
         CUresult r = rl->ipc_close(e->ptr);
         byval_cu_ctx_pop(saved);
         byval_leave();
         if (r != CUDA_SUCCESS)
-            BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on eviction: %s",
+            BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
                             (unsigned long long)e->ptr, byval_cu_err(r));
     }
     free(e);
 }
 
-static void legacy_init(void)
+/* The key holds all 64 handle bytes: one key, one record. */
+static int legacy_same(const byval_import_t *a, const byval_import_t *b)
 {
-    legacy_cache = byval_lru_create(byval_cfg.cache_size, sizeof(byval_cu_key_t), legacy_evicted,
-                                    NULL);
-    if (legacy_cache)
-        byval_stats_register_cache("cuda legacy import", legacy_cache);
+    return 1;
 }
 
-void byval_cu_legacy_put(byval_lru_ref_t ref)
+/* Driver 580 puts the exporter's getpid() in bytes 8-11 (little endian). */
+static void legacy_track(byval_import_t *b)
 {
-    byval_lru_put_ref(legacy_cache, ref);
+    const cu_legacy_t *e = (const cu_legacy_t *)b;
+    uint32_t pid = (uint32_t)e->handle[8] | (uint32_t)e->handle[9] << 8 |
+                   (uint32_t)e->handle[10] << 16 | (uint32_t)e->handle[11] << 24;
+    byval_track_pid(b, pid, byval_reg_key_bytes(e->handle, sizeof(e->handle)));
+}
+
+static byval_imports_ops_t legacy_ops = {
+    .name = "cuda legacy import",
+    .key_len = sizeof(byval_cu_key_t),
+    .release = legacy_release,
+    .same = legacy_same,
+    .track = legacy_track,
+};
+
+static void legacy_init(void)
+{
+    legacy_cache = byval_track_cache(&legacy_ops);
 }
 
 CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
@@ -77,58 +100,46 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     memcpy(key.u.legacy, h.reserved, sizeof(key.u.legacy));
 
     BYVAL_STAT_INC(opens);
-    void *v;
     byval_lru_ref_t ref;
-    if (byval_lru_get_ref(legacy_cache, &key, &v, &ref)) {
-        CUdeviceptr p = ((cu_legacy_t *)v)->ptr;
-        if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_LEGACY, ref, v) > 0) {
-            BYVAL_STAT_INC(open_hits);
-            *pdptr = p;
-            return CUDA_SUCCESS;
-        }
-        byval_lru_put_ref(legacy_cache, ref);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    cu_legacy_t *e = (cu_legacy_t *)byval_imports_get(legacy_cache, &key, &ref);
+    if (e) {
+        if (byval_imports_open(legacy_cache, &e->core, ref, (uintptr_t)e->ptr) < 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        BYVAL_STAT_INC(open_hits);
+        *pdptr = e->ptr;
+        return CUDA_SUCCESS;
     }
     BYVAL_STAT_INC(open_misses);
-    CUdeviceptr p = 0;
+    CUdeviceptr p = 0, base = 0;
+    size_t size = 0;
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
     CUresult r = next(&p, h, flags);
+    if (r == CUDA_SUCCESS && rl->mem_get_address_range(&base, &size, p) != CUDA_SUCCESS)
+        size = 0;
     byval_leave();
     BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     if (r != CUDA_SUCCESS)
         return r;
-    cu_legacy_t *e = malloc(sizeof(*e));
-    void *existing = NULL;
-    int ins = BYVAL_LRU_NOMEM;
-    if (e) {
-        e->ptr = p;
-        e->ctx = ctx;
-        ins = byval_lru_insert_ref(legacy_cache, &key, e, &existing, &ref);
-    }
-    if (ins == BYVAL_LRU_EXISTS) {
-        /* Raced with another thread: the driver refcounted our open. */
-        free(e);
+    e = calloc(1, sizeof(*e));
+    if (!e) {
         byval_enter();
         rl->ipc_close(p);
         byval_leave();
-        p = ((cu_legacy_t *)existing)->ptr;
-        e = existing;
-    } else if (ins != BYVAL_LRU_OK) {
-        free(e);
-        if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_UNCACHED, 0, NULL) < 0) {
-            byval_enter();
-            rl->ipc_close(p);
-            byval_leave();
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        *pdptr = p;
-        return CUDA_SUCCESS;
-    }
-    if (byval_cu_ptr_ref(p, BYVAL_CU_KEY_LEGACY, ref, e) < 0) {
-        byval_lru_put_ref(legacy_cache, ref);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *pdptr = p;
+    e->ptr = p;
+    e->ctx = ctx;
+    memcpy(e->handle, h.reserved, sizeof(e->handle));
+    e->core.bytes = size;
+    e->core.ctx = (uintptr_t)ctx;
+    byval_import_t *out;
+    /* A racing thread's open of the same handle got the same pointer
+     * (the driver counts opens): the core keeps one and closes ours. */
+    byval_imports_insert(legacy_cache, &key, &e->core, &out, &ref);
+    e = (cu_legacy_t *)out;
+    if (byval_imports_open(legacy_cache, out, ref, (uintptr_t)e->ptr) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pdptr = e->ptr;
     return CUDA_SUCCESS;
 }

@@ -47,6 +47,14 @@ const byval_cu_real_t *byval_cu_real(void)
             SYM(mem_free, "cuMemFree");
             SYM(mem_release, "cuMemRelease");
             SYM(mem_unmap, "cuMemUnmap");
+            SYM(ctx_destroy_v2, "cuCtxDestroy_v2");
+            SYM(ctx_destroy, "cuCtxDestroy");
+            SYM(primary_retain, "cuDevicePrimaryCtxRetain");
+            SYM(primary_release_v2, "cuDevicePrimaryCtxRelease_v2");
+            SYM(primary_release, "cuDevicePrimaryCtxRelease");
+            SYM(primary_reset_v2, "cuDevicePrimaryCtxReset_v2");
+            SYM(primary_reset, "cuDevicePrimaryCtxReset");
+            SYM(primary_get_state, "cuDevicePrimaryCtxGetState");
             SYM(get_proc_address, "cuGetProcAddress");
             SYM(get_proc_address_v2, "cuGetProcAddress_v2");
             dlclose(h); /* NOLOAD took a reference; the program holds its own */

@@ -13,6 +13,13 @@
     X(cuMemFree_v2)                    \
     X(cuMemRelease)                    \
     X(cuMemUnmap)                      \
+    X(cuCtxDestroy)                    \
+    X(cuCtxDestroy_v2)                 \
+    X(cuDevicePrimaryCtxRetain)        \
+    X(cuDevicePrimaryCtxRelease)       \
+    X(cuDevicePrimaryCtxRelease_v2)    \
+    X(cuDevicePrimaryCtxReset)         \
+    X(cuDevicePrimaryCtxReset_v2)      \
     X(cuGetProcAddress)                \
     X(cuGetProcAddress_v2)             \
     X(cudaGetDriverEntryPoint)         \

@@ -69,7 +69,8 @@ static void import_close_mapping(ze_context_handle_t ctx, void *ptr)
 static void ze_release(byval_import_t *b)
 {
     ze_import_t *m = (ze_import_t *)b;
-    import_close_mapping(m->ctx, m->ptr);
+    if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
+        import_close_mapping(m->ctx, m->ptr);
     free(m);
 }
 
@@ -270,6 +271,7 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
     case BYVAL_IMPORTS_NOT_OPEN:
         /* The driver would refuse a pointer that is not open; the cached
          * mapping behind it must not be touched. */
+        BYVAL_STAT_INC(double_closes);
         byval_log_double_close("zeMemCloseIpcHandle", ptr);
         return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     default:

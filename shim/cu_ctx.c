@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cu_ctx.c - CUDA context destruction: the mappings ipcbyval keeps in a
+ * context are released before the driver destroys it.
+ *
+ * Why: cudaDeviceReset() keeps the primary context's handle value and
+ * cuCtxDestroy + cuCtxCreate may hand out the same value again, so a
+ * cached mapping keyed by the context would be found again after its
+ * memory went with the old context. cuCtxDestroy names its context; a
+ * primary context's reset names a device (its context is found with
+ * GetState and a retain/release pair that cannot destroy it), and its
+ * release destroys it only when it drops the last retain: counted here,
+ * and checked after the call (inactive now: destroyed, the mappings of it
+ * are forgotten, as their memory went with it).
+ */
+#include <string.h>
+
+#include "cache/imports.h"
+#include "shim/config.h"
+#include "shim/cu.h"
+#include "shim/init.h"
+#include "shim/log.h"
+
+#define CU_EXPORT __attribute__((visibility("default")))
+#define MAX_DEVICES 64
+
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+CUresult cuCtxDestroy(CUcontext ctx);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+
+/* Retains of each device's primary context seen through our wrappers. */
+static int retains[MAX_DEVICES];
+
+static int active(void)
+{
+    return byval_init() && byval_cfg.cuda;
+}
+
+/* The primary context of dev while it is active, else NULL. */
+static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
+{
+    unsigned flags = 0;
+    int on = 0;
+    CUcontext ctx = NULL;
+    if (!rl->primary_get_state || !rl->primary_retain || !rl->primary_release_v2)
+        return NULL;
+    byval_enter();
+    if (rl->primary_get_state(dev, &flags, &on) == CUDA_SUCCESS && on &&
+        rl->primary_retain(&ctx, dev) == CUDA_SUCCESS)
+        rl->primary_release_v2(dev); /* ours: it was active, so not the last */
+    byval_leave();
+    return ctx;
+}
+
+/* After a release: destroyed (inactive now) though the count did not say
+ * so (retains we did not see)? Its mappings are gone with it. */
+static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int purged)
+{
+    unsigned flags = 0;
+    int on = 1;
+    if (dev >= 0 && dev < MAX_DEVICES && __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) > 0)
+        __atomic_sub_fetch(&retains[dev], 1, __ATOMIC_RELAXED);
+    if (purged || !ctx || !rl->primary_get_state)
+        return;
+    byval_enter();
+    int ok = rl->primary_get_state(dev, &flags, &on) == CUDA_SUCCESS;
+    byval_leave();
+    if (ok && !on)
+        byval_imports_forget_ctx((uintptr_t)ctx);
+}
+
+static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!active())
+        return real(dev);
+    CUcontext ctx = primary_of(rl, dev);
+    int last = dev >= 0 && dev < MAX_DEVICES && __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) == 1;
+    if (ctx && last)
+        byval_cu_context_dying(ctx);
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS)
+        released(rl, dev, ctx, ctx && last);
+    return r;
+}
+
+static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (active()) {
+        CUcontext ctx = primary_of(byval_cu_real(), dev);
+        if (ctx)
+            byval_cu_context_dying(ctx);
+        if (dev >= 0 && dev < MAX_DEVICES)
+            __atomic_store_n(&retains[dev], 0, __ATOMIC_RELAXED);
+    }
+    return real(dev);
+}
+
+static CUresult ctx_destroy(CUresult (*real)(CUcontext), CUcontext ctx)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (active())
+        byval_cu_context_dying(ctx);
+    return real(ctx);
+}
+
+CU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    if (!rl || !rl->primary_retain)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = rl->primary_retain(pctx, dev);
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_DEVICES)
+        __atomic_add_fetch(&retains[dev], 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+CU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return primary_release(rl ? rl->primary_release_v2 : NULL, dev);
+}
+
+CU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return primary_release(rl ? rl->primary_release : NULL, dev);
+}
+
+CU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return primary_reset(rl ? rl->primary_reset_v2 : NULL, dev);
+}
+
+CU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return primary_reset(rl ? rl->primary_reset : NULL, dev);
+}
+
+CU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return ctx_destroy(rl ? rl->ctx_destroy_v2 : NULL, ctx);
+}
+
+CU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    return ctx_destroy(rl ? rl->ctx_destroy : NULL, ctx);
+}
+
+void *byval_cu_ctx_wrapper_for(const char *symbol, int version)
+{
+    if (strcmp(symbol, "cuCtxDestroy") == 0)
+        return version >= 4000 ? (void *)cuCtxDestroy_v2 : (void *)cuCtxDestroy;
+    if (strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0)
+        return version >= 11000 ? (void *)cuDevicePrimaryCtxRelease_v2
+                                : (void *)cuDevicePrimaryCtxRelease;
+    if (strcmp(symbol, "cuDevicePrimaryCtxReset") == 0)
+        return version >= 11000 ? (void *)cuDevicePrimaryCtxReset_v2
+                                : (void *)cuDevicePrimaryCtxReset;
+    if (strcmp(symbol, "cuDevicePrimaryCtxRetain") == 0)
+        return (void *)cuDevicePrimaryCtxRetain;
+    return NULL;
+}
