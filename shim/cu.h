@@ -7,6 +7,7 @@
  * cu_export.c  by-value export of VMM memory (manifest of chunks)
  * cu_import.c  VMM import, close, context destruction
  * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
+ * cu_legacy_export.c  legacy exports published for importers
  * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
@@ -140,6 +141,12 @@ typedef struct byval_cu_key {
 /* A context is about to be destroyed or reset (cuCtxDestroy, the primary
  * context's reset or last release): release its mappings first. */
 void byval_cu_context_dying(CUcontext ctx);
+
+/* Legacy exports (cu_legacy_export.c): the driver handed out h for ptr,
+ * publish it so importers hear of its free; ptr is being freed. */
+void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h,
+                               CUdeviceptr ptr);
+void byval_cu_legacy_freed(CUdeviceptr ptr);
 
 /* The context wrappers (cu_ctx.c) for cuGetProcAddress, NULL if not one. */
 void *byval_cu_ctx_wrapper_for(const char *symbol, int version);

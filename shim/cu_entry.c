@@ -53,8 +53,10 @@ CU_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr ptr)
 CU_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
 {
     REAL_OR_FAIL(mem_free_v2);
-    if (byval_init() && byval_cfg.cuda)
+    if (byval_init() && byval_cfg.cuda) {
         byval_cu_export_forget_range(ptr, 1);
+        byval_cu_legacy_freed(ptr);
+    }
     return rl->mem_free_v2(ptr);
 }
 
@@ -62,8 +64,10 @@ CU_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
 CU_EXPORT CUresult cuMemFree(unsigned int ptr)
 {
     REAL_OR_FAIL(mem_free);
-    if (byval_init() && byval_cfg.cuda)
+    if (byval_init() && byval_cfg.cuda) {
         byval_cu_export_forget_range(ptr, 1);
+        byval_cu_legacy_freed(ptr);
+    }
     return rl->mem_free(ptr);
 }
 
@@ -81,6 +85,19 @@ CU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (byval_init() && byval_cfg.cuda)
         byval_cu_export_forget_range(ptr, size);
     return rl->mem_unmap(ptr, size);
+}
+
+/* A chunk mapped into a reservation that was exported: the manifest no
+ * longer names every chunk (a reservation that grew, a chunk replaced),
+ * so the export goes and the next get exports the reservation anew. */
+CU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                            CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    REAL_OR_FAIL(map);
+    CUresult r = rl->map(ptr, size, offset, handle, flags);
+    if (r == CUDA_SUCCESS && byval_init() && byval_cfg.cuda)
+        byval_cu_export_forget_range(ptr, size);
+    return r;
 }
 
 /* Our wrapper for (symbol, requested version), NULL if not ours. */
@@ -102,6 +119,8 @@ static void *cu_wrapper_for(const char *symbol, int version)
         return (void *)cuMemRelease;
     if (strcmp(symbol, "cuMemUnmap") == 0)
         return (void *)cuMemUnmap;
+    if (strcmp(symbol, "cuMemMap") == 0)
+        return (void *)cuMemMap;
     return byval_cu_ctx_wrapper_for(symbol, version);
 }
 

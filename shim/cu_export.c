@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cache/lru.h"
+#include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
@@ -42,6 +43,8 @@ typedef struct cu_export {
     int *fds;                              /* chunk fds, nchunks */
     CUmemGenericAllocationHandle *handles; /* chunk allocations, nchunks */
     uint64_t *ids;                         /* chunk buffer ids, nchunks */
+    uint64_t reg_key;                      /* in the registry (0: not published) */
+    uint32_t reg_ino;
 } cu_export_t;
 
 static byval_lru_t *export_cache;
@@ -52,6 +55,8 @@ static void export_release(cu_export_t *e)
 {
     if (!e)
         return;
+    if (e->reg_key) /* importers release their closed mappings of it */
+        byval_export_unpublish(e->reg_key, e->reg_ino);
     for (uint32_t i = 0; i < e->nchunks; i++) {
         if (e->fds[i] >= 0) {
             byval_export_withdraw(e->fds[i]);
@@ -184,6 +189,24 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
     return 0;
 }
 
+/* The handle for ptr from a reservation entry, if ptr's chunk is one of
+ * the chunks exported (same buffer id): 1, else 0 (stale entry). */
+static int handle_from_entry(const byval_cu_real_t *rl, const cu_export_t *e, CUdeviceptr ptr,
+                             uint64_t buffer_id, CUipcMemHandle *h)
+{
+    uint32_t i = 0;
+    while (i < e->nchunks && e->ids[i] != buffer_id)
+        i++;
+    CUdeviceptr chunk_base = 0;
+    size_t chunk_size = 0;
+    if (i == e->nchunks || rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS)
+        return 0;
+    *h = e->handle;
+    uint64_t chunk_off = chunk_base - e->reserve_start;
+    memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+    return 1;
+}
+
 /* Build the by-value handle for the VMM pointer ptr. 0, or -1 (logged). */
 static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
                       uint64_t reserve_start, uint64_t reserve_size, uint64_t buffer_id)
@@ -228,34 +251,30 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     *h = e->handle;
     cu_export_key_t key = {reserve_start, reserve_size};
     void *existing;
-    if (byval_lru_insert(export_cache, &key, e, 0, &existing) == BYVAL_LRU_OK) {
+    /* Published before a racing free can evict it; a handle that is not
+     * kept is withdrawn with its fds (export_release). */
+    e->reg_key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id);
+    e->reg_ino = rec.fd_ino;
+    byval_export_publish(e->reg_key, e->reg_ino, rec.fd, reserve_size);
+    byval_lru_ref_t ref = 0;
+    int ins = byval_lru_insert_ref(export_cache, &key, e, &existing, &ref);
+    if (ins == BYVAL_LRU_OK) {
         __atomic_fetch_add(&export_live, 1, __ATOMIC_RELAXED);
         byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-    } else {
-        export_release(e); /* raced, or full: this handle's fds go with it */
+        byval_lru_put_ref(export_cache, ref);
+        return 0;
     }
-    return 0;
+    /* Not kept: its fds go with it, so the handle must be the entry's that
+     * a racing thread exported first (the handle we built would name
+     * closed fds). */
+    int ok = ins == BYVAL_LRU_EXISTS && handle_from_entry(rl, existing, ptr, buffer_id, h);
+    if (ins == BYVAL_LRU_EXISTS)
+        byval_lru_put_ref(export_cache, ref);
+    export_release(e);
+    return ok ? 0 : -1;
 err:
     export_release(e);
     return -1;
-}
-
-/* The handle for ptr from a reservation entry, if ptr's chunk is one of
- * the chunks exported (same buffer id): 1, else 0 (stale entry). */
-static int handle_from_entry(const byval_cu_real_t *rl, const cu_export_t *e, CUdeviceptr ptr,
-                             uint64_t buffer_id, CUipcMemHandle *h)
-{
-    uint32_t i = 0;
-    while (i < e->nchunks && e->ids[i] != buffer_id)
-        i++;
-    CUdeviceptr chunk_base = 0;
-    size_t chunk_size = 0;
-    if (i == e->nchunks || rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS)
-        return 0;
-    *h = e->handle;
-    uint64_t chunk_off = chunk_base - e->reserve_start;
-    memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
-    return 1;
 }
 
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
@@ -277,6 +296,8 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     byval_leave();
     if (r == CUDA_SUCCESS) {
         BYVAL_STAT_INC(export_passthrough); /* legacy memory: already by value */
+        if (rl)
+            byval_cu_legacy_published(rl, h, ptr);
         return r;
     }
     uint64_t legacy = 1, start = 0, size = 0, buffer_id = 0;

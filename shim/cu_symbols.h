@@ -13,6 +13,7 @@
     X(cuMemFree_v2)                    \
     X(cuMemRelease)                    \
     X(cuMemUnmap)                      \
+    X(cuMemMap)                        \
     X(cuCtxDestroy)                    \
     X(cuCtxDestroy_v2)                 \
     X(cuDevicePrimaryCtxRetain)        \

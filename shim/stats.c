@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "cache/imports.h"
 #include "shim/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
@@ -53,6 +54,12 @@ void byval_stats_print(void)
               (unsigned long long)BYVAL_STAT_SUM(name), doc);
     BYVAL_STATS_LIST(STATS_PRINT_)
 #undef STATS_PRINT_
+    uint64_t held, peak;
+    byval_imports_bytes(&held, &peak);
+    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", "cache_bytes_held",
+              (unsigned long long)held, "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
+    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", "cache_bytes_peak",
+              (unsigned long long)peak, "most bytes of closed mappings kept at once");
     pthread_mutex_lock(&stats_lock);
     for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++) {
         byval_lru_stats_t s;

@@ -17,9 +17,11 @@
     X(zeMemPutIpcHandle)               \
     X(zeMemFree)                       \
     X(zeMemFreeExt)                    \
+    X(zeContextDestroy)                \
     X(zeDriverGetExtensionFunctionAddress) \
     X(zeGetMemProcAddrTable)           \
-    X(zeGetDriverProcAddrTable)
+    X(zeGetDriverProcAddrTable)        \
+    X(zeGetContextProcAddrTable)
 
 #ifdef BYVAL_HAVE_CUDA
 #include "shim/cu_symbols.h"

@@ -58,8 +58,8 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
                               ze_ipc_memory_flags_t flags, void **pptr);
 ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle_t ctx,
                                const void *ptr);
-/* zeContextDestroy(ctx) is about to run: release ctx's mappings first. */
-void byval_ze_context_destroyed(ze_context_handle_t ctx);
+/* zeContextDestroy: release ctx's mappings first, then next. */
+ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_handle_t ctx);
 ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_t ctx, void *ptr,
                                uint32_t *count, ze_ipc_mem_handle_t *handles);
 ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handle_t ctx,

@@ -72,6 +72,11 @@ ZE_EXPORT ze_result_t zeMemFreeExt(ze_context_handle_t ctx, const ze_memory_free
     return byval_ze_free_ext(REAL(ze_pfnMemFreeExt_t, zeMemFreeExt), ctx, desc, ptr);
 }
 
+ZE_EXPORT ze_result_t zeContextDestroy(ze_context_handle_t ctx)
+{
+    return byval_ze_context_destroy(REAL(ze_pfnContextDestroy_t, zeContextDestroy), ctx);
+}
+
 /* ---- zex extensions -------------------------------------------------- */
 
 static byval_zex_get_handles_fn zex_get_next;
@@ -128,6 +133,7 @@ static struct {
     ze_pfnMemFreeExt_t free_ext;
     byval_ze_mem_put_fn put;
     ze_pfnDriverGetExtensionFunctionAddress_t ext;
+    ze_pfnContextDestroy_t ctx_destroy;
 } next_of;
 
 #define NEXT(field) __atomic_load_n(&next_of.field, __ATOMIC_ACQUIRE)
@@ -161,6 +167,11 @@ static ze_result_t tw_free_ext(ze_context_handle_t c, const ze_memory_free_ext_d
 static ze_result_t tw_put(ze_context_handle_t c, ze_ipc_mem_handle_t h)
 {
     return byval_ze_put_ipc(NEXT(put), c, h);
+}
+
+static ze_result_t tw_ctx_destroy(ze_context_handle_t c)
+{
+    return byval_ze_context_destroy(NEXT(ctx_destroy), c);
 }
 
 static ze_result_t tw_ext(ze_driver_handle_t d, const char *n, void **pfn)
@@ -221,5 +232,19 @@ ZE_EXPORT ze_result_t zeGetDriverProcAddrTable(ze_api_version_t version,
     if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
         return r;
     WRAP(table->pfnGetExtensionFunctionAddress, ext, tw_ext);
+    return r;
+}
+
+ZE_EXPORT ze_result_t zeGetContextProcAddrTable(ze_api_version_t version,
+                                                ze_context_dditable_t *table)
+{
+    ze_pfnGetContextProcAddrTable_t real =
+        REAL(ze_pfnGetContextProcAddrTable_t, zeGetContextProcAddrTable);
+    if (!real)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    ze_result_t r = real(version, table);
+    if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
+        return r;
+    WRAP(table->pfnDestroy, ctx_destroy, tw_ctx_destroy);
     return r;
 }

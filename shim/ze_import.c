@@ -279,12 +279,18 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
     }
 }
 
-void byval_ze_context_destroyed(ze_context_handle_t ctx)
+ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_handle_t ctx)
 {
-    if (!byval_init() || !byval_cfg.ze)
-        return;
-    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
-    if (n)
-        BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it", (void *)ctx, n,
-                        n == 1 ? "" : "s");
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (byval_init() && byval_cfg.ze) {
+        /* The driver would close our mappings of ctx with it; closing them
+         * later with a dead context handle (or one reused by a new
+         * context) is what must not happen. */
+        size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
+        if (n)
+            BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it first",
+                            (void *)ctx, n, n == 1 ? "" : "s");
+    }
+    return next(ctx);
 }
