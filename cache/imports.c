@@ -163,6 +163,23 @@ byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t cap
     return c;
 }
 
+void byval_imports_destroy(byval_imports_t *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&g.lock);
+    unsigned n = g.ncaches;
+    for (unsigned i = 0; i < n; i++)
+        if (g.caches[i] == c) {
+            g.caches[i] = g.caches[n - 1];
+            __atomic_store_n(&g.ncaches, n - 1, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&g.lock);
+    byval_lru_destroy(c->lru); /* releases what is left, open or not */
+    free(c);
+}
+
 void byval_imports_set_budget(uint64_t bytes)
 {
     __atomic_store_n(&g.budget, bytes, __ATOMIC_RELAXED);

@@ -72,6 +72,10 @@ int byval_import_alive(const byval_import_t *m);
 /* capacity: entries (IPCBYVAL_CACHE_SIZE). NULL on ENOMEM. */
 byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t capacity);
 
+/* Release every mapping of c and c itself (tests, teardown: no other
+ * thread may use c meanwhile). */
+void byval_imports_destroy(byval_imports_t *c);
+
 /* The byte budget for mappings nobody has open (all caches together). */
 void byval_imports_set_budget(uint64_t bytes);
 

@@ -13,14 +13,15 @@ $(DENY_GETFD): test/transport/deny_getfd.c
 TRANSPORT_TEST_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC))
 XFER := $(BUILD)/test/transport/xfer
 TEST_BINS += $(XFER)
-UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport
+UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \
+              $(BUILD)/test/unit/test_registry
 INTEG_TESTS += test/transport/test_xfer.sh
 
 $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
 
-$(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport: \
+$(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport $(BUILD)/test/unit/test_registry: \
 		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread

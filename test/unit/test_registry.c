@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_registry.c - the exporter registry and its watcher across real
+ * processes (handles/registry*.c, no shim): an importer learns that an
+ * exporter freed an export within 10 ms without calling anything, sees
+ * the exporter's exit and its exec (same pid, same pidfs identity) as the
+ * end of everything it published, and finds nothing in a process that
+ * publishes nothing.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "handles/registry.h"
+#include "handles/registry_view.h"
+#include "handles/resolve.h"
+#include "handles/resolve_internal.h"
+#include "handles/transport.h"
+#include "test/unit/test_skip.h"
+
+#define KEY BYVAL_REG_KEY(1, 77)
+
+static volatile int events, gone_events;
+static volatile uint64_t event_ns;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void on_event(byval_reg_view_t *v, int gone)
+{
+    __atomic_store_n(&event_ns, now_ns(), __ATOMIC_RELEASE);
+    __atomic_add_fetch(gone ? &gone_events : &events, 1, __ATOMIC_RELEASE);
+}
+
+static int wait_for(volatile int *counter, int want, int ms)
+{
+    for (int i = 0; i < ms * 10 && __atomic_load_n(counter, __ATOMIC_ACQUIRE) < want; i++)
+        usleep(100);
+    return __atomic_load_n(counter, __ATOMIC_ACQUIRE) >= want;
+}
+
+/* The exporter: publishes KEY (when told to), then obeys one-byte
+ * commands: 'r' remove, 'x' exit, 'e' exec /bin/sleep. Its record goes
+ * to the parent through the pipe. */
+static pid_t exporter(int cmd[2], int out[2], int publish)
+{
+    if (pipe(cmd) != 0 || pipe(out) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    byval_self_t self;
+    byval_record_t rec = {0};
+    byval_self_get(&self);
+    byval_record_set_exporter(&rec, &self);
+    if (publish)
+        byval_registry_add(KEY, 5, 3, 4096);
+    (void)!write(out[1], &rec, sizeof(rec));
+    for (char c; read(cmd[0], &c, 1) == 1;) {
+        if (c == 'r')
+            byval_registry_remove(KEY, 5);
+        else if (c == 'e')
+            execl("/bin/sleep", "sleep", "5", (char *)NULL);
+        else
+            break;
+        (void)!write(out[1], &c, 1);
+    }
+    _exit(0);
+}
+
+static byval_reg_view_t *attach(const byval_record_t *rec, int *pidfd_p)
+{
+    char msg[256] = "";
+    *pidfd_p = (int)syscall(SYS_pidfd_open, (pid_t)rec->pid, 0);
+    if (*pidfd_p < 0)
+        return NULL;
+    byval_reg_view_t *v = byval_reg_attach(rec, BYVAL_MODE_PIDFD, *pidfd_p, msg, sizeof(msg));
+    if (!v)
+        printf("attach: %s\n", msg);
+    return v;
+}
+
+static const char *no_pidfd(void)
+{
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd < 0)
+        return "pidfd_open is not available";
+    close(fd);
+    return NULL;
+}
+
+static void test_free_reaches_an_idle_importer_within_10ms(void **state)
+{
+    BYVAL_NEED(no_pidfd());
+    int cmd[2], out[2], pidfd;
+    byval_record_t rec;
+    byval_reg_on_event(on_event);
+    pid_t pid = exporter(cmd, out, 1);
+    assert_true(pid > 0);
+    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    byval_reg_view_t *v = attach(&rec, &pidfd);
+    assert_non_null(v);
+    uint64_t serial = 0;
+    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
+    assert_non_null(w);
+    assert_true(byval_reg_live(w, serial));
+    assert_null(byval_reg_find(v, KEY, 6, &serial)); /* another inode: not it */
+
+    int before = events;
+    uint64_t t0 = now_ns();
+    char c = 'r';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    assert_true(wait_for(&events, before + 1, 1000));
+    uint64_t delay = __atomic_load_n(&event_ns, __ATOMIC_ACQUIRE) - t0;
+    printf("free -> importer's watcher: %.3f ms (command pipe included)\n", delay / 1e6);
+    assert_true(delay < 10 * 1000000u);
+    assert_false(byval_reg_live(w, serial));
+
+    int g = gone_events;
+    c = 'x';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    waitpid(pid, NULL, 0);
+    assert_true(wait_for(&gone_events, g + 1, 1000)); /* exit: hang-up */
+    assert_true(byval_reg_view_gone(v));
+    byval_reg_view_put(v);
+    close(pidfd);
+    close(cmd[1]);
+    close(out[0]);
+}
+
+static void test_exec_ends_the_image(void **state)
+{
+    BYVAL_NEED(no_pidfd());
+    int cmd[2], out[2], pidfd;
+    byval_record_t rec;
+    byval_reg_on_event(on_event);
+    pid_t pid = exporter(cmd, out, 1);
+    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    byval_reg_view_t *v = attach(&rec, &pidfd);
+    assert_non_null(v);
+    int g = gone_events;
+    char c = 'e'; /* same pid, same identity, a new image */
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    assert_true(wait_for(&gone_events, g + 1, 2000));
+    assert_true(byval_reg_view_gone(v));
+    /* The new image publishes nothing: no view of it. */
+    char msg[256];
+    assert_null(byval_reg_attach(&rec, BYVAL_MODE_PIDFD, pidfd, msg, sizeof(msg)));
+    byval_reg_view_put(v);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(pidfd);
+    close(cmd[1]);
+    close(out[0]);
+}
+
+static void test_no_registry_no_view(void **state)
+{
+    BYVAL_NEED(no_pidfd());
+    int cmd[2], out[2], pidfd;
+    byval_record_t rec;
+    pid_t pid = exporter(cmd, out, 0);
+    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    assert_null(attach(&rec, &pidfd));
+    char c = 'x';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    waitpid(pid, NULL, 0);
+    close(pidfd);
+    close(cmd[1]);
+    close(out[0]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_free_reaches_an_idle_importer_within_10ms),
+        cmocka_unit_test(test_exec_ends_the_image),
+        cmocka_unit_test(test_no_registry_no_view),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
