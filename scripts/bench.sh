@@ -48,6 +48,30 @@ if [ -x "$CUDRV/cu_pair" ] && [ -e "$CUDRV/libcuda.so.1" ]; then
     done
 fi
 
+# Before/after in one run: BENCH_BASELINE=<git rev> builds that revision's
+# library and times its cached re-open beside ours, interleaved (3 runs
+# each, medians), on the same CPU.
+: >"$OUT/baseline.txt"
+if [ -n "${BENCH_BASELINE:-}" ]; then
+    base="$ROOT/build/baseline-$BENCH_BASELINE"
+    if [ ! -e "$base/build/libipcbyval.so.1" ]; then
+        echo "bench: building the baseline $BENCH_BASELINE ..."
+        rm -rf "$base" && mkdir -p "$base"
+        git -C "$ROOT" archive "$BENCH_BASELINE" | tar -x -C "$base"
+        make -s -C "$base" lib >/dev/null
+    fi
+    echo "bench: cached re-open, $BENCH_BASELINE vs this tree ..."
+    for i in 1 2 3; do
+        for which in base ours; do
+            lib="$IPCBYVAL_LIB"
+            [ $which = base ] && lib="$base/build/libipcbyval.so.1"
+            v=$(IPCBYVAL_LIB="$lib" "$RUN" "$BENCH/bench_ze" | awk '$1 == "reopen_ns" { print $2 }')
+            echo "$which $v" >>"$OUT/baseline.txt"
+        done
+    done
+fi
+med() { awk -v w="$1" '$1 == w { print $2 }' "$OUT/baseline.txt" | sort -n | sed -n 2p; }
+
 get() { awk -v k="$2" '$1 == k { print $2; exit }' "$OUT/$1.txt"; }
 lru() { awk -v k="$2" -v a="$3" '$1 == k && $2 == a { print $3; exit }' "$OUT/$1.txt"; }
 
@@ -68,6 +92,10 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
         [ -n "$c" ] && echo "  CUDA $mem, cuIpcOpen+Close on the driver double|$c ns|-|<= 100 ns|$(awk -v a="$c" 'BEGIN{print (a<=100)?"yes":"no"}')"
     done
     echo "  vs driver open+close|$r ns|$n ns|faster than driver|$(awk -v a="$r" -v b="$n" 'BEGIN{print (a<b)?"yes":"no"}')"
+    if [ -s "$OUT/baseline.txt" ]; then
+        o=$(med ours); b=$(med base)
+        echo "  vs $BENCH_BASELINE (lifetime checks on the hit path)|$o ns|$b ns|<= 1.10x|$(awk -v a="$o" -v b="$b" 'BEGIN{print (a<=1.10*b)?"yes":"no"}')"
+    fi
     c=$(get byval cold_open_us); d=$(get native cold_open_us)
     o=$(awk -v a="$c" -v b="$d" 'BEGIN{printf "%.2f", a-b}')
     echo "cold open, exporter known (overhead +$o us)|$c us|$d us|overhead <= 2 us|$(awk -v x="$o" 'BEGIN{print (x<=2)?"yes":"no"}')"
