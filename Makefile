@@ -132,9 +132,13 @@ check-gpu:
 bench-gpu:
 	@EXTRA_INC="$(if $(wildcard .gpu-deps/include),-I$(abspath .gpu-deps/include))" scripts/bench-gpu.sh
 
+# BASELINE=<git rev> also carries that revision's tree, which bench-gpu
+# builds and times beside this one (before/after in one run).
 gpu-deps:
 	@mkdir -p .gpu-deps/include
 	cp -r /usr/include/level_zero /usr/include/uthash.h .gpu-deps/include/
+	@if [ -n "$(BASELINE)" ]; then rm -rf .gpu-deps/baseline && mkdir -p .gpu-deps/baseline && \
+	    git archive "$(BASELINE)" | tar -x -C .gpu-deps/baseline && echo "baseline $(BASELINE) in .gpu-deps/baseline"; fi
 
 install: lib
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7

@@ -56,6 +56,45 @@ pinned_ratio "VMM: driver open+close (legacy) vs cached by-value re-open" \
 ratio "VMM export: cuMemExportToShareableHandle vs cached get" 300 \
     "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
 
+# Before/after in one run: a baseline tree (the revision before a change,
+# carried as .gpu-deps/baseline by make gpu-deps BASELINE=<rev>) built here, its
+# cached re-open timed beside ours on the same vCPUs.
+BASE_SRC=${BENCH_GPU_BASELINE:-.gpu-deps/baseline}
+if [ -f "$BASE_SRC/Makefile" ]; then
+    make -s -C "$BASE_SRC" -j"$(nproc)" lib EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-baseline-build.log" 2>&1
+    BASE_LIB="$BASE_SRC/build/libipcbyval.so.1"
+    if [ -e "$BASE_LIB" ]; then
+        for c in $CPUS; do
+            for k in 1 2; do
+                pin "$c" timeout 120 env IPCBYVAL_LIB="$PWD/$BASE_LIB" "$RUN" "$B" --iters 20000 \
+                    >"$LOGS/bench-baseline-$c-$k.log" 2>&1
+                pin "$c" timeout 120 "$RUN" "$B" --iters 20000 >"$LOGS/bench-after-$c-$k.log" 2>&1
+            done
+        done
+        for what in legacy VMM; do
+            rs="" list=""
+            for c in $CPUS; do
+                for k in 1 2; do
+                    b=$(med "$LOGS/bench-baseline-$c-$k.log" "$what cuIpcOpen+Close cycle")
+                    a=$(med "$LOGS/bench-after-$c-$k.log" "$what cuIpcOpen+Close cycle")
+                    [ -n "$a" ] && [ -n "$b" ] || continue
+                    rs+="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }') $b $a"$'\n'
+                done
+            done
+            mid=$(printf '%s' "$rs" | sort -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
+            if [ -z "$mid" ]; then
+                row "$what cached re-open: this tree vs baseline (<= 1.10x)" FAIL "rows missing (see $LOGS/bench-baseline-*.log)"
+                continue
+            fi
+            set -- $mid
+            res=PASS; awk -v r="$1" 'BEGIN { exit !(r <= 1.10) }' || res=FAIL
+            row "$what cached re-open: this tree vs baseline (<= 1.10x)" $res "median of pinned pairs: $3 us / $2 us = $1x"
+        done
+    else
+        row "cached re-open vs baseline" FAIL "baseline did not build (see $LOGS/bench-baseline-build.log)"
+    fi
+fi
+
 echo "-- cold open: what ipcbyval adds to the driver's import"
 "$BUILD/test/bench/bench_pidfd" >"$LOGS/bench-pidfd.log" 2>&1
 cat "$LOGS/bench-pidfd.log"

@@ -5,8 +5,8 @@
 # that script's row, RUN, LIB, OUT, LOGS and NGPU); it also runs by itself
 # (bash scripts/check-gpu-more.sh, after make check-gpu built everything)
 # and then prints its own summary. Every case has its own timeout, and no
-# case starts past GM_BUDGET seconds (default 270), so it ends within
-# 5 minutes. Logs: $LOGS/more_*.log.
+# case starts past GM_BUDGET seconds (default 420), so it ends within
+# 7 minutes. Logs: $LOGS/more_*.log.
 #   1. mpi_ipc with N = NGPU ranks (rank i on GPU i) and 2N ranks under
 #      ipcbyval; natively --mem vmm must fail with the invalid-value error;
 #      natively --mem legacy shows what the platform's own cross-GPU IPC does
@@ -14,6 +14,9 @@
 #      bandwidth of a by-value VMM mapping against a legacy one (0.95..1.05)
 #   3. lifetime_ipc: an exporter's exit releases its cache entries only,
 #      fds return to the baseline; exporter_exits stat; a --no-poll control
+#   5. churn_ipc: 120 x 1 GiB allocate/share/free rounds natively and under
+#      ipcbyval (release delay and memory held reported), a double close and
+#      cudaDeviceReset between opens, natively and under ipcbyval
 #   4. test/gpu/frameworks: torch.multiprocessing sharing (default and
 #      expandable segments), torch NCCL all-reduce (NCCL_CUMEM_ENABLE=0/1),
 #      mpi4py + CuPy IPC: natively and under ipcbyval, RESULT lines must
@@ -31,7 +34,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 GM_T0=$SECONDS
-GM_BUDGET=${GM_BUDGET:-270}
+GM_BUDGET=${GM_BUDGET:-420}
 GM_FW=test/gpu/frameworks
 
 # Seconds a case may run: WANT, or what the budget leaves (10 s kept for
@@ -150,7 +153,7 @@ gm_lifetime() {
     if [ "$gm_skipped" = 1 ]; then
         row "$name" SKIP "$(gm_last "$log")"
         row "$stat" SKIP "$(gm_last "$log")"
-        row "lifetime_ipc --no-poll (control: no poll, no release)" SKIP "$(gm_last "$log")"
+        row "lifetime_ipc --no-poll: A released with no call (watcher)" SKIP "$(gm_last "$log")"
         return
     fi
     phases=$(sed -n 's/^lifetime_ipc: \([A-Za-z ]*[a-z]\) *fds \([0-9]*\) (pidfds \([0-9]*\)).*/\1 \2(\3)/p' \
@@ -170,8 +173,54 @@ gm_lifetime() {
         row "$stat" FAIL \
             "got '${exits:-no stats line}' for importer pid ${pid:-?}"
     fi
-    gm_case "lifetime_ipc --no-poll (control: no poll, no release)" fail \
-        "A's cache entries were not released" 60 "$RUN" "$L" --dev-a 0 --dev-b "$b" --dev-imp 0 --no-poll
+    gm_case "lifetime_ipc --no-poll: A released with no call (watcher)" ok \
+        "^OK lifetime_ipc" 60 "$RUN" "$L" --dev-a 0 --dev-b "$b" --dev-imp 0 --no-poll
+}
+
+# 5. churn_ipc: what the import cache must not change (issue: lifetimes).
+# One churn row per kind of memory: 120 x 1 GiB rounds natively (legacy;
+# VMM cannot be shared natively) and under ipcbyval; the importer stays
+# idle after the last free and the exporter times the memory's return.
+gm_churn() {
+    local C="$OUT/churn_ipc" mem log ln lp
+    for mem in legacy vmm; do
+        lp="$LOGS/more_churn_${mem}_byval.log"
+        gm_exec "$lp" 120 env IPCBYVAL_STATS=1 "$RUN" "$C" --case churn --mem "$mem" --rounds 120 --mib 1024
+        local got; got=$(grep -h 'release_ms\|held_mib_max' "$lp" | sed 's/^churn_ipc: //' | tr '\n' ';' | cut -c1-90)
+        if [ "$mem" = legacy ]; then
+            ln="$LOGS/more_churn_${mem}_native.log"
+            local prc=$gm_rc
+            gm_exec "$ln" 120 "$C" --case churn --mem "$mem" --rounds 120 --mib 1024
+            if [ "$prc" -eq 0 ] && [ "$gm_rc" -eq 0 ] && grep -q '^OK churn_ipc' "$ln" "$lp"; then
+                row "churn_ipc legacy 120 x 1 GiB: native / ipcbyval" PASS "$got"
+            else
+                row "churn_ipc legacy 120 x 1 GiB: native / ipcbyval" FAIL "rc $gm_rc/$prc: $(grep -hm1 'FAILED\|failed' "$ln" "$lp" | cut -c1-70)"
+            fi
+        elif [ "$gm_rc" -eq 0 ] && grep -q '^OK churn_ipc' "$lp"; then
+            row "churn_ipc vmm 120 x 1 GiB under ipcbyval" PASS "$got"
+        else
+            row "churn_ipc vmm 120 x 1 GiB under ipcbyval" FAIL "rc=$gm_rc: $(grep -m1 'FAILED\|failed' "$lp" | cut -c1-70)"
+        fi
+    done
+    for c in double-close reset; do
+        for mem in legacy vmm; do
+            ln="$LOGS/more_${c}_${mem}_native.log" lp="$LOGS/more_${c}_${mem}_byval.log"
+            gm_exec "$lp" 60 "$RUN" "$C" --case "$c" --mem "$mem" --mib 64
+            local prc=$gm_rc
+            if [ "$mem" = legacy ]; then
+                gm_exec "$ln" 60 "$C" --case "$c" --mem "$mem" --mib 64
+                if [ "$prc" -eq 0 ] && [ "$gm_rc" -eq 0 ]; then
+                    row "churn_ipc $c legacy: native / ipcbyval" PASS "$(grep -hm1 'second close' "$lp" | cut -c1-60)"
+                else
+                    row "churn_ipc $c legacy: native / ipcbyval" FAIL "rc $gm_rc/$prc: $(grep -hm1 'FAILED\|failed' "$ln" "$lp" | cut -c1-70)"
+                fi
+            elif [ "$prc" -eq 0 ]; then
+                row "churn_ipc $c vmm under ipcbyval" PASS "$(grep -hm1 'second close' "$lp" | cut -c1-60)"
+            else
+                row "churn_ipc $c vmm under ipcbyval" FAIL "rc=$prc: $(grep -m1 'FAILED\|failed' "$lp" | cut -c1-70)"
+            fi
+        done
+    done
 }
 
 # gm_pair NAME WANT ALLOW_NATIVE_FAIL REFUSAL NATIVE_ARRAY PRELOAD_ARRAY:
@@ -308,6 +357,8 @@ gm_main() {
     gm_bw 0
     echo "-- lifetime_ipc"
     gm_lifetime
+    echo "-- churn_ipc"
+    gm_churn
     echo "-- frameworks"
     gm_frameworks
     echo "-- check-gpu-more.sh took $((SECONDS - GM_T0)) s"

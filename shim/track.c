@@ -31,6 +31,8 @@ static int of_view(void *ctx, const byval_import_t *m)
 static void on_registry_event(byval_reg_view_t *v, int gone)
 {
     size_t n = byval_imports_remove_if(of_view, v);
+    if (gone) /* its kept pidfd goes too, without waiting for an open */
+        byval_exporters_poll();
     BYVAL_STAT_ADD(released_freed, n);
     if (n)
         BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed",
