@@ -71,6 +71,19 @@ expect_fail() {
     fi
 }
 
+# xfail NAME LOG NOTE CMD...: a case that fails today because ipcbyval
+# itself misbehaves (NOTE names the behaviour and the issue). While it
+# fails it is reported as skipped ("expected failure"); once it passes it
+# FAILS with "unexpectedly passed", so that whoever fixed it removes the mark.
+xfail() {
+    local name=$1 log=$2 note=$3; shift 3
+    if timeout 120 "$@" >"$log" 2>&1 && grep -q "OK" "$log"; then
+        fail "$name" "unexpectedly passed (XPASS): remove its xfail mark ($note)"
+    else
+        skip "$name" "expected failure (XFAIL): $note: $(grep -v '^$' "$log" | tail -1)"
+    fi
+}
+
 need() {
     for f in "$@"; do
         [ -e "$f" ] || { skip "$(basename "$0" .sh)" "$f not built"; exit 77; }
