@@ -100,10 +100,10 @@ static ze_result_t list_append(ze_command_list_handle_t list, struct op *op, uin
         op_free(op);
         return r;
     }
-    if (list->closed) {
-        op_free(op);
-        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    }
+    /* compute-runtime checks closedness only at execution
+     * (CommandQueueHw::executeCommandLists): an append to a closed list,
+     * executed or not, is accepted and the list stays closed; here it runs
+     * with the rest at the next execution. */
     if (list->num_ops == list->cap_ops) {
         size_t cap = list->cap_ops ? list->cap_ops * 2 : 8;
         struct op *ops = realloc(list->ops, cap * sizeof(*ops));
@@ -150,6 +150,8 @@ ze_result_t zedrv_list_create(ze_context_handle_t context, ze_device_handle_t de
 {
     if (desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (desc->commandQueueGroupOrdinal >= 2)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     return list_new(context, device, false, out);
 }
 
@@ -159,6 +161,8 @@ ze_result_t zedrv_list_create_immediate(ze_context_handle_t context, ze_device_h
 {
     if (desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (desc->ordinal >= 2 || desc->index >= 1)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     return list_new(context, device, true, out);
 }
 
@@ -259,6 +263,9 @@ ze_result_t zedrv_queue_create(ze_context_handle_t context, ze_device_handle_t d
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
     if (desc == NULL || out == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    /* Two queue groups of one queue each (zedrv_device_get_queue_groups). */
+    if (desc->ordinal >= 2 || desc->index >= 1)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     queue = calloc(1, sizeof(*queue));
     if (queue == NULL)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
