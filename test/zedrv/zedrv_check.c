@@ -229,6 +229,21 @@ static void check_fidelity(ze_context_handle_t c)
     }
     if (l)
         zeCommandListDestroy(l);
+    /* A copy engine's list refuses fill patterns above 4 bytes. */
+    ld.commandQueueGroupOrdinal = 1;
+    if (src && zeCommandListCreate(c, dev, &ld, &l) == ZE_RESULT_SUCCESS) {
+        uint64_t pat8 = 0;
+
+        CHECK(zeCommandListAppendMemoryFill(l, src, &pat8, 8, 64, NULL, 0, NULL) ==
+              ZE_RESULT_ERROR_INVALID_SIZE);
+        CHECK(zeCommandListAppendMemoryFill(l, src, &pat, 4, 64, NULL, 0, NULL) ==
+              ZE_RESULT_SUCCESS);
+        zeCommandListDestroy(l);
+    } else {
+        CHECK(!"copy-engine command list");
+    }
+    ld.commandQueueGroupOrdinal = 2;
+    CHECK(zeCommandListCreate(c, dev, &ld, &l) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
     if (q)
         zeCommandQueueDestroy(q);
     zeMemFree(c, src);
