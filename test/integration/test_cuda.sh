@@ -67,10 +67,12 @@ expect_ok "legacy churn, 10 x 24 MiB of 64: natively every round fits" \
 rm -f "$CUDADRV_LEDGER"
 xfail "legacy churn under ipcbyval: the exporter's freed memory comes back" \
     "$L/cu-churn.log" "issue 14: closed mappings stay cached, round 3 is out of memory" \
+    'exporter: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY' \
     "$RUN" "$P" --mem legacy --route cudart --churn 10 --size 24
 rm -f "$CUDADRV_LEDGER"
 xfail "VMM churn under ipcbyval: the exporter's freed memory comes back" \
     "$L/cu-churn-vmm.log" "issue 14: closed mappings stay cached" \
+    'exporter: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY' \
     "$RUN" "$P" --mem vmm --route cudart --churn 40
 rm -f "$CUDADRV_LEDGER"
 finish
