@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
-# Test fragments: each sub-directory owns its own rules.
+# Test fragments: each sub-directory owns its own rules. devmem first: the
+# test drivers link its object.
+-include test/devmem/module.mk
 -include test/zedrv/module.mk
 -include test/mpi/module.mk
 -include test/cudadrv/module.mk

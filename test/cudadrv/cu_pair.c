@@ -21,6 +21,13 @@
  *            "cuGetProcAddress" (12000) and resolve everything through the
  *            pointer it returns; the 11030 (4-argument) variant is
  *            fetched and used once as well.
+ * --churn R repeats the whole exchange R times with a fresh allocation
+ * each round (--size MiB sets the legacy allocation's size): the exporter
+ * allocates, shares, waits for the importer's open+check+close, frees. With
+ * the double's CUDADRV_TOTAL_MEM it shows whether the importer gives the
+ * exporter's freed memory back: natively every round fits; an importer
+ * that keeps closed mappings makes the exporter's allocation fail with
+ * CUDA_ERROR_OUT_OF_MEMORY.
  * Exit 0 with an "OK ..." line, 1 with a line naming the failing call and
  * its CUDA error, 2 on bad usage.
  */
@@ -106,7 +113,7 @@ static int allocate(const struct opts *o, struct exported *e)
     size_t gran, chunk;
 
     if (o->mem == MEM_LEGACY) {
-        e->fill_len = (1 << 20) + 12345;
+        e->fill_len = o->size_mib ? (size_t)o->size_mib << 20 : (1 << 20) + 12345;
         CU(MemAlloc, &e->fill, e->fill_len);
         e->ptr = e->fill + 4096 + 7;
         return 0;
@@ -147,7 +154,9 @@ static int release(const struct opts *o, struct exported *e)
     return 0;
 }
 
-static int exporter(const struct opts *o, int wfd, int ackfd)
+/* One allocation: filled, shared, released once the importer acks (or
+ * is gone). */
+static int export_round(const struct opts *o, int wfd, int ackfd)
 {
     struct exported e = { 0 };
     CUipcMemHandle again;
@@ -157,8 +166,7 @@ static int exporter(const struct opts *o, int wfd, int ackfd)
     unsigned char *buf;
     char ack;
 
-    role = "exporter";
-    if (setup(o, o->dev_exp) || allocate(o, &e))
+    if (allocate(o, &e))
         return 1;
     buf = malloc(e.fill_len);
     if (!buf)
@@ -195,6 +203,17 @@ static int exporter(const struct opts *o, int wfd, int ackfd)
     if (read(ackfd, &ack, 1) < 0)
         ack = 0;
     return release(o, &e);
+}
+
+static int exporter(const struct opts *o, int wfd, int ackfd)
+{
+    role = "exporter";
+    if (setup(o, o->dev_exp))
+        return 1;
+    for (int r = 0; r < (o->churn ? o->churn : 1); r++)
+        if (export_round(o, wfd, ackfd))
+            return 1;
+    return 0;
 }
 
 static int check(const unsigned char *buf, const struct msg *m, int iter)
@@ -301,7 +320,16 @@ static int importer(const struct opts *o, int rfd, int ackfd, pid_t child)
     buf = malloc(m.size ? m.size : 1);
     if (!buf)
         goto out;
-    for (int i = 0; i < o->iters; i++)
+    for (int r = 0; o->churn && r < o->churn; r++) {
+        if (r > 0 && (read_all(rfd, &m, sizeof(m)) < 0 || m.magic != MSG_MAGIC)) {
+            fprintf(stderr, "cu_pair: importer: churn round %d: the exporter sent no handle\n",
+                    r);
+            goto out;
+        }
+        if (import_once(&m, buf, r, o->reopen && r == 0, o->verbose) || write(ackfd, "k", 1) != 1)
+            goto out;
+    }
+    for (int i = 0; !o->churn && i < o->iters; i++)
         if (import_once(&m, buf, i, o->reopen && i == 0, o->verbose))
             goto out;
     if (o->bench && bench_cycles(&m, o->bench))
@@ -320,8 +348,8 @@ out:
         rc = 1;
     }
     if (rc == 0)
-        printf("OK cu_pair mem=%s route=%s iters=%d size=%llu offset=%llu\n",
-               mem_names[o->mem], route_names[o->route], o->iters,
+        printf("OK cu_pair mem=%s route=%s iters=%d churn=%d size=%llu offset=%llu\n",
+               mem_names[o->mem], route_names[o->route], o->iters, o->churn,
                (unsigned long long)m.size, (unsigned long long)m.ptr_off);
     return rc;
 }
@@ -338,13 +366,15 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cu_pair [--mem legacy|vmm|vmm-multi] [--route symbol|procaddr|cudart]\n"
             "               [--iters K] [--reopen] [--dev-exp N] [--dev-imp N]\n"
-            "               [--cuda-version V] [--lib PATH] [--bench N] [-v]\n");
+            "               [--cuda-version V] [--lib PATH] [--bench N] [-v]\n"
+            "               [--churn ROUNDS] [--size MIB]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = { MEM_LEGACY, ROUTE_SYMBOL, 1, 0, 0, 0, 0, CUDA_VERSION, 0, "libcuda.so.1" };
+    struct opts o = { MEM_LEGACY, ROUTE_SYMBOL, 1, 0, 0, 0, 0, CUDA_VERSION, 0, 0, 0,
+                      "libcuda.so.1" };
     int to_imp[2], to_exp[2];
     pid_t pid;
 
@@ -367,6 +397,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--dev-imp") && v) {
             o.dev_imp = atoi(v), i++;
         } else if (!strcmp(a, "--bench") && v && (o.bench = atoi(v)) > 0) {
+            i++;
+        } else if (!strcmp(a, "--churn") && v && (o.churn = atoi(v)) > 0) {
+            i++;
+        } else if (!strcmp(a, "--size") && v && (o.size_mib = atoi(v)) > 0) {
             i++;
         } else if (!strcmp(a, "--cuda-version") && v) {
             o.version = atoi(v), i++;

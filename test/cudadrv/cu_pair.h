@@ -50,7 +50,7 @@ enum route { ROUTE_SYMBOL, ROUTE_PROCADDR, ROUTE_CUDART };
 struct opts {
     enum mem_kind mem;
     enum route route;
-    int iters, reopen, verbose, dev_exp, dev_imp, version, bench;
+    int iters, reopen, verbose, dev_exp, dev_imp, version, bench, churn, size_mib;
     const char *lib;
 };
 

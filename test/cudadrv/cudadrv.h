@@ -17,6 +17,17 @@
  *   CUDADRV_PROCADDR_NOTFOUND=error  cuGetProcAddress misses return
  *                                CUDA_ERROR_NOT_FOUND (default: SUCCESS
  *                                with a NULL pointer, as cuda.h documents)
+ *   CUDADRV_TOTAL_MEM=SIZE       device memory per device (default 81559M,
+ *                                an H100's); cuMemAlloc and cuMemCreate fail
+ *                                with CUDA_ERROR_OUT_OF_MEMORY beyond it
+ *   CUDADRV_LEDGER=PATH          the file that cooperating processes share
+ *                                to account device memory (test/devmem)
+ *
+ * Test-only entry point (not in the real driver; dlsym it):
+ *   CUresult cudadrvMemStats(int device, struct devmem_stats *st)
+ * fills total, used, freed_held (bytes the allocating process freed that
+ * importers still map), allocs and shared for the device, from the ledger.
+ * It needs no cuInit and no context: a third process can call it.
  */
 #ifndef CUDADRV_H
 #define CUDADRV_H
@@ -27,6 +38,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "test/devmem/devmem.h"
+
 /* The header maps these names to their newest versions; the double also
  * exports the older entry points under their plain names, as libcuda does. */
 #undef cuCtxCreate
@@ -36,6 +49,9 @@
 #undef cuDevicePrimaryCtxRelease
 #undef cuIpcOpenMemHandle
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+#undef cuMemGetInfo
 
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
@@ -45,6 +61,8 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx);
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx);
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
                                     unsigned int flags);
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version,
@@ -61,6 +79,13 @@ CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char uc, size_t n)
 #define CUDADRV_MAX_DEVICES    8
 #define CUDADRV_LEGACY_NAME    "cudadrv-legacy-"
 #define CUDADRV_VMM_NAME       "cudadrv-vmm:"
+/* cuMemGetInfo's total without CUDADRV_TOTAL_MEM: an H100 80GB HBM3. */
+#define CUDADRV_DEFAULT_TOTAL  ((uint64_t)81559 << 20)
+/* Address ranges of destroyed contexts kept inaccessible (oldest go first). */
+#define CUDADRV_DEAD_MAX       256
+
+/** Test-only: device memory statistics from the ledger (see above). */
+CUresult cudadrvMemStats(int device, struct devmem_stats *st);
 
 /* One lock for every table of the double: it is a test tool, not a
  * performance target, and one lock keeps TSan runs of the shim quiet. */
@@ -76,8 +101,12 @@ int cudadrv_device_count(void);
 CUcontext cudadrv_ctx_current(void);
 /** Device of a live context, or -1 when ctx is not one. */
 int cudadrv_ctx_device(CUcontext ctx);
-/** Device of the current context; CUDA_ERROR_INVALID_CONTEXT if none. */
+/** Device of the current context; CUDA_ERROR_INVALID_CONTEXT if none,
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED if it was destroyed (or is an inactive
+ * primary context). */
 CUresult cudadrv_current_device(int *dev_p);
+/** cuInit ran and the current context is live (errors as above). */
+CUresult cudadrv_need_ctx(void);
 /** One stderr line per call when CUDADRV_TRACE=1 (lets tests count calls). */
 void cudadrv_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -88,6 +117,7 @@ enum cudadrv_kind {
     CUDADRV_IPC     = 1 << 1, /* cuIpcOpenMemHandle of a legacy handle */
     CUDADRV_RESERVE = 1 << 2, /* cuMemAddressReserve */
     CUDADRV_MAP     = 1 << 3, /* cuMemMap inside a reservation */
+    CUDADRV_DEAD    = 1 << 4, /* memory of a destroyed context: a fault */
 };
 #define CUDADRV_ANY (CUDADRV_LEGACY | CUDADRV_IPC | CUDADRV_RESERVE | CUDADRV_MAP)
 
@@ -99,7 +129,7 @@ struct cudadrv_region {
     size_t size;          /* what the driver reports */
     size_t map_len;       /* what is mmap'd (page rounded) */
     int device;
-    CUcontext ctx;        /* LEGACY/IPC: owning context; else NULL */
+    CUcontext ctx;        /* LEGACY/IPC: owning context (dies with it); else NULL */
     uint64_t buffer_id;   /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
     uint64_t block_id;    /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID */
     int fd;               /* LEGACY: the backing memfd, kept for IPC */
@@ -111,6 +141,8 @@ struct cudadrv_region {
     size_t offset;               /* MAP: offset into it */
     struct cudadrv_region *reserve; /* MAP: enclosing reservation */
     unsigned access[CUDADRV_MAX_DEVICES]; /* MAP: CU_MEM_ACCESS_FLAGS_* */
+    struct devmem_ref mem;       /* LEGACY/IPC: device memory held */
+    uint64_t dead_seq;           /* DEAD: age, the oldest is unmapped first */
 };
 
 struct cudadrv_region *cudadrv_region_new(enum cudadrv_kind kind);
@@ -126,6 +158,14 @@ uint64_t cudadrv_next_block_id(void);
 unsigned cudadrv_map_access(const struct cudadrv_region *r);
 /** 1 when every byte of [p, p+n) is device memory the caller may access. */
 int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write);
+/** Caller holds cudadrv_lock: frees the context's cuMemAlloc memory and
+ * closes its legacy IPC mappings (VMM memory is no context's). */
+void cudadrv_ctx_release_state(CUcontext ctx);
+/** Caller holds cudadrv_lock: makes r's range inaccessible and keeps it
+ * reserved as a DEAD region (r itself is reused for that). */
+void cudadrv_region_kill(struct cudadrv_region *r);
+/** Device memory accounting of this library (first use sets it up). */
+void cudadrv_devmem_setup(void);
 
 /* drv_vmm.c: physical allocations (CUmemGenericAllocationHandle). */
 
@@ -137,6 +177,8 @@ struct cudadrv_alloc {
     unsigned refs;   /* create/import/retain minus release */
     unsigned maps;   /* live cuMemMap mappings */
     uint64_t block_id;
+    int created;     /* cuMemCreate (the allocating side), not an import */
+    struct devmem_ref mem;
 };
 
 /** Live allocation for a handle (refs > 0), or NULL. */

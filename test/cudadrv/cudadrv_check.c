@@ -3,18 +3,32 @@
  * cudadrv_check: checks that the CUDA driver test double behaves like the
  * real driver in the respects the ipcbyval tests rely on (entry-point
  * versions, handle copy-by-value semantics, VMM export/import, pointer
- * attributes). One process plus two forked children. Links the double
- * (run with LD_LIBRARY_PATH=build/test/cudadrv). Ends with
- * "cudadrv_check: N passed, N failed"; exit 0 when none failed.
+ * attributes, context and memory lifetimes as measured on driver 580,
+ * device-memory accounting across processes). One process plus forked
+ * children. Links the double (run with LD_LIBRARY_PATH=build/test/cudadrv).
+ * Sets CUDADRV_TOTAL_MEM=64M and a private CUDADRV_LEDGER for itself and its
+ * children. Ends with "cudadrv_check: N passed, N failed"; exit 0 when none
+ * failed.
  */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "test/devmem/devmem.h"
+
+#undef cuDevicePrimaryCtxReset
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+
+#define MiB ((size_t)1 << 20)
+#define TOTAL_MEM (64 * MiB)
 
 static int passed, failed;
 
@@ -68,6 +82,27 @@ static void check_procaddress(void)
           st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     proc("cuInit", 13010, 0, &st, &rc);
     CHECK(rc == CUDA_ERROR_INVALID_VALUE);
+    /* Context lifetime calls: every name and version, symbol and procaddr. */
+    static const char *const syms[] = {
+        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
+        "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxGetState",
+        "cuCtxDestroy", "cuCtxDestroy_v2", "cuMemGetInfo_v2", "cudadrvMemStats",
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
+        CHECK(sym(syms[i]) != NULL);
+    CHECK(proc("cuDevicePrimaryCtxRetain", 13000, 0, &st, &rc) == sym("cuDevicePrimaryCtxRetain"));
+    CHECK(proc("cuDevicePrimaryCtxRelease", 10020, 0, &st, &rc) ==
+          sym("cuDevicePrimaryCtxRelease"));
+    CHECK(proc("cuDevicePrimaryCtxRelease", 13000, 0, &st, &rc) ==
+          sym("cuDevicePrimaryCtxRelease_v2"));
+    CHECK(proc("cuDevicePrimaryCtxReset", 7000, 0, &st, &rc) == sym("cuDevicePrimaryCtxReset"));
+    CHECK(proc("cuDevicePrimaryCtxReset", 12000, 0, &st, &rc) ==
+          sym("cuDevicePrimaryCtxReset_v2"));
+    CHECK(proc("cuDevicePrimaryCtxGetState", 13000, 0, &st, &rc) ==
+          sym("cuDevicePrimaryCtxGetState"));
+    CHECK(proc("cuCtxDestroy", 3020, 0, &st, &rc) == sym("cuCtxDestroy"));
+    CHECK(proc("cuCtxDestroy", 13000, 0, &st, &rc) == sym("cuCtxDestroy_v2"));
+    CHECK(proc("cuMemGetInfo", 13000, 0, &st, &rc) == sym("cuMemGetInfo_v2"));
 }
 
 static void check_errors(void)
@@ -95,6 +130,26 @@ static void check_legacy(void)
     CHECK(cuIpcGetMemHandle(&h1, p) == CUDA_SUCCESS);
     CHECK(cuIpcGetMemHandle(&h2, p + 4096) == CUDA_SUCCESS);
     CHECK(memcmp(&h1, &h2, sizeof(h1)) == 0);
+    /* Driver 580: the exporter's pid, little endian, at bytes 8-11. */
+    {
+        const unsigned char *b = (const unsigned char *)h1.reserved;
+        uint32_t pid = (uint32_t)b[8] | (uint32_t)b[9] << 8 | (uint32_t)b[10] << 16 |
+                       (uint32_t)b[11] << 24;
+
+        CHECK(pid == (uint32_t)getpid());
+    }
+    /* Another allocation, other bytes (same pid and per-process value). */
+    CHECK(cuMemAlloc(&q, 4096) == CUDA_SUCCESS && cuIpcGetMemHandle(&h2, q) == CUDA_SUCCESS);
+    CHECK(memcmp(&h1, &h2, sizeof(h1)) != 0 && memcmp(&h1, &h2, 12) == 0);
+    /* Closing what is no IPC mapping (own memory) is refused, harmlessly. */
+    CHECK(cuMemsetD8(q, 'q', 4096) == CUDA_SUCCESS);
+    CHECK(cuIpcCloseMemHandle(q) == CUDA_ERROR_INVALID_VALUE);
+    {
+        char c = 0;
+
+        CHECK(cuMemcpyDtoH(&c, q + 4095, 1) == CUDA_SUCCESS && c == 'q');
+    }
+    CHECK(cuMemFree(q) == CUDA_SUCCESS);
     CHECK(cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                                 p) == CUDA_SUCCESS && legacy == 1);
     CHECK(cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) == CUDA_SUCCESS);
@@ -234,6 +289,35 @@ static void check_host_pointer(void)
                                 (CUdeviceptr)(uintptr_t)&local) == CUDA_ERROR_INVALID_VALUE);
 }
 
+/* The importer resets its primary context while a mapping is open: the
+ * mapping is gone (driver 580: NOT_FOUND, close INVALID_VALUE), the handle
+ * value stays, and after a retain the same handle opens afresh. */
+static void check_import_reset(const CUipcMemHandle *h, CUcontext ctx)
+{
+    CUdeviceptr p = 0, q = 0, base;
+    CUcontext again = NULL, cur = NULL;
+    size_t size;
+    unsigned flags;
+    int active = -1;
+    char c = 0;
+
+    CHECK(cuIpcOpenMemHandle(&p, *h, 0) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxReset(0) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(0, &flags, &active) == CUDA_SUCCESS && active == 0);
+    CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx);
+    CHECK(cuMemcpyDtoH(&c, p, 1) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuDevicePrimaryCtxRetain(&again, 0) == CUDA_SUCCESS && again == ctx);
+    CHECK(cuMemGetAddressRange(&base, &size, p) == CUDA_ERROR_NOT_FOUND);
+    CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemcpyDtoH(&c, p, 1) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(cuMemcpy((CUdeviceptr)(uintptr_t)&c, p, 1) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(cuIpcOpenMemHandle(&q, *h, 0) == CUDA_SUCCESS && q != p);
+    CHECK(cuMemcpyDtoH(&c, q + 4999, 1) == CUDA_SUCCESS && c == 'L');
+    CHECK(cuIpcCloseMemHandle(q) == CUDA_SUCCESS);
+    /* The reset kept the retain count: the extra retain goes again. */
+    CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS);
+}
+
 /* What the exporting child of check_cross_process sends. */
 struct xmsg {
     CUipcMemHandle live, freed;
@@ -293,6 +377,7 @@ static void check_cross_process(void)
     CHECK(cuIpcCloseMemHandle(q) == CUDA_SUCCESS && cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
     CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
     CHECK(cuIpcOpenMemHandle(&p, m.freed, 0) == CUDA_ERROR_INVALID_VALUE);
+    check_import_reset(&m.live, ctx);
     pidfd = (int)syscall(SYS_pidfd_open, m.pid, 0);
     fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, m.vmm_fd, 0);
     if (fd < 0) {
@@ -312,6 +397,289 @@ static void check_cross_process(void)
     close(to_parent[1]);
     close(to_child[0]);
     close(to_child[1]);
+}
+
+struct current_arg {
+    CUcontext ctx;
+    int ready, go;
+    CUresult rc;
+};
+
+/* Makes arg->ctx current, waits until the main thread destroyed it. */
+static void *hold_current(void *p)
+{
+    struct current_arg *a = p;
+
+    cuCtxSetCurrent(a->ctx);
+    __atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    a->rc = cuCtxSynchronize();
+    return NULL;
+}
+
+/* cuCtxCreate reuses the most recently destroyed handle value; destroying
+ * a context frees its cuMemAlloc memory (stale pointers fail), pops it
+ * from this thread and leaves it destroyed in others. Runs with the
+ * primary context of device 0 current. */
+static void check_contexts(CUcontext primary)
+{
+    CUcontext a, b, c, e, f, cur;
+    CUdeviceptr x, base;
+    struct current_arg arg = { 0 };
+    pthread_t th;
+    size_t size;
+    char byte = 0;
+
+    CHECK(cuCtxCreate(&a, NULL, 0, 0) == CUDA_SUCCESS && cuCtxDestroy(a) == CUDA_SUCCESS);
+    CHECK(cuCtxCreate(&b, NULL, 0, 0) == CUDA_SUCCESS && b == a);
+    CHECK(cuCtxCreate(&c, NULL, 0, 1) == CUDA_SUCCESS && c != b);
+    CHECK(cuCtxDestroy(b) == CUDA_SUCCESS && cuCtxDestroy(c) == CUDA_SUCCESS);
+    CHECK(cuCtxCreate(&e, NULL, 0, 0) == CUDA_SUCCESS && e == c);
+    CHECK(cuCtxCreate(&f, NULL, 0, 0) == CUDA_SUCCESS && f == b);
+    CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == f);
+    CHECK(cuMemAlloc(&x, 8192) == CUDA_SUCCESS && cuMemsetD8(x, 'x', 8192) == CUDA_SUCCESS);
+    CHECK(cuCtxDestroy(f) == CUDA_SUCCESS);
+    CHECK(cuCtxDestroy(f) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == e);
+    CHECK(cuMemGetAddressRange(&base, &size, x) == CUDA_ERROR_NOT_FOUND);
+    CHECK(cuMemFree(x) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemcpyDtoH(&byte, x, 1) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(cuMemcpy((CUdeviceptr)(uintptr_t)&byte, x + 100, 1) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    /* A context current to another thread, destroyed here. */
+    arg.ctx = e;
+    CHECK(pthread_create(&th, NULL, hold_current, &arg) == 0);
+    while (!__atomic_load_n(&arg.ready, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    CHECK(cuCtxDestroy(e) == CUDA_SUCCESS);
+    __atomic_store_n(&arg.go, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    CHECK(arg.rc == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuCtxSetCurrent(e) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == primary);
+    CHECK(cuCtxDestroy(primary) == CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* Primary context of device 1: reset destroys its state but keeps the
+ * handle and the retain count; the last release destroys it too; VMM
+ * memory survives both (measured on driver 580). */
+static void check_primary_lifetime(CUcontext primary0)
+{
+    CUmemAllocationProp prop;
+    CUmemAccessDesc acc;
+    CUmemGenericAllocationHandle h;
+    CUcontext p, q, cur;
+    CUdeviceptr x, va, base;
+    size_t chunk = 2 * MiB, size, fr, tot;
+    unsigned flags;
+    int active = -1;
+    char c = 0;
+
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 1;
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK(cuDevicePrimaryCtxGetState(1, &flags, &active) == CUDA_SUCCESS && active == 0);
+    CHECK(cuDevicePrimaryCtxRetain(&p, 1) == CUDA_SUCCESS && cuCtxSetCurrent(p) == 0);
+    CHECK(cuDevicePrimaryCtxGetState(1, &flags, &active) == CUDA_SUCCESS && active == 1);
+    CHECK(cuMemAlloc(&x, 4096) == CUDA_SUCCESS);
+    CHECK(cuMemCreate(&h, chunk, &prop, 0) == CUDA_SUCCESS);
+    CHECK(cuMemAddressReserve(&va, chunk, 0, 0, 0) == CUDA_SUCCESS);
+    CHECK(cuMemMap(va, chunk, 0, h, 0) == CUDA_SUCCESS);
+    CHECK(cuMemSetAccess(va, chunk, &acc, 1) == CUDA_SUCCESS);
+    CHECK(cuMemcpyHtoD(va, "V", 1) == CUDA_SUCCESS);
+    /* Reset: inactive, still current, the same handle on the next retain. */
+    CHECK(cuDevicePrimaryCtxReset(1) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(1, &flags, &active) == CUDA_SUCCESS && active == 0);
+    CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == p);
+    CHECK(cuMemAlloc(&base, 4096) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuMemGetInfo(&fr, &tot) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuDevicePrimaryCtxRetain(&q, 1) == CUDA_SUCCESS && q == p);
+    CHECK(cuMemGetAddressRange(&base, &size, x) == CUDA_ERROR_NOT_FOUND);
+    CHECK(cuMemFree(x) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemcpyDtoH(&c, va, 1) == CUDA_SUCCESS && c == 'V');
+    /* Two retains, two releases: the reset released nothing. */
+    CHECK(cuDevicePrimaryCtxRelease(1) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(1, &flags, &active) == CUDA_SUCCESS && active == 1);
+    CHECK(cuMemAlloc(&x, 4096) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxRelease(1) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(1, &flags, &active) == CUDA_SUCCESS && active == 0);
+    CHECK(cuDevicePrimaryCtxRelease(1) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuMemAlloc(&base, 4096) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuDevicePrimaryCtxRetain(&q, 1) == CUDA_SUCCESS && q == p);
+    CHECK(cuMemGetAddressRange(&base, &size, x) == CUDA_ERROR_NOT_FOUND);
+    CHECK(cuMemcpyDtoH(&c, va, 1) == CUDA_SUCCESS && c == 'V');
+    CHECK(cuMemUnmap(va, chunk) == CUDA_SUCCESS && cuMemAddressFree(va, chunk) == CUDA_SUCCESS);
+    CHECK(cuMemRelease(h) == CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxRelease_v2(1) == CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(primary0) == CUDA_SUCCESS);
+}
+
+/* cuMemGetInfo counts cuMemAlloc and cuMemCreate memory of the device, and
+ * CUDADRV_TOTAL_MEM bounds it. */
+static void check_meminfo(void)
+{
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h;
+    CUresult (*stats)(int, struct devmem_stats *);
+    struct devmem_stats st;
+    size_t fr0 = 0, fr = 0, tot = 0;
+    CUdeviceptr x, y;
+
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CHECK(cuMemGetInfo(&fr0, &tot) == CUDA_SUCCESS && tot == TOTAL_MEM && fr0 <= tot);
+    CHECK(cuMemAlloc(&x, 8 * MiB) == CUDA_SUCCESS);
+    CHECK(cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS && fr == fr0 - 8 * MiB);
+    CHECK(cuMemCreate(&h, 16 * MiB, &prop, 0) == CUDA_SUCCESS);
+    CHECK(cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS && fr == fr0 - 24 * MiB);
+    CHECK(cuMemAlloc(&y, fr + 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(cuMemAlloc(&y, fr) == CUDA_SUCCESS && cuMemFree(y) == CUDA_SUCCESS);
+    CHECK(cuMemCreate(&h, 64 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    *(void **)&stats = sym("cudadrvMemStats");
+    CHECK(stats && stats(0, &st) == CUDA_SUCCESS && st.shared == 1 && st.freed_held == 0 &&
+          st.used == TOTAL_MEM - fr);
+    CHECK(cuMemFree(x) == CUDA_SUCCESS && cuMemRelease(h) == CUDA_SUCCESS);
+    CHECK(cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS && fr == fr0);
+}
+
+/*
+ * The churn the lifetime issue is about, with exporter and importer in two
+ * children: the exporter allocates 24 MiB of 64, shares it, the importer
+ * opens it and (hold = 0) closes it, the exporter frees it; 6 rounds. When
+ * the importer closes, every round fits. When it holds its mappings (as a
+ * cache that keeps closed mappings would), the exporter's freed memory
+ * stays allocated: visible as freed_held from this third process, and the
+ * third round's cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY. The memory
+ * comes back when the importer exits without closing. Runs before this
+ * process's cuInit (the children initialise their own).
+ */
+#define CHURN_ROUNDS 6
+#define CHURN_SIZE (24 * MiB)
+
+struct churn_msg {
+    CUresult rc; /* the exporter's cuMemAlloc */
+    CUipcMemHandle handle;
+    size_t free_after; /* exporter's cuMemGetInfo after its free */
+};
+
+static void churn_exporter(int wfd, int rfd)
+{
+    CUcontext ctx;
+    CUdeviceptr p;
+    struct churn_msg m;
+    size_t tot;
+    char c;
+
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx))
+        _exit(1);
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        memset(&m, 0, sizeof(m));
+        m.rc = cuMemAlloc(&p, CHURN_SIZE);
+        if (m.rc == CUDA_SUCCESS && (cuMemsetD8(p, (unsigned char)('a' + i), CHURN_SIZE) ||
+                                     cuIpcGetMemHandle(&m.handle, p)))
+            _exit(1);
+        if (write(wfd, &m, sizeof(m)) != (ssize_t)sizeof(m))
+            _exit(1);
+        if (m.rc != CUDA_SUCCESS)
+            _exit(0);
+        if (read(rfd, &c, 1) != 1 || cuMemFree(p) || cuMemGetInfo(&m.free_after, &tot))
+            _exit(1);
+        if (write(wfd, &m.free_after, sizeof(m.free_after)) != (ssize_t)sizeof(m.free_after))
+            _exit(1);
+    }
+    _exit(0);
+}
+
+static void churn_importer(int hold, int rfd, int wfd)
+{
+    CUcontext ctx;
+    CUdeviceptr p;
+    struct churn_msg m;
+    char c;
+
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx))
+        _exit(1);
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        if (read(rfd, &m, sizeof(m)) != (ssize_t)sizeof(m))
+            _exit(1);
+        if (m.rc != CUDA_SUCCESS)
+            break;
+        if (cuIpcOpenMemHandle(&p, m.handle, 0) || cuMemcpyDtoH(&c, p + CHURN_SIZE - 1, 1) ||
+            c != 'a' + i || (!hold && cuIpcCloseMemHandle(p)))
+            _exit(1);
+        if (write(wfd, "k", 1) != 1)
+            _exit(1);
+    }
+    /* Waits to be told to exit: the parent looks at the ledger first. */
+    read(rfd, &c, 1);
+    _exit(0);
+}
+
+static void check_churn(int hold)
+{
+    CUresult (*stats)(int, struct devmem_stats *);
+    int e2p[2], p2e[2], i2p[2], p2i[2], rounds = 0, st_e = 0, st_i = 0, ok = 1;
+    struct devmem_stats st;
+    struct churn_msg m;
+    CUresult last = CUDA_SUCCESS;
+    size_t free_after;
+    pid_t ex, im;
+    char c;
+
+    *(void **)&stats = sym("cudadrvMemStats");
+    CHECK(stats != NULL && pipe(e2p) == 0 && pipe(p2e) == 0 && pipe(i2p) == 0 && pipe(p2i) == 0);
+    if (!stats)
+        return;
+    if ((ex = fork()) == 0)
+        churn_exporter(e2p[1], p2e[0]);
+    if ((im = fork()) == 0)
+        churn_importer(hold, p2i[0], i2p[1]);
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        if (read(e2p[0], &m, sizeof(m)) != (ssize_t)sizeof(m)) {
+            ok = 0;
+            break;
+        }
+        last = m.rc;
+        if (write(p2i[1], &m, sizeof(m)) != (ssize_t)sizeof(m)) /* relayed */
+            ok = 0;
+        if (m.rc != CUDA_SUCCESS)
+            break;
+        if (read(i2p[0], &c, 1) != 1 || write(p2e[1], "k", 1) != 1 ||
+            read(e2p[0], &free_after, sizeof(free_after)) != (ssize_t)sizeof(free_after)) {
+            ok = 0;
+            break;
+        }
+        rounds++;
+        /* Natively the exporter's free gives the memory back at once. */
+        if (!hold && free_after != TOTAL_MEM)
+            ok = 0;
+        if (hold && free_after != TOTAL_MEM - (size_t)rounds * CHURN_SIZE)
+            ok = 0;
+    }
+    CHECK(ok);
+    CHECK(stats(0, &st) == CUDA_SUCCESS);
+    if (hold) {
+        CHECK(rounds == 2 && last == CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK(st.freed_held == 2 * CHURN_SIZE && st.used == 2 * CHURN_SIZE);
+    } else {
+        CHECK(rounds == CHURN_ROUNDS && last == CUDA_SUCCESS);
+        CHECK(st.used == 0 && st.freed_held == 0);
+    }
+    CHECK(write(p2i[1], "x", 1) == 1);
+    CHECK(waitpid(ex, &st_e, 0) == ex && WIFEXITED(st_e) && WEXITSTATUS(st_e) == 0);
+    CHECK(waitpid(im, &st_i, 0) == im && WIFEXITED(st_i) && WEXITSTATUS(st_i) == 0);
+    /* The importer exited holding its mappings: the kernel released them. */
+    CHECK(stats(0, &st) == CUDA_SUCCESS && st.used == 0 && st.freed_held == 0 && st.allocs == 0);
+    for (int i = 0; i < 2; i++) {
+        close(e2p[i]);
+        close(p2e[i]);
+        close(i2p[i]);
+        close(p2i[i]);
+    }
 }
 
 /* A forked child must not use the parent's CUDA state. */
@@ -335,10 +703,18 @@ int main(void)
     CUcontext ctx = NULL, cur = NULL;
     CUdevice dev = -1;
     int count = 0;
+    char ledger[64];
 
+    /* A ledger of our own, bounded: children inherit both. */
+    snprintf(ledger, sizeof(ledger), "/tmp/cudadrv_check.%d.ledger", (int)getpid());
+    unlink(ledger);
+    setenv("CUDADRV_LEDGER", ledger, 1);
+    setenv("CUDADRV_TOTAL_MEM", "64M", 1);
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     CHECK(lib != NULL);
     CHECK(cuDeviceGetCount(&count) == CUDA_ERROR_NOT_INITIALIZED);
+    check_churn(0);
+    check_churn(1);
     check_cross_process();
     CHECK(cuInit(0) == CUDA_SUCCESS);
     CHECK(cuDeviceGetCount(&count) == CUDA_SUCCESS && count >= 1);
@@ -353,8 +729,12 @@ int main(void)
     check_legacy();
     check_vmm();
     check_host_pointer();
+    check_contexts(ctx);
+    check_primary_lifetime(ctx);
+    check_meminfo();
     check_fork();
     CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS);
+    unlink(ledger);
     printf("cudadrv_check: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -86,6 +86,7 @@ CUresult CUDAAPI cuInit(unsigned int flags)
         }
         init_pid = getpid();
         pthread_once(&atfork_once, atfork_init);
+        cudadrv_devmem_setup();
         __atomic_store_n(&init_here, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&cudadrv_lock);
@@ -167,5 +168,19 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     if (dev < 0 || dev >= device_count)
         return CUDA_ERROR_INVALID_DEVICE;
     *pi = device_attribute(attrib, dev);
+    return CUDA_SUCCESS;
+}
+
+void cudadrv_devmem_setup(void)
+{
+    devmem_setup("CUDADRV", CUDADRV_DEFAULT_TOTAL);
+}
+
+CUresult cudadrvMemStats(int device, struct devmem_stats *st)
+{
+    if (!st || device < 0 || device >= CUDADRV_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    cudadrv_devmem_setup();
+    devmem_stats(device, st);
     return CUDA_SUCCESS;
 }

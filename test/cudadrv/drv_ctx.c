@@ -1,26 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cudadrv: contexts. Primary contexts (one per device, never destroyed),
- * contexts from cuCtxCreate (pushed on creation) and the per-thread
- * current-context stack. CUDA 13 adds cuCtxGetDevice_v2 and
- * cuCtxSynchronize_v2, which take the context as an argument.
+ * cudadrv: contexts. Primary contexts (one per device), contexts from
+ * cuCtxCreate (pushed on creation) and the per-thread current-context
+ * stack. CUDA 13 adds cuCtxGetDevice_v2 and cuCtxSynchronize_v2, which take
+ * the context as an argument.
+ *
+ * Lifetimes, as measured on an H100 with driver 580.159.04 (CUDA 13.0):
+ * - cuCtxDestroy frees the context's cuMemAlloc memory and closes its
+ *   legacy IPC mappings (cuMemGetAddressRange then says NOT_FOUND,
+ *   cuMemFree and cuIpcCloseMemHandle INVALID_VALUE). VMM allocations,
+ *   reservations and mappings are not context state (cuda.h says so of
+ *   cuMemCreate; a mapping made while the primary context was current was
+ *   still mapped, readable and RW after cuDevicePrimaryCtxReset).
+ * - The driver reuses context handle values: 28 of 64 cuCtxCreate +
+ *   cuCtxDestroy cycles returned a value seen before. The double makes
+ *   this deterministic and as hard on callers as possible: cuCtxCreate
+ *   returns the most recently destroyed value first.
+ * - cuDevicePrimaryCtxReset destroys the primary context's state (as
+ *   above) and leaves it inactive (cuDevicePrimaryCtxGetState: active 0)
+ *   but does not release it: a retain count of 1 before a reset needed
+ *   two releases after one more retain, and a third release failed with
+ *   CUDA_ERROR_INVALID_CONTEXT. The last cuDevicePrimaryCtxRelease does
+ *   the same destruction. A later retain activates it again with the
+ *   SAME handle value.
+ * - While an inactive primary context is current, calls that need a
+ *   context fail with CUDA_ERROR_CONTEXT_IS_DESTROYED (cuMemAlloc and
+ *   cuMemGetInfo returned 709 after the reset and after the last
+ *   release); cuCtxGetCurrent still returns it. The same error is given
+ *   for a destroyed cuCtxCreate context still current to another thread
+ *   (cuda.h), until its handle value is reused.
+ * Destroyed memory is replaced by inaccessible address space that the
+ * double keeps reserved (up to CUDADRV_DEAD_MAX ranges), so a stale
+ * pointer faults on the CPU and makes the copy calls fail with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, instead of reaching a later allocation.
  */
 #include "cudadrv.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define CTX_MAGIC 0x63747864u /* "dxtc" */
 #define CTX_STACK 16
+#define CTX_POOL 64
+
+enum ctx_state { CTX_FREE = 0, CTX_LIVE, CTX_DESTROYED };
 
 struct CUctx_st {
     unsigned magic;
     int device;
     int primary;
     unsigned flags;
+    enum ctx_state state; /* primary: LIVE while active, else DESTROYED */
 };
 
-#define PRIMARY(i) { CTX_MAGIC, i, 1, 0 }
+#define PRIMARY(i) { CTX_MAGIC, i, 1, 0, CTX_DESTROYED }
 static struct CUctx_st primary_ctx[CUDADRV_MAX_DEVICES] = {
     PRIMARY(0), PRIMARY(1), PRIMARY(2), PRIMARY(3),
     PRIMARY(4), PRIMARY(5), PRIMARY(6), PRIMARY(7),
@@ -29,29 +61,52 @@ static struct CUctx_st primary_ctx[CUDADRV_MAX_DEVICES] = {
 _Static_assert(CUDADRV_MAX_DEVICES == 8, "one PRIMARY() per device");
 static unsigned primary_refs[CUDADRV_MAX_DEVICES];
 
-/* Contexts made by cuCtxCreate. A handle is checked by membership, never
- * dereferenced first, so a stale or random CUcontext is an error, not a
- * read of freed memory. Own lock: callers may hold cudadrv_lock. */
+/* Contexts made by cuCtxCreate live in a fixed pool, so a stale or random
+ * CUcontext is checked by address and never read from freed memory.
+ * Destroyed slots are reused last-in first-out. Lock order: cudadrv_lock
+ * before ctx_lock (callers of cudadrv_ctx_device may hold cudadrv_lock). */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct CUctx_st *ctx_list[64];
+static struct CUctx_st pool[CTX_POOL];
+static int free_stack[CTX_POOL];
+static int nfree, used_slots;
 
 static __thread CUcontext ctx_stack[CTX_STACK];
 static __thread int ctx_depth;
 
-int cudadrv_ctx_device(CUcontext ctx)
+static int is_primary(CUcontext ctx)
 {
-    int dev = -1;
+    return ctx >= &primary_ctx[0] && ctx < &primary_ctx[CUDADRV_MAX_DEVICES];
+}
+
+static int is_pooled(CUcontext ctx)
+{
+    return ctx >= &pool[0] && ctx < &pool[CTX_POOL];
+}
+
+/* CUDA_SUCCESS, CUDA_ERROR_CONTEXT_IS_DESTROYED (a handle of ours that is
+ * not live now) or CUDA_ERROR_INVALID_CONTEXT (not a context handle). */
+static CUresult ctx_check(CUcontext ctx)
+{
+    CUresult rc = CUDA_ERROR_INVALID_CONTEXT;
 
     if (!ctx)
-        return -1;
-    if (ctx >= &primary_ctx[0] && ctx < &primary_ctx[CUDADRV_MAX_DEVICES])
-        return ctx->device < cudadrv_device_count() ? ctx->device : -1;
+        return rc;
+    if (is_primary(ctx) && ctx->device >= cudadrv_device_count())
+        return rc;
+    if (!is_primary(ctx) && !is_pooled(ctx))
+        return rc;
     pthread_mutex_lock(&ctx_lock);
-    for (size_t i = 0; i < sizeof(ctx_list) / sizeof(ctx_list[0]); i++)
-        if (ctx_list[i] == ctx && ctx->magic == CTX_MAGIC)
-            dev = ctx->device;
+    if (ctx->state == CTX_LIVE)
+        rc = CUDA_SUCCESS;
+    else if (ctx->state == CTX_DESTROYED || is_primary(ctx))
+        rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
     pthread_mutex_unlock(&ctx_lock);
-    return dev;
+    return rc;
+}
+
+int cudadrv_ctx_device(CUcontext ctx)
+{
+    return ctx_check(ctx) == CUDA_SUCCESS ? ctx->device : -1;
 }
 
 CUcontext cudadrv_ctx_current(void)
@@ -59,21 +114,29 @@ CUcontext cudadrv_ctx_current(void)
     return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+CUresult cudadrv_need_ctx(void)
+{
+    CUresult rc = cudadrv_check_init();
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return ctx_check(cudadrv_ctx_current());
+}
+
 CUresult cudadrv_current_device(int *dev_p)
 {
-    int dev = cudadrv_ctx_device(cudadrv_ctx_current());
+    CUcontext ctx = cudadrv_ctx_current();
+    CUresult rc = ctx_check(ctx);
 
-    if (dev < 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *dev_p = dev;
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        *dev_p = ctx->device;
+    return rc;
 }
 
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     CUresult rc = cudadrv_check_init();
-    struct CUctx_st *c;
-    size_t i;
+    struct CUctx_st *c = NULL;
 
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -83,25 +146,20 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     if (ctx_depth == CTX_STACK)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    c = calloc(1, sizeof(*c));
+    pthread_mutex_lock(&ctx_lock);
+    if (nfree > 0)
+        c = &pool[free_stack[--nfree]];
+    else if (used_slots < CTX_POOL)
+        c = &pool[used_slots++];
+    if (c)
+        *c = (struct CUctx_st){ CTX_MAGIC, dev, 0, flags, CTX_LIVE };
+    pthread_mutex_unlock(&ctx_lock);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *c = (struct CUctx_st){ CTX_MAGIC, dev, 0, flags };
-    pthread_mutex_lock(&ctx_lock);
-    for (i = 0; i < sizeof(ctx_list) / sizeof(ctx_list[0]); i++) {
-        if (!ctx_list[i]) {
-            ctx_list[i] = c;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&ctx_lock);
-    if (i == sizeof(ctx_list) / sizeof(ctx_list[0])) {
-        free(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     /* cuCtxCreate pushes the new context onto the thread's stack. */
     ctx_stack[ctx_depth++] = c;
     *pctx = c;
+    cudadrv_trace("cuCtxCreate(dev %d) = %p", dev, (void *)c);
     return CUDA_SUCCESS;
 }
 
@@ -133,9 +191,25 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    /* Primary contexts are released, never destroyed. */
-    if (cudadrv_ctx_device(ctx) < 0 || ctx->primary)
+    /* Primary contexts are released or reset, never destroyed. */
+    if (!ctx || !is_pooled(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&cudadrv_lock);
+    pthread_mutex_lock(&ctx_lock);
+    if (ctx->state != CTX_LIVE) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else {
+        ctx->state = CTX_DESTROYED;
+        free_stack[nfree++] = (int)(ctx - pool);
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    if (rc == CUDA_SUCCESS)
+        cudadrv_ctx_release_state(ctx);
+    pthread_mutex_unlock(&cudadrv_lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    /* Popped from this thread's stack; other threads keep it current and
+     * get CUDA_ERROR_CONTEXT_IS_DESTROYED. */
     for (int i = 0; i < ctx_depth; i++) {
         if (ctx_stack[i] == ctx) {
             memmove(&ctx_stack[i], &ctx_stack[i + 1],
@@ -144,13 +218,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
             i--;
         }
     }
-    pthread_mutex_lock(&ctx_lock);
-    for (size_t i = 0; i < sizeof(ctx_list) / sizeof(ctx_list[0]); i++)
-        if (ctx_list[i] == ctx)
-            ctx_list[i] = NULL;
-    pthread_mutex_unlock(&ctx_lock);
-    ctx->magic = 0;
-    free(ctx);
+    cudadrv_trace("cuCtxDestroy(%p)", (void *)ctx);
     return CUDA_SUCCESS;
 }
 
@@ -169,16 +237,86 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= cudadrv_device_count())
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&cudadrv_lock);
+    pthread_mutex_lock(&ctx_lock);
     primary_refs[dev]++;
-    pthread_mutex_unlock(&cudadrv_lock);
+    primary_ctx[dev].state = CTX_LIVE; /* activated again after a reset */
+    pthread_mutex_unlock(&ctx_lock);
     *pctx = &primary_ctx[dev];
     return CUDA_SUCCESS;
 }
 
-/* The primary context keeps its handle (and the double its state) when
- * the last reference goes: only the count is checked. */
+/* Destroys the primary context's state. release: drop a reference first
+ * (CUDA_ERROR_INVALID_CONTEXT when there is none) and destroy only when it
+ * was the last. */
+static CUresult primary_down(CUdevice dev, int release)
+{
+    CUresult rc = cudadrv_check_init();
+    int destroy = 0;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (dev < 0 || dev >= cudadrv_device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&cudadrv_lock);
+    pthread_mutex_lock(&ctx_lock);
+    if (release && primary_refs[dev] == 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else {
+        if (release)
+            primary_refs[dev]--;
+        if ((!release || primary_refs[dev] == 0) && primary_ctx[dev].state == CTX_LIVE) {
+            primary_ctx[dev].state = CTX_DESTROYED;
+            destroy = 1;
+        }
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    if (destroy)
+        cudadrv_ctx_release_state(&primary_ctx[dev]);
+    pthread_mutex_unlock(&cudadrv_lock);
+    cudadrv_trace("cuDevicePrimaryCtx%s(%d) = %d%s", release ? "Release" : "Reset", dev,
+                  (int)rc, destroy ? ", state destroyed" : "");
+    return rc;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    return primary_down(dev, 1);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    return primary_down(dev, 1);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return primary_down(dev, 0);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return primary_down(dev, 0);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult rc = cudadrv_check_init();
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= cudadrv_device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_lock);
+    *flags = primary_ctx[dev].flags;
+    *active = primary_ctx[dev].state == CTX_LIVE;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Flags are kept for cuDevicePrimaryCtxGetState; they change nothing. */
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
     CUresult rc = cudadrv_check_init();
 
@@ -186,18 +324,35 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         return rc;
     if (dev < 0 || dev >= cudadrv_device_count())
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&cudadrv_lock);
-    if (primary_refs[dev] == 0)
-        rc = CUDA_ERROR_INVALID_CONTEXT;
-    else
-        primary_refs[dev]--;
-    pthread_mutex_unlock(&cudadrv_lock);
-    return rc;
+    pthread_mutex_lock(&ctx_lock);
+    primary_ctx[dev].flags = flags;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+/* Before CUDA 11 the flags of an active primary context were fixed. */
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
-    return cuDevicePrimaryCtxRelease_v2(dev);
+    unsigned old;
+    int active;
+    CUresult rc = cuDevicePrimaryCtxGetState(dev, &old, &active);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (active)
+        return CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE;
+    return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+/* An inactive primary context may be made current (its handle stays
+ * valid); a destroyed cuCtxCreate context may not. */
+static CUresult settable(CUcontext ctx)
+{
+    CUresult rc = ctx_check(ctx);
+
+    return rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx) ? CUDA_SUCCESS
+           : rc == CUDA_SUCCESS                                    ? rc
+                                                                   : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
@@ -206,7 +361,7 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (ctx && cudadrv_ctx_device(ctx) < 0)
+    if (ctx && settable(ctx) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!ctx) {
         if (ctx_depth > 0)
@@ -237,7 +392,7 @@ CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (cudadrv_ctx_device(ctx) < 0)
+    if (settable(ctx) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ctx_depth == CTX_STACK)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -296,19 +451,15 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
         return cuCtxGetDevice(device);
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    if (cudadrv_ctx_device(ctx) < 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *device = ctx->device;
-    return CUDA_SUCCESS;
+    rc = ctx_check(ctx);
+    if (rc == CUDA_SUCCESS)
+        *device = ctx->device;
+    return rc;
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return cudadrv_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    return cudadrv_need_ctx();
 }
 
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
@@ -319,5 +470,5 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
         return rc;
     if (!ctx)
         return cuCtxSynchronize();
-    return cudadrv_ctx_device(ctx) < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+    return ctx_check(ctx);
 }

@@ -15,6 +15,18 @@
  * close without a current context, fail with CUDA_ERROR_INVALID_CONTEXT
  * (UCX reports this of the real driver for open and close); a handle whose allocation is gone is
  * CUDA_ERROR_INVALID_VALUE ("invalid argument", as NCCL users report).
+ *
+ * Measured on an H100 with driver 580.159.04: a second open of a handle
+ * while it is open returns the same pointer; cuIpcCloseMemHandle of a
+ * pointer that is no open mapping (a cuMemAlloc pointer, an interior
+ * pointer of a mapping, a mapping already closed) is CUDA_ERROR_INVALID_VALUE
+ * and changes nothing; the importer's mapping keeps the exporter's memory
+ * allocated after the exporter's cuMemFree (its cuMemGetInfo recovered the
+ * 1 GiB only at the importer's close). The handle bytes follow that
+ * driver's layout where it matters: the exporter's pid at bytes 8-11
+ * (little endian), the allocation size at 16-23, a per-process value at
+ * 0-7, a per-allocation counter at 40-47; the same allocation gives the
+ * same 64 bytes every time.
  */
 #include "cudadrv.h"
 
@@ -26,21 +38,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define IPC_MAGIC 0x31647063u /* "cpd1" */
+#include <stddef.h>
+#include <sys/random.h>
+
+/* Constant bytes 32-39 (driver 580 has constant bytes there too). */
+#define IPC_MAGIC 0x0000ff0031647063ull
 
 struct legacy_wire {
-    uint32_t magic;
-    uint32_t pid;
-    int32_t fd;
-    uint32_t device;
-    uint64_t ino;
-    uint64_t serial;   /* exporter's BUFFER_ID of the allocation */
-    uint64_t size;
-    uint64_t map_len;
-    uint8_t zero[16];
+    uint64_t process;  /* @0 per-process value (the real driver's: a host pointer) */
+    uint32_t pid;      /* @8 the exporter's pid, little endian, as driver 580 */
+    int32_t fd;        /* @12 the exporter's memfd */
+    uint64_t size;     /* @16 allocation size, as driver 580 */
+    uint64_t map_len;  /* @24 */
+    uint64_t magic;    /* @32 */
+    uint64_t serial;   /* @40 exporter's BUFFER_ID of the allocation */
+    uint64_t ino;      /* @48 the memfd's inode */
+    uint32_t device;   /* @56 */
+    uint32_t zero;
 };
 
 _Static_assert(sizeof(struct legacy_wire) == CU_IPC_HANDLE_SIZE, "legacy handle is 64 bytes");
+_Static_assert(offsetof(struct legacy_wire, pid) == 8, "pid at bytes 8-11, as driver 580");
+
+static uint64_t process_value;
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+
+static void process_value_init(void)
+{
+    if (getrandom(&process_value, sizeof(process_value), 0) != (ssize_t)sizeof(process_value))
+        process_value = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+    process_value &= 0x00007ffffffffff0ull; /* looks like a heap pointer */
+}
 
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
@@ -51,10 +79,12 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!cudadrv_ctx_current())
-        return CUDA_ERROR_INVALID_CONTEXT;
+    rc = cudadrv_need_ctx();
+    if (rc != CUDA_SUCCESS)
+        return rc;
     if (!pHandle)
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&process_once, process_value_init);
     memset(&w, 0, sizeof(w));
     pthread_mutex_lock(&cudadrv_lock);
     /* VMM mappings and imported IPC memory are not legacy-IPC capable. */
@@ -62,6 +92,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (!r || fstat(r->fd, &st) < 0) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
+        w.process = process_value;
         w.magic = IPC_MAGIC;
         w.pid = (uint32_t)getpid();
         w.fd = r->fd;
@@ -80,10 +111,13 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 }
 
 /* Opens the exporter's memfd and checks it is still the allocation the
- * handle names. Returns an fd or -1 (cause traced). */
-static int open_exporter_fd(const struct legacy_wire *w)
+ * handle names. Returns an fd or -1 (cause traced); tag gets the ledger
+ * tag from the memfd's name. */
+static int open_exporter_fd(const struct legacy_wire *w, char *tag, size_t tag_len)
 {
-    char path[64], link[128], want[96];
+    char path[64], link[160], want[96];
+    const char *t;
+    size_t n_tag;
     struct stat st;
     ssize_t n;
     int fd;
@@ -97,7 +131,7 @@ static int open_exporter_fd(const struct legacy_wire *w)
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     n = readlink(path, link, sizeof(link) - 1);
     link[n < 0 ? 0 : n] = '\0';
-    snprintf(want, sizeof(want), "/memfd:" CUDADRV_LEGACY_NAME "%llu ",
+    snprintf(want, sizeof(want), "/memfd:" CUDADRV_LEGACY_NAME "%llu:",
              (unsigned long long)w->serial);
     if (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != w->ino ||
         (uint64_t)st.st_size < w->map_len || strncmp(link, want, strlen(want)) != 0) {
@@ -106,22 +140,24 @@ static int open_exporter_fd(const struct legacy_wire *w)
         close(fd);
         return -1;
     }
+    t = link + strlen(want);
+    n_tag = strcspn(t, " ");
+    snprintf(tag, tag_len, "%.*s", (int)(n_tag < tag_len ? n_tag : tag_len - 1), t);
     return fd;
 }
 
 static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
-    CUresult rc = cudadrv_check_init();
+    CUresult rc = cudadrv_need_ctx();
     CUcontext ctx = cudadrv_ctx_current();
     struct cudadrv_region *r = NULL;
+    char tag[DEVMEM_TAG_LEN] = "";
     struct legacy_wire w;
     void *p;
     int fd;
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!ctx)
-        return CUDA_ERROR_INVALID_CONTEXT;
     if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
         return CUDA_ERROR_INVALID_VALUE;
     memcpy(&w, handle.reserved, sizeof(w));
@@ -151,7 +187,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
                       (unsigned long long)*pdptr, r->refs);
         return CUDA_SUCCESS;
     }
-    fd = open_exporter_fd(&w);
+    fd = open_exporter_fd(&w, tag, sizeof(tag));
     if (fd < 0) {
         pthread_mutex_unlock(&cudadrv_lock);
         return CUDA_ERROR_INVALID_VALUE;
@@ -177,6 +213,8 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
     r->peer_pid = (pid_t)w.pid;
     r->peer_ino = w.ino;
     r->peer_serial = w.serial;
+    /* The mapping holds the exporter's memory, whatever the exporter does. */
+    devmem_acquire(tag, (int)w.device, w.map_len, &r->mem);
     *pdptr = (CUdeviceptr)r->base;
     pthread_mutex_unlock(&cudadrv_lock);
     cudadrv_trace("cuIpcOpenMemHandle: pid %u alloc %llu mapped at 0x%llx",
@@ -206,14 +244,16 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     if (rc != CUDA_SUCCESS)
         return rc;
     /* UCX saw "invalid device context" closing without a current context. */
-    if (!cudadrv_ctx_current())
-        return CUDA_ERROR_INVALID_CONTEXT;
+    rc = cudadrv_need_ctx();
+    if (rc != CUDA_SUCCESS)
+        return rc;
     pthread_mutex_lock(&cudadrv_lock);
     r = cudadrv_region_find((uintptr_t)dptr, CUDADRV_IPC);
     if (!r || r->base != (uintptr_t)dptr) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if ((left = --r->refs) == 0) {
         munmap((void *)r->base, r->map_len);
+        devmem_release(&r->mem, 0);
         cudadrv_region_del(r);
     }
     pthread_mutex_unlock(&cudadrv_lock);

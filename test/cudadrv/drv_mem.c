@@ -5,6 +5,13 @@
  * copy is memcpy after checking that the device side is memory the
  * current device may touch: a wrong cuMemSetAccess in the shim shows up as
  * CUDA_ERROR_INVALID_VALUE instead of silently working.
+ *
+ * Device memory is accounted in the ledger (test/devmem): cuMemGetInfo
+ * counts what every process of the ledger holds, including memory whose
+ * allocating process freed it while an importer still maps it, and
+ * cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY beyond CUDADRV_TOTAL_MEM.
+ * Memory of a destroyed context becomes a DEAD range: inaccessible, kept
+ * reserved, and CUDA_ERROR_ILLEGAL_ADDRESS for the copy calls.
  */
 #include "cudadrv.h"
 
@@ -17,6 +24,8 @@
 static struct cudadrv_region **regions;
 static size_t nregions, cap_regions;
 static uint64_t last_buffer_id, last_block_id;
+static uint64_t dead_seq;
+static size_t ndead;
 
 struct cudadrv_region *cudadrv_region_new(enum cudadrv_kind kind)
 {
@@ -36,12 +45,15 @@ struct cudadrv_region *cudadrv_region_new(enum cudadrv_kind kind)
         return NULL;
     r->kind = kind;
     r->fd = -1;
+    r->mem.slot = DEVMEM_NONE;
     regions[nregions++] = r;
     return r;
 }
 
 void cudadrv_region_del(struct cudadrv_region *r)
 {
+    if (r->kind == CUDADRV_DEAD)
+        ndead--;
     for (size_t i = 0; i < nregions; i++) {
         if (regions[i] == r) {
             regions[i] = regions[--nregions];
@@ -128,11 +140,64 @@ int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write)
 
 static CUresult need_ctx(void)
 {
-    CUresult rc = cudadrv_check_init();
+    return cudadrv_need_ctx();
+}
 
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return cudadrv_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+void cudadrv_region_kill(struct cudadrv_region *r)
+{
+    struct cudadrv_region *oldest = NULL;
+
+    /* Same address, no access, no memory: a stale pointer faults. */
+    mmap((void *)r->base, r->map_len, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    r->kind = CUDADRV_DEAD;
+    r->size = r->map_len;
+    r->ctx = NULL;
+    r->dead_seq = ++dead_seq;
+    if (++ndead <= CUDADRV_DEAD_MAX)
+        return;
+    for (size_t i = 0; i < nregions; i++)
+        if (regions[i]->kind == CUDADRV_DEAD &&
+            (!oldest || regions[i]->dead_seq < oldest->dead_seq))
+            oldest = regions[i];
+    munmap((void *)oldest->base, oldest->map_len);
+    cudadrv_region_del(oldest);
+}
+
+void cudadrv_ctx_release_state(CUcontext ctx)
+{
+    size_t i = 0;
+
+    while (i < nregions) {
+        struct cudadrv_region *r = regions[i];
+
+        if (r->ctx != ctx || !(r->kind & (CUDADRV_LEGACY | CUDADRV_IPC))) {
+            i++;
+            continue;
+        }
+        cudadrv_trace("context %p destroyed: %s 0x%llx (%zu bytes) is gone", (void *)ctx,
+                      r->kind == CUDADRV_LEGACY ? "allocation" : "IPC mapping",
+                      (unsigned long long)r->base, r->size);
+        /* The exporter's memory stays held while an importer maps it. */
+        devmem_release(&r->mem, r->kind == CUDADRV_LEGACY);
+        cudadrv_region_kill(r); /* may delete another DEAD region: rescan */
+        i = 0;
+    }
+}
+
+/* CUDA_ERROR_ILLEGAL_ADDRESS when [p, p+n) touches a destroyed range. */
+static CUresult dead_check(uintptr_t p, size_t n)
+{
+    for (size_t i = 0; i < nregions; i++) {
+        const struct cudadrv_region *r = regions[i];
+
+        if (r->kind == CUDADRV_DEAD && p < r->base + r->map_len && r->base < p + n)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -140,28 +205,38 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult rc = need_ctx();
     long page = sysconf(_SC_PAGESIZE);
     struct cudadrv_region *r;
-    char name[64];
+    char name[128], tag[DEVMEM_TAG_LEN];
+    struct devmem_ref mem;
     size_t len;
     void *p;
-    int fd;
+    int fd, dev;
 
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!dptr || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     len = (bytesize + (size_t)page - 1) & ~((size_t)page - 1);
+    dev = cudadrv_ctx_device(cudadrv_ctx_current());
+    if (dev < 0 || devmem_alloc(dev, len, &mem) != 0) {
+        cudadrv_trace("cuMemAlloc(%zu) = CUDA_ERROR_OUT_OF_MEMORY (device %d full)", bytesize,
+                      dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    devmem_tag(&mem, tag, sizeof(tag));
     pthread_mutex_lock(&cudadrv_lock);
     r = cudadrv_region_new(CUDADRV_LEGACY);
     if (!r) {
         pthread_mutex_unlock(&cudadrv_lock);
+        devmem_release(&mem, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->buffer_id = cudadrv_next_buffer_id();
     r->block_id = cudadrv_next_block_id();
     /* The name carries the buffer id so an importer can check that the
-     * fd it reached through /proc is still this allocation. */
-    snprintf(name, sizeof(name), CUDADRV_LEGACY_NAME "%llu",
-             (unsigned long long)r->buffer_id);
+     * fd it reached through /proc is still this allocation, and the
+     * ledger tag so that it holds the same memory. */
+    snprintf(name, sizeof(name), CUDADRV_LEGACY_NAME "%llu:%s",
+             (unsigned long long)r->buffer_id, tag);
     fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)len) < 0 ||
         (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
@@ -169,6 +244,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
             close(fd);
         cudadrv_region_del(r);
         pthread_mutex_unlock(&cudadrv_lock);
+        devmem_release(&mem, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->base = (uintptr_t)p;
@@ -176,10 +252,34 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     r->map_len = len;
     r->fd = fd;
     r->ctx = cudadrv_ctx_current();
-    r->device = cudadrv_ctx_device(r->ctx);
+    r->device = dev;
+    r->mem = mem;
     *dptr = (CUdeviceptr)r->base;
     pthread_mutex_unlock(&cudadrv_lock);
     cudadrv_trace("cuMemAlloc(%zu) = 0x%llx fd %d", bytesize, (unsigned long long)*dptr, fd);
+    return CUDA_SUCCESS;
+}
+
+/* Device-wide, as the real driver: what every process of the ledger
+ * holds on the current context's device. */
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_p, size_t *total_p)
+{
+    CUresult rc = need_ctx();
+    struct devmem_stats st;
+    int dev = 0;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!free_p || !total_p)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = cudadrv_current_device(&dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    devmem_stats(dev, &st);
+    *total_p = (size_t)st.total;
+    *free_p = (size_t)(st.used < st.total ? st.total - st.used : 0);
+    cudadrv_trace("cuMemGetInfo: device %d free %zu total %zu (freed but imported %llu)", dev,
+                  *free_p, *total_p, (unsigned long long)st.freed_held);
     return CUDA_SUCCESS;
 }
 
@@ -199,6 +299,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     } else {
         munmap((void *)r->base, r->map_len);
         close(r->fd);
+        /* Importers that still map it keep it allocated. */
+        devmem_release(&r->mem, 1);
         cudadrv_region_del(r);
     }
     pthread_mutex_unlock(&cudadrv_lock);
@@ -241,8 +343,10 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, int kind)
     if (!dst || !src)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&cudadrv_lock);
-    if (((kind & 1) && !cudadrv_dev_range_ok(dst, n, 1)) ||
-        ((kind & 2) && !cudadrv_dev_range_ok(src, n, 0)))
+    if (dead_check(dst, n) != CUDA_SUCCESS || dead_check(src, n) != CUDA_SUCCESS)
+        rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+    else if (((kind & 1) && !cudadrv_dev_range_ok(dst, n, 1)) ||
+             ((kind & 2) && !cudadrv_dev_range_ok(src, n, 0)))
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         memmove((void *)dst, (const void *)src, n);
@@ -287,7 +391,9 @@ CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n)
     if (rc != CUDA_SUCCESS || n == 0)
         return rc;
     pthread_mutex_lock(&cudadrv_lock);
-    if (!cudadrv_dev_range_ok((uintptr_t)dst, n, 1))
+    if (dead_check((uintptr_t)dst, n) != CUDA_SUCCESS)
+        rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+    else if (!cudadrv_dev_range_ok((uintptr_t)dst, n, 1))
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         memset((void *)(uintptr_t)dst, uc, n);

@@ -12,7 +12,12 @@
  *                        >= 12000 -> cuGetProcAddress_v2 (itself)
  *   "cuCtxGetDevice", "cuCtxSynchronize" >= 13000 -> the _v2 variants that
  *                        take a CUcontext argument
- *   "cuMemFree", "cuMemAlloc", "cuMemcpyHtoD", ... >= 3020 -> the _v2 ones
+ *   "cuMemFree", "cuMemAlloc", "cuMemGetInfo", "cuMemcpyHtoD", ... >= 3020
+ *                        -> the _v2 ones
+ *   "cuDevicePrimaryCtxRelease", "...Reset", "...SetFlags" 7000..10999 ->
+ *                        the plain ones, >= 11000 -> _v2 (same effect here,
+ *                        except SetFlags: the plain one refuses an active
+ *                        context, as before CUDA 11)
  * The double leaves out the 32-bit (pre-3.2) entry points: asking for them
  * gets VERSION_NOT_SUFFICIENT. With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_
  * STREAM the _ptds variants are returned where they exist.
@@ -48,6 +53,11 @@ static const struct proc_entry table[] = {
     P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     P("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
     P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    P("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset),
+    P("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    P("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    P("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags),
+    P("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
     P("cuCtxCreate", 2000, cuCtxCreate),
     P("cuCtxCreate", 3020, cuCtxCreate_v2),
     P("cuCtxCreate", 11040, cuCtxCreate_v3),
@@ -65,6 +75,7 @@ static const struct proc_entry table[] = {
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
+    P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
     P("cuMemFree", 3020, cuMemFree_v2),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),

@@ -4,8 +4,11 @@
  * cuMemCreate, cuMemRelease, cuMemRetainAllocationHandle, properties,
  * granularity and the POSIX-fd export/import.
  *
- * An allocation is a memfd named "cudadrv-vmm:<device>:<handle types>", so
- * an importer rebuilds the properties from the fd alone. Facts reproduced:
+ * An allocation is a memfd named "cudadrv-vmm:<device>:<handle types>:<ledger
+ * tag>", so an importer rebuilds the properties from the fd alone and holds
+ * the same device memory (test/devmem). Allocations are no context's: they
+ * outlive cuCtxDestroy and cuDevicePrimaryCtxReset (cuda.h; a mapping was
+ * still readable after a reset on driver 580). Facts reproduced:
  * every export returns a NEW fd; the fd is process-local (its number means
  * nothing elsewhere); a handle lives until released and unmapped;
  * cuMemRetainAllocationHandle returns the very handle value that was mapped.
@@ -48,6 +51,7 @@ static void alloc_maybe_free(struct cudadrv_alloc *a)
         }
     }
     close(a->fd);
+    devmem_release(&a->mem, a->created);
     free(a);
 }
 
@@ -57,8 +61,9 @@ void cudadrv_alloc_unmapped(struct cudadrv_alloc *a)
     alloc_maybe_free(a);
 }
 
-/* Takes ownership of fd; caller holds cudadrv_lock. */
-static struct cudadrv_alloc *alloc_new(int fd, size_t size, const CUmemAllocationProp *prop)
+/* Takes ownership of fd and mem; caller holds cudadrv_lock. */
+static struct cudadrv_alloc *alloc_new(int fd, size_t size, const CUmemAllocationProp *prop,
+                                       const struct devmem_ref *mem, int created)
 {
     struct cudadrv_alloc *a;
 
@@ -81,6 +86,8 @@ static struct cudadrv_alloc *alloc_new(int fd, size_t size, const CUmemAllocatio
     a->prop = *prop;
     a->refs = 1;
     a->block_id = cudadrv_next_block_id();
+    a->mem = *mem;
+    a->created = created;
     allocs[nallocs++] = a;
     return a;
 }
@@ -118,7 +125,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 {
     CUresult rc = cudadrv_check_init();
     struct cudadrv_alloc *a = NULL;
-    char name[64];
+    char name[128], tag[DEVMEM_TAG_LEN];
+    struct devmem_ref mem;
     int fd;
 
     if (rc != CUDA_SUCCESS)
@@ -133,22 +141,31 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_NOT_PERMITTED;
     if (prop->requestedHandleTypes & (CU_MEM_HANDLE_TYPE_WIN32 | CU_MEM_HANDLE_TYPE_WIN32_KMT))
         return CUDA_ERROR_NOT_SUPPORTED;
-    snprintf(name, sizeof(name), CUDADRV_VMM_NAME "%d:%u", prop->location.id,
-             (unsigned)prop->requestedHandleTypes);
-    fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0)
+    if (devmem_alloc(prop->location.id, size, &mem) != 0) {
+        cudadrv_trace("cuMemCreate(%zu, dev %d) = CUDA_ERROR_OUT_OF_MEMORY (device full)", size,
+                      prop->location.id);
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (ftruncate(fd, (off_t)size) < 0) {
+    }
+    devmem_tag(&mem, tag, sizeof(tag));
+    snprintf(name, sizeof(name), CUDADRV_VMM_NAME "%d:%u:%s", prop->location.id,
+             (unsigned)prop->requestedHandleTypes, tag);
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
         close(fd);
+        fd = -1;
+    }
+    if (fd < 0) {
+        devmem_release(&mem, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&cudadrv_lock);
-    a = alloc_new(fd, size, prop);
+    a = alloc_new(fd, size, prop, &mem, 1);
     if (a)
         *handle = a->handle;
     pthread_mutex_unlock(&cudadrv_lock);
     if (!a) {
         close(fd);
+        devmem_release(&mem, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     cudadrv_trace("cuMemCreate(%zu, dev %d, types %u) = 0x%llx", size, prop->location.id,
@@ -256,10 +273,11 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                                                 CUmemAllocationHandleType shHandleType)
 {
     CUresult rc = cudadrv_check_init();
-    int fd = (int)(intptr_t)osHandle, dup_fd, dev;
+    int fd = (int)(intptr_t)osHandle, dup_fd, dev, tag_at = 0;
+    char path[64], link[160], tag[DEVMEM_TAG_LEN] = "";
     CUmemAllocationProp prop;
     struct cudadrv_alloc *a;
-    char path[64], link[128];
+    struct devmem_ref mem;
     unsigned types;
     struct stat st;
     ssize_t n;
@@ -275,28 +293,33 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     n = readlink(path, link, sizeof(link) - 1);
     link[n < 0 ? 0 : n] = '\0';
-    if (sscanf(link, "/memfd:" CUDADRV_VMM_NAME "%d:%u", &dev, &types) != 2 ||
+    if (sscanf(link, "/memfd:" CUDADRV_VMM_NAME "%d:%u:%n", &dev, &types, &tag_at) != 2 ||
         fstat(fd, &st) < 0 || st.st_size <= 0) {
         cudadrv_trace("cuMemImportFromShareableHandle: fd %d is '%s', refused", fd, link);
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (dev < 0 || dev >= cudadrv_device_count())
         return CUDA_ERROR_INVALID_DEVICE;
+    if (tag_at > 0)
+        snprintf(tag, sizeof(tag), "%.*s", (int)strcspn(link + tag_at, " "), link + tag_at);
     dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    /* The same physical memory: held, not allocated again. */
+    devmem_acquire(tag, dev, (uint64_t)st.st_size, &mem);
     memset(&prop, 0, sizeof(prop));
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.requestedHandleTypes = (CUmemAllocationHandleType)types;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     pthread_mutex_lock(&cudadrv_lock);
-    a = alloc_new(dup_fd, (size_t)st.st_size, &prop);
+    a = alloc_new(dup_fd, (size_t)st.st_size, &prop, &mem, 0);
     if (a)
         *handle = a->handle;
     pthread_mutex_unlock(&cudadrv_lock);
     if (!a) {
         close(dup_fd);
+        devmem_release(&mem, 0);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     cudadrv_trace("cuMemImportFromShareableHandle(fd %d) = 0x%llx size %lld", fd,

@@ -7,7 +7,8 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CUDADRV_DIR    := $(BUILD)/test/cudadrv
 CUDADRV_LIB    := $(CUDADRV_DIR)/libcuda.so.1
 CUDADRV_SRC    := $(wildcard test/cudadrv/drv_*.c)
-CUDADRV_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CUDADRV_SRC))
+# The device-memory ledger (test/devmem/module.mk builds its object).
+CUDADRV_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CUDADRV_SRC)) $(DEVMEM_OBJ)
 CUDADRV_CFLAGS := $(ALL_CFLAGS) -I$(CUDA_HOME)/include
 CU_PAIR        := $(CUDADRV_DIR)/cu_pair
 CUDADRV_CHECK  := $(CUDADRV_DIR)/cudadrv_check

@@ -71,6 +71,23 @@ expect_fail() {
     fi
 }
 
+# xfail NAME LOG NOTE PATTERN CMD...: a case that fails today because
+# ipcbyval itself misbehaves (NOTE names the behaviour and the issue; the
+# failure's output matches PATTERN). While it fails that way it is reported
+# as skipped ("expected failure"); a failure of another kind FAILS, and so
+# does a pass ("unexpectedly passed"), so that whoever fixed it removes the
+# mark.
+xfail() {
+    local name=$1 log=$2 note=$3 pat=$4; shift 4
+    if timeout 120 "$@" >"$log" 2>&1 && grep -q "OK" "$log"; then
+        fail "$name" "unexpectedly passed (XPASS): remove its xfail mark ($note)"
+    elif grep -qE "$pat" "$log"; then
+        skip "$name" "expected failure (XFAIL): $note"
+    else
+        fail "$name" "failed, but not as expected ('$pat'): $(grep -v '^$' "$log" | tail -2 | tr '\n' ' ')"
+    fi
+}
+
 need() {
     for f in "$@"; do
         [ -e "$f" ] || { skip "$(basename "$0" .sh)" "$f not built"; exit 77; }

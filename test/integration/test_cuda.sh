@@ -54,4 +54,25 @@ grep -q 'cuda vmm import cache: hits 39 misses 1 ' "$log" &&
     fail "vmm cache" "$(grep -E 'vmm import cache' "$log" | tr '\n' ' ')"
 IPCBYVAL_CUDA=0 expect_fail "IPCBYVAL_CUDA=0 passes CUDA through" "$L/cu-off.log" \
     'CUDA_ERROR_INVALID_VALUE' "$RUN" "$P" --mem vmm --route cudart
+
+# Memory churn on a 64 MiB device (the double's ledger, test/devmem): the
+# exporter allocates 24 MiB per round (VMM: 4 MiB), the importer opens,
+# checks and closes, the exporter frees. Natively every round fits.
+export CUDADRV_TOTAL_MEM=64M CUDADRV_LEDGER="$L/cu-churn.ledger"
+rm -f "$CUDADRV_LEDGER"
+expect_ok "legacy churn, 10 x 24 MiB of 64: natively every round fits" \
+    "$L/cu-churn-native.log" "$P" --mem legacy --route cudart --churn 10 --size 24
+# ipcbyval's import cache keeps closed mappings, so the exporter's frees
+# return nothing (issue 14, "memory the exporter freed stays held").
+rm -f "$CUDADRV_LEDGER"
+xfail "legacy churn under ipcbyval: the exporter's freed memory comes back" \
+    "$L/cu-churn.log" "issue 14: closed mappings stay cached, round 3 is out of memory" \
+    'exporter: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY' \
+    "$RUN" "$P" --mem legacy --route cudart --churn 10 --size 24
+rm -f "$CUDADRV_LEDGER"
+xfail "VMM churn under ipcbyval: the exporter's freed memory comes back" \
+    "$L/cu-churn-vmm.log" "issue 14: closed mappings stay cached" \
+    'exporter: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY' \
+    "$RUN" "$P" --mem vmm --route cudart --churn 40
+rm -f "$CUDADRV_LEDGER"
 finish

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # The CUDA test double behaves like the real driver in what the CPU tests
-# rely on (its own 107 checks: handle types, versions, IPC semantics).
+# rely on (its own checks: handle types, versions, IPC semantics, context
+# and memory lifetimes, device-memory accounting across processes).
 . "$(dirname "$0")/lib.sh"
 CHECK="$BUILD/test/cudadrv/cudadrv_check"
 need "$CHECK"

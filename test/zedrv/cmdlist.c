@@ -27,10 +27,14 @@ struct op {
     ze_event_handle_t *wait; /* owned copy */
 };
 
+/* Largest fill pattern of a copy engine (zedrv_device_get_queue_groups). */
+#define COPY_FILL_MAX 4u
+
 struct _ze_command_list_handle_t {
     uint32_t magic;
     bool immediate;
     bool closed;
+    bool copy_only; /* queue group 1: the copy engine */
     struct op *ops;
     size_t num_ops, cap_ops;
 };
@@ -100,10 +104,10 @@ static ze_result_t list_append(ze_command_list_handle_t list, struct op *op, uin
         op_free(op);
         return r;
     }
-    if (list->closed) {
-        op_free(op);
-        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    }
+    /* compute-runtime checks closedness only at execution
+     * (CommandQueueHw::executeCommandLists): an append to a closed list,
+     * executed or not, is accepted and the list stays closed; here it runs
+     * with the rest at the next execution. */
     if (list->num_ops == list->cap_ops) {
         size_t cap = list->cap_ops ? list->cap_ops * 2 : 8;
         struct op *ops = realloc(list->ops, cap * sizeof(*ops));
@@ -128,7 +132,7 @@ static ze_result_t list_append(ze_command_list_handle_t list, struct op *op, uin
 }
 
 static ze_result_t list_new(ze_context_handle_t context, ze_device_handle_t device,
-                            bool immediate, ze_command_list_handle_t *out)
+                            bool immediate, uint32_t ordinal, ze_command_list_handle_t *out)
 {
     ze_command_list_handle_t list;
 
@@ -141,6 +145,7 @@ static ze_result_t list_new(ze_context_handle_t context, ze_device_handle_t devi
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     list->magic = ZEDRV_MAGIC_CMDLIST;
     list->immediate = immediate;
+    list->copy_only = ordinal == 1;
     *out = list;
     return ZE_RESULT_SUCCESS;
 }
@@ -150,7 +155,9 @@ ze_result_t zedrv_list_create(ze_context_handle_t context, ze_device_handle_t de
 {
     if (desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    return list_new(context, device, false, out);
+    if (desc->commandQueueGroupOrdinal >= 2)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    return list_new(context, device, false, desc->commandQueueGroupOrdinal, out);
 }
 
 ze_result_t zedrv_list_create_immediate(ze_context_handle_t context, ze_device_handle_t device,
@@ -159,7 +166,9 @@ ze_result_t zedrv_list_create_immediate(ze_context_handle_t context, ze_device_h
 {
     if (desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    return list_new(context, device, true, out);
+    if (desc->ordinal >= 2 || desc->index >= 1)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    return list_new(context, device, true, desc->ordinal, out);
 }
 
 ze_result_t zedrv_list_reset(ze_command_list_handle_t list)
@@ -223,6 +232,10 @@ ze_result_t zedrv_list_append_memory_fill(ze_command_list_handle_t list, void *d
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     if (pattern_size == 0)
         return ZE_RESULT_ERROR_INVALID_SIZE;
+    /* CommandListCoreFamily::appendBlitFill: a copy engine fills with
+     * patterns of at most maxMemoryFillPatternSize bytes. */
+    if (list_ok(list) && list->copy_only && pattern_size > COPY_FILL_MAX)
+        return ZE_RESULT_ERROR_INVALID_SIZE;
     op.pattern = malloc(pattern_size);
     if (op.pattern == NULL)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -259,6 +272,9 @@ ze_result_t zedrv_queue_create(ze_context_handle_t context, ze_device_handle_t d
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
     if (desc == NULL || out == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    /* Two queue groups of one queue each (zedrv_device_get_queue_groups). */
+    if (desc->ordinal >= 2 || desc->index >= 1)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     queue = calloc(1, sizeof(*queue));
     if (queue == NULL)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * zedrv: configuration, logging, zeInit and the driver, device and context
- * objects. There is one driver with one GPU device; contexts are plain heap
- * objects carrying a magic number that each entry point checks.
+ * objects. There is one driver with one GPU device. Contexts come from a
+ * fixed pool and carry a magic number that each entry point checks; a
+ * destroyed context's slot is reused by the next zeContextCreate (last
+ * destroyed first), as a real driver's freed heap object would be
+ * (compute-runtime's Context::destroy is `delete this`).
  */
 #include "test/zedrv/zedrv.h"
 
@@ -41,7 +44,21 @@ static bool env_flag(const char *name, bool dflt)
 static void config_load(void)
 {
     const char *layout = getenv("ZEDRV_IPC_LAYOUT");
+    const char *ids = getenv("ZEDRV_ALLOC_ID");
+    const char *destroy = getenv("ZEDRV_CONTEXT_DESTROY");
 
+    config.id_address = ids != NULL && strcmp(ids, "address") == 0;
+    if (ids != NULL && *ids != '\0' && strcmp(ids, "address") != 0 && strcmp(ids, "counter") != 0)
+        fprintf(stderr, "[zedrv %d] unknown ZEDRV_ALLOC_ID=%s, using counter\n", (int)getpid(),
+                ids);
+    config.ctx_destroy = ZEDRV_CTX_DESTROY_IPC;
+    if (destroy != NULL && strcmp(destroy, "all") == 0)
+        config.ctx_destroy = ZEDRV_CTX_DESTROY_ALL;
+    else if (destroy != NULL && strcmp(destroy, "keep") == 0)
+        config.ctx_destroy = ZEDRV_CTX_DESTROY_KEEP;
+    else if (destroy != NULL && *destroy != '\0' && strcmp(destroy, "ipc") != 0)
+        fprintf(stderr, "[zedrv %d] unknown ZEDRV_CONTEXT_DESTROY=%s, using ipc\n",
+                (int)getpid(), destroy);
     config.debug = env_flag("ZEDRV_DEBUG", false);
     config.fd_spread = env_flag("ZEDRV_FD_SPREAD", true);
     config.layout = ZEDRV_LAYOUT_CLASSIC;
@@ -77,9 +94,16 @@ bool zedrv_device_ok(ze_device_handle_t device)
     return device != NULL && device->magic == ZEDRV_MAGIC_DEVICE;
 }
 
+#define ZEDRV_CONTEXTS 64
+static struct _ze_context_handle_t contexts[ZEDRV_CONTEXTS];
+static int ctx_free[ZEDRV_CONTEXTS];
+static int ctx_nfree, ctx_used;
+
 bool zedrv_context_ok(ze_context_handle_t context)
 {
-    return context != NULL && context->magic == ZEDRV_MAGIC_CONTEXT;
+    /* By address first: a stale or random handle is never dereferenced. */
+    return context >= &contexts[0] && context < &contexts[ZEDRV_CONTEXTS] &&
+           __atomic_load_n(&context->magic, __ATOMIC_ACQUIRE) == ZEDRV_MAGIC_CONTEXT;
 }
 
 static bool driver_ok(ze_driver_handle_t driver)
@@ -92,6 +116,7 @@ ze_result_t zedrv_init(ze_init_flags_t flags)
     /* The loader calls this twice per application zeInit: stay idempotent. */
     ZEDRV_LOG("zeInit(flags 0x%x), ipc layout %s", (unsigned)flags,
               zedrv_config()->layout == ZEDRV_LAYOUT_OPAQUE ? "opaque" : "classic");
+    zedrv_devmem_setup();
     if (flags != 0 && !(flags & ZE_INIT_FLAG_GPU_ONLY))
         return ZE_RESULT_ERROR_UNINITIALIZED; /* VPU only: no such device */
     return ZE_RESULT_SUCCESS;
@@ -251,28 +276,138 @@ ze_result_t zedrv_context_create(ze_driver_handle_t driver, const ze_context_des
     if (zedrv_config()->layout == ZEDRV_LAYOUT_OPAQUE &&
         prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
         ZEDRV_LOG("prctl(PR_SET_PTRACER, ANY) failed: %m");
-    ctx = calloc(1, sizeof(*ctx));
+    pthread_mutex_lock(&zedrv_lock);
+    if (ctx_nfree > 0)
+        ctx = &contexts[ctx_free[--ctx_nfree]];
+    else if (ctx_used < ZEDRV_CONTEXTS)
+        ctx = &contexts[ctx_used++];
+    else
+        ctx = NULL;
+    if (ctx != NULL) {
+        ctx->driver = driver;
+        __atomic_store_n(&ctx->magic, ZEDRV_MAGIC_CONTEXT, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&zedrv_lock);
     if (ctx == NULL)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    ctx->magic = ZEDRV_MAGIC_CONTEXT;
-    ctx->driver = driver;
     *context = ctx;
     ZEDRV_LOG("zeContextCreate = %p", (void *)ctx);
     return ZE_RESULT_SUCCESS;
 }
 
+/*
+ * What a context takes with it depends on ZEDRV_CONTEXT_DESTROY. The spec
+ * lets zeContextDestroy "immediately free all Host and Device allocations
+ * associated with this context"; compute-runtime's Context::destroy only
+ * deletes the context object (allocations belong to the driver handle's
+ * SVM manager and stay usable through any other context). Default (ipc):
+ * the context's IPC mappings are released, the importer-side case a cache
+ * of mappings must survive; all: its allocations are freed too; keep: as
+ * compute-runtime.
+ */
 ze_result_t zedrv_context_destroy(ze_context_handle_t context)
 {
     if (!zedrv_context_ok(context))
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
     ZEDRV_LOG("zeContextDestroy(%p)", (void *)context);
-    /* Poison the magic so a use after destroy is reported, not obeyed. */
-    context->magic = 0;
-    free(context);
+    zedrv_alloc_context_destroyed(context);
+    pthread_mutex_lock(&zedrv_lock);
+    /* Poison the magic so a use after destroy is reported, not obeyed
+     * (until a zeContextCreate reuses the slot). */
+    if (__atomic_load_n(&context->magic, __ATOMIC_ACQUIRE) == ZEDRV_MAGIC_CONTEXT) {
+        __atomic_store_n(&context->magic, 0, __ATOMIC_RELEASE);
+        ctx_free[ctx_nfree++] = (int)(context - contexts);
+    }
+    pthread_mutex_unlock(&zedrv_lock);
     return ZE_RESULT_SUCCESS;
 }
 
 ze_result_t zedrv_context_get_status(ze_context_handle_t context)
 {
     return zedrv_context_ok(context) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+/*
+ * As compute-runtime's Device::getCommandQueueGroupProperties for a GPU
+ * with one render/compute engine group and one copy engine group: the
+ * loader answers ZE_RESULT_ERROR_UNSUPPORTED_FEATURE for a NULL slot, and
+ * IPC samples pick their queue ordinal from this.
+ */
+#define ZEDRV_QUEUE_GROUPS 2u
+
+ze_result_t zedrv_device_get_queue_groups(ze_device_handle_t device, uint32_t *count,
+                                          ze_command_queue_group_properties_t *props)
+{
+    if (!zedrv_device_ok(device))
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (count == NULL)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (*count == 0 || props == NULL) {
+        *count = ZEDRV_QUEUE_GROUPS;
+        return ZE_RESULT_SUCCESS;
+    }
+    if (*count > ZEDRV_QUEUE_GROUPS)
+        *count = ZEDRV_QUEUE_GROUPS;
+    for (uint32_t i = 0; i < *count; i++) {
+        /* Leave stype/pNext alone: they belong to the caller. */
+        if (i == 0) {
+            props[i].flags = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE |
+                             ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY |
+                             ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_METRICS |
+                             ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COOPERATIVE_KERNELS;
+            props[i].maxMemoryFillPatternSize = SIZE_MAX;
+        } else {
+            props[i].flags = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY;
+            props[i].maxMemoryFillPatternSize = 4; /* a blitter's */
+        }
+        props[i].numQueues = 1;
+    }
+    return ZE_RESULT_SUCCESS;
+}
+
+void zedrv_devmem_setup(void)
+{
+    devmem_setup("ZEDRV", ZEDRV_DEFAULT_TOTAL);
+}
+
+/* One memory module of ZEDRV_TOTAL_MEM bytes (the accounting's total). */
+ze_result_t zedrv_device_get_memory_properties(ze_device_handle_t device, uint32_t *count,
+                                               ze_device_memory_properties_t *props)
+{
+    struct devmem_stats st;
+
+    if (!zedrv_device_ok(device))
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (count == NULL)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (*count == 0 || props == NULL) {
+        *count = 1;
+        return ZE_RESULT_SUCCESS;
+    }
+    *count = 1;
+    zedrv_devmem_setup();
+    devmem_stats(0, &st);
+    props[0].flags = 0;
+    props[0].maxClockRate = 1600;
+    props[0].maxBusWidth = 8192;
+    props[0].totalSize = st.total;
+    memset(props[0].name, 0, sizeof(props[0].name));
+    strncpy(props[0].name, "HBM", sizeof(props[0].name) - 1);
+    return ZE_RESULT_SUCCESS;
+}
+
+/*
+ * Test-only, exported by name (dlsym it from this library): the device
+ * memory statistics of the ledger (test/devmem/devmem.h), usable from any
+ * process, without zeInit. 0 on success.
+ */
+ZEDRV_EXPORT int zedrvMemStats(struct devmem_stats *st);
+
+int zedrvMemStats(struct devmem_stats *st)
+{
+    if (st == NULL)
+        return -1;
+    zedrv_devmem_setup();
+    devmem_stats(0, st);
+    return 0;
 }

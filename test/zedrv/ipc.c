@@ -74,8 +74,10 @@ bool zedrv_fd_importable(int fd, const char *name)
     if (n < 0)
         return false;
     target[n] = '\0';
-    snprintf(want, sizeof(want), "/memfd:%s ", name);
-    if (strncmp(target, want, strlen(want)) != 0)
+    /* "/memfd:NAME (deleted)", or "/memfd:NAME:TAG (deleted)" (a ledger tag) */
+    snprintf(want, sizeof(want), "/memfd:%s", name);
+    if (strncmp(target, want, strlen(want)) != 0 ||
+        (target[strlen(want)] != ' ' && target[strlen(want)] != ':'))
         return false;
     /* Our own backing memfds are not dma-bufs: the real driver keeps GEM
      * handles there, so their fd numbers mean nothing to an import. */
@@ -229,18 +231,20 @@ static ze_result_t import_one(ze_context_handle_t context, ze_device_handle_t de
     } else {
         base = zedrv_shm_map(fd, &map_size);
     }
-    if (got >= 0)
-        close(got); /* the mapping keeps the memory */
     if (base != NULL && f->pool_offset >= map_size) {
         munmap(base, map_size);
         base = NULL;
     }
     if (base == NULL) {
         pthread_mutex_unlock(&zedrv_lock);
+        if (got >= 0)
+            close(got);
         return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     }
-    a = zedrv_alloc_add_import(context, device, base, map_size, type);
+    a = zedrv_alloc_add_import(context, device, base, map_size, type, fd);
     pthread_mutex_unlock(&zedrv_lock);
+    if (got >= 0)
+        close(got); /* the mapping keeps the memory */
     if (a == NULL) {
         munmap(base, map_size);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -265,23 +269,16 @@ ze_result_t zedrv_mem_open_ipc_handle(ze_context_handle_t context, ze_device_han
     return import_one(context, device, &f, f.opaque, ptr);
 }
 
+/* Context::closeIpcMemHandle is Context::freeMem (see mem.c): a pointer
+ * that no allocation or mapping contains is ZE_RESULT_ERROR_INVALID_ARGUMENT
+ * and changes nothing; any other is released, whatever it is. */
 ze_result_t zedrv_mem_close_ipc_handle(ze_context_handle_t context, const void *ptr)
 {
-    struct zedrv_alloc *a;
-
     if (!zedrv_context_ok(context))
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
     if (ptr == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    pthread_mutex_lock(&zedrv_lock);
-    a = zedrv_alloc_find(ptr);
-    if (a == NULL || !a->imported) {
-        pthread_mutex_unlock(&zedrv_lock);
-        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    }
-    zedrv_alloc_release(a);
-    pthread_mutex_unlock(&zedrv_lock);
-    return ZE_RESULT_SUCCESS;
+    return zedrv_free_any(ptr, "zeMemCloseIpcHandle");
 }
 
 ze_result_t zedrv_mem_put_ipc_handle(ze_context_handle_t context, ze_ipc_mem_handle_t handle)

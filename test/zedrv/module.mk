@@ -4,10 +4,11 @@
 
 ZEDRV_NAME := libze_intel_gpu_byvaltest.so
 ZEDRV_LIB  := $(BUILD)/test/zedrv/$(ZEDRV_NAME)
-ZEDRV_SRC  := $(wildcard test/zedrv/*.c)
+ZEDRV_SRC  := $(filter-out test/zedrv/zedrv_check.c,$(wildcard test/zedrv/*.c))
 ZEDRV_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(ZEDRV_SRC))
+ZEDRV_CHECK := $(BUILD)/test/zedrv/zedrv_check
 
-TEST_BINS   += $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
+TEST_BINS   += $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME) $(ZEDRV_CHECK)
 
 .PHONY: zedrv
 zedrv: $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
@@ -19,8 +20,15 @@ $(ZEDRV_OBJ): $(BUILD)/test/zedrv/%.o: test/zedrv/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
 
-$(ZEDRV_LIB): $(ZEDRV_OBJ)
-	$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) -lpthread
+# The device-memory ledger (test/devmem) is linked in: its names are hidden.
+$(ZEDRV_LIB): $(ZEDRV_OBJ) $(DEVMEM_OBJ)
+	$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) \
+	    $(DEVMEM_OBJ) -lpthread
+
+# The driver's self-check, through the real loader (test_zedrv.sh runs it).
+$(ZEDRV_CHECK): test/zedrv/zedrv_check.c test/devmem/devmem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< -lze_loader -ldl
 
 # The same library one level up, the path other fragments may expect.
 $(BUILD)/test/$(ZEDRV_NAME): $(ZEDRV_LIB)

@@ -81,7 +81,9 @@ static void pool_put_slot(ze_api_version_t version, ze_event_pool_dditable_t *ta
 
 #define DEVICE_FIELDS(X)                                                                 \
     X(pfnGet, zedrv_device_get)                                                          \
-    X(pfnGetProperties, zedrv_device_get_properties)
+    X(pfnGetProperties, zedrv_device_get_properties)                                     \
+    X(pfnGetCommandQueueGroupProperties, zedrv_device_get_queue_groups)                  \
+    X(pfnGetMemoryProperties, zedrv_device_get_memory_properties)
 
 #define CONTEXT_FIELDS(X)                                                                \
     X(pfnCreate, zedrv_context_create)                                                   \

@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "test/devmem/devmem.h"
+
 #define ZEDRV_EXPORT __attribute__((visibility("default")))
 
 /* memfd names: the importer recognises a zedrv buffer by them. */
@@ -42,12 +44,23 @@ enum zedrv_layout {
     ZEDRV_LAYOUT_OPAQUE = 1,  /* IpcOpaqueMemoryData, IpcOpaqueEventPoolData */
 };
 
+enum zedrv_ctx_destroy {
+    ZEDRV_CTX_DESTROY_IPC = 0, /* release the context's IPC mappings (default) */
+    ZEDRV_CTX_DESTROY_ALL = 1, /* and free its allocations (the spec allows it) */
+    ZEDRV_CTX_DESTROY_KEEP = 2, /* release nothing, as compute-runtime */
+};
+
 /* Settings read once from the environment (see README.md). */
 struct zedrv_config {
     enum zedrv_layout layout; /* ZEDRV_IPC_LAYOUT=classic|opaque */
     bool debug;               /* ZEDRV_DEBUG=1 */
     bool fd_spread;           /* ZEDRV_FD_SPREAD=0 turns it off */
+    bool id_address;          /* ZEDRV_ALLOC_ID=address: ids from addresses */
+    enum zedrv_ctx_destroy ctx_destroy; /* ZEDRV_CONTEXT_DESTROY=ipc|all|keep */
 };
+
+/* Device memory without ZEDRV_TOTAL_MEM (a Data Center GPU Max 1550's). */
+#define ZEDRV_DEFAULT_TOTAL ((uint64_t)128 << 30)
 
 /* Parse the environment on first use; safe from any thread. */
 const struct zedrv_config *zedrv_config(void);
@@ -80,6 +93,8 @@ struct _ze_device_handle_t {
     struct _ze_driver_handle_t *driver;
 };
 
+/* Contexts live in a fixed pool (driver.c): a destroyed handle is never
+ * freed memory, and handle values are reused, the last destroyed first. */
 struct _ze_context_handle_t {
     uint32_t magic;
     struct _ze_driver_handle_t *driver;
@@ -143,17 +158,27 @@ struct zedrv_alloc {
     int memfd;        /* owner: backing memfd; import: -1 */
     int export_fd;    /* fd in handed-out IPC handles; -1 if none */
     uint32_t export_refs; /* gets not yet matched by a put */
+    struct devmem_ref mem; /* device memory held (test/devmem) */
 };
 
 struct zedrv_alloc *zedrv_alloc_find(const void *ptr);
 struct zedrv_alloc *zedrv_alloc_find_export(int fd);
 bool zedrv_fd_is_internal(int fd);
-/* Register a mapping made by an IPC open; returns NULL on ENOMEM. */
+/* Register a mapping made by an IPC open of memfd fd; returns NULL on
+ * ENOMEM. The mapping holds the device memory the fd's ledger tag names. */
 struct zedrv_alloc *zedrv_alloc_add_import(ze_context_handle_t context,
                                            ze_device_handle_t device, void *base,
-                                           size_t map_size, ze_memory_type_t type);
+                                           size_t map_size, ze_memory_type_t type, int fd);
 /* Unlink and release one allocation: unmap, close its fds. */
 void zedrv_alloc_release(struct zedrv_alloc *alloc);
+/* zeMemFree and zeMemCloseIpcHandle, which are one call in compute-runtime
+ * (Context::closeIpcMemHandle is freeMem): releases the allocation or IPC
+ * mapping that contains ptr, ZE_RESULT_ERROR_INVALID_ARGUMENT if none. */
+ze_result_t zedrv_free_any(const void *ptr, const char *what);
+/* zeContextDestroy: what the context takes with it (ZEDRV_CONTEXT_DESTROY). */
+void zedrv_alloc_context_destroyed(ze_context_handle_t context);
+/* Device memory accounting of this library (first use sets it up). */
+void zedrv_devmem_setup(void);
 
 /* Event pool registry (events.c). Callers of the first two hold zedrv_lock. */
 bool zedrv_pool_fd_is_internal(int fd);
@@ -178,6 +203,10 @@ ze_result_t zedrv_driver_get_extension_function_address(ze_driver_handle_t,
                                                         const char *, void **);
 ze_result_t zedrv_device_get(ze_driver_handle_t, uint32_t *, ze_device_handle_t *);
 ze_result_t zedrv_device_get_properties(ze_device_handle_t, ze_device_properties_t *);
+ze_result_t zedrv_device_get_queue_groups(ze_device_handle_t, uint32_t *,
+                                          ze_command_queue_group_properties_t *);
+ze_result_t zedrv_device_get_memory_properties(ze_device_handle_t, uint32_t *,
+                                               ze_device_memory_properties_t *);
 ze_result_t zedrv_context_create(ze_driver_handle_t, const ze_context_desc_t *,
                                  ze_context_handle_t *);
 ze_result_t zedrv_context_destroy(ze_context_handle_t);
