@@ -32,7 +32,11 @@ $(CU_PAIR): $(CU_PAIR_OBJ)
 $(CUDADRV_CHECK): test/cudadrv/cudadrv_check.c $(CUDADRV_LIB)
 	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
 
-TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK)
+CU_LIFE        := $(CUDADRV_DIR)/cu_life
+$(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)
+	$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
+
+TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_LIFE)
 
 -include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CUDADRV_CHECK).d
 

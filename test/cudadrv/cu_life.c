@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cu_life: CUDA IPC lifetimes that a cache must not change, against the
+ * driver double (or a real libcuda). The exporter allocates (--mem legacy:
+ * cuMemAlloc; vmm: cuMemCreate, shareable by value only under ipcbyval),
+ * fills and shares a handle with a fork()ed importer, which opens, checks,
+ * closes and then, per --case:
+ *   double-close  closes again (CUDA_ERROR_INVALID_VALUE from the driver),
+ *                 then opens again: the data must be right;
+ *   context       does it in a context of its own, destroys it, creates a
+ *                 new one (the driver hands out the same handle value) and
+ *                 opens again;
+ *   reset         resets the primary context (cudaDeviceReset), retains
+ *                 it again (the same handle value) and opens again.
+ * Knows nothing about ipcbyval. Prints "OK cu_life ..." or "FAILED ...".
+ */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxRelease
+/* CUDA 13's cuda.h declares only cuCtxCreate_v4; libcuda exports _v2. */
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
+#define SIZE (2u << 20)
+#define TRY(call)                                                                  \
+    do {                                                                           \
+        CUresult r_ = (call);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                  \
+            const char *n_ = NULL;                                                 \
+            cuGetErrorName(r_, &n_);                                               \
+            printf("cu_life: %s: %s failed: %s\n", who, #call, n_ ? n_ : "?");     \
+            return 1;                                                              \
+        }                                                                          \
+    } while (0)
+
+static const char *who = "exporter";
+static unsigned char pattern[SIZE];
+
+static int open_check(const CUipcMemHandle *h, CUdeviceptr *p)
+{
+    static unsigned char got[SIZE];
+    TRY(cuIpcOpenMemHandle_v2(p, *h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    TRY(cuMemcpyDtoH_v2(got, *p, SIZE));
+    if (memcmp(got, pattern, SIZE) != 0) {
+        printf("cu_life: importer: wrong data\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int importer(int rfd, const char *kase)
+{
+    CUipcMemHandle h;
+    CUdevice dev;
+    CUcontext ctx, again;
+    CUdeviceptr p;
+    who = "importer";
+    if (read(rfd, &h, sizeof(h)) != sizeof(h))
+        return 1;
+    TRY(cuInit(0));
+    TRY(cuDeviceGet(&dev, 0));
+    if (!strcmp(kase, "context")) {
+        TRY(cuCtxCreate_v2(&ctx, 0, dev));
+    } else {
+        TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+        TRY(cuCtxSetCurrent(ctx));
+    }
+    if (open_check(&h, &p))
+        return 1;
+    TRY(cuIpcCloseMemHandle(p));
+    if (!strcmp(kase, "double-close")) {
+        CUresult r = cuIpcCloseMemHandle(p);
+        const char *n = NULL;
+        cuGetErrorName(r, &n);
+        printf("cu_life: second close: %s\n", n ? n : "?");
+        if (r != CUDA_ERROR_INVALID_VALUE)
+            return 1;
+        again = ctx;
+    } else if (!strcmp(kase, "context")) {
+        TRY(cuCtxDestroy_v2(ctx));
+        TRY(cuCtxCreate_v2(&again, 0, dev));
+    } else {
+        TRY(cuDevicePrimaryCtxReset_v2(dev));
+        TRY(cuDevicePrimaryCtxRetain(&again, dev));
+        TRY(cuCtxSetCurrent(again));
+    }
+    printf("cu_life: context %s the old handle value\n", again == ctx ? "has" : "does not have");
+    if (open_check(&h, &p))
+        return 1;
+    TRY(cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *kase = argc > 2 && !strcmp(argv[1], "--case") ? argv[2] : "double-close";
+    int vmm = argc > 4 && !strcmp(argv[3], "--mem") && !strcmp(argv[4], "vmm");
+    for (size_t i = 0; i < SIZE; i++)
+        pattern[i] = (unsigned char)(i * 7 + (i >> 12));
+    int pfd[2], done[2];
+    if (pipe(pfd) != 0 || pipe(done) != 0)
+        return 2;
+    pid_t child = fork(); /* before cuInit */
+    if (child == 0) {
+        close(pfd[1]); /* an exporter that fails before sending: EOF here */
+        close(done[0]);
+        int rc = importer(pfd[0], kase);
+        fflush(stdout); /* _exit flushes nothing */
+        (void)!write(done[1], &rc, sizeof(rc));
+        _exit(rc);
+    }
+    close(pfd[0]);
+    close(done[1]);
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr p = 0;
+    CUipcMemHandle h;
+    CUmemGenericAllocationHandle gh;
+    size_t len = SIZE;
+    TRY(cuInit(0));
+    TRY(cuDeviceGet(&dev, 0));
+    TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+    TRY(cuCtxSetCurrent(ctx));
+    if (vmm) {
+        CUmemAllocationProp prop;
+        CUmemAccessDesc acc;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        TRY(cuMemAddressReserve(&p, len, 0, 0, 0));
+        TRY(cuMemCreate(&gh, len, &prop, 0));
+        TRY(cuMemMap(p, len, 0, gh, 0));
+        memset(&acc, 0, sizeof(acc));
+        acc.location = prop.location;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        TRY(cuMemSetAccess(p, len, &acc, 1));
+    } else {
+        TRY(cuMemAlloc_v2(&p, len));
+    }
+    TRY(cuMemcpyHtoD_v2(p, pattern, SIZE));
+    TRY(cuIpcGetMemHandle(&h, p));
+    if (write(pfd[1], &h, sizeof(h)) != sizeof(h))
+        return 1;
+    int rc = 1, st = 0;
+    if (read(done[0], &rc, sizeof(rc)) != sizeof(rc))
+        rc = 1;
+    waitpid(child, &st, 0);
+    if (rc || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        printf("FAILED cu_life %s %s\n", kase, vmm ? "vmm" : "legacy");
+        return 1;
+    }
+    printf("OK cu_life %s %s\n", kase, vmm ? "vmm" : "legacy");
+    return 0;
+}

@@ -1,0 +1,59 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Lifetimes the import cache must not change (cache/imports.h): the same
+# program natively and under ipcbyval must behave the same. Level Zero on
+# the test driver (ze_life), CUDA on the driver double (cu_life):
+#   churn with an idle importer: the exporter's freed memory comes back
+#     (release delay and memory held printed), on a 64 MiB device
+#   allocation ids that repeat: never the freed allocation's data
+#   double close: the driver's error, and the next open works
+#   context destroy + create (same handle value), primary context reset
+. "$(dirname "$0")/lib.sh"
+ZL="$APPS/ze_life" CL="$BUILD/test/cudadrv/cu_life"
+need "$LIB" "$ZEDRV" "$ZL"
+L="$BUILD/test-logs"
+
+# both NAME LOG NATIVE_ARGS -- BYVAL_ARGS: both runs must print OK.
+both() {
+    local name=$1 log=$2; shift 2
+    local -a nat=() byv=()
+    while [ "$1" != -- ]; do nat+=("$1"); shift; done
+    shift
+    byv=("$@")
+    if ! timeout 120 "${nat[@]}" >"$log.native" 2>&1 || ! grep -q '^OK' "$log.native"; then
+        fail "$name" "natively: $(grep -v '^$' "$log.native" | tail -2 | tr '\n' ' ')"
+    elif ! timeout 120 "$RUN" "${byv[@]}" >"$log" 2>&1 || ! grep -q '^OK' "$log"; then
+        fail "$name" "under ipcbyval: $(grep -v '^\[ipcbyval' "$log" | tail -2 | tr '\n' ' ')"
+    else
+        pass "$name ($(grep -h 'release_ms\|held_max\|second close\|context has\|stale' "$log" |
+            sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110))"
+    fi
+}
+
+export ZEDRV_TOTAL_MEM=64M ZEDRV_LEDGER="$L/ze-life.ledger"
+rm -f "$ZEDRV_LEDGER"
+both "Level Zero churn 40 x 16 MiB of 64 MiB, idle importer" "$L/ze-life-churn.log" \
+    "$ZL" --case churn --rounds 40 --size 16777216 --scm-rights -- \
+    "$ZL" --case churn --rounds 40 --size 16777216
+rm -f "$ZEDRV_LEDGER"
+unset ZEDRV_TOTAL_MEM ZEDRV_LEDGER
+ZEDRV_ALLOC_ID=address both "Level Zero allocation ids that repeat: 300 rounds, never stale" \
+    "$L/ze-life-ids.log" "$ZL" --case ids --rounds 300 --scm-rights -- "$ZL" --case ids --rounds 300
+both "Level Zero double close: INVALID_ARGUMENT, the next open works" "$L/ze-life-dc.log" \
+    "$ZL" --case double-close --rounds 2 --scm-rights -- "$ZL" --case double-close --rounds 2
+both "Level Zero context destroyed and created (same handle value)" "$L/ze-life-ctx.log" \
+    "$ZL" --case context --rounds 2 --scm-rights -- "$ZL" --case context --rounds 2
+grep -q 'context has the old handle value' "$L/ze-life-ctx.log" ||
+    fail "Level Zero context reuse" "the test driver did not reuse the handle value: nothing was tested"
+
+if [ -x "$CL" ]; then
+    for c in double-close context reset; do
+        both "CUDA $c (legacy)" "$L/cu-life-$c.log" "$CL" --case "$c" --mem legacy -- \
+            "$CL" --case "$c" --mem legacy
+        expect_ok "CUDA $c (VMM, by value only)" "$L/cu-life-$c-vmm.log" \
+            "$RUN" "$CL" --case "$c" --mem vmm
+    done
+else
+    skip "CUDA lifetimes" "cu_life not built (no CUDA headers)"
+fi
+finish

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ze_life: Level Zero IPC lifetimes that a cache must not change. An
+ * exporter and a fork()ed importer exchange handles over a socket (the 64
+ * bytes as data); knows nothing about ipcbyval: run it natively (with
+ * --scm-rights, the fd passed as the zello_ipc_copy_dma_buf sample does)
+ * and under ipcbyval, and compare.
+ *   --case churn R   R rounds: the exporter allocates --size bytes, fills,
+ *                    shares; the importer opens, checks, closes; the
+ *                    exporter frees. Then the importer stays idle and the
+ *                    exporter times until none of its freed memory is held
+ *                    (the test driver's ledger): "release_ms", and the most
+ *                    held after a free: "held_max".
+ *   --case ids R     as churn, for a driver whose allocation ids repeat
+ *                    (ZEDRV_ALLOC_ID=address): every round's data must be
+ *                    that round's ("stale" counts the others).
+ *   --case double-close  open, close, close again (INVALID_ARGUMENT from
+ *                    the driver), then open again: the data must be right.
+ *   --case context   open, close, destroy the context, create one (the
+ *                    driver hands out the same handle value), open again.
+ * Prints "OK ze_life ..." or "FAILED ze_life: ..." (exit 1).
+ */
+#include "test/mpi/zeapp.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct msg {
+    uint32_t round;
+    uint64_t seed;
+    unsigned char data[ZE_MAX_IPC_HANDLE_SIZE];
+};
+
+static const char *kase = "churn";
+static unsigned rounds = 10;
+static size_t size = 1 << 20;
+static int scm;
+
+static void die_exit(int code)
+{
+    exit(code);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int xsend(int s, const struct msg *m, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof(cbuf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    return sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+static int xrecv(int s, struct msg *m, int *fd_p)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    *fd_p = -1;
+    if (recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(*m))
+        return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
+    return 0;
+}
+
+/* Open m's handle (the fd from SCM_RIGHTS in bytes 0-3 when given). */
+static ze_result_t open_msg(struct zeapp *app, const struct msg *m, int fd, void **p)
+{
+    ze_ipc_mem_handle_t h;
+    memcpy(h.data, m->data, sizeof(h.data));
+    if (fd >= 0) {
+        uint64_t f = (uint64_t)fd;
+        memcpy(h.data, &f, sizeof(f));
+    }
+    return zeapp_ipc_open(app, &h, p);
+}
+
+/* 1 when p holds m's pattern. */
+static int data_ok(struct zeapp *app, void *p, void *stage, uint64_t seed)
+{
+    unsigned got, want;
+    zeapp_copy(app, stage, p, size);
+    return zeapp_pattern_check(stage, 0, size, seed, &got, &want) < 0;
+}
+
+static int importer(int s)
+{
+    struct zeapp app;
+    struct msg m;
+    int fd, stale = 0;
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+    void *stage = zeapp_alloc_host(&app, size);
+    while (xrecv(s, &m, &fd) == 0) {
+        void *p = NULL;
+        int rc = 0;
+        ze_result_t r = open_msg(&app, &m, fd, &p);
+        if (r != ZE_RESULT_SUCCESS) {
+            printf("ze_life: round %u: open: %s\n", m.round, zeapp_result_name(r));
+            rc = 1;
+        } else if (!data_ok(&app, p, stage, m.seed)) {
+            stale++;
+            printf("ze_life: round %u: the data is not this round's\n", m.round);
+            rc = strcmp(kase, "ids") ? 1 : 0; /* ids counts them */
+        }
+        if (!rc && p)
+            r = zeapp_ipc_close(&app, p);
+        if (!rc && !strcmp(kase, "double-close")) {
+            r = zeapp_ipc_close(&app, p);
+            printf("ze_life: second close: %s\n", zeapp_result_name(r));
+            rc = r != ZE_RESULT_ERROR_INVALID_ARGUMENT;
+            if (!rc && (open_msg(&app, &m, fd, &p) != ZE_RESULT_SUCCESS ||
+                        !data_ok(&app, p, stage, m.seed))) {
+                printf("ze_life: the open after a double close failed\n");
+                rc = 1;
+            }
+            if (!rc)
+                zeapp_ipc_close(&app, p);
+        }
+        if (!rc && !strcmp(kase, "context")) {
+            ze_context_handle_t old = app.context;
+            zeapp_free(&app, stage);
+            zeapp_fini(&app);
+            zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+            stage = zeapp_alloc_host(&app, size);
+            printf("ze_life: new context %s the old handle value\n",
+                   app.context == old ? "has" : "does not have");
+            if (open_msg(&app, &m, fd, &p) != ZE_RESULT_SUCCESS || !data_ok(&app, p, stage, m.seed)) {
+                printf("ze_life: the open in the new context failed or read wrong data\n");
+                rc = 1;
+            } else {
+                zeapp_ipc_close(&app, p);
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+        if (write(s, &rc, sizeof(rc)) != sizeof(rc) || rc)
+            return 1;
+    }
+    printf("ze_life: stale %d\n", stale);
+    zeapp_free(&app, stage);
+    zeapp_fini(&app);
+    return strcmp(kase, "ids") || stale == 0 ? 0 : 1;
+}
+
+/* The test driver's ledger: bytes its allocators freed that importers
+ * still hold (0 without that driver: then nothing is timed). */
+typedef struct {
+    uint64_t total, used, freed_held;
+    uint32_t allocs, shared;
+} ledger_t;
+
+static uint64_t freed_held(void)
+{
+    static int (*stats)(ledger_t *);
+    const char *drv = getenv("ZE_ENABLE_ALT_DRIVERS");
+    if (!stats && drv) {
+        void *h = dlopen(drv, RTLD_NOLOAD | RTLD_LAZY);
+        if (h)
+            stats = (int (*)(ledger_t *))dlsym(h, "zedrvMemStats");
+    }
+    ledger_t st = {0};
+    if (!stats || stats(&st) != 0)
+        return 0;
+    return st.freed_held;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            kase = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = (unsigned)zeapp_parse_ulong("--rounds", argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+            size = zeapp_parse_ulong("--size", argv[++i]);
+        else if (!strcmp(argv[i], "--scm-rights"))
+            scm = 1;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return 2;
+    pid_t child = fork();
+    if (child == 0) {
+        close(sv[0]);
+        int rc = importer(sv[1]);
+        fflush(stdout); /* _exit flushes nothing */
+        _exit(rc);
+    }
+    close(sv[1]);
+    struct zeapp app;
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", die_exit);
+    void *stage = zeapp_alloc_host(&app, size);
+    int failed = 0;
+    uint64_t held_max = 0;
+    double release_ms = -1;
+    for (unsigned r = 0; r < rounds && !failed; r++) {
+        uint64_t held = freed_held();
+        if (held > held_max)
+            held_max = held;
+        struct msg m = {.round = r, .seed = zeapp_seed(0, 1, (int)r)};
+        void *buf = zeapp_alloc_device(&app, size); /* dies on out of memory */
+        zeapp_pattern(stage, 0, size, m.seed);
+        zeapp_copy(&app, buf, stage, size);
+        ze_ipc_mem_handle_t h;
+        ze_result_t res = zeapp_ipc_get(&app, buf, &h);
+        if (res != ZE_RESULT_SUCCESS)
+            zeapp_fail(&app, zeapp_ipc_get_name(&app), res);
+        memcpy(m.data, h.data, sizeof(m.data));
+        int fd = -1, rc = 1;
+        if (scm)
+            memcpy(&fd, h.data, sizeof(fd));
+        if (xsend(sv[0], &m, fd) != 0 || read(sv[0], &rc, sizeof(rc)) != sizeof(rc) || rc)
+            failed = 1;
+        double t0 = now_ms();
+        zeapp_free(&app, buf);
+        if (r == rounds - 1 && !failed && !strcmp(kase, "churn")) {
+            /* The importer is idle now: how long until its hold is gone? */
+            while (freed_held() && now_ms() - t0 < 2000)
+                usleep(100);
+            release_ms = now_ms() - t0;
+            held = freed_held();
+            printf("ze_life: release_ms %.3f (still held %llu bytes)\n", release_ms,
+                   (unsigned long long)held);
+            failed = held != 0;
+        }
+    }
+    close(sv[0]);
+    int st = 0;
+    waitpid(child, &st, 0);
+    failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    printf("ze_life: held_max %llu bytes (%.1f allocations)\n", (unsigned long long)held_max,
+           (double)held_max / (double)size);
+    failed |= held_max > 2 * size;
+    zeapp_free(&app, stage);
+    zeapp_fini(&app);
+    if (failed) {
+        printf("FAILED ze_life: %s\n", kase);
+        return 1;
+    }
+    printf("OK ze_life %s rounds=%u size=%zu\n", kase, rounds, size);
+    return 0;
+}
