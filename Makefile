@@ -13,6 +13,20 @@ INSTALL     ?= install
 CC          ?= cc
 CUDA_HOME   ?= /usr/local/cuda
 
+# Plain `make` builds the library, whatever the fragments below define
+# first (they add test rules before `all`).
+.DEFAULT_GOAL := all
+
+# Quiet by default: one short line per step ("CC shim/ze_import.c");
+# V=1 prints every command in full.
+V ?= 0
+ifeq ($(V),1)
+say :=
+else
+.SILENT:
+say = printf '  %-6s %s\n' '$(1)' '$(2)';
+endif
+
 # SAN=asan|tsan builds everything into its own tree.
 SAN         ?=
 ifeq ($(SAN),asan)
@@ -59,14 +73,26 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
 all: lib
 
+# Every target a user may type, one line each (test_docs.sh checks that
+# the README, the man pages and this list agree).
 help:
-	@echo "make            build $(LIB)"
-	@echo "make demo       2-rank MPI job: IPC handles by value, without and with ipcbyval"
-	@echo "make check      unit + integration tests, man page lint (installs deps)"
-	@echo "make check-asan / check-tsan   the same under sanitizers"
-	@echo "make bench      benchmark table"
-	@echo "make fuzz       libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
-	@echo "make install PREFIX=... DESTDIR=..."
+	@echo "ipcbyval $(VERSION) - on Debian bookworm; as root, missing packages are installed"
+	@echo "  make              build $(LIB) (V=1 prints full commands)"
+	@echo "  make demo         2-rank Open MPI job: IPC handles by value, without and with ipcbyval"
+	@echo "  make check        unit + integration tests (Open MPI, MPICH, Slurm), man page lint"
+	@echo "  make check-asan   the same under ASan/UBSan (build-asan/)"
+	@echo "  make check-tsan   the same under TSan (build-tsan/)"
+	@echo "  make check-faults the fault and abuse suite alone"
+	@echo "  make bench        benchmark table (test drivers, this machine)"
+	@echo "  make fuzz         libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
+	@echo "  make deps         install the Debian packages the targets need"
+	@echo "  make install      library, ipcbyval-run, man pages (PREFIX=$(PREFIX) DESTDIR=)"
+	@echo "  make uninstall    remove what make install put there (same PREFIX)"
+	@echo "  make clean        remove the build trees"
+	@echo "On a GPU machine (CUDA, Open MPI, no package registry):"
+	@echo "  make gpu-deps     run on Debian first: copy the Level Zero and uthash headers to .gpu-deps/"
+	@echo "  make check-gpu    routing, MPI and latency tests against the real CUDA driver"
+	@echo "  make bench-gpu    GPU benchmark table"
 
 deps:
 	@scripts/deps.sh
@@ -83,10 +109,10 @@ $(FLAGS_STAMP):
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIB): $(LIB_OBJ) shim/ipcbyval.map
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=shim/ipcbyval.map \
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=shim/ipcbyval.map \
 	    -Wl,-z,defs -Wl,-z,now $(SANFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS_LIB)
 
 $(LIB_LINK): $(LIB)

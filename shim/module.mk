@@ -25,4 +25,4 @@ UNIT_TESTS += $(BUILD)/test/unit/test_exporters
 $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_skip.h \
                                    $(BUILD)/shim/exporters.o $(HANDLES_OBJ) $(BUILD)/cache/stripe.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread

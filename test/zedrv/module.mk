@@ -17,10 +17,10 @@ zedrv: $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
 # points are exported.
 $(ZEDRV_OBJ): $(BUILD)/test/zedrv/%.o: test/zedrv/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
 
 $(ZEDRV_LIB): $(ZEDRV_OBJ)
-	$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) -lpthread
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) -lpthread
 
 # The same library one level up, the path other fragments may expect.
 $(BUILD)/test/$(ZEDRV_NAME): $(ZEDRV_LIB)
