@@ -131,7 +131,7 @@ static const char *type_hint(enum cfg_type t)
 {
     switch (t) {
     case CFG_BOOL:
-        return "y/yes/on/1 or n/no/off/0";
+        return "y/yes/on/true/1 or n/no/off/false/0";
     case CFG_SIZE:
         return "an integer from 1 to 4294967296";
     case CFG_LEVEL:
@@ -163,6 +163,15 @@ static size_t edit_distance(const char *a, size_t la, const char *b)
         memcpy(prev, cur, sizeof(prev));
     }
     return prev[lb];
+}
+
+/* The most edits that still make a suggestion: one typo in a short name
+ * (ZEE for ZE), two in a longer one (TRANSPROT); IPCBYVAL_FOO is not
+ * IPCBYVAL_LOG, however few names there are. */
+static size_t close_enough(const char *name)
+{
+    size_t n = strlen(name) - 9; /* after "IPCBYVAL_" */
+    return n >= 6 ? 2 : 1;
 }
 
 static const cfg_entry_t *find_entry(const char *name, size_t len)
@@ -197,12 +206,12 @@ static void warn_unknown(void)
         size_t best_d = SIZE_MAX;
         for (size_t i = 0; i < CFG_COUNT; i++) {
             size_t d = edit_distance(*env, len, cfg_table[i].name);
-            if (d < best_d) {
+            if (d < best_d && d <= close_enough(cfg_table[i].name)) {
                 best_d = d;
                 best = cfg_table[i].name;
             }
         }
-        if (best && best_d <= 4)
+        if (best)
             BYVAL_LOG_WARN("unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
         else
             BYVAL_LOG_WARN("unknown variable %.*s (ipcbyval-run --print-config lists them)",
