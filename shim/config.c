@@ -43,6 +43,9 @@ static const cfg_entry_t cfg_table[] = {
          "export cache entries (one exported fd per live allocation), >= 1"),
     CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
          "print counters and cache statistics to the log at exit"),
+    CFG_("IPCBYVAL_STATS_DIR", "", CFG_STRING, stats_dir,
+         "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
+         "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
     CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
          "handle Level Zero IPC (0: pass Level Zero calls through)"),
     CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda,

@@ -23,6 +23,7 @@ typedef struct byval_config {
     size_t cache_size;        /* IPCBYVAL_CACHE_SIZE: import cache entries */
     size_t export_cache_size; /* IPCBYVAL_EXPORT_CACHE_SIZE */
     int stats;                /* IPCBYVAL_STATS */
+    char stats_dir[256];      /* IPCBYVAL_STATS_DIR ("" = no file) */
     int ze;                   /* IPCBYVAL_ZE: handle Level Zero */
     int cuda;                 /* IPCBYVAL_CUDA: handle CUDA */
     int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */

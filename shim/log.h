@@ -21,6 +21,10 @@ extern int byval_log_level;
 void byval_log(int level, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The MPI rank from the launchers' environment (OMPI_COMM_WORLD_RANK,
+ * PMI_RANK, PMIX_RANK, SLURM_PROCID), "-" when there is none. */
+const char *byval_log_rank(void);
+
 /* Users read error, warn and info lines: they say what happened, not
  * where in ipcbyval; debug lines name the function too. */
 #define BYVAL_LOG_(lvl, ...)                                                      \

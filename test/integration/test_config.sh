@@ -50,6 +50,9 @@ exp=$(sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 
 other=$(ls /lib/x86_64-linux-gnu/libm.so.6 /usr/lib/*/libm.so.6 2>/dev/null | head -1)
 out=$(LD_PRELOAD="${SAN_PRELOAD:+$SAN_PRELOAD:}$other" "$RUN" sh -c 'echo "$LD_PRELOAD"')
 [ "$out" = "${SAN_PRELOAD:+$SAN_PRELOAD:}$LIB:$other" ] && pass "LD_PRELOAD prepended, existing kept" || fail "LD_PRELOAD" "$out"
-out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable sh -c 'echo "$IPCBYVAL_STATS $IPCBYVAL_LOG $IPCBYVAL_ENABLE"')
-[ "$out" = "1 debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
+out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable \
+    sh -c 'echo "${IPCBYVAL_STATS_DIR:+dir} $IPCBYVAL_LOG $IPCBYVAL_ENABLE"' 2>/dev/null)
+[ "$out" = "dir debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
+out=$("$RUN" --log=info sh -c 'echo "$IPCBYVAL_LOG"')
+[ "$out" = "info" ] && pass "--log=LEVEL" || fail "--log=LEVEL" "$out"
 finish

@@ -20,7 +20,7 @@ documented=$(sed -n 's/^\.It Ev \(IPCBYVAL_[A-Z_]*\)$/\1/p' "$ROOT/man/ipcbyval.
 for v in $documented; do grep -qx "$v" <<<"$vars" || missing="$missing stale-man:$v"; done
 [ -z "$missing" ] && pass "every variable documented, none stale" || fail "variables documented" "$missing"
 
-opts=$("$RUN" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+opts=$("$RUN" --help | sed -n '/^Options:/,/^$/p' | grep -oE -- '--[a-z][a-z-]+' | sort -u)
 missing=""
 for o in $opts; do
     grep -q -- "Fl \\\\${o#-}" "$ROOT/man/ipcbyval-run.1" || missing="$missing $o"
