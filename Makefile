@@ -12,6 +12,8 @@ MANDIR      ?= $(PREFIX)/share/man
 INSTALL     ?= install
 CC          ?= cc
 CUDA_HOME   ?= /usr/local/cuda
+MODULEDIR   ?= $(PREFIX)/share/modulefiles
+DOCDIR      ?= $(PREFIX)/share/doc/ipcbyval
 
 # Plain `make` builds the library, whatever the fragments below define
 # first (they add test rules before `all`).
@@ -69,7 +71,7 @@ include shim/module.mk
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
 .PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench bench-gpu check-gpu gpu-deps check-faults \
-        fuzz install uninstall clean deps help
+        fuzz install uninstall deb clean deps help
 
 all: lib
 
@@ -86,8 +88,9 @@ help:
 	@echo "  make bench        benchmark table (test drivers, this machine)"
 	@echo "  make fuzz         libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
 	@echo "  make deps         install the Debian packages the targets need"
-	@echo "  make install      library, ipcbyval-run, man pages (PREFIX=$(PREFIX) DESTDIR=)"
+	@echo "  make install      library, ipcbyval-run, man pages, docs, modulefile (PREFIX=$(PREFIX) DESTDIR=)"
 	@echo "  make uninstall    remove what make install put there (same PREFIX)"
+	@echo "  make deb          build/ipcbyval_$(VERSION)_$(DEB_ARCH).deb (dpkg-deb; install with apt-get install ./FILE)"
 	@echo "  make clean        remove the build trees"
 	@echo "On a GPU machine (CUDA, Open MPI, no package registry):"
 	@echo "  make gpu-deps     run on Debian first: copy the Level Zero and uthash headers to .gpu-deps/"
@@ -162,20 +165,39 @@ gpu-deps:
 	@mkdir -p .gpu-deps/include
 	cp -r /usr/include/level_zero /usr/include/uthash.h .gpu-deps/include/
 
+# ipcbyval-run and the modulefile learn where the library is installed.
+SUBST = sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+MODULEFILE := $(MODULEDIR)/ipcbyval/$(VERSION)
+
 install: lib
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
-	$(INSTALL) -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	$(call say,INSTALL,$(DESTDIR)$(PREFIX))$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DOCDIR) $(DESTDIR)$(MODULEDIR)/ipcbyval
+	$(INSTALL) -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so
-	sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g' scripts/ipcbyval-run \
-	    > $(DESTDIR)$(BINDIR)/ipcbyval-run
+	$(SUBST) scripts/ipcbyval-run > $(DESTDIR)$(BINDIR)/ipcbyval-run
 	chmod 0755 $(DESTDIR)$(BINDIR)/ipcbyval-run
 	$(INSTALL) -m 0644 man/ipcbyval-run.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 man/ipcbyval.7 $(DESTDIR)$(MANDIR)/man7/
+	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	$(SUBST) scripts/ipcbyval.modulefile > $(DESTDIR)$(MODULEFILE)
+	chmod 0644 $(DESTDIR)$(MODULEFILE)
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so \
+	$(call say,RM,$(DESTDIR)$(PREFIX))rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so \
 	      $(DESTDIR)$(BINDIR)/ipcbyval-run $(DESTDIR)$(MANDIR)/man1/ipcbyval-run.1 \
-	      $(DESTDIR)$(MANDIR)/man7/ipcbyval.7
+	      $(DESTDIR)$(MANDIR)/man7/ipcbyval.7 $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(MODULEFILE)
+	rmdir $(DESTDIR)$(DOCDIR) $(DESTDIR)$(MODULEDIR)/ipcbyval 2>/dev/null || true
+
+# The Debian package: make install into a staging tree under /usr (the
+# library in the multiarch folder, lib/x86_64-linux-gnu), then dpkg-deb
+# (scripts/mkdeb.sh). Evaluated only when used.
+DEB_ARCH  = $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+MULTIARCH = $(shell $(CC) -print-multiarch 2>/dev/null || dpkg-architecture -qDEB_HOST_MULTIARCH)
+DEB       = $(BUILD)/ipcbyval_$(VERSION)_$(DEB_ARCH).deb
+
+deb: lib
+	$(call say,DEB,$(DEB))BUILD=$(BUILD) VERSION=$(VERSION) DEB_ARCH=$(DEB_ARCH) MULTIARCH=$(MULTIARCH) \
+	    MAKE="$(MAKE)" scripts/mkdeb.sh $(DEB)
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz $(CLEAN_EXTRA)

@@ -4,9 +4,19 @@
 # Open MPI job that sends Level Zero IPC handles with MPI_Sendrecv, run on
 # the Level Zero test driver through the real loader, first without
 # ipcbyval (the peer's open fails, as on a real Intel GPU), then with it.
+#   scripts/demo.sh --installed   the same with the installed ipcbyval-run
+#                                 and library (make install, the .deb)
 set -u
 . "$(dirname "$0")/../test/integration/lib.sh"
 APP="$APPS/ze_mpi_exchange_ompi"
+if [ "${1:-}" = --installed ]; then
+    unset IPCBYVAL_LIB
+    RUN=$(command -v ipcbyval-run) || { echo "demo: no ipcbyval-run on PATH" >&2; exit 1; }
+    LIB=$("$RUN" sh -c 'echo "$LD_PRELOAD"' | tr ':' '\n' | grep libipcbyval)
+    # mpirun's -x of an unset variable warns: pass the driver's twice.
+    OMPI=("${OMPI[@]/IPCBYVAL_LIB/ZE_ENABLE_ALT_DRIVERS}")
+    echo "== installed: $RUN, $LIB"
+fi
 for f in "$LIB" "$ZEDRV" "$APP"; do
     [ -e "$f" ] || { echo "demo: $f is missing (run make demo from the top directory)" >&2; exit 1; }
 done
