@@ -6,6 +6,7 @@
 # copyright, md5sums, the ldconfig trigger) and dpkg-deb --build.
 # Environment (from the Makefile): BUILD VERSION DEB_ARCH MULTIARCH MAKE.
 set -euo pipefail
+umask 022 # files owned by root whatever umask the build ran with
 out=$1
 here=$(cd "$(dirname "$0")" && pwd)
 : "${BUILD:?}" "${VERSION:?}" "${DEB_ARCH:?}" "${MULTIARCH:?}" "${MAKE:=make}"
@@ -14,8 +15,6 @@ command -v dpkg-deb >/dev/null || { echo "mkdeb: dpkg-deb not found (package dpk
 stage="$BUILD/deb/ipcbyval_${VERSION}_${DEB_ARCH}"
 rm -rf "$stage"
 mkdir -p "$stage/DEBIAN"
-# Files owned by root whatever umask the build ran with.
-umask 022
 $MAKE --no-print-directory install DESTDIR="$stage" PREFIX=/usr \
     LIBDIR="/usr/lib/$MULTIARCH" MODULEDIR=/usr/share/modulefiles >/dev/null
 
