@@ -70,7 +70,7 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench bench-gpu check-gpu gpu-deps check-faults \
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-bins demo-run bench bench-gpu check-gpu gpu-deps check-faults \
         fuzz install uninstall deb clean deps help
 
 all: lib
@@ -81,6 +81,7 @@ help:
 	@echo "ipcbyval $(VERSION) - on Debian bookworm; as root, missing packages are installed"
 	@echo "  make              build $(LIB) (V=1 prints full commands)"
 	@echo "  make demo         2-rank Open MPI job: IPC handles by value, without and with ipcbyval"
+	@echo "  make demo-bins    build what the demo runs, to run it by hand (see the README)"
 	@echo "  make check        unit + integration tests (Open MPI, MPICH, Slurm), man page lint"
 	@echo "  make check-asan   the same under ASan/UBSan (build-asan/)"
 	@echo "  make check-tsan   the same under TSan (build-tsan/)"
@@ -149,7 +150,11 @@ check-tsan:
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
-demo-run: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
+# What the demo runs: the library, the Level Zero test driver and the
+# MPI program (README: running the demo by hand).
+demo-bins: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
+
+demo-run: demo-bins
 	@scripts/demo.sh
 
 # On a GPU machine (no package registry there): build and run every GPU
