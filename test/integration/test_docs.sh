@@ -46,7 +46,7 @@ for page in "$ROOT/man/ipcbyval.7" "$ROOT/man/ipcbyval-run.1"; do
 done
 [ -z "$bad" ] && pass "pages say ipcbyval $version in header and footer" || fail ".Os / header" "$bad"
 if command -v groff >/dev/null; then
-    head1=$(groff -mandoc -Tascii "$ROOT/man/ipcbyval.7" 2>/dev/null | head -1)
+    head1=$(env -u LD_PRELOAD groff -mandoc -Tascii "$ROOT/man/ipcbyval.7" 2>/dev/null | head -1)
     grep -q 'ipcbyval Miscellaneous Information Manual' <<<"$head1" && ! grep -q BSD <<<"$head1" &&
         pass "groff (man-db) header: $(xargs <<<"$head1")" || fail "groff header" "$head1"
 fi
