@@ -185,10 +185,12 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
     return NULL;
 }
 
-/* Read by ipcbyval-run or at load time, not by the configuration. */
+/* Read by ipcbyval-run, scripts/deps.sh or at load time, not by the
+ * configuration. */
 static int is_launcher_variable(const char *name, size_t len)
 {
-    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG"};
+    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
+                                        "IPCBYVAL_APT_WAIT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
             return 1;
