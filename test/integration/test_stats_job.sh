@@ -97,13 +97,13 @@ rm -rf "$dir"
 
 # --report knows no field: new ones, missing ones, sum and max.
 dir=$(mktemp -d)
-printf '@host\th1\n@pid\t10\n@rank\t0\nopens\t5\tsum\topens\nbytes_held\t100\tsum\tbytes held\npeak_bytes\t70\tmax\tpeak\n' >"$dir/h1.10.stats"
+printf '@host\th1\n@pid\t10\n@rank\t0\nopens\t5\tsum\topens\nbytes_held\t100\tsum\tbytes held\npeak_bytes\t70\tmax\tpeak\nopen_errors\t0\tsum\topens refused\n' >"$dir/h1.10.stats"
 printf '@host\th2\n@pid\t20\n@rank\t1\nopens\t7\tsum\topens\nbytes_held\t200\tsum\tbytes held\npeak_bytes\t90\tmax\tpeak\nnew_thing\t3\tsum\tonly here\n' >"$dir/h2.20.stats"
 out="$L/stats-report.log"
 "$RUN" --report "$dir" >"$out" 2>&1
 if grep -q '^ipcbyval statistics: 2 processes on 2 hosts (h1, h2)' "$out" && [ "$(row "$out" opens)" = "5 7 12" ] &&
     [ "$(row "$out" bytes_held)" = "100 200 300" ] && [ "$(row "$out" peak_bytes)" = "70 90 90" ] &&
-    [ "$(row "$out" new_thing)" = "0 3 3" ]; then
+    [ "$(row "$out" new_thing)" = "0 3 3" ] && grep -q '^0 in every process: open_errors$' "$out"; then
     pass "--report: unknown fields shown, summed or maxed as the file says"
 else
     fail "--report" "$(tr '\n' '|' <"$out")"
