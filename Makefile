@@ -12,6 +12,22 @@ MANDIR      ?= $(PREFIX)/share/man
 INSTALL     ?= install
 CC          ?= cc
 CUDA_HOME   ?= /usr/local/cuda
+MODULEDIR   ?= $(PREFIX)/share/modulefiles
+DOCDIR      ?= $(PREFIX)/share/doc/ipcbyval
+
+# Plain `make` builds the library, whatever the fragments below define
+# first (they add test rules before `all`).
+.DEFAULT_GOAL := all
+
+# Quiet by default: one short line per step ("CC shim/ze_import.c");
+# V=1 prints every command in full.
+V ?= 0
+ifeq ($(V),1)
+say :=
+else
+.SILENT:
+say = printf '  %-6s %s\n' '$(1)' '$(2)';
+endif
 
 # SAN=asan|tsan builds everything into its own tree.
 SAN         ?=
@@ -54,19 +70,33 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-run bench bench-gpu check-gpu gpu-deps check-faults \
-        fuzz install uninstall clean deps help
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-bins demo-run bench bench-gpu check-gpu gpu-deps check-faults \
+        fuzz install uninstall deb clean deps help
 
 all: lib
 
+# Every target a user may type, one line each (test_docs.sh checks that
+# the README, the man pages and this list agree).
 help:
-	@echo "make            build $(LIB)"
-	@echo "make demo       2-rank MPI job: IPC handles by value, without and with ipcbyval"
-	@echo "make check      unit + integration tests, man page lint (installs deps)"
-	@echo "make check-asan / check-tsan   the same under sanitizers"
-	@echo "make bench      benchmark table"
-	@echo "make fuzz       libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
-	@echo "make install PREFIX=... DESTDIR=..."
+	@echo "ipcbyval $(VERSION) - on Debian bookworm; as root, missing packages are installed"
+	@echo "  make              build $(LIB) (V=1 prints full commands)"
+	@echo "  make demo         2-rank Open MPI job: IPC handles by value, without and with ipcbyval"
+	@echo "  make demo-bins    build what the demo runs, to run it by hand (see the README)"
+	@echo "  make check        unit + integration tests (Open MPI, MPICH, Slurm), man page lint"
+	@echo "  make check-asan   the same under ASan/UBSan (build-asan/)"
+	@echo "  make check-tsan   the same under TSan (build-tsan/)"
+	@echo "  make check-faults the fault and abuse suite alone"
+	@echo "  make bench        benchmark table (test drivers, this machine)"
+	@echo "  make fuzz         libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
+	@echo "  make deps         install the Debian packages the targets need"
+	@echo "  make install      library, ipcbyval-run, man pages, docs, modulefile (PREFIX=$(PREFIX) DESTDIR=)"
+	@echo "  make uninstall    remove what make install put there (same PREFIX)"
+	@echo "  make deb          build/ipcbyval_$(VERSION)_$(DEB_ARCH).deb (dpkg-deb; install with apt-get install ./FILE)"
+	@echo "  make clean        remove the build trees"
+	@echo "On a GPU machine (CUDA, Open MPI, no package registry):"
+	@echo "  make gpu-deps     run on Debian first: copy the Level Zero and uthash headers to .gpu-deps/"
+	@echo "  make check-gpu    routing, MPI and latency tests against the real CUDA driver"
+	@echo "  make bench-gpu    GPU benchmark table"
 
 deps:
 	@scripts/deps.sh
@@ -83,10 +113,10 @@ $(FLAGS_STAMP):
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIB): $(LIB_OBJ) shim/ipcbyval.map
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=shim/ipcbyval.map \
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=shim/ipcbyval.map \
 	    -Wl,-z,defs -Wl,-z,now $(SANFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS_LIB)
 
 $(LIB_LINK): $(LIB)
@@ -120,7 +150,11 @@ check-tsan:
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
-demo-run: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
+# What the demo runs: the library, the Level Zero test driver and the
+# MPI program (README: running the demo by hand).
+demo-bins: lib $(ZEDRV_LIB) $(BUILD)/test/mpi/ze_mpi_exchange_ompi
+
+demo-run: demo-bins
 	@scripts/demo.sh
 
 # On a GPU machine (no package registry there): build and run every GPU
@@ -140,20 +174,39 @@ gpu-deps:
 	@if [ -n "$(BASELINE)" ]; then rm -rf .gpu-deps/baseline && mkdir -p .gpu-deps/baseline && \
 	    git archive "$(BASELINE)" | tar -x -C .gpu-deps/baseline && echo "baseline $(BASELINE) in .gpu-deps/baseline"; fi
 
+# ipcbyval-run and the modulefile learn where the library is installed.
+SUBST = sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+MODULEFILE := $(MODULEDIR)/ipcbyval/$(VERSION)
+
 install: lib
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
-	$(INSTALL) -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	$(call say,INSTALL,$(DESTDIR)$(PREFIX))$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DOCDIR) $(DESTDIR)$(MODULEDIR)/ipcbyval
+	$(INSTALL) -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so
-	sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g' scripts/ipcbyval-run \
-	    > $(DESTDIR)$(BINDIR)/ipcbyval-run
+	$(SUBST) scripts/ipcbyval-run > $(DESTDIR)$(BINDIR)/ipcbyval-run
 	chmod 0755 $(DESTDIR)$(BINDIR)/ipcbyval-run
 	$(INSTALL) -m 0644 man/ipcbyval-run.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 man/ipcbyval.7 $(DESTDIR)$(MANDIR)/man7/
+	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	$(SUBST) scripts/ipcbyval.modulefile > $(DESTDIR)$(MODULEFILE)
+	chmod 0644 $(DESTDIR)$(MODULEFILE)
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so \
+	$(call say,RM,$(DESTDIR)$(PREFIX))rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libipcbyval.so \
 	      $(DESTDIR)$(BINDIR)/ipcbyval-run $(DESTDIR)$(MANDIR)/man1/ipcbyval-run.1 \
-	      $(DESTDIR)$(MANDIR)/man7/ipcbyval.7
+	      $(DESTDIR)$(MANDIR)/man7/ipcbyval.7 $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(MODULEFILE)
+	rmdir $(DESTDIR)$(DOCDIR) $(DESTDIR)$(MODULEDIR)/ipcbyval 2>/dev/null || true
+
+# The Debian package: make install into a staging tree under /usr (the
+# library in the multiarch folder, lib/x86_64-linux-gnu), then dpkg-deb
+# (scripts/mkdeb.sh). Evaluated only when used.
+DEB_ARCH  = $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+MULTIARCH = $(shell $(CC) -print-multiarch 2>/dev/null || dpkg-architecture -qDEB_HOST_MULTIARCH)
+DEB       = $(BUILD)/ipcbyval_$(VERSION)_$(DEB_ARCH).deb
+
+deb: lib
+	$(call say,DEB,$(DEB))BUILD=$(BUILD) VERSION=$(VERSION) DEB_ARCH=$(DEB_ARCH) MULTIARCH=$(MULTIARCH) \
+	    MAKE="$(MAKE)" scripts/mkdeb.sh $(DEB)
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz $(CLEAN_EXTRA)

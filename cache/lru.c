@@ -294,6 +294,45 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
                                    : lru->stride + sizeof(uint64_t);
 }
 
+/* The bookkeeping's memory now, and per entry once full at capacity
+ * (chunks full, the table at its final size): bytes_per_entry divides
+ * what is allocated now by the entries held, which says little until the
+ * cache fills. */
+void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
+{
+    size_t now = 0, full = 0;
+    pthread_mutex_lock(&lru->lock);
+    size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
+    size_t chunk = lru->stride << lru->chunk_shift;
+    now += lru->nchunks * chunk;
+    size_t chunks_full = (cap + per - 1) / per;
+    full += (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk;
+
+    size_t tables = 0;
+    for (lru_table_t *t = lru->table; t; t = t->retired)
+        tables += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
+    now += tables;
+    /* The table doubles when an insert would pass a load of 7/8. */
+    size_t size = lru->table->mask + 1;
+    full += tables;
+    while (cap * 8 > size * 7) {
+        size *= 2;
+        full += sizeof(lru_table_t) + size * sizeof(uint64_t);
+    }
+
+    size_t dirs = 0;
+    for (lru_dir_t *d = lru->dir; d; d = d->retired)
+        dirs += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    now += dirs;
+    full += dirs;
+    for (size_t c = lru->dir->cap; c < chunks_full; c *= 2)
+        full += sizeof(lru_dir_t) + 2 * c * sizeof(unsigned char *);
+    pthread_mutex_unlock(&lru->lock);
+
+    *now_p = now;
+    *full_per_entry_p = cap ? (full + cap / 2) / cap : 0;
+}
+
 void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
 {
     if (!lru || capacity < 1)

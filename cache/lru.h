@@ -138,6 +138,10 @@ size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *k
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *stats_p);
 
+/* Memory of the cache's own structures (slots, tables, directories; not
+ * what values point at): now, and per entry when full at capacity. */
+void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p);
+
 /* Change capacity (evicts down to it where it can). */
 void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity);
 

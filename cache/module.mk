@@ -9,14 +9,14 @@ LRU_TEST_SRC = test/unit/test_lru.c test/unit/test_lru_model.c test/unit/test_lr
 UNIT_TESTS += $(BUILD)/test/unit/test_lru
 $(BUILD)/test/unit/test_lru: test/unit/test_lru.h $(LRU_TEST_SRC) $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $(LRU_TEST_SRC) $(CACHE_OBJ) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(LRU_TEST_SRC) $(CACHE_OBJ) -lcmocka -lpthread
 
 UNIT_TESTS += $(BUILD)/test/unit/test_lru_put
 $(BUILD)/test/unit/test_lru_put: test/unit/test_lru_put.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
 
 UNIT_TESTS += $(BUILD)/test/unit/test_imports
 $(BUILD)/test/unit/test_imports: test/unit/test_imports.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread

@@ -12,14 +12,14 @@ HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve
 $(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/wire.o -lcmocka
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/wire.o -lcmocka
 
 RESOLVE_TEST_SRC := test/unit/test_resolve.c test/unit/test_resolve_more.c \
                     test/unit/test_resolve_util.c
 $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h test/unit/test_skip.h \
                                  handles/resolve_internal.h $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
 
 # libFuzzer target for the decoder: make fuzz FUZZ_SECONDS=60. Its own
 # tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its own
@@ -30,7 +30,7 @@ FUZZ_DIR := build-fuzz
 FUZZ_BIN := $(FUZZ_DIR)/fuzz_wire
 $(FUZZ_BIN): test/fuzz/fuzz_wire.c handles/wire.c handles/wire.h handles/module.mk
 	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus
-	$(FUZZ_CC) -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
+	$(call say,LD,$@)$(FUZZ_CC) -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -o $@ test/fuzz/fuzz_wire.c handles/wire.c
 

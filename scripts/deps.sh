@@ -1,21 +1,30 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages ipcbyval needs to build, test and
-# run the demo. As root: apt-get installs what is missing. Otherwise: print
-# the exact command and fail.
+# run the demo. As root: apt-get installs what is missing (and shows what
+# it does); nothing is done when everything is there. Otherwise: print the
+# exact command and fail.
 #   scripts/deps.sh            everything make check and make demo need
+#                              (compilers, Level Zero loader, Open MPI,
+#                              MPICH, cmocka, mandoc, Slurm and munge)
 #   scripts/deps.sh bench      plus gnuplot (the README plot)
 #   scripts/deps.sh fuzz       plus clang's libFuzzer runtime
+#   scripts/deps.sh valgrind   plus valgrind
+#   scripts/deps.sh lmod       plus Lmod (CI loads the modulefile with it)
+# Another apt-get or dpkg holding the package lock is waited for, up to
+# IPCBYVAL_APT_WAIT seconds (default 600), with a message.
 set -eu
 
 PKGS="gcc make libc6-dev pkg-config libze1 libze-dev openmpi-bin libopenmpi-dev \
-mpich libmpich-dev libcmocka-dev uthash-dev mandoc util-linux procps"
+mpich libmpich-dev libcmocka-dev uthash-dev mandoc util-linux procps \
+slurm-wlm munge"
 for extra in "$@"; do
     case "$extra" in
     bench) PKGS="$PKGS gnuplot-nox" ;;
     fuzz) PKGS="$PKGS clang libclang-rt-14-dev" ;;
     valgrind) PKGS="$PKGS valgrind" ;;
-    *) echo "deps.sh: unknown group '$extra' (bench, fuzz, valgrind)" >&2; exit 2 ;;
+    lmod) PKGS="$PKGS lmod" ;;
+    *) echo "deps.sh: unknown group '$extra' (bench, fuzz, valgrind, lmod)" >&2; exit 2 ;;
     esac
 done
 
@@ -29,11 +38,45 @@ done
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "ipcbyval: missing Debian packages:$missing" >&2
-    echo "install them with: sudo apt-get install -y$missing" >&2
+    echo "install them with: sudo apt-get update && sudo apt-get install -y --no-install-recommends$missing" >&2
     exit 1
 fi
+
+wait_max=${IPCBYVAL_APT_WAIT:-600}
+deadline=$(($(date +%s) + wait_max))
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# apt_run CMD...: run apt-get, its output shown as it goes. While another
+# apt-get or dpkg holds a lock, say who and try again every 5 s, until the
+# deadline. apt waits for the dpkg lock itself (DPkg::Lock::Timeout); the
+# lists lock of apt-get update it does not wait for.
+apt_run() {
+    local rc now holder
+    while :; do
+        now=$(date +%s)
+        set +e
+        "$@" -o DPkg::Lock::Timeout=$((deadline > now ? deadline - now : 0)) 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        set -e
+        [ "$rc" -eq 0 ] && return 0
+        grep -qE 'Could not get lock|Unable to acquire the dpkg frontend lock|Unable to lock' "$log" ||
+            return "$rc"
+        now=$(date +%s)
+        if [ "$now" -ge "$deadline" ]; then
+            echo "ipcbyval: the package lock was still held after ${wait_max} s (IPCBYVAL_APT_WAIT); giving up" >&2
+            return "$rc"
+        fi
+        holder=$(sed -nE 's/.*held by (process [0-9]+ \([^)]*\)).*/\1/p' "$log" | head -1)
+        echo "ipcbyval: ${holder:-another apt-get or dpkg} holds the package lock;" \
+            "waiting for it (up to $((deadline - now)) s more)"
+        sleep 5
+    done
+}
+
 echo "ipcbyval: installing:$missing"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+apt_run apt-get update
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+apt_run apt-get install -y --no-install-recommends $missing
+echo "ipcbyval: installed:$missing"

@@ -46,6 +46,9 @@ static const cfg_entry_t cfg_table[] = {
          "export cache entries (one exported fd per live allocation), >= 1"),
     CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
          "print counters and cache statistics to the log at exit"),
+    CFG_("IPCBYVAL_STATS_DIR", "", CFG_STRING, stats_dir,
+         "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
+         "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
     CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
          "handle Level Zero IPC (0: pass Level Zero calls through)"),
     CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda,
@@ -155,7 +158,7 @@ static const char *type_hint(enum cfg_type t)
 {
     switch (t) {
     case CFG_BOOL:
-        return "y/yes/on/1 or n/no/off/0";
+        return "y/yes/on/true/1 or n/no/off/false/0";
     case CFG_SIZE:
         return "an integer from 1 to 4294967296";
     case CFG_BYTES:
@@ -191,6 +194,15 @@ static size_t edit_distance(const char *a, size_t la, const char *b)
     return prev[lb];
 }
 
+/* The most edits that still make a suggestion: one typo in a short name
+ * (ZEE for ZE), two in a longer one (TRANSPROT); IPCBYVAL_FOO is not
+ * IPCBYVAL_LOG, however few names there are. */
+static size_t close_enough(const char *name)
+{
+    size_t n = strlen(name) - 9; /* after "IPCBYVAL_" */
+    return n >= 6 ? 2 : 1;
+}
+
 static const cfg_entry_t *find_entry(const char *name, size_t len)
 {
     for (size_t i = 0; i < CFG_COUNT; i++)
@@ -199,10 +211,12 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
     return NULL;
 }
 
-/* Read by ipcbyval-run or at load time, not by the configuration. */
+/* Read by ipcbyval-run, scripts/deps.sh or at load time, not by the
+ * configuration. */
 static int is_launcher_variable(const char *name, size_t len)
 {
-    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG"};
+    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
+                                        "IPCBYVAL_APT_WAIT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
             return 1;
@@ -223,12 +237,12 @@ static void warn_unknown(void)
         size_t best_d = SIZE_MAX;
         for (size_t i = 0; i < CFG_COUNT; i++) {
             size_t d = edit_distance(*env, len, cfg_table[i].name);
-            if (d < best_d) {
+            if (d < best_d && d <= close_enough(cfg_table[i].name)) {
                 best_d = d;
                 best = cfg_table[i].name;
             }
         }
-        if (best && best_d <= 4)
+        if (best)
             BYVAL_LOG_WARN("unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
         else
             BYVAL_LOG_WARN("unknown variable %.*s (ipcbyval-run --print-config lists them)",

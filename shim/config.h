@@ -25,6 +25,7 @@ typedef struct byval_config {
     uint64_t cache_bytes;     /* IPCBYVAL_CACHE_BYTES: closed mappings kept */
     size_t export_cache_size; /* IPCBYVAL_EXPORT_CACHE_SIZE */
     int stats;                /* IPCBYVAL_STATS */
+    char stats_dir[256];      /* IPCBYVAL_STATS_DIR ("" = no file) */
     int ze;                   /* IPCBYVAL_ZE: handle Level Zero */
     int cuda;                 /* IPCBYVAL_CUDA: handle CUDA */
     int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -27,16 +28,23 @@ static __thread int init_depth __attribute__((tls_model("initial-exec")));
 static void init_atfork_child(void)
 {
     /* The child has a new pid: its exporter identity must be recomputed.
-     * The caches empty themselves (cache/lru.c registers its own handler). */
+     * The caches empty themselves (cache/lru.c registers its own handler),
+     * and the counters start from zero: each process reports its own calls
+     * (a job's table adds them up). */
     byval_self_reset();
+    memset(byval_stats, 0, sizeof(byval_stats));
 }
 
 static int init_quiet_exit; /* --print-config: print nothing else */
 
 static void init_at_exit(void)
 {
-    if (byval_cfg.stats && !init_quiet_exit)
+    if (init_quiet_exit)
+        return;
+    if (byval_cfg.stats)
         byval_stats_print();
+    if (byval_cfg.stats_dir[0])
+        byval_stats_write_file(byval_cfg.stats_dir);
 }
 
 static void init_run(void)
@@ -45,7 +53,7 @@ static void init_run(void)
     byval_config_load();
     init_enabled = byval_cfg.enable;
     pthread_atfork(NULL, NULL, init_atfork_child);
-    if (byval_cfg.stats)
+    if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
                    init_enabled ? "enabled" : "disabled: pure pass-through", byval_cfg.ze,

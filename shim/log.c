@@ -18,8 +18,7 @@ int byval_log_level = BYVAL_LOG_LVL_WARN;
 
 static const char *const level_tag[] = {"", "error", "warn", "info", "debug", "stats"};
 
-/* MPI rank from the launchers' environment, "-" when there is none. */
-static const char *log_rank(void)
+const char *byval_log_rank(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
                                        "SLURM_PROCID"};
@@ -65,8 +64,8 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     char buf[1024];
     if (level < BYVAL_LOG_LVL_ERROR || level > BYVAL_LOG_LVL_STATS)
         level = BYVAL_LOG_LVL_ERROR;
-    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s%s", (int)getpid(), log_rank(),
-                     level_tag[level], func ? func : "", func ? ": " : "");
+    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s%s", (int)getpid(),
+                     byval_log_rank(), level_tag[level], func ? func : "", func ? ": " : "");
     if (n < 0)
         n = 0;
     if ((size_t)n < sizeof(buf)) {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* log.h - leveled logging: "[ipcbyval <pid> <rank>] <func>: message". */
+/* log.h - leveled logging: "[ipcbyval <pid> <rank>] <level>: message"
+ * ("<level>: <function>: message" for debug lines). */
 #ifndef BYVAL_SHIM_LOG_H
 #define BYVAL_SHIM_LOG_H
 
@@ -20,10 +21,17 @@ extern int byval_log_level;
 void byval_log(int level, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define BYVAL_LOG_(lvl, ...)                                          \
-    do {                                                              \
-        if (__builtin_expect(byval_log_level >= (lvl), 0))            \
-            byval_log((lvl), __func__, __VA_ARGS__);                  \
+/* The MPI rank from the launchers' environment (OMPI_COMM_WORLD_RANK,
+ * PMI_RANK, PMIX_RANK, SLURM_PROCID), "-" when there is none. */
+const char *byval_log_rank(void);
+
+/* Users read error, warn and info lines: they say what happened, not
+ * where in ipcbyval; debug lines name the function too. */
+#define BYVAL_LOG_(lvl, ...)                                                      \
+    do {                                                                          \
+        if (__builtin_expect(byval_log_level >= (lvl), 0))                        \
+            byval_log((lvl), (lvl) >= BYVAL_LOG_LVL_DEBUG ? __func__ : NULL,      \
+                      __VA_ARGS__);                                               \
     } while (0)
 #define BYVAL_LOG_ERROR(...) BYVAL_LOG_(BYVAL_LOG_LVL_ERROR, __VA_ARGS__)
 #define BYVAL_LOG_WARN(...) BYVAL_LOG_(BYVAL_LOG_LVL_WARN, __VA_ARGS__)

@@ -25,4 +25,13 @@ UNIT_TESTS += $(BUILD)/test/unit/test_exporters
 $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_skip.h \
                                    $(BUILD)/shim/exporters.o $(HANDLES_OBJ) $(BUILD)/cache/stripe.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread
+
+# Statistics alone: cache memory and the per-process file (config and log
+# are the real ones; nothing else of the shim).
+STATS_TEST_OBJ = $(BUILD)/shim/stats.o $(BUILD)/shim/stats_file.o $(BUILD)/shim/log.o \
+                 $(BUILD)/shim/config.o $(CACHE_OBJ)
+UNIT_TESTS += $(BUILD)/test/unit/test_stats
+$(BUILD)/test/unit/test_stats: test/unit/test_stats.c $(STATS_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $^ -lcmocka -lpthread

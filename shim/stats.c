@@ -63,15 +63,26 @@ void byval_stats_print(void)
     pthread_mutex_lock(&stats_lock);
     for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++) {
         byval_lru_stats_t s;
+        size_t mem, full;
         byval_lru_stats(stats_caches[i].lru, &s);
+        byval_lru_memory(stats_caches[i].lru, &mem, &full);
         uint64_t lookups = s.hits + s.misses;
         byval_log(BYVAL_LOG_LVL_STATS, NULL,
                   "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
-                  "size %zu high-water %zu capacity %zu referenced %zu bytes/entry %zu",
+                  "size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
+                  "(%zu bytes/entry when full)",
                   stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
                   lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
                   (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
-                  s.high_water, s.capacity, s.referenced, s.bytes_per_entry);
+                  s.high_water, s.capacity, s.referenced, mem, full);
     }
+    pthread_mutex_unlock(&stats_lock);
+}
+
+void byval_stats_each_cache(void (*fn)(void *ctx, const char *name, byval_lru_t *lru), void *ctx)
+{
+    pthread_mutex_lock(&stats_lock);
+    for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++)
+        fn(ctx, stats_caches[i].name, stats_caches[i].lru);
     pthread_mutex_unlock(&stats_lock);
 }

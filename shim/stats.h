@@ -24,6 +24,8 @@
     X(exporter_exits, "exporters seen exiting")                           \
     X(released_freed, "cached mappings released because the exporter freed them") \
     X(double_closes, "closes of a pointer not open (the API's error returned)") \
+    X(via_pidfd, "exporters reached with pidfd_getfd (first contact)")   \
+    X(via_socket, "exporters reached through the socket fallback")       \
     X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \
     X(miss_import_ns, "ns in misses in the driver's import")              \
     X(miss_map_ns, "ns in misses mapping (CUDA VMM: reserve, map, access)")
@@ -54,5 +56,13 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru);
 
 /* Print the counters and every registered cache's statistics. */
 void byval_stats_print(void);
+
+/* Call fn for every registered cache, under the registry's lock. */
+void byval_stats_each_cache(void (*fn)(void *ctx, const char *name, byval_lru_t *lru), void *ctx);
+
+/* stats_file.c: write every counter and cache statistic, by name, to
+ * DIR/HOST.PID.stats (IPCBYVAL_STATS_DIR); ipcbyval-run merges the files
+ * of a job into one table. 0 or -1 (logged). */
+int byval_stats_write_file(const char *dir);
 
 #endif

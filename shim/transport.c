@@ -42,6 +42,10 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     byval_fetch_info_t info;
     byval_status_t st = byval_transport_fetch_fd(rec, self, byval_cfg.transport, fd_p, pidfd_p,
                                                  &info, msg, msglen);
+    if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
+        BYVAL_STAT_INC(via_socket);
+    else if (st == BYVAL_OK)
+        BYVAL_STAT_INC(via_pidfd);
     if (st == BYVAL_OK && info.fell_back)
         BYVAL_LOG_INFO("pid %u: %s; using the socket fallback for this exporter", rec->pid,
                        info.why);

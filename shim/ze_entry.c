@@ -7,8 +7,9 @@
  *    them too; we interpose the getters and wrap the entries;
  *  - the zex* extensions handed out by zeDriverGetExtensionFunctionAddress.
  * A direct call passes our symbol wrapper, then the loader, then our table
- * wrapper: the symbol wrapper does the work inside byval_enter(), so the
- * table wrapper on the same path passes through (handled once).
+ * wrapper: the symbol wrapper calls the loader inside byval_enter(), so the
+ * table wrapper on the same path passes through (handled once, see
+ * SYM_NEXT).
  */
 #include <string.h>
 
@@ -37,39 +38,74 @@ static void *real_cached(void **slot, const char *name)
 
 /* ---- exported symbols ---------------------------------------------- */
 
+/*
+ * The next function on the symbol route: the loader's own, called inside
+ * byval_enter(). The loader jumps through its table, which holds our table
+ * wrapper: inside the guard that wrapper passes straight on, so a call
+ * that came in by symbol is handled, logged and counted once whether the
+ * shim used the handle or passed it through (a pass-through used to be
+ * counted again by the table wrapper). `missing` is what the call returns
+ * when the loader lacks the function.
+ */
+#define SYM_NEXT(fn, type, missing, params, args)              \
+    static ze_result_t sym_next_##fn params                    \
+    {                                                          \
+        type real = REAL(type, fn);                            \
+        if (!real)                                             \
+            return (missing);                                  \
+        byval_enter();                                         \
+        ze_result_t r = real args;                             \
+        byval_leave();                                         \
+        return r;                                              \
+    }
+
+SYM_NEXT(zeMemGetIpcHandle, ze_pfnMemGetIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, const void *p, ze_ipc_mem_handle_t *h), (c, p, h))
+SYM_NEXT(zeMemOpenIpcHandle, ze_pfnMemOpenIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, ze_device_handle_t d, ze_ipc_mem_handle_t h,
+          ze_ipc_memory_flags_t f, void **pp),
+         (c, d, h, f, pp))
+SYM_NEXT(zeMemCloseIpcHandle, ze_pfnMemCloseIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, const void *p), (c, p))
+SYM_NEXT(zeMemPutIpcHandle, byval_ze_mem_put_fn, ZE_RESULT_ERROR_UNSUPPORTED_FEATURE,
+         (ze_context_handle_t c, ze_ipc_mem_handle_t h), (c, h))
+SYM_NEXT(zeMemFree, ze_pfnMemFree_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, void *p), (c, p))
+SYM_NEXT(zeMemFreeExt, ze_pfnMemFreeExt_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, const ze_memory_free_ext_desc_t *d, void *p), (c, d, p))
+
 ZE_EXPORT ze_result_t zeMemGetIpcHandle(ze_context_handle_t ctx, const void *ptr,
                                         ze_ipc_mem_handle_t *handle)
 {
-    return byval_ze_get_ipc(REAL(ze_pfnMemGetIpcHandle_t, zeMemGetIpcHandle), ctx, ptr, handle);
+    return byval_ze_get_ipc(sym_next_zeMemGetIpcHandle, ctx, ptr, handle);
 }
 
 ZE_EXPORT ze_result_t zeMemOpenIpcHandle(ze_context_handle_t ctx, ze_device_handle_t dev,
                                          ze_ipc_mem_handle_t handle, ze_ipc_memory_flags_t flags,
                                          void **pptr)
 {
-    return byval_ze_open_ipc(REAL(ze_pfnMemOpenIpcHandle_t, zeMemOpenIpcHandle), ctx, dev,
-                             handle, flags, pptr);
+    return byval_ze_open_ipc(sym_next_zeMemOpenIpcHandle, ctx, dev, handle, flags, pptr);
 }
 
 ZE_EXPORT ze_result_t zeMemCloseIpcHandle(ze_context_handle_t ctx, const void *ptr)
 {
-    return byval_ze_close_ipc(REAL(ze_pfnMemCloseIpcHandle_t, zeMemCloseIpcHandle), ctx, ptr);
+    return byval_ze_close_ipc(sym_next_zeMemCloseIpcHandle, ctx, ptr);
 }
 
 ZE_EXPORT ze_result_t zeMemPutIpcHandle(ze_context_handle_t ctx, ze_ipc_mem_handle_t handle)
 {
-    return byval_ze_put_ipc(REAL(byval_ze_mem_put_fn, zeMemPutIpcHandle), ctx, handle);
+    return byval_ze_put_ipc(sym_next_zeMemPutIpcHandle, ctx, handle);
 }
 
 ZE_EXPORT ze_result_t zeMemFree(ze_context_handle_t ctx, void *ptr)
 {
-    return byval_ze_free(REAL(ze_pfnMemFree_t, zeMemFree), ctx, ptr);
+    return byval_ze_free(sym_next_zeMemFree, ctx, ptr);
 }
 
 ZE_EXPORT ze_result_t zeMemFreeExt(ze_context_handle_t ctx, const ze_memory_free_ext_desc_t *desc,
                                    void *ptr)
 {
-    return byval_ze_free_ext(REAL(ze_pfnMemFreeExt_t, zeMemFreeExt), ctx, desc, ptr);
+    return byval_ze_free_ext(sym_next_zeMemFreeExt, ctx, desc, ptr);
 }
 
 ZE_EXPORT ze_result_t zeContextDestroy(ze_context_handle_t ctx)

@@ -9,19 +9,14 @@
  *  - aggregate hits/s of 1..16 threads on one shared cache, each thread on
  *    its own slice of the keys (as ranks open their own peers' handles):
  *    the contention measured is the cache's own;
-<<<<<<< ours
  *  - ns per hit by key size (40 ze export, 48 ze import, 80 CUDA), both
  *    as get_ref + put_ref and as get + put_value (the key hashed and
  *    probed again by the put, as close did before handles);
- *  - bytes per entry (stats.bytes_per_entry).
- * Lines start with a tag (lru_hit_ns, lru_hit_key_ns, lru_threads, lru_bytes) that
-=======
  *  - bytes per entry (stats.bytes_per_entry);
  *  - the memory floor: one dependent load at random over as many bytes as
  *    the 1M-entry cache holds. A uniform hit there makes two (bucket, then
  *    slot), so no layout of this cache gets under twice that.
- * Lines start with a tag (lru_hit_ns, lru_threads, lru_bytes, lru_mem_ns) that
->>>>>>> theirs
+ * Lines start with a tag (lru_hit_ns, lru_hit_key_ns, lru_threads, lru_bytes, lru_mem_ns) that
  * scripts/bench.sh reads; the rest of each line is for people.
  * Usage: bench_lru [--threads 1,2,4,8,16] [--quick]
  */

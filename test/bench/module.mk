@@ -9,15 +9,15 @@ BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze $(BENCH_DIR)/bench_pi
 
 $(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lpthread
 
 # The resolution a cold open adds, on handles/ alone (no GPU, no loader).
 $(BENCH_DIR)/bench_pidfd: test/bench/bench_pidfd.c $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ)
 
 # Linked to the loader like any application: the preload interposes on
 # the symbols, exactly as it would for a user's program.
 $(BENCH_DIR)/bench_ze: test/bench/bench_ze.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)

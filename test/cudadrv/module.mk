@@ -15,10 +15,10 @@ CUDADRV_CHECK  := $(CUDADRV_DIR)/cudadrv_check
 
 $(CUDADRV_DIR)/%.o: test/cudadrv/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(CUDADRV_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(CUDADRV_LIB): $(CUDADRV_OBJ) test/cudadrv/libcuda.map
-	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=test/cudadrv/libcuda.map \
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=test/cudadrv/libcuda.map \
 	    -Wl,-z,defs $(SANFLAGS) -o $@ $(CUDADRV_OBJ) -lpthread
 	ln -sf libcuda.so.1 $(CUDADRV_DIR)/libcuda.so
 
@@ -26,11 +26,11 @@ CU_PAIR_SRC    := test/cudadrv/cu_pair.c test/cudadrv/cu_pair_drv.c
 CU_PAIR_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CU_PAIR_SRC))
 
 $(CU_PAIR): $(CU_PAIR_OBJ)
-	$(CC) $(SANFLAGS) -o $@ $(CU_PAIR_OBJ) -ldl
+	$(call say,LD,$@)$(CC) $(SANFLAGS) -o $@ $(CU_PAIR_OBJ) -ldl
 
 # Self-check of the double; links it (rpath $ORIGIN), not the real driver.
 $(CUDADRV_CHECK): test/cudadrv/cudadrv_check.c $(CUDADRV_LIB)
-	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
+	$(call say,LD,$@)$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
 
 CU_LIFE        := $(CUDADRV_DIR)/cu_life
 $(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)

@@ -9,4 +9,4 @@ FAULT_TESTS += test/faults/test_faults.sh
 
 $(FAULT_BIN): $(FAULT_SRC) test/faults/fault.h test/mpi/zeapp.h $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $(FAULT_SRC) $(BUILD)/handles/wire.o -DZEAPP_LINKED -lze_loader -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(FAULT_SRC) $(BUILD)/handles/wire.o -DZEAPP_LINKED -lze_loader -ldl -lpthread

@@ -20,9 +20,19 @@ grep -q "invalid value IPCBYVAL_CACHE_SIZE='-5'" <<<"$err" &&
     IPCBYVAL_CACHE_SIZE=-5 "$RUN" --print-config 2>/dev/null | grep -q '^IPCBYVAL_CACHE_SIZE=1024$' &&
     pass "invalid values reported, default kept" || fail "invalid values" "$err"
 
+grep -q "IPCBYVAL_STATS='maybe' (expected y/yes/on/true/1 or n/no/off/false/0)" <<<"$err" &&
+    pass "boolean error lists every accepted word" || fail "boolean words" "$err"
+
 err=$(IPCBYVAL_CACHE_SIZ=5 "$RUN" --print-config 2>&1 >/dev/null)
 grep -q "unknown variable IPCBYVAL_CACHE_SIZ (did you mean IPCBYVAL_CACHE_SIZE?)" <<<"$err" &&
     pass "unknown variable gets the closest name" || fail "unknown variable" "$err"
+# Messages for users: "[ipcbyval PID RANK] warn: message", no function name.
+grep -qE '^\[ipcbyval [0-9]+ [^]]+\] warn: unknown variable' <<<"$err" &&
+    pass "warnings name no internal function" || fail "warning format" "$err"
+err=$(IPCBYVAL_FOO=1 IPCBYVAL_TRANSPROT=pidfd "$RUN" --print-config 2>&1 >/dev/null)
+grep -q "unknown variable IPCBYVAL_FOO (ipcbyval-run --print-config lists them)" <<<"$err" &&
+    grep -q "IPCBYVAL_TRANSPROT (did you mean IPCBYVAL_TRANSPORT?)" <<<"$err" &&
+    pass "a name is suggested only when it is close" || fail "suggestions" "$err"
 
 # Loaded into a process that never calls a GPU API: no output even with
 # debug logging and a bad variable, no extra fds, no threads.
@@ -40,6 +50,9 @@ exp=$(sh -c 'echo hi; ls /proc/self/fd | wc -l; grep Threads /proc/self/status' 
 other=$(ls /lib/x86_64-linux-gnu/libm.so.6 /usr/lib/*/libm.so.6 2>/dev/null | head -1)
 out=$(LD_PRELOAD="${SAN_PRELOAD:+$SAN_PRELOAD:}$other" "$RUN" sh -c 'echo "$LD_PRELOAD"')
 [ "$out" = "${SAN_PRELOAD:+$SAN_PRELOAD:}$LIB:$other" ] && pass "LD_PRELOAD prepended, existing kept" || fail "LD_PRELOAD" "$out"
-out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable sh -c 'echo "$IPCBYVAL_STATS $IPCBYVAL_LOG $IPCBYVAL_ENABLE"')
-[ "$out" = "1 debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
+out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable \
+    sh -c 'echo "${IPCBYVAL_STATS_DIR:+dir} $IPCBYVAL_LOG $IPCBYVAL_ENABLE"' 2>/dev/null)
+[ "$out" = "dir debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
+out=$("$RUN" --log=info sh -c 'echo "$IPCBYVAL_LOG"')
+[ "$out" = "info" ] && pass "--log=LEVEL" || fail "--log=LEVEL" "$out"
 finish

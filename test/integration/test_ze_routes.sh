@@ -33,6 +33,20 @@ if grep -qE 'stats: exports +0 ' "$L/opaque.log" && grep -qE 'stats: export_pass
 else
     fail "opaque layout accounting" "$(grep 'stats: export' "$L/opaque.log" | tr '\n' ' ')"
 fi
+# A call is counted once whatever route it took: by symbol it passes our
+# symbol wrapper, the loader and our table wrapper (3 allocations x 2
+# iterations = 6 opens, all passed through).
+for route in symbol dlsym ddi; do
+    log="$L/opaque-count-$route.log"
+    IPCBYVAL_STATS=1 ZEDRV_IPC_LAYOUT=opaque timeout 120 "$RUN" "$APPS/ze_pair" --route "$route" "${A[@]}" >"$log" 2>&1
+    n=$(sed -nE 's/.*stats: open_passthrough +([0-9]+) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    e=$(sed -nE 's/.*stats: export_passthrough +([0-9]+) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    if grep -q OK "$log" && [ "$n" -eq 6 ] && [ "$e" -eq 6 ]; then
+        pass "route $route: 6 pass-through opens and exports counted once each"
+    else
+        fail "route $route: pass-through counts" "open_passthrough $n, export_passthrough $e (expected 6, 6)"
+    fi
+done
 IPCBYVAL_ENABLE=0 expect_fail "IPCBYVAL_ENABLE=0 is a pure pass-through" "$L/disabled.log" \
     "$NATIVE_ERR" "$RUN" "$APPS/ze_pair" "${A[@]}"
 finish

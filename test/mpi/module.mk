@@ -34,29 +34,29 @@ zeapps: $(ZEAPP_BINS)
 
 $(ZEAPP_DIR)/ze_pair: test/mpi/ze_pair.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 $(ZEAPP_DIR)/ze_life: test/mpi/ze_life.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 $(ZEAPP_DIR)/ze_pair_dl: test/mpi/ze_pair.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)
 
 # The wrappers compile with $(CC) too, so sanitizer runtimes match.
 $(ZEAPP_DIR)/ze_mpi_exchange_ompi: test/mpi/ze_mpi_exchange.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	OMPI_CC=$(CC) $(MPICC_OMPI) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+	$(call say,MPICC,$@)OMPI_CC=$(CC) $(MPICC_OMPI) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 $(ZEAPP_DIR)/ze_mpi_exchange_ompi_dl: test/mpi/ze_mpi_exchange.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	OMPI_CC=$(CC) $(MPICC_OMPI) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)
+	$(call say,MPICC,$@)OMPI_CC=$(CC) $(MPICC_OMPI) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)
 
 $(ZEAPP_DIR)/ze_mpi_exchange_mpich: test/mpi/ze_mpi_exchange.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	MPICH_CC=$(CC) $(MPICC_MPICH) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+	$(call say,MPICC,$@)MPICH_CC=$(CC) $(MPICC_MPICH) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 $(ZEAPP_DIR)/ze_mpi_exchange_mpich_dl: test/mpi/ze_mpi_exchange.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	MPICH_CC=$(CC) $(MPICC_MPICH) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)
+	$(call say,MPICC,$@)MPICH_CC=$(CC) $(MPICC_MPICH) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_DL)

@@ -5,7 +5,7 @@ INTEG_TESTS += test/transport/test_transport.sh
 
 $(DENY_GETFD): test/transport/deny_getfd.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $<
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $<
 
 # The transport on handles/ alone (no shim): unit tests of the broker, the
 # pid translation and the policy, and xfer, the exporter/importer pair the
@@ -19,9 +19,9 @@ INTEG_TESTS += test/transport/test_xfer.sh
 
 $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
 
 $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport $(BUILD)/test/unit/test_registry: \
 		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread

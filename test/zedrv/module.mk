@@ -18,17 +18,17 @@ zedrv: $(ZEDRV_LIB) $(BUILD)/test/$(ZEDRV_NAME)
 # points are exported.
 $(ZEDRV_OBJ): $(BUILD)/test/zedrv/%.o: test/zedrv/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
 
 # The device-memory ledger (test/devmem) is linked in: its names are hidden.
 $(ZEDRV_LIB): $(ZEDRV_OBJ) $(DEVMEM_OBJ)
-	$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ $(ZEDRV_OBJ) \
-	    $(DEVMEM_OBJ) -lpthread
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(ZEDRV_NAME) -Wl,-z,defs $(SANFLAGS) -o $@ \
+	    $(ZEDRV_OBJ) $(DEVMEM_OBJ) -lpthread
 
 # The driver's self-check, through the real loader (test_zedrv.sh runs it).
 $(ZEDRV_CHECK): test/zedrv/zedrv_check.c test/devmem/devmem.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< -lze_loader -ldl
+	$(call say,CC,$@)$(CC) $(ALL_CFLAGS) -o $@ $< -lze_loader -ldl
 
 # The same library one level up, the path other fragments may expect.
 $(BUILD)/test/$(ZEDRV_NAME): $(ZEDRV_LIB)
