@@ -83,6 +83,14 @@ void byval_reg_view_put(byval_reg_view_t *v)
         view_free(v);
 }
 
+void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
+                       uint64_t *identity_p)
+{
+    *pidns_p = v->pidns;
+    *pid_p = v->pid;
+    *identity_p = v->identity;
+}
+
 int byval_reg_view_gone(const byval_reg_view_t *v)
 {
     return __atomic_load_n(&v->gone, __ATOMIC_ACQUIRE);

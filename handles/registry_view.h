@@ -56,6 +56,10 @@ static inline int byval_reg_live(const uint64_t *word, uint64_t serial)
     return __atomic_load_n(word, __ATOMIC_ACQUIRE) == serial;
 }
 
+/* Whose registry v is. */
+void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
+                       uint64_t *identity_p);
+
 /* 1 once the exporter's image is gone (exit or exec seen). */
 int byval_reg_view_gone(const byval_reg_view_t *v);
 

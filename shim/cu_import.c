@@ -289,6 +289,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
+            BYVAL_LOG_DEBUG("open: hit, pid %u, %llu bytes at 0x%llx", m->core.pid,
+                            (unsigned long long)m->size, (unsigned long long)*pdptr);
         }
         return r;
     }

@@ -158,6 +158,8 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static void poll_now(int64_t now);
+
 void byval_exporters_poll(void)
 {
     if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
@@ -165,6 +167,25 @@ void byval_exporters_poll(void)
     int64_t now = now_ns();
     if (now - __atomic_load_n(&ex.last_poll_ns, __ATOMIC_RELAXED) < EXPORTERS_POLL_NS)
         return;
+    poll_now(now);
+}
+
+int byval_exporters_gone(const byval_exporter_id_t *id, int wait_ms)
+{
+    int pidfd = byval_exporters_hold(id);
+    if (pidfd < 0)
+        return 0;
+    int exited = 0;
+    for (int i = 0; i <= wait_ms * 4 && !(exited = byval_pidfd_exited(pidfd)); i++)
+        usleep(250);
+    byval_exporters_release(id, pidfd);
+    if (exited)
+        poll_now(now_ns());
+    return exited;
+}
+
+static void poll_now(int64_t now)
+{
     byval_exporter_id_t gone[64];
     int to_close[64];
     unsigned ngone = 0, nclose = 0;

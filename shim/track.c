@@ -31,8 +31,11 @@ static int of_view(void *ctx, const byval_import_t *m)
 static void on_registry_event(byval_reg_view_t *v, int gone)
 {
     size_t n = byval_imports_remove_if(of_view, v);
-    if (gone) /* its kept pidfd goes too, without waiting for an open */
-        byval_exporters_poll();
+    if (gone) { /* its kept pidfd goes too, without waiting for an open */
+        byval_exporter_id_t id;
+        byval_reg_view_id(v, &id.pidns, &id.pid, &id.identity);
+        byval_exporters_gone(&id, 10);
+    }
     BYVAL_STAT_ADD(released_freed, n);
     if (n)
         BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed",

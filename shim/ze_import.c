@@ -245,6 +245,8 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(opens);
         BYVAL_STAT_INC(open_hits);
+        BYVAL_LOG_DEBUG("open: hit, pid %u, %llu bytes at %p", m->base.pid,
+                        (unsigned long long)m->base.bytes, m->ptr);
         *pptr = m->ptr;
         return ZE_RESULT_SUCCESS;
     }

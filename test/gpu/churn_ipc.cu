@@ -147,7 +147,9 @@ int main(int argc, char **argv)
     pid_t child = fork(); /* before any CUDA call */
     if (child == 0) {
         close(sv[0]);
-        _exit(importer(sv[1], kase));
+        int rc = importer(sv[1], kase);
+        fflush(stdout); /* _exit flushes nothing */
+        _exit(rc);
     }
     close(sv[1]);
     int s = sv[0], vmm = !strcmp(mem, "vmm"), failed = 0, done = 0;
@@ -219,7 +221,7 @@ int main(int argc, char **argv)
     }
     printf("churn_ipc: held_mib_max %.0f (rounds %d of %d, %s, %d MiB)\n", held_max, done, rounds,
            mem, mib);
-    if (held_max > 2.0 * mib + 64)
+    if (!strcmp(kase, "churn") && held_max > 2.0 * mib + 64)
         failed = 1;
     close(s);
     int st = 0;
