@@ -33,7 +33,19 @@
 
 #define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
 
+/* What an epoll event points at: a view, or a pidfd watched for exit. */
+enum { WATCH_VIEW = 1, WATCH_PIDFD = 2 };
+
+typedef struct pidfd_watch {
+    int kind; /* WATCH_PIDFD */
+    int fd;
+    void (*fn)(void *arg);
+    void *arg;
+    struct pidfd_watch *next; /* w.pidfds, under w.lock */
+} pidfd_watch_t;
+
 struct byval_reg_view {
+    int kind; /* WATCH_VIEW */
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
     int gone;
@@ -47,6 +59,7 @@ struct byval_reg_view {
 static struct {
     pthread_mutex_t lock;
     byval_reg_view_t *head;
+    pidfd_watch_t *pidfds;
     unsigned count;
     int epfd;
     int started;
@@ -137,6 +150,21 @@ static void *watch_main(void *arg)
             return NULL;
         }
         for (int i = 0; i < n; i++) {
+            if (*(int *)ev[i].data.ptr == WATCH_PIDFD) {
+                pidfd_watch_t *pw = ev[i].data.ptr;
+                pthread_mutex_lock(&w.lock);
+                for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
+                    if (*pp == pw) {
+                        *pp = pw->next;
+                        break;
+                    }
+                epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
+                pthread_mutex_unlock(&w.lock);
+                close(pw->fd);
+                pw->fn(pw->arg);
+                free(pw);
+                continue;
+            }
             byval_reg_view_t *v = ev[i].data.ptr;
             char sink[256];
             while (read(v->pipe_fd, sink, sizeof(sink)) > 0) /* others may drain it too */
@@ -188,6 +216,12 @@ static void atfork_child(void)
     }
     w.head = NULL;
     w.count = 0;
+    for (pidfd_watch_t *pw = w.pidfds, *nx; pw; pw = nx) {
+        nx = pw->next;
+        close(pw->fd);
+        free(pw);
+    }
+    w.pidfds = NULL;
     if (w.epfd >= 0)
         close(w.epfd);
     w.epfd = -1;
@@ -310,6 +344,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
     v->identity = h->identity;
     v->hdr = h;
     v->slot = (const byval_reg_slot_t *)(h + 1);
+    v->kind = WATCH_VIEW;
     v->refs = 1; /* the list's */
     return v;
 fail:
@@ -458,4 +493,26 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     }
     close(pidfd);
     return v;
+}
+
+int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
+{
+    pidfd_watch_t *pw = malloc(sizeof(*pw));
+    if (!pw)
+        return -1;
+    *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
+    pthread_mutex_lock(&w.lock);
+    int rc = pw->fd >= 0 && w.started ? epoll_ctl(w.epfd, EPOLL_CTL_ADD, pw->fd, &ev) : -1;
+    if (rc == 0) {
+        pw->next = w.pidfds;
+        w.pidfds = pw;
+    }
+    pthread_mutex_unlock(&w.lock);
+    if (rc != 0) {
+        if (pw->fd >= 0)
+            close(pw->fd);
+        free(pw);
+    }
+    return rc;
 }

@@ -56,6 +56,11 @@ static inline int byval_reg_live(const uint64_t *word, uint64_t serial)
     return __atomic_load_n(word, __ATOMIC_ACQUIRE) == serial;
 }
 
+/* Once the process behind pidfd has exited (its pidfd readable), call
+ * fn(arg) on the watcher thread. The pidfd is duplicated (the caller
+ * keeps its own). 0, or -1 when no watcher runs or no fd is left. */
+int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg);
+
 /* Whose registry v is. */
 void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
                        uint64_t *identity_p);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "shim/log.h"
 #include "shim/stats.h"
@@ -170,14 +171,23 @@ void byval_exporters_poll(void)
     poll_now(now);
 }
 
-int byval_exporters_gone(const byval_exporter_id_t *id, int wait_ms)
+static void poll_cb(void *arg)
+{
+    (void)arg;
+    poll_now(now_ns());
+}
+
+int byval_exporters_gone(const byval_exporter_id_t *id)
 {
     int pidfd = byval_exporters_hold(id);
     if (pidfd < 0)
         return 0;
-    int exited = 0;
-    for (int i = 0; i <= wait_ms * 4 && !(exited = byval_pidfd_exited(pidfd)); i++)
-        usleep(250);
+    /* A process closes its files before it is seen exiting, and a GPU
+     * process may take long to close its driver's: no wait here (the
+     * watcher thread serves every exporter), the watcher tells us. */
+    int exited = byval_pidfd_exited(pidfd);
+    if (!exited && byval_reg_watch_exit(pidfd, poll_cb, NULL) != 0)
+        BYVAL_LOG_DEBUG("pid %u: cannot watch its exit; its pidfd goes at the next poll", id->pid);
     byval_exporters_release(id, pidfd);
     if (exited)
         poll_now(now_ns());

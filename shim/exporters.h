@@ -38,10 +38,11 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd);
 void byval_exporters_poll(void);
 
 /* The exporter's image is gone (its registry pipe hung up: exit or
- * exec): wait up to wait_ms for its kept pidfd to say it exited (a
- * process closes its files before it is seen exiting), then drop it and
- * run the exit handlers. 1 if it exited, 0 (an exec, or not kept). */
-int byval_exporters_gone(const byval_exporter_id_t *id, int wait_ms);
+ * exec). Exited already: drop its kept pidfd and run the exit handlers
+ * now (1); else the registry watcher does so when its pidfd says it
+ * exited (a process closes its files before it is seen exiting; after an
+ * exec it never does, and the pidfd stays for the new image). */
+int byval_exporters_gone(const byval_exporter_id_t *id);
 
 /* Number of exporters kept (pidfds held for them). */
 unsigned byval_exporters_count(void);

@@ -34,7 +34,7 @@ static void on_registry_event(byval_reg_view_t *v, int gone)
     if (gone) { /* its kept pidfd goes too, without waiting for an open */
         byval_exporter_id_t id;
         byval_reg_view_id(v, &id.pidns, &id.pid, &id.identity);
-        byval_exporters_gone(&id, 10);
+        byval_exporters_gone(&id);
     }
     BYVAL_STAT_ADD(released_freed, n);
     if (n)

@@ -306,11 +306,9 @@ static int importer(const struct opts *o, const int rfd[2], const int cmdfd[2], 
     take(o, &s, "A exited");
     check_fds(&s, 2, "A exited");
 
-    if (!o->no_poll) {
-        usleep(10000);
-        if (open_check(&m[1], "B, re-open after A exited", &p[1]))
-            return 1;
-    }
+    usleep(10000); /* --no-poll: what the importer's watcher does in 10 ms */
+    if (!o->no_poll && open_check(&m[1], "B, re-open after A exited", &p[1]))
+        return 1;
     check(released(o->dev_a, a_before, m[0].size), "A polled",
           "A's cache entries were not released (its memory is still allocated)");
     take(o, &s, "A polled");
