@@ -64,16 +64,18 @@ if [ -f "$BASE_SRC/Makefile" ]; then
     make -s -C "$BASE_SRC" -j"$(nproc)" lib EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-baseline-build.log" 2>&1
     BASE_LIB="$BASE_SRC/build/libipcbyval.so.1"
     if [ -e "$BASE_LIB" ]; then
-        for c in $CPUS; do
+        BCPUS=$(echo $CPUS | cut -d' ' -f1-3)
+        echo "-- cached re-open: baseline vs this tree, pinned pairs on vCPUs $BCPUS"
+        for c in $BCPUS; do
             for k in 1 2; do
-                pin "$c" timeout 120 env IPCBYVAL_LIB="$PWD/$BASE_LIB" "$RUN" "$B" --iters 20000 \
+                pin "$c" timeout 60 env IPCBYVAL_LIB="$PWD/$BASE_LIB" "$RUN" "$B" --iters 20000 \
                     >"$LOGS/bench-baseline-$c-$k.log" 2>&1
-                pin "$c" timeout 120 "$RUN" "$B" --iters 20000 >"$LOGS/bench-after-$c-$k.log" 2>&1
+                pin "$c" timeout 60 "$RUN" "$B" --iters 20000 >"$LOGS/bench-after-$c-$k.log" 2>&1
             done
         done
         for what in legacy VMM; do
             rs="" list=""
-            for c in $CPUS; do
+            for c in $BCPUS; do
                 for k in 1 2; do
                     b=$(med "$LOGS/bench-baseline-$c-$k.log" "$what cuIpcOpen+Close cycle")
                     a=$(med "$LOGS/bench-after-$c-$k.log" "$what cuIpcOpen+Close cycle")
