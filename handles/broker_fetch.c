@@ -130,21 +130,60 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
     }
 }
 
-/* Receive the answer; *got_p is the attached fd (or -1). */
+/* Room for more fds than the one answer we expect: whatever a peer
+ * attaches is received (up to this many) and closed here, not left open
+ * in the application; what does not fit the kernel discards and flags
+ * with MSG_CTRUNC. */
+#define BROKER_RECV_FDS 16
+
+/* Every fd of SCM_RIGHTS messages in mh into fds (at most max), in order;
+ * returns how many. Anything else in the control data is ignored. */
+static int take_fds(struct msghdr *mh, int *fds, int max)
+{
+    int n = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+            c->cmsg_len < CMSG_LEN(0))
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (n < max)
+                fds[n++] = fd;
+            else
+                close(fd); /* cannot happen with our buffer; never leak */
+        }
+    }
+    return n;
+}
+
+static void close_fds(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Receive the answer; *got_p is the attached fd (or -1). An answer with
+ * any other number of fds than its status allows (one with status 0, none
+ * otherwise) is refused, and every fd it carried is closed. */
 static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                               int *got_p, char *msg, size_t msglen)
 {
     struct broker_rsp rsp = {0, 0};
-    char cbuf[CMSG_SPACE(sizeof(int))];
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * BROKER_RECV_FDS)];
+        struct cmsghdr align;
+    } cbuf;
+    int fds[BROKER_RECV_FDS];
     struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                        .msg_controllen = sizeof(cbuf.buf)};
+    *got_p = -1;
     ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
     int err = errno;
-    struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(got_p, CMSG_DATA(c), sizeof(int));
+    int nfds = n > 0 ? take_fds(&mh, fds, BROKER_RECV_FDS) : 0;
+    int ctrunc = n > 0 && (mh.msg_flags & MSG_CTRUNC);
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
         byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
                   rec->pid, BROKER_FETCH_MS);
@@ -160,25 +199,37 @@ static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uin
         return BYVAL_E_SYS;
     }
     if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
+        close_fds(fds, nfds);
         byval_msg(msg, msglen,
                   "exporter pid %u answered in another protocol over the socket (another "
                   "ipcbyval version?)",
                   rec->pid);
         return BYVAL_E_SYS;
     }
+    if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
+        close_fds(fds, nfds);
+        byval_msg(msg, msglen,
+                  "exporter pid %u answered with %d%s fds attached, not %d: all closed, "
+                  "answer refused",
+                  rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
+        return BYVAL_E_SYS;
+    }
     if (rsp.status != 0)
         return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
-    if (*got_p < 0 && (mh.msg_flags & MSG_CTRUNC)) {
+    if (nfds == 0 && ctrunc) {
+        /* Nothing installed, yet something was attached: the kernel could
+         * not give us a descriptor (EMFILE/ENFILE on receipt). */
         byval_msg(msg, msglen,
                   "fd %u from exporter pid %u was dropped on receipt: this process is out of "
                   "file descriptors",
                   fd, rec->pid);
         return BYVAL_E_NOFD;
     }
-    if (*got_p < 0) {
+    if (nfds == 0) {
         byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
         return BYVAL_E_SYS;
     }
+    *got_p = fds[0];
     return BYVAL_OK;
 }
 

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmocka.h>
 
 #include "handles/broker_internal.h"
@@ -319,6 +321,116 @@ static void test_bounded_by_deadline(void **state)
     close(p[1]);
 }
 
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A hostile exporter: a forked process that binds its own name (so the
+ * listener check passes) and answers every request with status 0 and
+ * nfds fds attached (duplicates of the memfd the record names). */
+static pid_t fake_exporter(int nfds, byval_record_t *rec_p)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        byval_self_t s;
+        struct sockaddr_un a;
+        close(p[0]);
+        byval_self_reset();
+        int fd = memfd_create("fake", 0);
+        if (fd < 0 || ftruncate(fd, 8192) != 0 || byval_self_get(&s) != 0)
+            _exit(90);
+        int l = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (bind(l, (struct sockaddr *)&a,
+                 byval_broker_addr(&a, s.boot, s.pidns, s.pid, s.identity)) != 0 ||
+            listen(l, 16) != 0)
+            _exit(91);
+        byval_record_t rec = rec_of(&s, fd);
+        (void)!write(p[1], &rec, sizeof(rec));
+        close(p[1]);
+        for (;;) {
+            int c = accept(l, NULL, NULL);
+            if (c < 0)
+                continue;
+            struct broker_req req;
+            struct broker_rsp rsp = {BROKER_MAGIC, 0};
+            (void)!recv(c, &req, sizeof(req), MSG_WAITALL);
+            int fds[32];
+            union {
+                char buf[CMSG_SPACE(sizeof(fds))];
+                struct cmsghdr align;
+            } u;
+            memset(&u, 0, sizeof(u));
+            for (int i = 0; i < nfds; i++)
+                fds[i] = fd;
+            struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
+            struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+            if (nfds) {
+                mh.msg_control = u.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+                memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+            }
+            (void)!sendmsg(c, &mh, MSG_NOSIGNAL);
+            close(c);
+        }
+    }
+    assert_true(pid > 0);
+    close(p[1]);
+    assert_int_equal(read(p[0], rec_p, sizeof(*rec_p)), sizeof(*rec_p));
+    close(p[0]);
+    return pid;
+}
+
+static void kill_reap(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+}
+
+/* An answer with more fds than the one asked for: every one of them is
+ * closed and the answer refused, whatever the count (the control buffer
+ * may hold only some: MSG_CTRUNC). 100 fetches leave no fd behind. */
+static void test_extra_fds_closed(void **state)
+{
+    static const int counts[] = {0, 2, 3, 8, 16, 20, 32};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        byval_record_t rec;
+        char msg[512];
+        pid_t pid = fake_exporter(counts[k], &rec);
+        int before = count_fds(), wrong = 0, got = -1;
+        for (int i = 0; i < 100; i++) {
+            byval_status_t st = fetch(&rec, &got, msg, sizeof(msg));
+            wrong += st == BYVAL_OK || got != -1 || !strstr(msg, "exporter pid");
+        }
+        int after = count_fds();
+        kill_reap(pid);
+        print_message("%d fds per answer: %d fds more, last: %s\n", counts[k], after - before,
+                      msg);
+        assert_int_equal(after, before);
+        assert_int_equal(wrong, 0);
+        assert_null(strstr(msg, "out of file descriptors"));
+    }
+    /* One fd, the right one: still served. */
+    byval_record_t rec;
+    int got = -1;
+    pid_t pid = fake_exporter(1, &rec);
+    assert_int_equal(fetch(&rec, &got, NULL, 0), BYVAL_OK);
+    close(got);
+    kill_reap(pid);
+}
+
 /* Importers on several threads while another offers and withdraws. */
 static int shared_fd;
 
@@ -372,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_impostor_refused_unasked),
         cmocka_unit_test(test_bounded_by_deadline),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_extra_fds_closed),
     };
     /* A server for the tests that expect an answer from this process. */
     int keep = memfd_create("keep", MFD_CLOEXEC);
