@@ -167,8 +167,8 @@ static void close_fds(const int *fds, int n)
 /* Receive the answer; *got_p is the attached fd (or -1). An answer with
  * any other number of fds than its status allows (one with status 0, none
  * otherwise) is refused, and every fd it carried is closed. */
-static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                              int *got_p, char *msg, size_t msglen)
+static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
+                              uint32_t fd_ino, int *got_p, char *msg, size_t msglen)
 {
     struct broker_rsp rsp = {0, 0};
     union {
@@ -176,14 +176,39 @@ static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uin
         struct cmsghdr align;
     } cbuf;
     int fds[BROKER_RECV_FDS];
-    struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
-                        .msg_controllen = sizeof(cbuf.buf)};
+    int nfds = 0, ctrunc = 0, err = 0;
+    size_t have = 0;
+    ssize_t n = 0;
     *got_p = -1;
-    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    int err = errno;
-    int nfds = n > 0 ? take_fds(&mh, fds, BROKER_RECV_FDS) : 0;
-    int ctrunc = n > 0 && (mh.msg_flags & MSG_CTRUNC);
+    /* A signal ends a wait on a socket with a timeout with EINTR even
+     * under SA_RESTART (socket(7)): wait again until the deadline. A
+     * signal after part of the answer makes recvmsg return that part:
+     * collect the rest (and any fds) by further calls. */
+    while (have < sizeof(rsp)) {
+        until(s, SO_RCVTIMEO, deadline);
+        struct iovec iov = {.iov_base = (char *)&rsp + have, .iov_len = sizeof(rsp) - have};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                            .msg_controllen = sizeof(cbuf.buf)};
+        n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+        err = errno;
+        if (n > 0) {
+            nfds += take_fds(&mh, fds + nfds, BROKER_RECV_FDS - nfds);
+            ctrunc |= (mh.msg_flags & MSG_CTRUNC) != 0;
+            have += (size_t)n;
+            continue;
+        }
+        if (n < 0 && err == EINTR && now_ms() < deadline)
+            continue;
+        if (n < 0 && err == EINTR)
+            err = EAGAIN; /* the deadline passed while we were interrupted */
+        break;
+    }
+    if (have > 0 && have < sizeof(rsp) && n == 0)
+        n = (ssize_t)have; /* a short answer, then end of file */
+    else if (have == sizeof(rsp))
+        n = (ssize_t)have;
+    if (n < 0)
+        close_fds(fds, nfds); /* a part of an answer, then nothing */
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
         byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
                   rec->pid, BROKER_FETCH_MS);
@@ -254,8 +279,15 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
     const char *name = a.sun_path + 1;
     until(s, SO_SNDTIMEO, deadline);
-    if (connect(s, (struct sockaddr *)&a, alen) != 0) {
-        int err = errno;
+    int rc, err = 0;
+    /* An interrupted connect on a Unix socket leaves it unconnected (the
+     * wait was for room in the backlog): try again until the deadline. */
+    while ((rc = connect(s, (struct sockaddr *)&a, alen)) != 0 && (err = errno) == EINTR &&
+           now_ms() < deadline)
+        until(s, SO_SNDTIMEO, deadline);
+    if (rc != 0 && err == EISCONN)
+        rc = 0;
+    if (rc != 0) {
         st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
         if (st == BYVAL_E_GONE)
             byval_msg(msg, msglen,
@@ -272,13 +304,25 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     if (st != BYVAL_OK)
         goto err_sock;
     struct broker_req req = {BROKER_MAGIC, fd, fd_ino};
-    ssize_t sent = send(s, &req, sizeof(req), MSG_NOSIGNAL);
-    int send_err = errno;
+    ssize_t sent = 0, w;
+    int send_err = 0;
+    while ((size_t)sent < sizeof(req)) {
+        w = send(s, (char *)&req + sent, sizeof(req) - (size_t)sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += w;
+            continue;
+        }
+        send_err = w < 0 ? errno : EPIPE;
+        if (w < 0 && send_err == EINTR && now_ms() < deadline) {
+            until(s, SO_SNDTIMEO, deadline);
+            continue;
+        }
+        break;
+    }
     /* Even when the send failed, read: an exporter that refuses our uid
      * answers before reading and may have closed already (EPIPE), and its
      * answer still waits in our queue. */
-    until(s, SO_RCVTIMEO, deadline);
-    st = receive(s, rec, fd, fd_ino, &got, msg, msglen);
+    st = receive(s, deadline, rec, fd, fd_ino, &got, msg, msglen);
     if (sent != (ssize_t)sizeof(req) && (st == BYVAL_OK || st == BYVAL_E_SYS)) {
         byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
                   sent < 0 ? strerror(send_err) : "short write");

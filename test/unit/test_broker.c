@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -431,6 +432,43 @@ static void test_extra_fds_closed(void **state)
     kill_reap(pid);
 }
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+    alarms++;
+}
+
+/* A fast interval timer (SA_RESTART, as applications install theirs):
+ * sockets with a receive or send timeout are not restarted by the kernel,
+ * so every interrupted wait must be retried within the deadline. */
+static void test_signals_retried(void **state)
+{
+    int fd = new_memfd(), got, failed = 0, rounds = 2000;
+    char msg[512], last[512] = "";
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    struct itimerval it = {{0, 200}, {0, 200}}, off = {{0, 0}, {0, 0}};
+    assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+    for (int i = 0; i < rounds; i++) {
+        if (fetch(&rec, &got, msg, sizeof(msg)) == BYVAL_OK)
+            close(got);
+        else
+            failed++, memcpy(last, msg, sizeof(last));
+    }
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old, NULL);
+    print_message("%d of %d fetches failed under %d SIGALRMs%s%s\n", failed, rounds,
+                  (int)alarms, failed ? ", last: " : "", last);
+    assert_true(alarms > 0);
+    assert_int_equal(failed, 0);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
 /* Importers on several threads while another offers and withdraws. */
 static int shared_fd;
 
@@ -485,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_bounded_by_deadline),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_extra_fds_closed),
+        cmocka_unit_test(test_signals_retried),
     };
     /* A server for the tests that expect an answer from this process. */
     int keep = memfd_create("keep", MFD_CLOEXEC);
