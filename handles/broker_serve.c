@@ -118,7 +118,7 @@ static void serve_one(int conn)
     if (!allowed)
         rsp.status = -EPERM; /* said before reading: the peer learns nothing else */
     else if (recv(conn, &req, sizeof(req), MSG_WAITALL) == (ssize_t)sizeof(req) &&
-             req.magic == BROKER_MAGIC)
+             byval_broker_req_parse(&req, sizeof(req), &req) == BYVAL_BROKER_READY)
         rsp.status = lookup_dup(&req, &dup);
     char cbuf[CMSG_SPACE(sizeof(int))];
     memset(cbuf, 0, sizeof(cbuf));

@@ -3,7 +3,7 @@
 # pidfd resolution (resolve.c, fdcheck.c); broker*.c and nsxlate.c are the
 # socket fallback and the pid translation, transport.c the policy over all.
 HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c
-TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/nsxlate.c \
+TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
@@ -20,20 +20,32 @@ $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
 
-# libFuzzer target for the decoder: make fuzz FUZZ_SECONDS=60. Its own
-# tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its own
-# sanitizer set, and UBSan must abort rather than print and go on.
+# libFuzzer targets: make fuzz FUZZ_SECONDS=60 runs each that long. Their
+# own tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its
+# own sanitizer set, and UBSan must abort rather than print and go on.
+#   fuzz_wire         the record decoder (handles/wire.c)
+#   fuzz_broker_req   the socket fallback's request parser (broker_proto.c)
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_DIR := build-fuzz
-FUZZ_BIN := $(FUZZ_DIR)/fuzz_wire
-$(FUZZ_BIN): test/fuzz/fuzz_wire.c handles/wire.c handles/wire.h handles/module.mk
-	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus
-	$(FUZZ_CC) -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	    -o $@ test/fuzz/fuzz_wire.c handles/wire.c
+FUZZ_FLAGS := -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := fuzz_wire fuzz_broker_req
+FUZZ_SRC_fuzz_wire := handles/wire.c
+FUZZ_SRC_fuzz_broker_req := handles/broker_proto.c
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
+
+$(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/module.mk
+	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus-$*
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC_$*)
+
+$(FUZZ_DIR)/fuzz_wire: handles/wire.c
+$(FUZZ_DIR)/fuzz_broker_req: handles/broker_proto.c
 
 fuzz:
 	@scripts/deps.sh fuzz
-	@$(MAKE) --no-print-directory $(FUZZ_BIN)
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus-$$t; \
+	done

@@ -469,6 +469,26 @@ static void test_signals_retried(void **state)
     close(fd);
 }
 
+/* The request parser (pure): decided at the first wrong byte, READY only
+ * for a whole request with a possible fd number. */
+static void test_request_parser(void **state)
+{
+    struct broker_req req = {BROKER_MAGIC, 7, 1234}, out;
+    uint8_t b[sizeof(req) + 1];
+    memcpy(b, &req, sizeof(req));
+    for (size_t len = 0; len < sizeof(req); len++)
+        assert_int_equal(byval_broker_req_parse(b, len, &out), BYVAL_BROKER_MORE);
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_READY);
+    assert_int_equal(out.fd, 7);
+    assert_int_equal(out.fd_ino, 1234);
+    assert_int_equal(byval_broker_req_parse(b, sizeof(b), &out), BYVAL_BROKER_BAD);
+    b[0] ^= 0xff;
+    assert_int_equal(byval_broker_req_parse(b, 1, &out), BYVAL_BROKER_BAD);
+    req.fd = 0x80000000u;
+    memcpy(b, &req, sizeof(req));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
+}
+
 /* Importers on several threads while another offers and withdraws. */
 static int shared_fd;
 
@@ -513,6 +533,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_parser),
         cmocka_unit_test(test_roundtrip_and_pidfd),
         cmocka_unit_test(test_unknown_withdrawn_reused),
         cmocka_unit_test(test_refused_uid_counted),
