@@ -15,6 +15,7 @@
  * accepted: the fd-kind check on what comes back still applies.
  */
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -104,6 +105,13 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
                               int32_t status, char *msg, size_t msglen)
 {
     switch (status) {
+    case -EAGAIN:
+        byval_msg(msg, msglen,
+                  "exporter pid %u kept telling us to retry for %d ms: it holds as many pending "
+                  "socket connections from this process (8) or from all peers (64) as it "
+                  "serves at once",
+                  rec->pid, BROKER_FETCH_MS);
+        return BYVAL_E_SYS;
     case -EPERM:
         byval_msg(msg, msglen,
                   "exporter pid %u refused the socket fallback: it serves one uid (its own "
@@ -168,7 +176,7 @@ static void close_fds(const int *fds, int n)
  * any other number of fds than its status allows (one with status 0, none
  * otherwise) is refused, and every fd it carried is closed. */
 static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
-                              uint32_t fd_ino, int *got_p, char *msg, size_t msglen)
+                              uint32_t fd_ino, int *got_p, int *busy_p, char *msg, size_t msglen)
 {
     struct broker_rsp rsp = {0, 0};
     union {
@@ -239,6 +247,7 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
                   rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
         return BYVAL_E_SYS;
     }
+    *busy_p = rsp.status == -EAGAIN;
     if (rsp.status != 0)
         return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
     if (nfds == 0 && ctrunc) {
@@ -258,18 +267,16 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
     return BYVAL_OK;
 }
 
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+/* One connection: connect, check the listener, ask, receive. *busy_p: the
+ * exporter said to retry (it holds as many connections as it serves). */
+static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                              int64_t deadline, int *got_p, int *pidfd_p, int *busy_p, char *msg,
+                              size_t msglen)
 {
     struct sockaddr_un a;
     int pidfd = -1, got = -1;
     byval_status_t st;
-    *fd_p = -1;
-    if (pidfd_p)
-        *pidfd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
-    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    *busy_p = 0;
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) {
         int err = errno;
@@ -304,12 +311,12 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     if (st != BYVAL_OK)
         goto err_sock;
     struct broker_req req = {BROKER_MAGIC, fd, fd_ino};
-    ssize_t sent = 0, w;
+    size_t sent = 0;
     int send_err = 0;
-    while ((size_t)sent < sizeof(req)) {
-        w = send(s, (char *)&req + sent, sizeof(req) - (size_t)sent, MSG_NOSIGNAL);
+    while (sent < sizeof(req)) {
+        ssize_t w = send(s, (char *)&req + sent, sizeof(req) - sent, MSG_NOSIGNAL);
         if (w > 0) {
-            sent += w;
+            sent += (size_t)w;
             continue;
         }
         send_err = w < 0 ? errno : EPIPE;
@@ -320,12 +327,12 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
         break;
     }
     /* Even when the send failed, read: an exporter that refuses our uid
-     * answers before reading and may have closed already (EPIPE), and its
-     * answer still waits in our queue. */
-    st = receive(s, deadline, rec, fd, fd_ino, &got, msg, msglen);
-    if (sent != (ssize_t)sizeof(req) && (st == BYVAL_OK || st == BYVAL_E_SYS)) {
+     * (or tells us to retry) answers before reading and may have closed
+     * already (EPIPE), and its answer still waits in our queue. */
+    st = receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
+    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
         byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
-                  sent < 0 ? strerror(send_err) : "short write");
+                  send_err ? strerror(send_err) : "short write");
         st = BYVAL_E_SYS;
     }
     if (st != BYVAL_OK)
@@ -337,11 +344,8 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
         st = BYVAL_E_FDKIND;
         goto err_got;
     }
-    *fd_p = got;
-    if (pidfd_p)
-        *pidfd_p = pidfd;
-    else if (pidfd >= 0)
-        close(pidfd);
+    *got_p = got;
+    *pidfd_p = pidfd;
     close(s);
     return BYVAL_OK;
 
@@ -353,6 +357,36 @@ err_got:
 err_sock:
     close(s);
     return st;
+}
+
+byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+{
+    int pidfd = -1, busy;
+    *fd_p = -1;
+    if (pidfd_p)
+        *pidfd_p = -1;
+    if (msg && msglen)
+        msg[0] = '\0';
+    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    byval_status_t st;
+    /* Told to retry: the exporter holds its bound of pending connections
+     * from us (other threads of ours, or our own stalled ones) or its table
+     * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
+    for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
+        st = attempt(rec, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
+        int64_t left = deadline - now_ms();
+        if (!busy || left <= 0)
+            break;
+        poll(NULL, 0, (int)(left < wait_ms ? left : wait_ms)); /* a signal only shortens it */
+    }
+    if (st != BYVAL_OK)
+        return st;
+    if (pidfd_p)
+        *pidfd_p = pidfd;
+    else if (pidfd >= 0)
+        close(pidfd);
+    return BYVAL_OK;
 }
 
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,

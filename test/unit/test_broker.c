@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -489,6 +490,146 @@ static void test_request_parser(void **state)
     assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
 }
 
+/* Open n connections to rec's socket: even ones idle, odd ones with half
+ * a valid request sent (half != 0). Returns how many are still pending
+ * (no answer, not closed) after settle_ms. */
+static int stall_open(const byval_record_t *rec, int *c, int n, int half, int settle_ms)
+{
+    struct sockaddr_un a;
+    socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
+    struct broker_req req = {BROKER_MAGIC, rec->fd, rec->fd_ino};
+    for (int i = 0; i < n; i++) {
+        c[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c[i] < 0 || connect(c[i], (struct sockaddr *)&a, alen) != 0)
+            return -1;
+        if (half && (i & 1))
+            (void)!send(c[i], &req, sizeof(req) / 2, MSG_NOSIGNAL);
+    }
+    poll(NULL, 0, settle_ms);
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        char b[16];
+        ssize_t r = recv(c[i], b, sizeof(b), MSG_DONTWAIT);
+        pending += r < 0 && errno == EAGAIN;
+    }
+    return pending;
+}
+
+/* Fork nproc stallers, each holding n connections; *pending_p: how many
+ * of them all the exporter still holds open after 100 ms. */
+static void stallers(const byval_record_t *rec, int nproc, int n, pid_t *pids, int *go_p,
+                     int *pending_p)
+{
+    int p[2], go[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(pipe(go), 0);
+    for (int k = 0; k < nproc; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            int c[64];
+            char x;
+            close(p[0]);
+            close(go[1]);
+            int pending = stall_open(rec, c, n, 1, 100);
+            (void)!write(p[1], &pending, sizeof(pending));
+            _exit(read(go[0], &x, 1) >= 0 ? 0 : 1); /* hold them until told */
+        }
+        assert_true(pids[k] > 0);
+    }
+    close(p[1]);
+    close(go[0]);
+    *pending_p = 0;
+    for (int k = 0; k < nproc; k++) {
+        int pending;
+        assert_int_equal(read(p[0], &pending, sizeof(pending)), sizeof(pending));
+        assert_true(pending >= 0);
+        *pending_p += pending;
+    }
+    close(p[0]);
+    *go_p = go[1];
+}
+
+static void stallers_end(pid_t *pids, int nproc, int go)
+{
+    close(go);
+    for (int k = 0; k < nproc; k++)
+        assert_int_equal(waitpid(pids[k], NULL, 0), pids[k]);
+}
+
+/* 20 fetches by a legitimate importer: all served, none slower than
+ * max_ms. */
+static void legit_fetches(const byval_record_t *rec, double max_ms)
+{
+    double worst = 0;
+    char msg[512];
+    for (int i = 0; i < 20; i++) {
+        int got = -1;
+        double t0 = now_ms();
+        byval_status_t st = fetch(rec, &got, msg, sizeof(msg));
+        double dt = now_ms() - t0;
+        if (st != BYVAL_OK)
+            print_message("fetch %d: %s\n", i, msg);
+        assert_int_equal(st, BYVAL_OK);
+        close(got);
+        worst = dt > worst ? dt : worst;
+    }
+    print_message("20 fetches, slowest %.1f ms\n", worst);
+    assert_true(worst < max_ms);
+}
+
+/* Idle and half-sent connections of another process of our uid (20 from
+ * one, then 10 from each of 10) stall nobody: the exporter serves every
+ * connection as its bytes arrive, holds at most 8 pending per peer process
+ * and 64 in all, and drops the others at once. */
+static void test_stalled_peers_stall_nobody(void **state)
+{
+    int fd = new_memfd(), go, pending;
+    pid_t pids[10];
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+
+    stallers(&rec, 1, 20, pids, &go, &pending);
+    print_message("one peer, 20 stalled connections: %d held by the exporter\n", pending);
+    legit_fetches(&rec, 250);
+    stallers_end(pids, 1, go);
+    assert_true(pending <= 8);
+
+    stallers(&rec, 10, 10, pids, &go, &pending);
+    print_message("10 peers, 10 stalled connections each: %d held by the exporter\n", pending);
+    legit_fetches(&rec, 250);
+    stallers_end(pids, 10, go);
+    assert_true(pending <= 64);
+
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
+/* A process that stalls its own connections delays only itself, and no
+ * longer than the exporter's per-connection deadline: its fetch is told
+ * to retry, and is served once its stalled connections expire. */
+static void test_own_stalls_delay_only_self(void **state)
+{
+    int fd = new_memfd(), c[20];
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    int pending = stall_open(&rec, c, 20, 1, 50);
+    print_message("own 20 stalled connections: %d held by the exporter\n", pending);
+    assert_true(pending <= 8);
+    int got = -1;
+    char msg[512];
+    double t0 = now_ms();
+    byval_status_t st = fetch(&rec, &got, msg, sizeof(msg));
+    double dt = now_ms() - t0;
+    print_message("fetch behind own stalls: %.0f ms: %s\n", dt, st == BYVAL_OK ? "ok" : msg);
+    assert_int_equal(st, BYVAL_OK);
+    assert_true(dt < 1500);
+    close(got);
+    for (int i = 0; i < 20; i++)
+        close(c[i]);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
 /* Importers on several threads while another offers and withdraws. */
 static int shared_fd;
 
@@ -545,6 +686,8 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_extra_fds_closed),
         cmocka_unit_test(test_signals_retried),
+        cmocka_unit_test(test_stalled_peers_stall_nobody),
+        cmocka_unit_test(test_own_stalls_delay_only_self),
     };
     /* A server for the tests that expect an answer from this process. */
     int keep = memfd_create("keep", MFD_CLOEXEC);
