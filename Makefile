@@ -65,7 +65,7 @@ help:
 	@echo "make check      unit + integration tests, man page lint (installs deps)"
 	@echo "make check-asan / check-tsan   the same under sanitizers"
 	@echo "make bench      benchmark table"
-	@echo "make fuzz       libFuzzer runs: record decoder, broker requests (FUZZ_SECONDS=60 each)"
+	@echo "make fuzz       libFuzzer runs: decoder, manifest reader, broker requests (FUZZ_SECONDS=60 each)"
 	@echo "make install PREFIX=... DESTDIR=..."
 
 deps:

@@ -2,13 +2,17 @@
 # handles/: the by-value record (wire.c, pure), who we are (self.c), and
 # pidfd resolution (resolve.c, fdcheck.c); broker*.c and nsxlate.c are the
 # socket fallback and the pid translation, transport.c the policy over all.
-HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c
+HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 
-UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve
+UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest
+$(BUILD)/test/unit/test_manifest: test/unit/test_manifest.c $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o -lcmocka
+
 $(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/wire.o -lcmocka
@@ -25,27 +29,30 @@ $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h te
 # own sanitizer set, and UBSan must abort rather than print and go on.
 #   fuzz_wire         the record decoder (handles/wire.c)
 #   fuzz_broker_req   the socket fallback's request parser (broker_proto.c)
+#   fuzz_manifest     the CUDA VMM manifest reader (manifest.c)
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_DIR := build-fuzz
 FUZZ_FLAGS := -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_TARGETS := fuzz_wire fuzz_broker_req
+FUZZ_TARGETS := fuzz_wire fuzz_manifest fuzz_broker_req
 FUZZ_SRC_fuzz_wire := handles/wire.c
 FUZZ_SRC_fuzz_broker_req := handles/broker_proto.c
+FUZZ_SRC_fuzz_manifest := handles/manifest.c handles/wire.c
+FUZZ_OPTS_fuzz_manifest := -max_len=24700 # up to a 1024-chunk manifest
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
 
-$(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/module.mk
+$(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/manifest.h \
+               handles/module.mk
 	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus-$*
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC_$*)
 
 $(FUZZ_DIR)/fuzz_wire: handles/wire.c
 $(FUZZ_DIR)/fuzz_broker_req: handles/broker_proto.c
+$(FUZZ_DIR)/fuzz_manifest: handles/manifest.c handles/wire.c
 
 fuzz:
 	@scripts/deps.sh fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BINS)
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	    $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus-$$t; \
-	done
+	$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/$(t) -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 $(FUZZ_OPTS_$(t)) $(FUZZ_DIR)/corpus-$(t) &&) true

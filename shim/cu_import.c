@@ -113,32 +113,6 @@ int byval_cu_ptr_ref(CUdeviceptr p, uint32_t type, byval_lru_ref_t ref, void *va
     return open_ptrs ? byval_ptrmap_ref_value(open_ptrs, (uintptr_t)p, &o, value) : -1;
 }
 
-/* Read and check the manifest behind mfd. Returns malloc'd manifest. */
-static byval_manifest_t *manifest_read(int mfd, uint64_t rec_size)
-{
-    if (rec_size < sizeof(byval_manifest_t) ||
-        rec_size > sizeof(byval_manifest_t) + BYVAL_MANIFEST_MAX_CHUNKS * sizeof(byval_manifest_chunk_t))
-        return NULL;
-    byval_manifest_t *m = malloc(rec_size);
-    if (!m)
-        return NULL;
-    if (pread(mfd, m, rec_size, 0) < (ssize_t)sizeof(*m) || m->magic != BYVAL_MANIFEST_MAGIC ||
-        m->version != BYVAL_MANIFEST_VERSION || m->nchunks == 0 ||
-        m->nchunks > BYVAL_MANIFEST_MAX_CHUNKS ||
-        sizeof(*m) + m->nchunks * sizeof(m->chunks[0]) > rec_size) {
-        free(m);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < m->nchunks; i++) {
-        const byval_manifest_chunk_t *c = &m->chunks[i];
-        if (!c->size || c->offset > m->reserve_size || c->size > m->reserve_size - c->offset) {
-            free(m);
-            return NULL;
-        }
-    }
-    return m;
-}
-
 /* vmm_map's work; the time of fd fetches and driver imports goes to
  * *fetch_ns and *import_ns. */
 static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
@@ -291,11 +265,13 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
         return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     }
-    byval_manifest_t *man = manifest_read(mfd, rec->size);
+    byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
     close(mfd);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     cu_mapping_t *m = NULL;
-    if (!man || chunk_off >= man->reserve_size)
+    if (!man)
+        BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
+    else if (chunk_off >= man->reserve_size)
         BYVAL_LOG_ERROR("cuIpcOpenMemHandle: malformed manifest from pid %u", rec->pid);
     else
         r = vmm_map(rl, pidfd, rec, man, &m);
