@@ -126,9 +126,9 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
         return BYVAL_E_BADFD;
     case -ESTALE:
         byval_msg(msg, msglen,
-                  "fd %u in exporter pid %u is not the exported object any more (inode low "
-                  "bits != %u)",
-                  fd, rec->pid, fd_ino);
+                  "exporter pid %u serves fd %u, but it holds another object than the handle "
+                  "describes (inode low bits != %u): a stale or forged handle",
+                  rec->pid, fd, fd_ino);
         return BYVAL_E_FDKIND;
     default:
         byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
@@ -339,8 +339,10 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t f
         goto err_got;
     struct stat sst;
     if (fstat(got, &sst) != 0 || (uint32_t)sst.st_ino != fd_ino) {
-        byval_msg(msg, msglen, "fd %u from exporter pid %u over the socket is not the exported "
-                  "object (inode low bits != %u)", fd, rec->pid, fd_ino);
+        byval_msg(msg, msglen,
+                  "fd %u from exporter pid %u over the socket is another object than the handle "
+                  "describes (inode low bits != %u), not used",
+                  fd, rec->pid, fd_ino);
         st = BYVAL_E_FDKIND;
         goto err_got;
     }

@@ -55,9 +55,12 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
         return BYVAL_E_SYS;
     }
     if ((uint32_t)st.st_ino != fd_ino) {
+        /* All that is established: the object there now is another one.
+         * The exporter may have closed the exported object and reused the
+         * number, or the handle was made up: say neither as a fact. */
         byval_msg(msg, msglen,
-                  "fd %u in pid %u is not the exported object (inode %u != %u): the exporter "
-                  "closed it and reused the number",
+                  "fd %u in pid %u holds another object than the handle describes (inode low "
+                  "bits %u, the handle's %u): a stale or forged handle, not used",
                   fd, pid, (unsigned)(uint32_t)st.st_ino, fd_ino);
         return BYVAL_E_FDKIND;
     }
@@ -75,8 +78,8 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
     uint64_t pages = ((uint64_t)bytes + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE;
     if (pages != want) {
         byval_msg(msg, msglen,
-                  "fd %u in pid %u is not the exported object (size %llu pages != %llu): the "
-                  "exporter closed it and reused the number, or resized it",
+                  "fd %u in pid %u holds an object of %llu pages, the handle describes %llu: a "
+                  "stale or forged handle (or an object resized since), not used",
                   fd, pid, (unsigned long long)pages, (unsigned long long)want);
         return BYVAL_E_FDKIND;
     }

@@ -42,12 +42,12 @@ const char *byval_status_str(byval_status_t st)
     case BYVAL_E_FOREIGN_HOST: return "foreign host";
     case BYVAL_E_FOREIGN_NS: return "foreign pid namespace";
     case BYVAL_E_GONE: return "exporter gone";
-    case BYVAL_E_IDENTITY: return "pid reused";
-    case BYVAL_E_BADFD: return "fd closed in exporter";
+    case BYVAL_E_IDENTITY: return "pid reused or handle forged";
+    case BYVAL_E_BADFD: return "fd not open in exporter";
     case BYVAL_E_PERM: return "permission denied";
     case BYVAL_E_NOSYS: return "pidfd unsupported";
     case BYVAL_E_NOFD: return "out of fds";
-    case BYVAL_E_FDKIND: return "fd is not the exported object";
+    case BYVAL_E_FDKIND: return "fd is not the object described";
     case BYVAL_E_SYS: return "system error";
     }
     return "unknown status";
@@ -84,7 +84,9 @@ static byval_status_t getfd_status(int err, int pidfd, const char **note_p)
             *note_p = gone_note;
             return BYVAL_E_GONE;
         }
-        *note_p = " (the exporter closed it)";
+        /* No such fd in that process: closed since, or never there. */
+        *note_p = " (the exporter has no such fd now: closed since, or a stale or forged "
+                  "handle)";
         return BYVAL_E_BADFD;
     case EPERM:
     case EACCES:
@@ -129,9 +131,13 @@ static byval_status_t check_start_time(const byval_record_t *rec, int pidfd, cha
     if (err == 0 && start == rec->identity)
         return BYVAL_OK;
     if (err == 0) {
+        /* Established: pid is another process than the handle names. The
+         * exporter may have exited and its pid been reused, or the handle
+         * was made up: both are said, neither as a fact. */
         byval_msg(msg, msglen,
-                  "pid %u is not the exporter of fd %u any more (start time %llu != %llu): "
-                  "the exporter exited and its pid was reused",
+                  "pid %u is another process than the handle's exporter of fd %u (start time "
+                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
+                  "or forged handle",
                   rec->pid, rec->fd, (unsigned long long)start,
                   (unsigned long long)rec->identity);
         return BYVAL_E_IDENTITY;
@@ -204,8 +210,9 @@ byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *
     }
     if ((uint64_t)st.st_ino != rec->identity) {
         byval_msg(msg, msglen,
-                  "pid %u is not the exporter of fd %u any more (pidfs inode %llu != %llu): "
-                  "the exporter exited and its pid was reused",
+                  "pid %u is another process than the handle's exporter of fd %u (pidfs inode "
+                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
+                  "or forged handle",
                   rec->pid, rec->fd, (unsigned long long)st.st_ino,
                   (unsigned long long)rec->identity);
         return BYVAL_E_IDENTITY;

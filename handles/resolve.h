@@ -27,8 +27,8 @@ typedef enum byval_status {
     BYVAL_E_FOREIGN_HOST, /* boot id differs: handle from another node/boot */
     BYVAL_E_FOREIGN_NS,   /* exporter lives in another pid namespace */
     BYVAL_E_GONE,         /* exporter exited (ESRCH) */
-    BYVAL_E_IDENTITY,     /* pid now belongs to another process (reused) */
-    BYVAL_E_BADFD,        /* fd no longer open in the exporter (EBADF) */
+    BYVAL_E_IDENTITY,     /* pid belongs to another process (reused, or forged) */
+    BYVAL_E_BADFD,        /* fd not open in the exporter (EBADF) */
     BYVAL_E_PERM,         /* pidfd_getfd denied (EPERM): ptrace rules */
     BYVAL_E_NOSYS,        /* kernel has no pidfd_open/pidfd_getfd */
     BYVAL_E_NOFD,         /* out of fds in the importer (EMFILE/ENFILE) */

@@ -103,6 +103,42 @@ static void test_fd_reused_fdkind(void **state)
     exporter_stop(&x, 0);
 }
 
+/* A handle naming a live fd with another inode (what a forger writes, as
+ * well as what a stale handle meets): the message says what was seen,
+ * and claims no history it did not establish. */
+static void test_mismatch_words(void **state)
+{
+    exporter_t x;
+    char msg[512];
+    int fd = -1;
+    NEED_GETFD();
+    exporter_start(&x, EXP_PLAIN);
+    byval_record_t r = x.rec;
+    r.fd_ino ^= 0x5a5a;
+    expect_fail(&r, BYVAL_E_FDKIND, "stale or forged");
+    assert_int_equal(byval_resolve_fd(&r, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_null(strstr(msg, "reused the number"));
+    assert_null(strstr(msg, "closed it"));
+    r = x.rec;
+    r.size += 4096;
+    assert_int_equal(byval_resolve_fd(&r, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_non_null(strstr(msg, "stale or forged"));
+    assert_null(strstr(msg, "reused the number"));
+    /* Another identity for a live pid: not proof that the exporter exited. */
+    r = x.rec;
+    r.identity ^= 0x5a5a;
+    assert_int_equal(byval_resolve_fd(&r, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_E_IDENTITY);
+    assert_non_null(strstr(msg, "stale or forged"));
+    assert_null(strstr(msg, "any more"));
+    /* An fd number the process does not have: not proof that it closed it. */
+    r = x.rec;
+    r.fd = 1000;
+    assert_int_equal(byval_resolve_fd(&r, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_E_BADFD);
+    assert_null(strstr(msg, "closed it"));
+    assert_non_null(strstr(msg, "stale or forged"));
+    exporter_stop(&x, 0);
+}
+
 static void test_size_mismatch_fdkind(void **state)
 {
     exporter_t x;
@@ -129,7 +165,7 @@ static void test_foreign_and_identity(void **state)
     expect_fail(&r, BYVAL_E_FOREIGN_HOST, "boot");
     r = x.rec;
     r.identity++;
-    expect_fail(&r, BYVAL_E_IDENTITY, "reused");
+    expect_fail(&r, BYVAL_E_IDENTITY, "pid reused");
     r = x.rec;
     /* The other flavour: a pidfs inode read as a start time differs; a
      * start time where pidfs is missing cannot be verified at all. */
@@ -242,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_gone_zombie),
         cmocka_unit_test(test_fd_closed_badfd),
         cmocka_unit_test(test_fd_reused_fdkind),
+        cmocka_unit_test(test_mismatch_words),
         cmocka_unit_test(test_size_mismatch_fdkind),
         cmocka_unit_test(test_foreign_and_identity),
         cmocka_unit_test(test_unprivileged_perm_hint),
