@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -160,16 +161,17 @@ static int take_fds(struct msghdr *mh, int *fds, int max)
             if (n < max)
                 fds[n++] = fd;
             else
-                close(fd); /* cannot happen with our buffer; never leak */
+                byval_fd_release(fd); /* cannot happen with our buffer; never leak */
         }
     }
     return n;
 }
 
+/* What a peer sent and we do not keep: closed without waiting on it. */
 static void close_fds(const int *fds, int n)
 {
     for (int i = 0; i < n; i++)
-        close(fds[i]);
+        byval_fd_release(fds[i]);
 }
 
 /* Receive the answer; *got_p is the attached fd (or -1). An answer with
@@ -337,8 +339,11 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t f
     }
     if (st != BYVAL_OK)
         goto err_got;
-    struct stat sst;
-    if (fstat(got, &sst) != 0 || (uint32_t)sst.st_ino != fd_ino) {
+    /* From the cached attributes: a hostile exporter may send a file whose
+     * file system never answers (fdcheck.c). */
+    struct statx sst;
+    if (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
+        (uint32_t)sst.stx_ino != fd_ino) {
         byval_msg(msg, msglen,
                   "fd %u from exporter pid %u over the socket is another object than the handle "
                   "describes (inode low bits != %u), not used",
@@ -353,7 +358,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t f
 
 err_got:
     if (got >= 0)
-        close(got);
+        byval_fd_release(got);
     if (pidfd >= 0)
         close(pidfd);
 err_sock:

@@ -8,7 +8,12 @@ TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_pr
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 
-UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest
+UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest \
+              $(BUILD)/test/unit/test_fdcheck
+HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC))
+$(BUILD)/test/unit/test_fdcheck: test/unit/test_fdcheck.c test/unit/test_skip.h $(HANDLES_ALL_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_ALL_OBJ) -lcmocka -lpthread
 $(BUILD)/test/unit/test_manifest: test/unit/test_manifest.c $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o -lcmocka

@@ -3,8 +3,9 @@
  * resolve.c - turn a record into a local duplicate of the exporter's fd.
  *
  * Order: cheap checks that need no syscall (arguments, boot id, pid
- * namespace), then pidfd_open, the identity check ON THAT PIDFD, then
- * pidfd_getfd THROUGH THAT PIDFD, then the fd-kind check (fdcheck.c).
+ * namespace), then pidfd_open, the identity check ON THAT PIDFD, the fd's
+ * kind through /proc without opening it (fdcheck.c), then pidfd_getfd
+ * THROUGH THAT PIDFD, then the check that the duplicate is what was seen.
  *
  * Why this order is race-free against PID reuse: a pidfd refers to one
  * process for its whole life, never to a later holder of the number.
@@ -301,10 +302,19 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *s
     st = byval_check_identity(rec, pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_pidfd;
+    /* The fd's kind before duplicating it (fdcheck.c): never a file that
+     * could block us or whose locks a close would drop. */
+    byval_fd_seen_t seen;
+    byval_obj_t obj = byval_record_obj(rec, rec->fd);
+    st = byval_fd_precheck(pidfd, rec->pid, rec->fd, rec->fd_ino, rec->size, obj, &seen, msg,
+                           msglen);
+    if (st != BYVAL_OK)
+        goto err_pidfd;
     st = getfd(pidfd, rec->pid, rec->fd, &dup, msg, msglen);
     if (st != BYVAL_OK)
         goto err_pidfd;
-    st = byval_check_fd_kind(dup, rec->pid, rec->fd, rec->fd_ino, rec->size, msg, msglen);
+    st = byval_check_fd_kind(dup, rec->pid, rec->fd, rec->fd_ino, rec->size, obj, &seen, msg,
+                             msglen);
     if (st != BYVAL_OK)
         goto err_dup;
     *fd_p = dup;
@@ -324,6 +334,13 @@ err_pidfd:
 byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                 uint64_t size, int *fd_p, char *msg, size_t msglen)
 {
+    return byval_getfd_obj(pidfd, pid, fd, fd_ino, size, BYVAL_OBJ_MEMORY, fd_p, msg, msglen);
+}
+
+byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                               uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
+                               size_t msglen)
+{
     int dup = -1;
     if (fd_p)
         *fd_p = -1;
@@ -334,10 +351,14 @@ byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t f
                   pidfd, pid, fd);
         return BYVAL_E_INVALID;
     }
-    byval_status_t st = getfd(pidfd, pid, fd, &dup, msg, msglen);
+    byval_fd_seen_t seen;
+    byval_status_t st = byval_fd_precheck(pidfd, pid, fd, fd_ino, size, obj, &seen, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(dup, pid, fd, fd_ino, size, msg, msglen);
+    st = getfd(pidfd, pid, fd, &dup, msg, msglen);
+    if (st != BYVAL_OK)
+        return st;
+    st = byval_check_fd_kind(dup, pid, fd, fd_ino, size, obj, &seen, msg, msglen);
     if (st != BYVAL_OK)
         goto err_dup;
     *fd_p = dup;

@@ -47,7 +47,7 @@ grep -q 'hint: pidfd_getfd needs ptrace access' "$L/fault-fdlimit.log" 2>/dev/nu
 
 if id nobody >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     run_case perm "$RUN" "$F" perm
-    grep -q 'Operation not permitted (hint: ' "$L/fault-perm.log" &&
+    grep -qE '(Operation not permitted|Permission denied) \(hint: ptrace access denied' "$L/fault-perm.log" &&
         pass "EPERM logged with the ptrace hint" ||
         fail "EPERM hint" "$(grep -i 'perm' "$L/fault-perm.log" | head -2 | tr '\n' ' ')"
 else
