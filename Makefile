@@ -87,7 +87,7 @@ help:
 	@echo "  make check-tsan   the same under TSan (build-tsan/)"
 	@echo "  make check-faults the fault and abuse suite alone"
 	@echo "  make bench        benchmark table (test drivers, this machine)"
-	@echo "  make fuzz         libFuzzer run of the handle decoder (FUZZ_SECONDS=60)"
+	@echo "  make fuzz         libFuzzer: decoder, manifest reader, broker requests (FUZZ_SECONDS=60 each)"
 	@echo "  make deps         install the Debian packages the targets need"
 	@echo "  make install      library, ipcbyval-run, man pages, docs, modulefile (PREFIX=$(PREFIX) DESTDIR=)"
 	@echo "  make uninstall    remove what make install put there (same PREFIX)"

@@ -15,7 +15,9 @@
  * accepted: the fd-kind check on what comes back still applies.
  */
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -104,6 +106,13 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
                               int32_t status, char *msg, size_t msglen)
 {
     switch (status) {
+    case -EAGAIN:
+        byval_msg(msg, msglen,
+                  "exporter pid %u kept telling us to retry for %d ms: it holds as many pending "
+                  "socket connections from this process (8) or from all peers (64) as it "
+                  "serves at once",
+                  rec->pid, BROKER_FETCH_MS);
+        return BYVAL_E_SYS;
     case -EPERM:
         byval_msg(msg, msglen,
                   "exporter pid %u refused the socket fallback: it serves one uid (its own "
@@ -118,9 +127,9 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
         return BYVAL_E_BADFD;
     case -ESTALE:
         byval_msg(msg, msglen,
-                  "fd %u in exporter pid %u is not the exported object any more (inode low "
-                  "bits != %u)",
-                  fd, rec->pid, fd_ino);
+                  "exporter pid %u serves fd %u, but it holds another object than the handle "
+                  "describes (inode low bits != %u): a stale or forged handle",
+                  rec->pid, fd, fd_ino);
         return BYVAL_E_FDKIND;
     default:
         byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
@@ -130,21 +139,86 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
     }
 }
 
-/* Receive the answer; *got_p is the attached fd (or -1). */
-static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                              int *got_p, char *msg, size_t msglen)
+/* Room for more fds than the one answer we expect: whatever a peer
+ * attaches is received (up to this many) and closed here, not left open
+ * in the application; what does not fit the kernel discards and flags
+ * with MSG_CTRUNC. */
+#define BROKER_RECV_FDS 16
+
+/* Every fd of SCM_RIGHTS messages in mh into fds (at most max), in order;
+ * returns how many. Anything else in the control data is ignored. */
+static int take_fds(struct msghdr *mh, int *fds, int max)
+{
+    int n = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+            c->cmsg_len < CMSG_LEN(0))
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (n < max)
+                fds[n++] = fd;
+            else
+                byval_fd_release(fd); /* cannot happen with our buffer; never leak */
+        }
+    }
+    return n;
+}
+
+/* What a peer sent and we do not keep: closed without waiting on it. */
+static void close_fds(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        byval_fd_release(fds[i]);
+}
+
+/* Receive the answer; *got_p is the attached fd (or -1). An answer with
+ * any other number of fds than its status allows (one with status 0, none
+ * otherwise) is refused, and every fd it carried is closed. */
+static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
+                              uint32_t fd_ino, int *got_p, int *busy_p, char *msg, size_t msglen)
 {
     struct broker_rsp rsp = {0, 0};
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
-    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    int err = errno;
-    struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(got_p, CMSG_DATA(c), sizeof(int));
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * BROKER_RECV_FDS)];
+        struct cmsghdr align;
+    } cbuf;
+    int fds[BROKER_RECV_FDS];
+    int nfds = 0, ctrunc = 0, err = 0;
+    size_t have = 0;
+    ssize_t n = 0;
+    *got_p = -1;
+    /* A signal ends a wait on a socket with a timeout with EINTR even
+     * under SA_RESTART (socket(7)): wait again until the deadline. A
+     * signal after part of the answer makes recvmsg return that part:
+     * collect the rest (and any fds) by further calls. */
+    while (have < sizeof(rsp)) {
+        until(s, SO_RCVTIMEO, deadline);
+        struct iovec iov = {.iov_base = (char *)&rsp + have, .iov_len = sizeof(rsp) - have};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                            .msg_controllen = sizeof(cbuf.buf)};
+        n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+        err = errno;
+        if (n > 0) {
+            nfds += take_fds(&mh, fds + nfds, BROKER_RECV_FDS - nfds);
+            ctrunc |= (mh.msg_flags & MSG_CTRUNC) != 0;
+            have += (size_t)n;
+            continue;
+        }
+        if (n < 0 && err == EINTR && now_ms() < deadline)
+            continue;
+        if (n < 0 && err == EINTR)
+            err = EAGAIN; /* the deadline passed while we were interrupted */
+        break;
+    }
+    if (have > 0 && have < sizeof(rsp) && n == 0)
+        n = (ssize_t)have; /* a short answer, then end of file */
+    else if (have == sizeof(rsp))
+        n = (ssize_t)have;
+    if (n < 0)
+        close_fds(fds, nfds); /* a part of an answer, then nothing */
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
         byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
                   rec->pid, BROKER_FETCH_MS);
@@ -160,40 +234,51 @@ static byval_status_t receive(int s, const byval_record_t *rec, uint32_t fd, uin
         return BYVAL_E_SYS;
     }
     if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
+        close_fds(fds, nfds);
         byval_msg(msg, msglen,
                   "exporter pid %u answered in another protocol over the socket (another "
                   "ipcbyval version?)",
                   rec->pid);
         return BYVAL_E_SYS;
     }
+    if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
+        close_fds(fds, nfds);
+        byval_msg(msg, msglen,
+                  "exporter pid %u answered with %d%s fds attached, not %d: all closed, "
+                  "answer refused",
+                  rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
+        return BYVAL_E_SYS;
+    }
+    *busy_p = rsp.status == -EAGAIN;
     if (rsp.status != 0)
         return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
-    if (*got_p < 0 && (mh.msg_flags & MSG_CTRUNC)) {
+    if (nfds == 0 && ctrunc) {
+        /* Nothing installed, yet something was attached: the kernel could
+         * not give us a descriptor (EMFILE/ENFILE on receipt). */
         byval_msg(msg, msglen,
                   "fd %u from exporter pid %u was dropped on receipt: this process is out of "
                   "file descriptors",
                   fd, rec->pid);
         return BYVAL_E_NOFD;
     }
-    if (*got_p < 0) {
+    if (nfds == 0) {
         byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
         return BYVAL_E_SYS;
     }
+    *got_p = fds[0];
     return BYVAL_OK;
 }
 
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+/* One connection: connect, check the listener, ask, receive. *busy_p: the
+ * exporter said to retry (it holds as many connections as it serves). */
+static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                              int64_t deadline, int *got_p, int *pidfd_p, int *busy_p, char *msg,
+                              size_t msglen)
 {
     struct sockaddr_un a;
     int pidfd = -1, got = -1;
     byval_status_t st;
-    *fd_p = -1;
-    if (pidfd_p)
-        *pidfd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
-    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    *busy_p = 0;
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) {
         int err = errno;
@@ -203,8 +288,15 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
     const char *name = a.sun_path + 1;
     until(s, SO_SNDTIMEO, deadline);
-    if (connect(s, (struct sockaddr *)&a, alen) != 0) {
-        int err = errno;
+    int rc, err = 0;
+    /* An interrupted connect on a Unix socket leaves it unconnected (the
+     * wait was for room in the backlog): try again until the deadline. */
+    while ((rc = connect(s, (struct sockaddr *)&a, alen)) != 0 && (err = errno) == EINTR &&
+           now_ms() < deadline)
+        until(s, SO_SNDTIMEO, deadline);
+    if (rc != 0 && err == EISCONN)
+        rc = 0;
+    if (rc != 0) {
         st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
         if (st == BYVAL_E_GONE)
             byval_msg(msg, msglen,
@@ -221,43 +313,87 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     if (st != BYVAL_OK)
         goto err_sock;
     struct broker_req req = {BROKER_MAGIC, fd, fd_ino};
-    ssize_t sent = send(s, &req, sizeof(req), MSG_NOSIGNAL);
-    int send_err = errno;
+    size_t sent = 0;
+    int send_err = 0;
+    while (sent < sizeof(req)) {
+        ssize_t w = send(s, (char *)&req + sent, sizeof(req) - sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += (size_t)w;
+            continue;
+        }
+        send_err = w < 0 ? errno : EPIPE;
+        if (w < 0 && send_err == EINTR && now_ms() < deadline) {
+            until(s, SO_SNDTIMEO, deadline);
+            continue;
+        }
+        break;
+    }
     /* Even when the send failed, read: an exporter that refuses our uid
-     * answers before reading and may have closed already (EPIPE), and its
-     * answer still waits in our queue. */
-    until(s, SO_RCVTIMEO, deadline);
-    st = receive(s, rec, fd, fd_ino, &got, msg, msglen);
-    if (sent != (ssize_t)sizeof(req) && (st == BYVAL_OK || st == BYVAL_E_SYS)) {
+     * (or tells us to retry) answers before reading and may have closed
+     * already (EPIPE), and its answer still waits in our queue. */
+    st = receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
+    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
         byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
-                  sent < 0 ? strerror(send_err) : "short write");
+                  send_err ? strerror(send_err) : "short write");
         st = BYVAL_E_SYS;
     }
     if (st != BYVAL_OK)
         goto err_got;
-    struct stat sst;
-    if (fstat(got, &sst) != 0 || (uint32_t)sst.st_ino != fd_ino) {
-        byval_msg(msg, msglen, "fd %u from exporter pid %u over the socket is not the exported "
-                  "object (inode low bits != %u)", fd, rec->pid, fd_ino);
+    /* From the cached attributes: a hostile exporter may send a file whose
+     * file system never answers (fdcheck.c). */
+    struct statx sst;
+    if (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
+        (uint32_t)sst.stx_ino != fd_ino) {
+        byval_msg(msg, msglen,
+                  "fd %u from exporter pid %u over the socket is another object than the handle "
+                  "describes (inode low bits != %u), not used",
+                  fd, rec->pid, fd_ino);
         st = BYVAL_E_FDKIND;
         goto err_got;
     }
-    *fd_p = got;
-    if (pidfd_p)
-        *pidfd_p = pidfd;
-    else if (pidfd >= 0)
-        close(pidfd);
+    *got_p = got;
+    *pidfd_p = pidfd;
     close(s);
     return BYVAL_OK;
 
 err_got:
     if (got >= 0)
-        close(got);
+        byval_fd_release(got);
     if (pidfd >= 0)
         close(pidfd);
 err_sock:
     close(s);
     return st;
+}
+
+byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+{
+    int pidfd = -1, busy;
+    *fd_p = -1;
+    if (pidfd_p)
+        *pidfd_p = -1;
+    if (msg && msglen)
+        msg[0] = '\0';
+    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    byval_status_t st;
+    /* Told to retry: the exporter holds its bound of pending connections
+     * from us (other threads of ours, or our own stalled ones) or its table
+     * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
+    for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
+        st = attempt(rec, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
+        int64_t left = deadline - now_ms();
+        if (!busy || left <= 0)
+            break;
+        poll(NULL, 0, (int)(left < wait_ms ? left : wait_ms)); /* a signal only shortens it */
+    }
+    if (st != BYVAL_OK)
+        return st;
+    if (pidfd_p)
+        *pidfd_p = pidfd;
+    else if (pidfd >= 0)
+        close(pidfd);
+    return BYVAL_OK;
 }
 
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,

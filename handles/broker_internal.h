@@ -27,6 +27,17 @@ struct broker_rsp {
     int32_t status;
 };
 
+typedef enum byval_broker_parse {
+    BYVAL_BROKER_MORE,  /* a valid beginning: wait for the rest */
+    BYVAL_BROKER_READY, /* a whole, valid request in *req_p */
+    BYVAL_BROKER_BAD,   /* not our protocol: answer -EPROTO and close */
+} byval_broker_parse_t;
+
+/* Parse the len bytes a peer sent so far on one connection (len <=
+ * sizeof(struct broker_req) when the caller reads no further, but any len
+ * is handled). Pure: broker_proto.c. req_p may be NULL. */
+byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct broker_req *req_p);
+
 /* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
  * disk, and per network namespace, like the exporter's peers. Returns the
  * address length; the printable name is a->sun_path + 1. */

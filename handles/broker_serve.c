@@ -5,7 +5,20 @@
  *
  * One request per connection: the importer sends {magic, fd, fd_ino}, the
  * exporter answers {magic, status} (0 or a negative errno) with the fd
- * attached when status is 0. The fd sent is a duplicate made under the
+ * attached when status is 0.
+ *
+ * No peer can stall the server (issue 15): one thread waits in epoll_wait
+ * and nowhere else. Every socket is non-blocking; a request is parsed as
+ * its bytes arrive (broker_proto.c) and answered at once; a connection
+ * that has not sent a whole request within 500 ms is dropped. Pending
+ * connections are bounded (they cost the exporter fds): 8 per peer process
+ * (SO_PEERCRED's pid; peers outside our pid namespace all show pid 0 and
+ * share one bound) and 64 in all. A peer over its bound is answered
+ * -EAGAIN and retries (broker_fetch.c), so one that stalls its own
+ * connections delays only itself; a full table drops the oldest
+ * connection of the peer holding the most, never the only one of a peer,
+ * so many stalling processes cannot lock another importer out. A refused
+ * uid is answered before anything is read. The fd sent is a duplicate made under the
  * lock that checked it, so a withdraw+close+reuse racing the request can
  * never make us send an object that was not offered.
  *
@@ -24,9 +37,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,17 +47,35 @@
 #include "handles/broker_internal.h"
 
 #define BROKER_MAX_FDS 65536
-#define BROKER_SERVE_MS 500 /* one connection (a stalled peer delays others this long) */
+/* Connections waiting for their request. Each costs the exporter one fd,
+ * so the table is small; a full table makes room by dropping the oldest
+ * connection of the peer that holds the most (never a peer's only one). */
+#define BROKER_MAX_CONNS 64
+#define BROKER_PEER_CONNS 8 /* per peer process: its excess is told to retry */
+#define BROKER_CONN_MS 500  /* a connection's whole life, connect to answer */
+#define BROKER_ACCEPT_BATCH 16
+
+/* One connection whose request has not arrived whole yet. */
+typedef struct conn {
+    int fd;            /* -1: free slot */
+    pid_t pid;         /* SO_PEERCRED: the peer process (0 if not visible) */
+    uint32_t gen;      /* tells a reused slot from the one an event named */
+    uint32_t have;     /* request bytes received */
+    int64_t deadline;  /* ms, CLOCK_MONOTONIC */
+    uint8_t buf[sizeof(struct broker_req)];
+} conn_t;
 
 static struct {
     pthread_mutex_t lock;
     int listen_fd; /* -1 when not serving */
+    int epoll_fd;
     int uid_set;
     uid_t uid;
     uint32_t n;
     uint64_t served, refused;
+    conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
     int fds[BROKER_MAX_FDS];
-} br = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1};
+} br = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .epoll_fd = -1};
 static pthread_once_t br_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
@@ -61,7 +92,14 @@ static void fork_child(void)
 {
     if (br.listen_fd >= 0)
         close(br.listen_fd);
-    br.listen_fd = -1;
+    if (br.epoll_fd >= 0)
+        close(br.epoll_fd);
+    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
+        if (br.conns[i].fd >= 0)
+            close(br.conns[i].fd); /* the parent's peers, not ours */
+        br.conns[i].fd = -1;
+    }
+    br.listen_fd = br.epoll_fd = -1;
     br.n = 0;
     br.served = br.refused = 0;
     pthread_mutex_init(&br.lock, NULL);
@@ -69,7 +107,16 @@ static void fork_child(void)
 
 static void broker_once(void)
 {
+    for (int i = 0; i < BROKER_MAX_CONNS; i++)
+        br.conns[i].fd = -1;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int offered_locked(int fd)
@@ -99,57 +146,210 @@ static int32_t lookup_dup(const struct broker_req *req, int *dup_p)
     return status;
 }
 
-static void serve_one(int conn)
+/* Answer on a connection that has never been written to: its send buffer
+ * is empty, so 8 bytes and one fd fit and MSG_DONTWAIT never waits. What
+ * does not fit (a peer that shrank its buffers) is dropped. */
+static void answer(int fd, int32_t status, int dup)
 {
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    struct broker_req req;
-    struct broker_rsp rsp = {BROKER_MAGIC, -EPROTO};
-    int dup = -1;
-    struct timeval tv = {0, BROKER_SERVE_MS * 1000};
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-        return;
-    pthread_mutex_lock(&br.lock);
-    int allowed = cred.uid == (br.uid_set ? br.uid : geteuid());
-    br.refused += !allowed;
-    pthread_mutex_unlock(&br.lock);
-    if (!allowed)
-        rsp.status = -EPERM; /* said before reading: the peer learns nothing else */
-    else if (recv(conn, &req, sizeof(req), MSG_WAITALL) == (ssize_t)sizeof(req) &&
-             req.magic == BROKER_MAGIC)
-        rsp.status = lookup_dup(&req, &dup);
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof(cbuf));
+    struct broker_rsp rsp = {BROKER_MAGIC, status};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cbuf;
+    memset(&cbuf, 0, sizeof(cbuf));
     struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     if (dup >= 0) {
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
+        mh.msg_control = cbuf.buf;
+        mh.msg_controllen = sizeof(cbuf.buf);
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &dup, sizeof(int));
     }
-    (void)sendmsg(conn, &mh, MSG_NOSIGNAL);
+    (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (dup >= 0)
         close(dup);
 }
 
+/* Release slot i (server thread). status != 0: say it first (-EAGAIN:
+ * the peer may retry). */
+static void conn_drop(int i, int32_t status)
+{
+    conn_t *c = &br.conns[i];
+    if (status)
+        answer(c->fd, status, -1);
+    pthread_mutex_lock(&br.lock);
+    close(c->fd); /* also takes it out of the epoll set */
+    c->fd = -1;
+    c->gen++;
+    pthread_mutex_unlock(&br.lock);
+}
+
+/* Read what slot i's peer sent (never past one request, never waiting);
+ * answer and release the slot once the request is whole, bad, or the
+ * peer gave up. */
+static void conn_read(int i)
+{
+    conn_t *c = &br.conns[i];
+    for (;;) {
+        ssize_t r = recv(c->fd, c->buf + c->have, sizeof(c->buf) - c->have, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return; /* the rest later (or never: its deadline) */
+        if (r <= 0) {
+            conn_drop(i, 0); /* the peer closed or reset: nobody to answer */
+            return;
+        }
+        c->have += (uint32_t)r;
+        struct broker_req req;
+        byval_broker_parse_t p = byval_broker_req_parse(c->buf, c->have, &req);
+        if (p == BYVAL_BROKER_MORE)
+            continue;
+        if (p == BYVAL_BROKER_BAD) {
+            conn_drop(i, -EPROTO);
+            return;
+        }
+        int dup = -1;
+        int32_t status = lookup_dup(&req, &dup);
+        answer(c->fd, status, dup);
+        conn_drop(i, 0);
+        return;
+    }
+}
+
+/* A slot for a new connection from pid: a free one, or the oldest of the
+ * peer that holds the most (told to retry). -1 when pid itself holds its
+ * bound. */
+static int conn_slot(pid_t pid)
+{
+    int free_i = -1, mine = 0, victim = -1, victim_n = 0;
+    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
+        if (br.conns[i].fd < 0) {
+            if (free_i < 0)
+                free_i = i;
+        } else {
+            mine += br.conns[i].pid == pid;
+        }
+    }
+    if (mine >= BROKER_PEER_CONNS)
+        return -1;
+    if (free_i >= 0)
+        return free_i;
+    /* Full (only reached with 8 or more peers): the table is small, so
+     * count per slot; the oldest connection wins ties. */
+    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
+        int n = 0;
+        for (int j = 0; j < BROKER_MAX_CONNS; j++)
+            n += br.conns[j].pid == br.conns[i].pid;
+        if (n > victim_n || (n == victim_n && br.conns[i].deadline < br.conns[victim].deadline))
+            victim = i, victim_n = n;
+    }
+    if (victim_n <= 1)
+        return -1; /* 64 peers with one each: the newcomer retries */
+    conn_drop(victim, -EAGAIN);
+    return victim;
+}
+
+/* Take up to a batch of new connections (more wait for the next round,
+ * so that accepting cannot starve reading). */
+static void accept_some(int lfd, int efd)
+{
+    for (int k = 0; k < BROKER_ACCEPT_BATCH; k++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && (errno == ECONNABORTED || errno == EINTR))
+            continue;
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                poll(NULL, 0, 10); /* the connection stays queued: do not spin on it */
+            return;
+        }
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            close(fd);
+            continue;
+        }
+        pthread_mutex_lock(&br.lock);
+        int allowed = cred.uid == (br.uid_set ? br.uid : geteuid());
+        br.refused += !allowed;
+        pthread_mutex_unlock(&br.lock);
+        if (!allowed) {
+            answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
+            close(fd);
+            continue;
+        }
+        int i = conn_slot(cred.pid);
+        if (i < 0) {
+            answer(fd, -EAGAIN, -1); /* over its bound: the peer retries */
+            close(fd);
+            continue;
+        }
+        conn_t *c = &br.conns[i];
+        pthread_mutex_lock(&br.lock);
+        c->fd = fd;
+        c->pid = cred.pid;
+        c->have = 0;
+        c->deadline = now_ms() + BROKER_CONN_MS;
+        pthread_mutex_unlock(&br.lock);
+        /* A well-behaved importer has sent its request already: serve it
+         * now, and watch only the connections that are not done. */
+        conn_read(i);
+        if (c->fd == fd) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP,
+                                     .data.u64 = (uint64_t)c->gen << 32 | (uint32_t)i};
+            if (epoll_ctl(efd, EPOLL_CTL_ADD, fd, &ev) != 0)
+                conn_drop(i, -EAGAIN);
+        }
+    }
+}
+
+/* Drop connections past their deadline; ms until the next one (-1: none). */
+static int expire(void)
+{
+    int64_t now = now_ms(), next = -1;
+    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
+        conn_t *c = &br.conns[i];
+        if (c->fd < 0)
+            continue;
+        if (c->deadline <= now) {
+            conn_drop(i, 0); /* it never sent a whole request: nothing to say */
+            continue;
+        }
+        if (next < 0 || c->deadline - now < next)
+            next = c->deadline - now;
+    }
+    return (int)next;
+}
+
+/* The server: one thread, nothing blocking but epoll_wait. Every
+ * connection is read as its bytes arrive and answered at once, so a peer
+ * that connects and sends nothing, or half a request, occupies one slot
+ * until its deadline and delays nobody. */
 static void *broker_thread(void *arg)
 {
     int lfd = (int)(intptr_t)arg;
+    pthread_mutex_lock(&br.lock);
+    int efd = br.epoll_fd;
+    pthread_mutex_unlock(&br.lock);
     for (;;) {
-        int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (conn >= 0) {
-            serve_one(conn);
-            close(conn);
-        } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            poll(NULL, 0, 10); /* the connection stays queued: do not spin on it */
-        } else if (errno != EINTR && errno != ECONNABORTED) {
-            return NULL; /* the listening socket is gone */
+        struct epoll_event evs[32];
+        int n = epoll_wait(efd, evs, 32, expire());
+        if (n < 0 && errno != EINTR)
+            return NULL;
+        for (int k = 0; k < n; k++) {
+            uint64_t d = evs[k].data.u64;
+            if (d == UINT64_MAX) {
+                if (evs[k].events & (EPOLLERR | EPOLLHUP))
+                    return NULL; /* the listening socket is gone */
+                accept_some(lfd, efd);
+                continue;
+            }
+            int i = (int)(uint32_t)d;
+            if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 && br.conns[i].gen == (uint32_t)(d >> 32))
+                conn_read(i);
         }
     }
 }
@@ -161,12 +361,18 @@ static int broker_start_locked(void)
     struct sockaddr_un a;
     if (byval_self_get(&self) != 0)
         return -1;
-    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (lfd < 0)
         return -1;
+    int efd = -1;
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
         goto err_sock;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    efd = epoll_create1(EPOLL_CLOEXEC);
+    if (efd < 0 || epoll_ctl(efd, EPOLL_CTL_ADD, lfd, &ev) != 0)
+        goto err_sock;
+    br.epoll_fd = efd;
     /* The thread must not take the application's signals. */
     sigset_t all, old;
     sigfillset(&all);
@@ -188,6 +394,9 @@ static int broker_start_locked(void)
 
 err_sock:;
     int err = errno;
+    br.epoll_fd = -1;
+    if (efd >= 0)
+        close(efd);
     close(lfd);
     errno = err;
     return -1;

@@ -1,19 +1,70 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fdcheck.c - is a duplicated fd the object the exporter described?
+ * fdcheck.c - is an exporter's fd the object the handle describes, and of
+ * a kind we may touch? Decided without ever blocking and without touching
+ * a file offset (issue 15, item 3).
  *
- * pidfd_getfd duplicates whatever the exporter has at that number NOW. If
- * it closed the exported object and the number went to another file, the
- * importer would map the wrong memory. The record carries the low 32 bits
- * of the object's inode and its size in pages; both must match.
+ * A handle names (pid, fd). A forged one can name any fd of any process
+ * we may ptrace: a lock file (closing our duplicate would drop OUR POSIX
+ * locks on it), a file whose offset that process shares with us through
+ * the duplicate (lseek would move it under its feet), a file on a FUSE
+ * file system whose daemon stalls (fstat waits in the kernel for the
+ * daemon, unkillable; even close() waits for its FLUSH answer). So:
+ *
+ * Before pidfd_getfd (byval_fd_precheck), through /proc/PID/fd/N, which
+ * opens nothing: readlink gives the link text, and statx on the link with
+ * AT_STATX_DONT_SYNC gives the target's device, inode, type and size from
+ * the kernel's cached attributes (FUSE answers DONT_SYNC without asking
+ * its daemon; following the magic link revalidates nothing). The object
+ * must be of a kind the record allows, PROVEN by something a file system
+ * cannot fake, not by the link text (any path can read "/dmabuf:x" or
+ * "/memfd:x" in a mount namespace its owner controls):
+ *   memfd    the device of the kernel's internal shmem mount, learnt from
+ *            a memfd of our own (no mounted tmpfs shares it)
+ *   dma-buf  a line "exp_name:" in /proc/PID/fdinfo/N, which only the
+ *            dma-buf code prints; its device is learnt from the first one.
+ *            Kernels before 5.3: the link text "anon_inode:dmabuf", which
+ *            no path can produce (paths start with '/')
+ *   NVIDIA   a character device of major 195 (/dev/nvidiactl for VMM)
+ * and its inode (and size, where the kind has one) must be the record's.
+ * Anything else is refused before it is duplicated.
+ *
+ * After pidfd_getfd (byval_check_fd_kind): statx on the duplicate with
+ * AT_STATX_DONT_SYNC must show the device and inode checked before (the
+ * exporter cannot swap the object in between), a manifest must be a
+ * sealed memfd (F_GET_SEALS: a VFS call), and the size is read where the
+ * kind keeps it: st_size for memfds and for dma-bufs (5.3 on); before
+ * 5.3 a dma-buf's st_size is 0, and lseek(SEEK_END) is used, which the
+ * dma-buf's own llseek answers with the buffer size WITHOUT writing the
+ * file position (SEEK_CUR is EINVAL there): only ever called on a proven
+ * dma-buf, so no shared offset moves.
+ *
+ * An fd that arrived over the socket fallback had no check before: the
+ * exporter's broker serves only what it offered, so only a hostile
+ * exporter sends something else. The same checks run on it after the
+ * fact, and an fd that is not proven safe to close is closed off the
+ * caller's thread (byval_fd_release): its FLUSH may never be answered.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
+
+#define NVIDIA_MAJOR 195 /* /dev/nvidiactl, /dev/nvidia<N> */
+#define STATX_WANT (STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE)
+
+enum { FDK_NONE, FDK_SHMEM, FDK_DMABUF, FDK_DMABUF_ANON, FDK_NVIDIA, FDK_PIPE };
+
+static const char *const kind_name[] = {"",      "a memfd", "a dma-buf", "a dma-buf",
+                                        "an NVIDIA device file", "a pipe"};
 
 uint64_t byval_fd_inode(int fd)
 {
@@ -21,15 +72,15 @@ uint64_t byval_fd_inode(int fd)
     return fd >= 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* Size in bytes of the object behind fd, or -1 with errno. */
-static int64_t object_size(int fd, const struct stat *st)
+/* The exporter's own object: memfd st_size, dma-buf SEEK_END (its llseek
+ * never moves the position); anything else is put back where it was. */
+int64_t byval_fd_size(int fd)
 {
-    if (S_ISREG(st->st_mode)) /* memfd, regular file */
-        return (int64_t)st->st_size;
-    /* dma-buf: st_size is 0, its llseek answers SEEK_END with the buffer
-     * size and never moves f_pos (SEEK_CUR is EINVAL there). Anything else
-     * seekable shares its file offset with the exporter through this
-     * duplicate: put it back where it was. */
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return -1;
+    if (S_ISREG(st.st_mode) && st.st_size > 0)
+        return (int64_t)st.st_size;
     off_t cur = lseek(fd, 0, SEEK_CUR);
     off_t end = lseek(fd, 0, SEEK_END);
     int err = errno;
@@ -39,46 +90,402 @@ static int64_t object_size(int fd, const struct stat *st)
     return end < 0 ? -1 : (int64_t)end;
 }
 
-int64_t byval_fd_size(int fd)
+static uint64_t dev_of(const struct statx *stx)
 {
-    struct stat st;
-    return fd >= 0 && fstat(fd, &st) == 0 ? object_size(fd, &st) : -1;
+    return (uint64_t)makedev(stx->stx_dev_major, stx->stx_dev_minor);
 }
 
-byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                   uint64_t size, char *msg, size_t msglen)
+/* statx from the kernel's cached attributes: never a FUSE daemon's or a
+ * network server's round trip. */
+static int stat_cached(int dirfd, const char *path, int flags, struct statx *stx)
 {
-    struct stat st;
-    if (fstat(dup, &st) != 0) {
-        byval_msg(msg, msglen, "fstat(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd,
-                  pid, strerror(errno));
-        return BYVAL_E_SYS;
+    return statx(dirfd, path, flags | AT_STATX_DONT_SYNC, STATX_WANT, stx);
+}
+
+/* The device of the kernel's shmem mount (memfd_create's), from a memfd of
+ * our own: learnt once, the same for the whole boot. 0 if unknown. */
+static uint64_t shmem_dev(void)
+{
+    static uint64_t dev;
+    uint64_t d = __atomic_load_n(&dev, __ATOMIC_RELAXED);
+    if (d)
+        return d;
+    struct statx stx;
+    int fd = memfd_create("ipcbyval-probe", MFD_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    if (stat_cached(fd, "", AT_EMPTY_PATH, &stx) == 0)
+        d = dev_of(&stx);
+    close(fd);
+    __atomic_store_n(&dev, d, __ATOMIC_RELAXED);
+    return d;
+}
+
+/* The dma-buf pseudo file system's device, from the first proven dma-buf. */
+static uint64_t dmabuf_dev;
+
+/* 1 if the fdinfo file at path has a line "exp_name:" (dma_buf_show_fdinfo
+ * prints it; no other file does). procfs: no file system is asked. */
+static int fdinfo_is_dmabuf(const char *path)
+{
+    char buf[1024];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strstr(buf, "\nexp_name:") != NULL;
+}
+
+static int starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The link text of a /proc fd link into buf ("" if unreadable). */
+static const char *link_text(const char *path, char *buf, size_t len)
+{
+    ssize_t n = readlink(path, buf, len - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+/* The device of the kernel's pipe file system, from a pipe of our own. */
+static uint64_t pipe_dev(void)
+{
+    static uint64_t dev;
+    uint64_t d = __atomic_load_n(&dev, __ATOMIC_RELAXED);
+    int p[2];
+    if (d || pipe2(p, O_CLOEXEC) != 0)
+        return d;
+    struct statx stx;
+    if (stat_cached(p[0], "", AT_EMPTY_PATH, &stx) == 0)
+        d = dev_of(&stx);
+    close(p[0]);
+    close(p[1]);
+    __atomic_store_n(&dev, d, __ATOMIC_RELAXED);
+    return d;
+}
+
+/* The kind statx alone proves (the common cases: no readlink needed). A
+ * pipe has no file offset, no locks and no file system daemon: only an
+ * exporter's registry names one, its own wake-up pipe. */
+static int classify_fast(const struct statx *stx)
+{
+    uint64_t dev = dev_of(stx), shm = shmem_dev();
+    if (S_ISFIFO(stx->stx_mode) && dev == pipe_dev())
+        return FDK_PIPE;
+    uint64_t known = __atomic_load_n(&dmabuf_dev, __ATOMIC_RELAXED);
+    if (shm && dev == shm && S_ISREG(stx->stx_mode))
+        return FDK_SHMEM;
+    if (S_ISCHR(stx->stx_mode) && stx->stx_rdev_major == NVIDIA_MAJOR)
+        return FDK_NVIDIA;
+    if (known && dev == known)
+        return FDK_DMABUF;
+    return FDK_NONE;
+}
+
+/* The kind of the object behind stx (link: its /proc link text; fdinfo:
+ * the path of its fdinfo file), proven as the top comment says. */
+static int classify(const struct statx *stx, const char *link, const char *fdinfo)
+{
+    int kind = classify_fast(stx);
+    if (kind != FDK_NONE)
+        return kind;
+    if (!strcmp(link, "anon_inode:dmabuf"))
+        return FDK_DMABUF_ANON;
+    if (starts(link, "/dmabuf:") && fdinfo_is_dmabuf(fdinfo)) {
+        __atomic_store_n(&dmabuf_dev, dev_of(stx), __ATOMIC_RELAXED);
+        return FDK_DMABUF;
     }
-    if ((uint32_t)st.st_ino != fd_ino) {
+    return FDK_NONE;
+}
+
+static int kind_allowed(int kind, byval_obj_t obj)
+{
+    switch (obj) {
+    case BYVAL_OBJ_MANIFEST:
+    case BYVAL_OBJ_REGISTRY:
+        return kind == FDK_SHMEM;
+    case BYVAL_OBJ_WAKE_PIPE:
+        return kind == FDK_PIPE;
+    default:
+        return kind != FDK_NONE && kind != FDK_PIPE;
+    }
+}
+
+static const char *obj_expected(byval_obj_t obj)
+{
+    switch (obj) {
+    case BYVAL_OBJ_MANIFEST:
+        return "ipcbyval's manifest (a sealed memfd)";
+    case BYVAL_OBJ_REGISTRY:
+        return "ipcbyval's registry (a memfd)";
+    case BYVAL_OBJ_WAKE_PIPE:
+        return "ipcbyval's wake-up pipe";
+    default:
+        return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
+    }
+}
+
+byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
+{
+    /* The record's own fd is of the record's kind; any other fd of the
+     * same exporter a record leads to is one a manifest lists: memory. */
+    return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
+                                                                    : BYVAL_OBJ_MEMORY;
+}
+
+/* Is /proc this process's pid namespace's? Then /proc/PID is the pid we
+ * mean. Checked once per process (a fork child may be in another). */
+static int proc_is_ours(void)
+{
+    static pid_t verified;
+    pid_t me = getpid();
+    if (__atomic_load_n(&verified, __ATOMIC_RELAXED) == me)
+        return 1;
+    char buf[32];
+    ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (strtol(buf, NULL, 10) != (long)me)
+        return 0;
+    __atomic_store_n(&verified, me, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static uint64_t pages_of(uint64_t bytes)
+{
+    return (bytes + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE;
+}
+
+/* Inode and size against the record; BYVAL_OK or FDKIND with one line.
+ * bytes < 0: the kind has no size here (not compared). what: "not
+ * duplicated" or "not used". */
+static byval_status_t same_object(uint32_t pid, uint32_t fd, uint32_t fd_ino, uint64_t size,
+                                  uint64_t ino, int64_t bytes, const char *what, char *msg,
+                                  size_t msglen)
+{
+    if ((uint32_t)ino != fd_ino) {
+        /* All that is established: the object there is another one. The
+         * exporter may have closed the exported object and reused the
+         * number, or the handle was made up: say neither as a fact. */
         byval_msg(msg, msglen,
-                  "fd %u in pid %u is not the exported object (inode %u != %u): the exporter "
-                  "closed it and reused the number",
-                  fd, pid, (unsigned)(uint32_t)st.st_ino, fd_ino);
+                  "fd %u in pid %u holds another object than the handle describes (inode low "
+                  "bits %u, the handle's %u): a stale or forged handle, %s",
+                  fd, pid, (unsigned)(uint32_t)ino, fd_ino, what);
         return BYVAL_E_FDKIND;
     }
-    if (!size)
+    if (!size || bytes < 0)
         return BYVAL_OK;
-    uint64_t want = (size + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE;
-    int64_t bytes = object_size(dup, &st);
-    if (bytes < 0) {
+    if (pages_of((uint64_t)bytes) != pages_of(size)) {
         byval_msg(msg, msglen,
-                  "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s: the object "
-                  "has no size, so it is not the exported one",
-                  dup, fd, pid, strerror(errno));
-        return BYVAL_E_FDKIND;
-    }
-    uint64_t pages = ((uint64_t)bytes + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE;
-    if (pages != want) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u is not the exported object (size %llu pages != %llu): the "
-                  "exporter closed it and reused the number, or resized it",
-                  fd, pid, (unsigned long long)pages, (unsigned long long)want);
+                  "fd %u in pid %u holds an object of %llu pages, the handle describes %llu: a "
+                  "stale or forged handle (or an object resized since), %s",
+                  fd, pid, (unsigned long long)pages_of((uint64_t)bytes),
+                  (unsigned long long)pages_of(size), what);
         return BYVAL_E_FDKIND;
     }
     return BYVAL_OK;
+}
+
+static const char perm_hint[] =
+    " (hint: ptrace access denied: reading the exporter's /proc/PID/fd, like pidfd_getfd, needs "
+    "its uid or CAP_SYS_PTRACE; pidfd_getfd also needs Yama ptrace_scope 0, or 1 with a "
+    "ptracer relationship)";
+
+byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen,
+                                 char *msg, size_t msglen)
+{
+    char path[64], info[64], link[256];
+    struct statx stx;
+    memset(seen, 0, sizeof(*seen));
+    if (!proc_is_ours()) {
+        byval_msg(msg, msglen,
+                  "cannot check fd %u of pid %u before duplicating it: /proc is not this pid "
+                  "namespace's (mount a /proc of our own), so it is not duplicated",
+                  fd, pid);
+        return BYVAL_E_PERM;
+    }
+    snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, fd);
+    snprintf(info, sizeof(info), "/proc/%u/fdinfo/%u", pid, fd);
+    /* statx follows the magic link (opening nothing); the link text is
+     * read only when statx alone proves nothing (a dma-buf not seen yet,
+     * an old kernel's, or a refusal to explain). */
+    if (stat_cached(AT_FDCWD, path, 0, &stx) != 0) {
+        int err = errno;
+        char piddir[32];
+        snprintf(piddir, sizeof(piddir), "/proc/%u", pid);
+        if (byval_pidfd_exited(pidfd)) {
+            byval_msg(msg, msglen, "read %s failed: %s (exporter exited)", path, strerror(err));
+            return BYVAL_E_GONE;
+        }
+        if (err == ENOENT && access(piddir, F_OK) == 0) {
+            byval_msg(msg, msglen,
+                      "fd %u is not open in pid %u (%s: no such file): closed since, or a stale "
+                      "or forged handle",
+                      fd, pid, path);
+            return BYVAL_E_BADFD;
+        }
+        if (err == ENOENT) {
+            byval_msg(msg, msglen,
+                      "cannot check fd %u of pid %u before duplicating it: this /proc does not "
+                      "show pid %u, so it is not duplicated",
+                      fd, pid, pid);
+            return BYVAL_E_PERM;
+        }
+        if (err == EACCES || err == EPERM) {
+            byval_msg(msg, msglen, "read %s failed: %s%s", path, strerror(err), perm_hint);
+            return BYVAL_E_PERM;
+        }
+        byval_msg(msg, msglen, "read %s failed: %s", path, strerror(err));
+        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+    }
+    int kind = classify_fast(&stx);
+    if (kind == FDK_NONE || !kind_allowed(kind, obj))
+        kind = classify(&stx, link_text(path, link, sizeof(link)), info);
+    else
+        link[0] = '\0';
+    if (!kind_allowed(kind, obj)) {
+        byval_msg(msg, msglen, "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, "
+                  "not duplicated",
+                  fd, pid, kind ? kind_name[kind] : link, kind ? " " : "",
+                  kind ? link : "", obj_expected(obj));
+        return BYVAL_E_FDKIND;
+    }
+    int64_t bytes = kind == FDK_NVIDIA || stx.stx_size == 0 ? -1 : (int64_t)stx.stx_size;
+    byval_status_t st =
+        same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not duplicated", msg, msglen);
+    if (st != BYVAL_OK)
+        return st;
+    seen->dev = dev_of(&stx);
+    seen->ino = stx.stx_ino;
+    seen->kind = kind;
+    return BYVAL_OK;
+}
+
+byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                   uint64_t size, byval_obj_t obj, const byval_fd_seen_t *seen,
+                                   char *msg, size_t msglen)
+{
+    struct statx stx;
+    char self_link[64], self_info[64], link[256] = "";
+    if (stat_cached(dup, "", AT_EMPTY_PATH, &stx) != 0) {
+        byval_msg(msg, msglen, "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd,
+                  pid, strerror(errno));
+        return BYVAL_E_SYS;
+    }
+    snprintf(self_link, sizeof(self_link), "/proc/self/fd/%d", dup);
+    snprintf(self_info, sizeof(self_info), "/proc/self/fdinfo/%d", dup);
+    int kind;
+    if (seen && seen->kind) {
+        /* The object checked before pidfd_getfd, or another one? */
+        if (dev_of(&stx) != seen->dev || stx.stx_ino != seen->ino) {
+            byval_msg(msg, msglen,
+                      "fd %u in pid %u became another object between its check and "
+                      "pidfd_getfd: not used",
+                      fd, pid);
+            return BYVAL_E_FDKIND;
+        }
+        kind = seen->kind;
+        if (kind == FDK_DMABUF_ANON) /* one anon inode for all: its name again */
+            kind = classify(&stx, link_text(self_link, link, sizeof(link)), self_info);
+    } else if ((kind = classify_fast(&stx)) == FDK_NONE) {
+        kind = classify(&stx, link_text(self_link, link, sizeof(link)), self_info);
+    }
+    if (!kind_allowed(kind, obj)) {
+        byval_msg(msg, msglen, "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
+                  kind ? kind_name[kind] : link[0] ? link : "of an unknown kind",
+                  kind ? " " : "", kind ? link : "", obj_expected(obj));
+        return BYVAL_E_FDKIND;
+    }
+    if (obj == BYVAL_OBJ_MANIFEST) {
+        /* Sealed by its exporter against writes and resizing: what we
+         * read is what the handle was made from, however long we take. */
+        int seals = fcntl(dup, F_GET_SEALS);
+        int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+        if (seals < 0 || (seals & need) != need) {
+            byval_msg(msg, msglen,
+                      "fd %u from pid %u is a memfd without the manifest's seals (0x%x): not "
+                      "ipcbyval's manifest, not used",
+                      fd, pid, seals < 0 ? 0 : seals);
+            return BYVAL_E_FDKIND;
+        }
+    }
+    int64_t bytes = -1;
+    if (kind == FDK_SHMEM || ((kind == FDK_DMABUF || kind == FDK_DMABUF_ANON) && stx.stx_size))
+        bytes = (int64_t)stx.stx_size;
+    else if (size && (kind == FDK_DMABUF || kind == FDK_DMABUF_ANON))
+        /* A proven dma-buf whose inode has no size (before 5.3): its llseek
+         * answers SEEK_END and never writes the file position. */
+        bytes = (int64_t)lseek(dup, 0, SEEK_END);
+    else if (size) {
+        byval_msg(msg, msglen, "fd %u from pid %u is %s, which has no size to compare with the "
+                  "handle's: not used", fd, pid, kind_name[kind]);
+        return BYVAL_E_FDKIND;
+    }
+    if (size && bytes < 0) {
+        byval_msg(msg, msglen, "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s",
+                  dup, fd, pid, strerror(errno));
+        return BYVAL_E_FDKIND;
+    }
+    return same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not used", msg, msglen);
+}
+
+/* ---- closing what may not be safe to close -------------------------- */
+
+#define RELEASE_THREADS_MAX 8
+static int release_threads;
+
+static void *release_thread(void *arg)
+{
+    close((int)(intptr_t)arg); /* may wait for ever on a stalled daemon: only this thread */
+    __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+int byval_fd_release(int fd)
+{
+    struct statx stx;
+    char link[64], info[64], text[256] = "";
+    if (fd < 0)
+        return 0;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
+    if (stat_cached(fd, "", AT_EMPTY_PATH, &stx) == 0 &&
+        (classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) || S_ISFIFO(stx.stx_mode) ||
+         classify(&stx, link_text(link, text, sizeof(text)), info) != FDK_NONE ||
+         !starts(text, "/"))) {
+        close(fd); /* a kind whose close answers at once */
+        return 0;
+    }
+    /* A file of some file system: its close may send a FLUSH to a FUSE
+     * daemon that never answers, uninterruptibly. Close it on a thread of
+     * its own; if too many are stuck already, keep the fd open (a leaked
+     * fd is better than a hung application). */
+    if (__atomic_add_fetch(&release_threads, 1, __ATOMIC_RELAXED) > RELEASE_THREADS_MAX) {
+        __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, release_thread, (void *)(intptr_t)fd);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
+        return -1; /* kept open, as above */
+    }
+    return 0;
 }

@@ -3,13 +3,23 @@
 # pidfd resolution (resolve.c, fdcheck.c), the exporter registry (registry.c;
 # registry_view.c is the importers' reader and watcher); broker*.c and nsxlate.c are the
 # socket fallback and the pid translation, transport.c the policy over all.
-HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/registry.c
-TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/nsxlate.c \
+HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
+               handles/registry.c
+TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c handles/registry_view.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 
-UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve
+UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest \
+              $(BUILD)/test/unit/test_fdcheck
+HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC))
+$(BUILD)/test/unit/test_fdcheck: test/unit/test_fdcheck.c test/unit/test_skip.h $(HANDLES_ALL_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_ALL_OBJ) -lcmocka -lpthread
+$(BUILD)/test/unit/test_manifest: test/unit/test_manifest.c $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o -lcmocka
+
 $(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/wire.o -lcmocka
@@ -21,20 +31,22 @@ $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h te
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
 
-# libFuzzer target for the decoder: make fuzz FUZZ_SECONDS=60. Its own
-# tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its own
-# sanitizer set, and UBSan must abort rather than print and go on.
+# libFuzzer targets: make fuzz FUZZ_SECONDS=60 runs each that long. Their
+# own tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its
+# own sanitizer set, and UBSan must abort rather than print and go on.
+#   fuzz_wire         the record decoder (handles/wire.c)
+#   fuzz_broker_req   the socket fallback's request parser (broker_proto.c)
+#   fuzz_manifest     the CUDA VMM manifest reader (manifest.c)
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_DIR := build-fuzz
-FUZZ_BIN := $(FUZZ_DIR)/fuzz_wire
-$(FUZZ_BIN): test/fuzz/fuzz_wire.c handles/wire.c handles/wire.h handles/module.mk
-	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus
-	$(call say,LD,$@)$(FUZZ_CC) -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	    -o $@ test/fuzz/fuzz_wire.c handles/wire.c
+HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
+               handles/registry.c
+TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
+                 handles/transport.c handles/registry_view.c
 
 fuzz:
 	@scripts/deps.sh fuzz
-	@$(MAKE) --no-print-directory $(FUZZ_BIN)
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/$(t) -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 $(FUZZ_OPTS_$(t)) $(FUZZ_DIR)/corpus-$(t) &&) true

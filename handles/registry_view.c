@@ -309,8 +309,8 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 /* Map the registry behind mfd (closed here) and check that it describes
  * the exporter (pid, identity): a view with the list's reference, or
  * NULL. The pipe is fetched with fetch(arg, fd, ino, &fd). */
-typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, int *fd_p, char *msg,
-                                   size_t msglen);
+typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
+                                   int *fd_p, char *msg, size_t msglen);
 
 static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
@@ -329,7 +329,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
         byval_msg(msg, msglen, "pid %u's registry does not describe it", pid);
         goto fail;
     }
-    if (fetch(arg, h->pipe_fd, h->pipe_ino, &pfd, msg, msglen) != BYVAL_OK)
+    if (fetch(arg, h->pipe_fd, h->pipe_ino, BYVAL_OBJ_WAKE_PIPE, &pfd, msg, msglen) != BYVAL_OK)
         goto fail;
     byval_reg_view_t *v = calloc(1, sizeof(*v));
     if (!v) {
@@ -409,12 +409,11 @@ typedef struct rec_fetch {
     int mode, pidfd;
 } rec_fetch_t;
 
-static byval_status_t fetch_rec(void *arg, uint32_t fd, uint32_t ino, int *fd_p, char *msg,
-                                size_t msglen)
+static byval_status_t fetch_rec(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
+                                char *msg, size_t msglen)
 {
     rec_fetch_t *f = arg;
-    return byval_transport_fetch_more_fd(f->rec, f->mode, f->pidfd, fd, ino, 0, fd_p, msg,
-                                         msglen);
+    return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
 typedef struct pid_fetch {
@@ -422,11 +421,11 @@ typedef struct pid_fetch {
     uint32_t pid;
 } pid_fetch_t;
 
-static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, int *fd_p, char *msg,
-                                size_t msglen)
+static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
+                                char *msg, size_t msglen)
 {
     pid_fetch_t *f = arg;
-    return byval_getfd_more(f->pidfd, f->pid, fd, ino, 0, fd_p, msg, msglen);
+    return byval_getfd_obj(f->pidfd, f->pid, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
 byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
@@ -444,7 +443,7 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
     }
     rec_fetch_t f = {rec, mode, pidfd};
     int mfd = -1;
-    if (fetch_rec(&f, rfd, rino, &mfd, msg, msglen) != BYVAL_OK)
+    if (fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) != BYVAL_OK)
         return NULL;
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
     return v ? publish(v, msg, msglen) : NULL;
@@ -475,7 +474,7 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     pid_fetch_t f = {pidfd, pid};
     if (find_registry_fd((int)pid, &rfd, &rino) != 0) {
         byval_msg(msg, msglen, "pid %u publishes no registry", pid);
-    } else if (fetch_pid(&f, rfd, rino, &mfd, msg, msglen) == BYVAL_OK &&
+    } else if (fetch_pid(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) == BYVAL_OK &&
                (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {
         rec.identity = v->identity;
         if (byval_check_identity(&rec, pidfd, msg, msglen) != BYVAL_OK) {

@@ -3,8 +3,9 @@
  * resolve.c - turn a record into a local duplicate of the exporter's fd.
  *
  * Order: cheap checks that need no syscall (arguments, boot id, pid
- * namespace), then pidfd_open, the identity check ON THAT PIDFD, then
- * pidfd_getfd THROUGH THAT PIDFD, then the fd-kind check (fdcheck.c).
+ * namespace), then pidfd_open, the identity check ON THAT PIDFD, the fd's
+ * kind through /proc without opening it (fdcheck.c), then pidfd_getfd
+ * THROUGH THAT PIDFD, then the check that the duplicate is what was seen.
  *
  * Why this order is race-free against PID reuse: a pidfd refers to one
  * process for its whole life, never to a later holder of the number.
@@ -42,12 +43,12 @@ const char *byval_status_str(byval_status_t st)
     case BYVAL_E_FOREIGN_HOST: return "foreign host";
     case BYVAL_E_FOREIGN_NS: return "foreign pid namespace";
     case BYVAL_E_GONE: return "exporter gone";
-    case BYVAL_E_IDENTITY: return "pid reused";
-    case BYVAL_E_BADFD: return "fd closed in exporter";
+    case BYVAL_E_IDENTITY: return "pid reused or handle forged";
+    case BYVAL_E_BADFD: return "fd not open in exporter";
     case BYVAL_E_PERM: return "permission denied";
     case BYVAL_E_NOSYS: return "pidfd unsupported";
     case BYVAL_E_NOFD: return "out of fds";
-    case BYVAL_E_FDKIND: return "fd is not the exported object";
+    case BYVAL_E_FDKIND: return "fd is not the object described";
     case BYVAL_E_SYS: return "system error";
     }
     return "unknown status";
@@ -84,7 +85,9 @@ static byval_status_t getfd_status(int err, int pidfd, const char **note_p)
             *note_p = gone_note;
             return BYVAL_E_GONE;
         }
-        *note_p = " (the exporter closed it)";
+        /* No such fd in that process: closed since, or never there. */
+        *note_p = " (the exporter has no such fd now: closed since, or a stale or forged "
+                  "handle)";
         return BYVAL_E_BADFD;
     case EPERM:
     case EACCES:
@@ -129,9 +132,13 @@ static byval_status_t check_start_time(const byval_record_t *rec, int pidfd, cha
     if (err == 0 && start == rec->identity)
         return BYVAL_OK;
     if (err == 0) {
+        /* Established: pid is another process than the handle names. The
+         * exporter may have exited and its pid been reused, or the handle
+         * was made up: both are said, neither as a fact. */
         byval_msg(msg, msglen,
-                  "pid %u is not the exporter of fd %u any more (start time %llu != %llu): "
-                  "the exporter exited and its pid was reused",
+                  "pid %u is another process than the handle's exporter of fd %u (start time "
+                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
+                  "or forged handle",
                   rec->pid, rec->fd, (unsigned long long)start,
                   (unsigned long long)rec->identity);
         return BYVAL_E_IDENTITY;
@@ -204,8 +211,9 @@ byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *
     }
     if ((uint64_t)st.st_ino != rec->identity) {
         byval_msg(msg, msglen,
-                  "pid %u is not the exporter of fd %u any more (pidfs inode %llu != %llu): "
-                  "the exporter exited and its pid was reused",
+                  "pid %u is another process than the handle's exporter of fd %u (pidfs inode "
+                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
+                  "or forged handle",
                   rec->pid, rec->fd, (unsigned long long)st.st_ino,
                   (unsigned long long)rec->identity);
         return BYVAL_E_IDENTITY;
@@ -294,10 +302,19 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *s
     st = byval_check_identity(rec, pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_pidfd;
+    /* The fd's kind before duplicating it (fdcheck.c): never a file that
+     * could block us or whose locks a close would drop. */
+    byval_fd_seen_t seen;
+    byval_obj_t obj = byval_record_obj(rec, rec->fd);
+    st = byval_fd_precheck(pidfd, rec->pid, rec->fd, rec->fd_ino, rec->size, obj, &seen, msg,
+                           msglen);
+    if (st != BYVAL_OK)
+        goto err_pidfd;
     st = getfd(pidfd, rec->pid, rec->fd, &dup, msg, msglen);
     if (st != BYVAL_OK)
         goto err_pidfd;
-    st = byval_check_fd_kind(dup, rec->pid, rec->fd, rec->fd_ino, rec->size, msg, msglen);
+    st = byval_check_fd_kind(dup, rec->pid, rec->fd, rec->fd_ino, rec->size, obj, &seen, msg,
+                             msglen);
     if (st != BYVAL_OK)
         goto err_dup;
     *fd_p = dup;
@@ -317,6 +334,13 @@ err_pidfd:
 byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                 uint64_t size, int *fd_p, char *msg, size_t msglen)
 {
+    return byval_getfd_obj(pidfd, pid, fd, fd_ino, size, BYVAL_OBJ_MEMORY, fd_p, msg, msglen);
+}
+
+byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                               uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
+                               size_t msglen)
+{
     int dup = -1;
     if (fd_p)
         *fd_p = -1;
@@ -327,10 +351,14 @@ byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t f
                   pidfd, pid, fd);
         return BYVAL_E_INVALID;
     }
-    byval_status_t st = getfd(pidfd, pid, fd, &dup, msg, msglen);
+    byval_fd_seen_t seen;
+    byval_status_t st = byval_fd_precheck(pidfd, pid, fd, fd_ino, size, obj, &seen, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(dup, pid, fd, fd_ino, size, msg, msglen);
+    st = getfd(pidfd, pid, fd, &dup, msg, msglen);
+    if (st != BYVAL_OK)
+        return st;
+    st = byval_check_fd_kind(dup, pid, fd, fd_ino, size, obj, &seen, msg, msglen);
     if (st != BYVAL_OK)
         goto err_dup;
     *fd_p = dup;

@@ -27,8 +27,8 @@ typedef enum byval_status {
     BYVAL_E_FOREIGN_HOST, /* boot id differs: handle from another node/boot */
     BYVAL_E_FOREIGN_NS,   /* exporter lives in another pid namespace */
     BYVAL_E_GONE,         /* exporter exited (ESRCH) */
-    BYVAL_E_IDENTITY,     /* pid now belongs to another process (reused) */
-    BYVAL_E_BADFD,        /* fd no longer open in the exporter (EBADF) */
+    BYVAL_E_IDENTITY,     /* pid belongs to another process (reused, or forged) */
+    BYVAL_E_BADFD,        /* fd not open in the exporter (EBADF) */
     BYVAL_E_PERM,         /* pidfd_getfd denied (EPERM): ptrace rules */
     BYVAL_E_NOSYS,        /* kernel has no pidfd_open/pidfd_getfd */
     BYVAL_E_NOFD,         /* out of fds in the importer (EMFILE/ENFILE) */
@@ -48,6 +48,18 @@ void byval_self_reset(void);
  * from self. */
 void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
 
+/* What an fd a record leads to must be. */
+typedef enum byval_obj {
+    BYVAL_OBJ_MEMORY = 1, /* GPU memory: a dma-buf, an NVIDIA device file, a memfd */
+    BYVAL_OBJ_MANIFEST,   /* ipcbyval's CUDA VMM manifest: a sealed memfd */
+    BYVAL_OBJ_REGISTRY,   /* an exporter's registry (handles/registry.h): a memfd */
+    BYVAL_OBJ_WAKE_PIPE,  /* its wake-up pipe, named by that registry: a pipe */
+} byval_obj_t;
+
+/* The kind fd must be for rec: rec's own fd is of rec's kind; any other fd
+ * (the chunks a manifest lists) is GPU memory. */
+byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd);
+
 /* inode of fd (st_ino), 0 on error. */
 uint64_t byval_fd_inode(int fd);
 
@@ -59,9 +71,12 @@ int64_t byval_fd_size(int fd);
 /*
  * Resolve rec into a local duplicate of the exporter's fd:
  *   host and pid-namespace checks against self, pidfd_open(rec->pid),
- *   identity check (race-free order), pidfd_getfd(rec->fd), then the
- *   fd-kind check (inode low 32 bits == rec->fd_ino and, when rec->size
- *   != 0, the object's size in pages == rec->size in pages).
+ *   identity check (race-free order), the fd's kind, inode and size read
+ *   through /proc/PID/fd without opening it (fdcheck.c: it must be proven
+ *   GPU memory or the manifest, the inode's low 32 bits == rec->fd_ino,
+ *   and when rec->size != 0, its size in pages == rec->size in pages),
+ *   pidfd_getfd(rec->fd), then the duplicate must be that same object.
+ *   Nothing on the way blocks on a file system or moves a file offset.
  * On success *fd_p is a new fd owned by the caller (O_CLOEXEC).
  * On failure writes one exact, human-readable line (no trailing newline)
  * into msg (may be NULL) that names the syscall, pid, fd and errno text,
@@ -75,10 +90,15 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
 
 /*
  * Duplicate one more fd of an exporter already resolved (pidfd from
- * byval_resolve_fd, whose identity check covers it): pidfd_getfd(fd), then
- * the fd-kind check (inode low 32 bits == fd_ino and, when size != 0, the
- * size in pages). Same statuses and message style as byval_resolve_fd.
+ * byval_resolve_fd, whose identity check covers it): the same checks
+ * before and after pidfd_getfd(fd) as byval_resolve_fd, for an object of
+ * kind obj (inode low 32 bits == fd_ino and, when size != 0, the size in
+ * pages). Same statuses and message style as byval_resolve_fd.
+ * byval_getfd_more is byval_getfd_obj for GPU memory.
  */
+byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                               uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
+                               size_t msglen);
 byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                 uint64_t size, int *fd_p, char *msg, size_t msglen);
 

@@ -36,11 +36,35 @@ int byval_pidfd_is_pidfs(int pidfd);
 byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg,
                                     size_t msglen);
 
-/* Is dup (a duplicate of fd in pid) the object the exporter described:
- * low 32 bits of its inode == fd_ino and, when size != 0, its size in
- * pages == size / 4096? BYVAL_OK, FDKIND or SYS with one line in msg. */
+/* What the check before pidfd_getfd saw, for the check after it. */
+typedef struct byval_fd_seen {
+    uint64_t dev, ino;
+    int kind; /* fdcheck.c's FDK_*; 0: nothing seen */
+} byval_fd_seen_t;
+
+/* Before pidfd_getfd(pidfd, fd): through /proc/pid/fd/fd, opening nothing
+ * and asking no file system, is it a proven object of kind obj with the
+ * record's inode (low 32 bits fd_ino) and, when size != 0, size in pages?
+ * BYVAL_OK with *seen filled; FDKIND (not to be duplicated), BADFD, GONE,
+ * PERM (cannot be checked: /proc not ours or not readable), NOFD or SYS,
+ * with one line in msg. */
+byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
+                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen,
+                                 char *msg, size_t msglen);
+
+/* After: is dup (a duplicate of fd in pid) the object seen before (seen
+ * NULL: nothing was checked before, as for an fd from the socket: classify
+ * it now), of kind obj, with the record's inode and size? BYVAL_OK, FDKIND
+ * or SYS with one line in msg. Never blocks, never moves a file offset. */
 byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                   uint64_t size, char *msg, size_t msglen);
+                                   uint64_t size, byval_obj_t obj, const byval_fd_seen_t *seen,
+                                   char *msg, size_t msglen);
+
+/* Close an fd nothing vouches for (one a peer sent over the socket): at
+ * once when its kind's close cannot wait on a file system, else on a
+ * thread of its own (a FUSE daemon may never answer its FLUSH). 0, or -1
+ * when it had to stay open (too many such closes are stuck). */
+int byval_fd_release(int fd);
 
 /* snprintf into msg when the caller asked for a message (msg may be NULL). */
 __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,

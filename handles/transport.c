@@ -108,9 +108,11 @@ static byval_status_t via_socket(const byval_record_t *rec, int *fd_p, int *pidf
         byval_broker_fetch_pidfd(rec, rec->fd, rec->fd_ino, fd_p, pidfd_p, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(*fd_p, rec->pid, rec->fd, rec->fd_ino, rec->size, msg, msglen);
+    /* Nothing was checked before the exporter sent it: all of it now. */
+    st = byval_check_fd_kind(*fd_p, rec->pid, rec->fd, rec->fd_ino, rec->size,
+                             byval_record_obj(rec, rec->fd), NULL, msg, msglen);
     if (st != BYVAL_OK) {
-        close(*fd_p);
+        byval_fd_release(*fd_p);
         *fd_p = -1;
         if (*pidfd_p >= 0)
             close(*pidfd_p);
@@ -218,10 +220,19 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
                                              uint32_t fd, uint32_t fd_ino, uint64_t size,
                                              int *fd_p, char *msg, size_t msglen)
 {
+    return byval_transport_fetch_obj(rec, mode, pidfd, fd, fd_ino, size, byval_record_obj(rec, fd),
+                                     fd_p, msg, msglen);
+}
+
+byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
+                                         uint32_t fd, uint32_t fd_ino, uint64_t size,
+                                         byval_obj_t obj, int *fd_p, char *msg, size_t msglen)
+{
     int sock = mode == BYVAL_MODE_SOCKET ||
                (mode == BYVAL_MODE_AUTO && (pidfd < 0 || peer_get(rec).via == BYVAL_VIA_SOCKET));
     if (!sock) {
-        byval_status_t st = byval_getfd_more(pidfd, rec->pid, fd, fd_ino, size, fd_p, msg, msglen);
+        byval_status_t st = byval_getfd_obj(pidfd, rec->pid, fd, fd_ino, size, obj, fd_p, msg,
+                                            msglen);
         /* auto forgot the exporter meanwhile (table overwritten): the
          * pidfd came from the socket, which still serves. */
         if (mode != BYVAL_MODE_AUTO || (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS))
@@ -230,9 +241,9 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
     byval_status_t st = byval_broker_fetch(rec, fd, fd_ino, fd_p, msg, msglen);
     if (st != BYVAL_OK)
         return st;
-    st = byval_check_fd_kind(*fd_p, rec->pid, fd, fd_ino, size, msg, msglen);
+    st = byval_check_fd_kind(*fd_p, rec->pid, fd, fd_ino, size, obj, NULL, msg, msglen);
     if (st != BYVAL_OK) {
-        close(*fd_p);
+        byval_fd_release(*fd_p);
         *fd_p = -1;
     }
     return st;

@@ -58,6 +58,12 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
                                              uint32_t fd, uint32_t fd_ino, uint64_t size,
                                              int *fd_p, char *msg, size_t msglen);
 
+/* The same for an fd that must be of kind obj (an exporter's registry or
+ * its wake-up pipe, which a record does not describe). */
+byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
+                                         uint32_t fd, uint32_t fd_ino, uint64_t size,
+                                         byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
+
 /* Forget what auto learnt (tests). */
 void byval_transport_forget(void);
 

@@ -118,32 +118,6 @@ static void vmm_log_failure(byval_status_t st, const char *fmt, ...)
         BYVAL_LOG_DEBUG("cuIpcOpenMemHandle: %s", msg);
 }
 
-/* Read and check the manifest behind mfd. Returns malloc'd manifest. */
-static byval_manifest_t *manifest_read(int mfd, uint64_t rec_size)
-{
-    if (rec_size < sizeof(byval_manifest_t) ||
-        rec_size > sizeof(byval_manifest_t) + BYVAL_MANIFEST_MAX_CHUNKS * sizeof(byval_manifest_chunk_t))
-        return NULL;
-    byval_manifest_t *m = malloc(rec_size);
-    if (!m)
-        return NULL;
-    if (pread(mfd, m, rec_size, 0) < (ssize_t)sizeof(*m) || m->magic != BYVAL_MANIFEST_MAGIC ||
-        m->version != BYVAL_MANIFEST_VERSION || m->nchunks == 0 ||
-        m->nchunks > BYVAL_MANIFEST_MAX_CHUNKS ||
-        sizeof(*m) + m->nchunks * sizeof(m->chunks[0]) > rec_size) {
-        free(m);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < m->nchunks; i++) {
-        const byval_manifest_chunk_t *c = &m->chunks[i];
-        if (!c->size || c->offset > m->reserve_size || c->size > m->reserve_size - c->offset) {
-            free(m);
-            return NULL;
-        }
-    }
-    return m;
-}
-
 /* vmm_map's work; the time of fd fetches and driver imports goes to
  * *fetch_ns and *import_ns. */
 static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
@@ -317,11 +291,14 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         vmm_log_failure(st, "%s", msg);
         return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     }
-    byval_manifest_t *man = manifest_read(mfd, rec->size);
+    byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
     close(mfd);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (!man || chunk_off >= man->reserve_size)
-        vmm_log_failure(BYVAL_E_FDKIND, "malformed manifest from pid %u", rec->pid);
+    if (!man)
+        vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
+    else if (chunk_off >= man->reserve_size)
+        vmm_log_failure(BYVAL_E_FDKIND, "malformed manifest from pid %u: offset beyond the "
+                        "reservation", rec->pid);
     else
         r = vmm_map(rl, pidfd, rec, man, &m);
     free(man);

@@ -5,8 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +30,26 @@ const char *byval_log_rank(void)
     return "-";
 }
 
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The log's fd and the pid that opened it, in one word: (pid << 32) |
+ * (fd + 2); 0 before the first line. No lock (issue 15: a lock held by
+ * another thread at fork() stays held in the child, whose first log line
+ * would hang): each line is one write(2) on its own, and the fd is
+ * published with a compare-and-swap. */
+static uint64_t log_state;
 
-/* Open IPCBYVAL_LOG_FILE (with %p -> pid) once per process; -1 = stderr.
- * Called with log_lock held. */
-static int log_fd_locked(void)
+static uint64_t log_pack(pid_t pid, int fd)
 {
-    static int fd = -2;
-    static pid_t fd_pid;
+    return (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
+}
+
+/* Open IPCBYVAL_LOG_FILE (with %p -> pid) once per process; -1 = stderr. */
+static int log_fd(void)
+{
     pid_t pid = getpid();
-    if (fd != -2 && fd_pid == pid)
-        return fd;
-    if (fd >= 0 && fd_pid != pid)
-        close(fd); /* a forked child writes to its own file */
-    fd = -1;
-    fd_pid = pid;
+    uint64_t st = __atomic_load_n(&log_state, __ATOMIC_ACQUIRE);
+    if (st && (pid_t)(st >> 32) == pid)
+        return (int)(uint32_t)st - 2;
+    int fd = -1;
     if (byval_cfg.log_file[0]) {
         char path[320];
         const char *p = strstr(byval_cfg.log_file, "%p");
@@ -55,7 +60,19 @@ static int log_fd_locked(void)
             snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
-    return fd;
+    /* First line of this process (or of a forked child, which closes what
+     * its parent opened: it writes to its own file). Racing threads: one
+     * fd wins, the others close theirs. */
+    if (__atomic_compare_exchange_n(&log_state, &st, log_pack(pid, fd), 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        int old = st ? (int)(uint32_t)st - 2 : -1;
+        if (old >= 0)
+            close(old);
+        return fd;
+    }
+    if (fd >= 0)
+        close(fd);
+    return (int)(uint32_t)st - 2;
 }
 
 void byval_log(int level, const char *func, const char *fmt, ...)
@@ -79,11 +96,8 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     if ((size_t)n >= sizeof(buf) - 1)
         n = sizeof(buf) - 2;
     buf[n++] = '\n';
-    /* Log lines are rare (errors, info, exit stats): a lock is fine. */
-    pthread_mutex_lock(&log_lock);
-    int fd = log_fd_locked();
+    int fd = log_fd();
     ssize_t w = write(fd >= 0 ? fd : STDERR_FILENO, buf, (size_t)n);
-    pthread_mutex_unlock(&log_lock);
     (void)w;
     errno = saved;
 }

@@ -2,7 +2,6 @@
 /* stats.c - counters and the exit summary (IPCBYVAL_STATS=1). */
 #include "shim/stats.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -27,23 +26,23 @@ uint64_t byval_stats_sum(size_t offset)
 }
 
 #define STATS_MAX_CACHES 8
+/* Registered caches: a slot is claimed by one atomic increment and
+ * published by a release store of its cache pointer. No lock (issue 15: a
+ * lock held by a registering thread at fork() would hang the child's exit
+ * statistics). */
 static struct {
     const char *name;
     byval_lru_t *lru;
 } stats_caches[STATS_MAX_CACHES];
-static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned stats_ncaches;
 
 void byval_stats_register_cache(const char *name, byval_lru_t *lru)
 {
-    pthread_mutex_lock(&stats_lock);
-    for (int i = 0; i < STATS_MAX_CACHES; i++) {
-        if (!stats_caches[i].lru) {
-            stats_caches[i].name = name;
-            stats_caches[i].lru = lru;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&stats_lock);
+    unsigned i = __atomic_fetch_add(&stats_ncaches, 1, __ATOMIC_RELAXED);
+    if (i >= STATS_MAX_CACHES)
+        return;
+    stats_caches[i].name = name;
+    __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
 void byval_stats_print(void)
@@ -60,12 +59,14 @@ void byval_stats_print(void)
               (unsigned long long)held, "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
     byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", "cache_bytes_peak",
               (unsigned long long)peak, "most bytes of closed mappings kept at once");
-    pthread_mutex_lock(&stats_lock);
-    for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++) {
+    for (int i = 0; i < STATS_MAX_CACHES; i++) {
+        byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
+        if (!lru)
+            continue; /* not (yet) published */
         byval_lru_stats_t s;
         size_t mem, full;
-        byval_lru_stats(stats_caches[i].lru, &s);
-        byval_lru_memory(stats_caches[i].lru, &mem, &full);
+        byval_lru_stats(lru, &s);
+        byval_lru_memory(lru, &mem, &full);
         uint64_t lookups = s.hits + s.misses;
         byval_log(BYVAL_LOG_LVL_STATS, NULL,
                   "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
@@ -76,13 +77,13 @@ void byval_stats_print(void)
                   (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
                   s.high_water, s.capacity, s.referenced, mem, full);
     }
-    pthread_mutex_unlock(&stats_lock);
 }
 
 void byval_stats_each_cache(void (*fn)(void *ctx, const char *name, byval_lru_t *lru), void *ctx)
 {
-    pthread_mutex_lock(&stats_lock);
-    for (int i = 0; i < STATS_MAX_CACHES && stats_caches[i].lru; i++)
-        fn(ctx, stats_caches[i].name, stats_caches[i].lru);
-    pthread_mutex_unlock(&stats_lock);
+    for (int i = 0; i < STATS_MAX_CACHES; i++) {
+        byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
+        if (lru)
+            fn(ctx, stats_caches[i].name, lru);
+    }
 }

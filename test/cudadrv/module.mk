@@ -28,16 +28,22 @@ CU_PAIR_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(CU_PAIR_SRC))
 $(CU_PAIR): $(CU_PAIR_OBJ)
 	$(call say,LD,$@)$(CC) $(SANFLAGS) -o $@ $(CU_PAIR_OBJ) -ldl
 
+# VMM manifests at their limits (1024 chunks, a forged short manifest).
+CU_CHUNKS      := $(CUDADRV_DIR)/cu_chunks
+$(CU_CHUNKS): test/cudadrv/cu_chunks.c $(BUILD)/test/cudadrv/cu_pair_drv.o $(BUILD)/handles/wire.o \
+              $(BUILD)/handles/self.o $(BUILD)/handles/fdcheck.o $(BUILD)/handles/resolve.o
+	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< $(filter %.o,$^) -ldl
+
 # Self-check of the double; links it (rpath $ORIGIN), not the real driver.
 $(CUDADRV_CHECK): test/cudadrv/cudadrv_check.c $(CUDADRV_LIB)
 	$(call say,LD,$@)$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
 
 CU_LIFE        := $(CUDADRV_DIR)/cu_life
 $(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)
-	$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
 
-TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_LIFE)
+TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_CHUNKS) $(CU_LIFE)
 
--include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CUDADRV_CHECK).d
+-include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CUDADRV_CHECK).d $(CU_CHUNKS).d
 
 endif

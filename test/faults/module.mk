@@ -10,3 +10,13 @@ FAULT_TESTS += test/faults/test_faults.sh
 $(FAULT_BIN): $(FAULT_SRC) test/faults/fault.h test/mpi/zeapp.h $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(FAULT_SRC) $(BUILD)/handles/wire.o -DZEAPP_LINKED -lze_loader -ldl -lpthread
+
+# Threads and fork on the CUDA path, against the driver double.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+FAULT_CUDA := $(BUILD)/test/faults/fault_cuda
+TEST_BINS += $(FAULT_CUDA)
+$(FAULT_CUDA): test/faults/fault_cuda.c $(BUILD)/test/cudadrv/cu_pair_drv.o $(BUILD)/handles/wire.o \
+               $(BUILD)/handles/self.o
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(filter %.o,$^) -ldl -lpthread
+endif

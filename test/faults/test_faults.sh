@@ -12,6 +12,9 @@ L="$BUILD/test-logs"
 # ASan's allocator can deadlock a forked child that mallocs while other
 # threads did (libsanitizer, not ipcbyval): its fork child only exits.
 [ "${SAN:-}" = asan ] && export FAULT_FORK_NO_MALLOC=1
+# TSan's dlopen interceptor takes a lock of its own that a fork leaves held
+# in the child: under TSan the CUDA fork test resolves libcuda first.
+[ "${SAN:-}" = tsan ] && export FAULT_CUDA_WARM=1
 
 run_case() {
     local name=$1; shift
@@ -32,11 +35,23 @@ grep -qE 'stats: exporter_exits +[1-9]' "$L/fault-exit-after.log" &&
     pass "exporter exit seen on its pidfd, cache entry released" ||
     fail "exporter exit seen" "$(grep -E 'exporter_exits|removals' "$L/fault-exit-after.log" | tr '\n' ' ')"
 IPCBYVAL_CACHE_SIZE=64 run_case fdlimit "$RUN" "$F" fdlimit
+# Threads and fork on the CUDA path (the driver double): first wrapped
+# calls on one thread, forks on another; then with the log blocking in a
+# slow pipe, so a thread holds it across forks.
+FC="$BUILD/test/faults/fault_cuda"
+if [ -x "$FC" ] && [ -e "$BUILD/test/cudadrv/libcuda.so.1" ]; then
+    CUDRV_PATH="$BUILD/test/cudadrv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    LD_LIBRARY_PATH="$CUDRV_PATH" IPCBYVAL_LOG_FILE=/dev/null run_case cuda-fork "$RUN" "$FC" \
+        $((100 / ${FAULT_SCALE:-1}))
+    LD_LIBRARY_PATH="$CUDRV_PATH" run_case cuda-fork-slowlog "$RUN" "$FC" $((40 / ${FAULT_SCALE:-1})) slowlog
+else
+    skip "CUDA threads+fork" "built without the CUDA headers"
+fi
 grep -q 'hint: pidfd_getfd needs ptrace access' "$L/fault-fdlimit.log" 2>/dev/null || true
 
 if id nobody >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     run_case perm "$RUN" "$F" perm
-    grep -q 'Operation not permitted (hint: ' "$L/fault-perm.log" &&
+    grep -qE '(Operation not permitted|Permission denied) \(hint: ptrace access denied' "$L/fault-perm.log" &&
         pass "EPERM logged with the ptrace hint" ||
         fail "EPERM hint" "$(grep -i 'perm' "$L/fault-perm.log" | head -2 | tr '\n' ' ')"
 else

@@ -8,7 +8,7 @@
 # make check-gpu.
 . "$(dirname "$0")/lib.sh"
 CU="$BUILD/test/cudadrv"
-need "$LIB" "$CU/libcuda.so.1" "$CU/cu_pair"
+need "$LIB" "$CU/libcuda.so.1" "$CU/cu_pair" "$CU/cu_chunks"
 nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle ||
     { skip cuda "library built without the CUDA headers"; exit 77; }
 export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -29,6 +29,20 @@ expect_ok "vmm-multi across devices 0 -> 1" "$L/cu-xdev.log" \
     "$RUN" "$P" --mem vmm-multi --route cudart --dev-exp 0 --dev-imp 1
 expect_ok "old API version (cuIpcOpenMemHandle v1 via cuGetProcAddress 10020)" "$L/cu-v1.log" \
     "$RUN" "$P" --mem vmm --route procaddr --cuda-version 10020
+
+# Manifests at their limits: 1024 chunks import (the limit is compared
+# with the record's page-rounded size); a manifest shorter than its chunk
+# count is refused for that reason, before any chunk is asked for.
+C="$CU/cu_chunks"
+expect_ok "VMM reservation of 1024 chunks (the manifest's limit) opens by value" \
+    "$L/cu-chunks-1024.log" "$RUN" "$C" --chunks 1024
+log="$L/cu-chunks-forged.log"
+if "$RUN" "$C" --forge short >"$log" 2>&1 &&
+    grep -q 'manifest from pid [0-9]* is 48 bytes long, but its header lists 150 chunks (3624 bytes)' "$log"; then
+    pass "forged manifest (48 bytes claiming 150 chunks) refused, said exactly"
+else
+    fail "forged manifest" "$(grep -v '^$' "$log" | tail -2 | tr '\n' ' ')"
+fi
 
 # Cache behaviour, read from the exit statistics.
 log="$L/cu-legacy-cache.log"

@@ -82,7 +82,7 @@ if [ "$(id -u)" = 0 ]; then
         '^served 0 refused 1$'
     xcase "importer of another uid, auto: pidfd_getfd and the socket both refuse" "" "" \
         "--mode auto --uid 65534" \
-        '^FAILED \(permission denied\): pidfd_getfd.*; socket fallback: .*refused the socket fallback' \
+        '^FAILED \(permission denied\): (pidfd_getfd|read /proc/[0-9]+/fd/[0-9]+).*; socket fallback: .*refused the socket fallback' \
         '^served 0 refused 1$'
 else
     skip "foreign uid" "needs root"

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -16,9 +17,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <cmocka.h>
 
@@ -104,7 +108,8 @@ static void test_unknown_withdrawn_reused(void **state)
     assert_int_equal(byval_broker_offer(fd), 0);
     assert_int_equal(dup2(other, fd), fd);
     assert_int_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_E_FDKIND);
-    assert_non_null(strstr(msg, "not the exported object"));
+    assert_non_null(strstr(msg, "stale or forged"));
+    assert_null(strstr(msg, "any more"));
     byval_broker_withdraw(fd);
     close(fd);
     close(other);
@@ -319,6 +324,313 @@ static void test_bounded_by_deadline(void **state)
     close(p[1]);
 }
 
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A hostile exporter: a forked process that binds its own name (so the
+ * listener check passes) and answers every request with status 0 and
+ * nfds fds attached (duplicates of the memfd the record names). */
+static pid_t fake_exporter(int nfds, byval_record_t *rec_p)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        byval_self_t s;
+        struct sockaddr_un a;
+        close(p[0]);
+        byval_self_reset();
+        int fd = memfd_create("fake", 0);
+        if (fd < 0 || ftruncate(fd, 8192) != 0 || byval_self_get(&s) != 0)
+            _exit(90);
+        int l = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (bind(l, (struct sockaddr *)&a,
+                 byval_broker_addr(&a, s.boot, s.pidns, s.pid, s.identity)) != 0 ||
+            listen(l, 16) != 0)
+            _exit(91);
+        byval_record_t rec = rec_of(&s, fd);
+        (void)!write(p[1], &rec, sizeof(rec));
+        close(p[1]);
+        for (;;) {
+            int c = accept(l, NULL, NULL);
+            if (c < 0)
+                continue;
+            struct broker_req req;
+            struct broker_rsp rsp = {BROKER_MAGIC, 0};
+            (void)!recv(c, &req, sizeof(req), MSG_WAITALL);
+            int fds[32];
+            union {
+                char buf[CMSG_SPACE(sizeof(fds))];
+                struct cmsghdr align;
+            } u;
+            memset(&u, 0, sizeof(u));
+            for (int i = 0; i < nfds; i++)
+                fds[i] = fd;
+            struct iovec iov = {.iov_base = &rsp, .iov_len = sizeof(rsp)};
+            struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+            if (nfds) {
+                mh.msg_control = u.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+                memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+            }
+            (void)!sendmsg(c, &mh, MSG_NOSIGNAL);
+            close(c);
+        }
+    }
+    assert_true(pid > 0);
+    close(p[1]);
+    assert_int_equal(read(p[0], rec_p, sizeof(*rec_p)), sizeof(*rec_p));
+    close(p[0]);
+    return pid;
+}
+
+static void kill_reap(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+}
+
+/* An answer with more fds than the one asked for: every one of them is
+ * closed and the answer refused, whatever the count (the control buffer
+ * may hold only some: MSG_CTRUNC). 100 fetches leave no fd behind. */
+static void test_extra_fds_closed(void **state)
+{
+    static const int counts[] = {0, 2, 3, 8, 16, 20, 32};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        byval_record_t rec;
+        char msg[512];
+        pid_t pid = fake_exporter(counts[k], &rec);
+        int before = count_fds(), wrong = 0, got = -1;
+        for (int i = 0; i < 100; i++) {
+            byval_status_t st = fetch(&rec, &got, msg, sizeof(msg));
+            wrong += st == BYVAL_OK || got != -1 || !strstr(msg, "exporter pid");
+        }
+        int after = count_fds();
+        kill_reap(pid);
+        print_message("%d fds per answer: %d fds more, last: %s\n", counts[k], after - before,
+                      msg);
+        assert_int_equal(after, before);
+        assert_int_equal(wrong, 0);
+        assert_null(strstr(msg, "out of file descriptors"));
+    }
+    /* One fd, the right one: still served. */
+    byval_record_t rec;
+    int got = -1;
+    pid_t pid = fake_exporter(1, &rec);
+    assert_int_equal(fetch(&rec, &got, NULL, 0), BYVAL_OK);
+    close(got);
+    kill_reap(pid);
+}
+
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+    alarms++;
+}
+
+/* A fast interval timer (SA_RESTART, as applications install theirs):
+ * sockets with a receive or send timeout are not restarted by the kernel,
+ * so every interrupted wait must be retried within the deadline. */
+static void test_signals_retried(void **state)
+{
+    int fd = new_memfd(), got, failed = 0, rounds = 2000;
+    char msg[512], last[512] = "";
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    struct itimerval it = {{0, 200}, {0, 200}}, off = {{0, 0}, {0, 0}};
+    assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+    for (int i = 0; i < rounds; i++) {
+        if (fetch(&rec, &got, msg, sizeof(msg)) == BYVAL_OK)
+            close(got);
+        else
+            failed++, memcpy(last, msg, sizeof(last));
+    }
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old, NULL);
+    print_message("%d of %d fetches failed under %d SIGALRMs%s%s\n", failed, rounds,
+                  (int)alarms, failed ? ", last: " : "", last);
+    assert_true(alarms > 0);
+    assert_int_equal(failed, 0);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
+/* The request parser (pure): decided at the first wrong byte, READY only
+ * for a whole request with a possible fd number. */
+static void test_request_parser(void **state)
+{
+    struct broker_req req = {BROKER_MAGIC, 7, 1234}, out;
+    uint8_t b[sizeof(req) + 1];
+    memcpy(b, &req, sizeof(req));
+    for (size_t len = 0; len < sizeof(req); len++)
+        assert_int_equal(byval_broker_req_parse(b, len, &out), BYVAL_BROKER_MORE);
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_READY);
+    assert_int_equal(out.fd, 7);
+    assert_int_equal(out.fd_ino, 1234);
+    assert_int_equal(byval_broker_req_parse(b, sizeof(b), &out), BYVAL_BROKER_BAD);
+    b[0] ^= 0xff;
+    assert_int_equal(byval_broker_req_parse(b, 1, &out), BYVAL_BROKER_BAD);
+    req.fd = 0x80000000u;
+    memcpy(b, &req, sizeof(req));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
+}
+
+/* Open n connections to rec's socket: even ones idle, odd ones with half
+ * a valid request sent (half != 0). Returns how many are still pending
+ * (no answer, not closed) after settle_ms. */
+static int stall_open(const byval_record_t *rec, int *c, int n, int half, int settle_ms)
+{
+    struct sockaddr_un a;
+    socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
+    struct broker_req req = {BROKER_MAGIC, rec->fd, rec->fd_ino};
+    for (int i = 0; i < n; i++) {
+        c[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c[i] < 0 || connect(c[i], (struct sockaddr *)&a, alen) != 0)
+            return -1;
+        if (half && (i & 1))
+            (void)!send(c[i], &req, sizeof(req) / 2, MSG_NOSIGNAL);
+    }
+    poll(NULL, 0, settle_ms);
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        char b[16];
+        ssize_t r = recv(c[i], b, sizeof(b), MSG_DONTWAIT);
+        pending += r < 0 && errno == EAGAIN;
+    }
+    return pending;
+}
+
+/* Fork nproc stallers, each holding n connections; *pending_p: how many
+ * of them all the exporter still holds open after 100 ms. */
+static void stallers(const byval_record_t *rec, int nproc, int n, pid_t *pids, int *go_p,
+                     int *pending_p)
+{
+    int p[2], go[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(pipe(go), 0);
+    for (int k = 0; k < nproc; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            int c[64];
+            char x;
+            close(p[0]);
+            close(go[1]);
+            int pending = stall_open(rec, c, n, 1, 100);
+            (void)!write(p[1], &pending, sizeof(pending));
+            _exit(read(go[0], &x, 1) >= 0 ? 0 : 1); /* hold them until told */
+        }
+        assert_true(pids[k] > 0);
+    }
+    close(p[1]);
+    close(go[0]);
+    *pending_p = 0;
+    for (int k = 0; k < nproc; k++) {
+        int pending;
+        assert_int_equal(read(p[0], &pending, sizeof(pending)), sizeof(pending));
+        assert_true(pending >= 0);
+        *pending_p += pending;
+    }
+    close(p[0]);
+    *go_p = go[1];
+}
+
+static void stallers_end(pid_t *pids, int nproc, int go)
+{
+    close(go);
+    for (int k = 0; k < nproc; k++)
+        assert_int_equal(waitpid(pids[k], NULL, 0), pids[k]);
+}
+
+/* 20 fetches by a legitimate importer: all served, none slower than
+ * max_ms. */
+static void legit_fetches(const byval_record_t *rec, double max_ms)
+{
+    double worst = 0;
+    char msg[512];
+    for (int i = 0; i < 20; i++) {
+        int got = -1;
+        double t0 = now_ms();
+        byval_status_t st = fetch(rec, &got, msg, sizeof(msg));
+        double dt = now_ms() - t0;
+        if (st != BYVAL_OK)
+            print_message("fetch %d: %s\n", i, msg);
+        assert_int_equal(st, BYVAL_OK);
+        close(got);
+        worst = dt > worst ? dt : worst;
+    }
+    print_message("20 fetches, slowest %.1f ms\n", worst);
+    assert_true(worst < max_ms);
+}
+
+/* Idle and half-sent connections of another process of our uid (20 from
+ * one, then 10 from each of 10) stall nobody: the exporter serves every
+ * connection as its bytes arrive, holds at most 8 pending per peer process
+ * and 64 in all, and drops the others at once. */
+static void test_stalled_peers_stall_nobody(void **state)
+{
+    int fd = new_memfd(), go, pending;
+    pid_t pids[10];
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+
+    stallers(&rec, 1, 20, pids, &go, &pending);
+    print_message("one peer, 20 stalled connections: %d held by the exporter\n", pending);
+    legit_fetches(&rec, 250);
+    stallers_end(pids, 1, go);
+    assert_true(pending <= 8);
+
+    stallers(&rec, 10, 10, pids, &go, &pending);
+    print_message("10 peers, 10 stalled connections each: %d held by the exporter\n", pending);
+    legit_fetches(&rec, 250);
+    stallers_end(pids, 10, go);
+    assert_true(pending <= 64);
+
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
+/* A process that stalls its own connections delays only itself, and no
+ * longer than the exporter's per-connection deadline: its fetch is told
+ * to retry, and is served once its stalled connections expire. */
+static void test_own_stalls_delay_only_self(void **state)
+{
+    int fd = new_memfd(), c[20];
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t rec = rec_of(&me, fd);
+    int pending = stall_open(&rec, c, 20, 1, 50);
+    print_message("own 20 stalled connections: %d held by the exporter\n", pending);
+    assert_true(pending <= 8);
+    int got = -1;
+    char msg[512];
+    double t0 = now_ms();
+    byval_status_t st = fetch(&rec, &got, msg, sizeof(msg));
+    double dt = now_ms() - t0;
+    print_message("fetch behind own stalls: %.0f ms: %s\n", dt, st == BYVAL_OK ? "ok" : msg);
+    assert_int_equal(st, BYVAL_OK);
+    assert_true(dt < 1500);
+    close(got);
+    for (int i = 0; i < 20; i++)
+        close(c[i]);
+    byval_broker_withdraw(fd);
+    close(fd);
+}
+
 /* Importers on several threads while another offers and withdraws. */
 static int shared_fd;
 
@@ -363,6 +675,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_parser),
         cmocka_unit_test(test_roundtrip_and_pidfd),
         cmocka_unit_test(test_unknown_withdrawn_reused),
         cmocka_unit_test(test_refused_uid_counted),
@@ -372,6 +685,10 @@ int main(void)
         cmocka_unit_test(test_impostor_refused_unasked),
         cmocka_unit_test(test_bounded_by_deadline),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_extra_fds_closed),
+        cmocka_unit_test(test_signals_retried),
+        cmocka_unit_test(test_stalled_peers_stall_nobody),
+        cmocka_unit_test(test_own_stalls_delay_only_self),
     };
     /* A server for the tests that expect an answer from this process. */
     int keep = memfd_create("keep", MFD_CLOEXEC);
