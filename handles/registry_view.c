@@ -1,118 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry_view.c - importers' views of exporters' registries and the
- * watcher thread (see registry_view.h).
- *
- * Why a thread: an importer that holds a closed mapping and makes no
- * further call (it computes while the producer re-allocates) must still
- * give the exporter's freed memory back at once, as natively. One thread
- * per importing process, started with the first view, sleeps in
- * epoll_wait on the views' pipes (edge-triggered: the exporter's every
- * write wakes every importer; a hang-up means the exporter's image is
- * gone) and costs nothing while nothing is freed. It only reports; what
- * to release is the cache's business (byval_reg_event_fn).
+ * registry_view.c - an importer's view of an exporter's registry: finding
+ * it (the memfd named "ipcbyval-registry" in /proc/PID/fd: readlink opens
+ * nothing), fetching it and its wake-up pipe through the transport,
+ * checking that it describes the exporter, reading its slots. The list of
+ * views and the watcher thread are registry_watch.c's.
  */
-#include "handles/registry_view.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "handles/registry_internal.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
-
-#define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
-
-/* What an epoll event points at: a view, or a pidfd watched for exit. */
-enum { WATCH_VIEW = 1, WATCH_PIDFD = 2 };
-
-typedef struct pidfd_watch {
-    int kind; /* WATCH_PIDFD */
-    int fd;
-    void (*fn)(void *arg);
-    void *arg;
-    struct pidfd_watch *next; /* w.pidfds, under w.lock */
-} pidfd_watch_t;
-
-struct byval_reg_view {
-    int kind; /* WATCH_VIEW */
-    struct byval_reg_view *next;
-    unsigned refs; /* the list's one while listed, plus one per user */
-    int gone;
-    int pipe_fd;
-    uint32_t pidns, pid;
-    uint64_t identity;
-    const byval_reg_header_t *hdr;
-    const byval_reg_slot_t *slot;
-};
-
-static struct {
-    pthread_mutex_t lock;
-    byval_reg_view_t *head;
-    pidfd_watch_t *pidfds;
-    unsigned count;
-    int epfd;
-    int started;
-    byval_reg_event_fn on_event;
-} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
-
-void byval_reg_on_event(byval_reg_event_fn fn)
-{
-    __atomic_store_n(&w.on_event, fn, __ATOMIC_RELEASE);
-}
-
-static void view_free(byval_reg_view_t *v)
-{
-    munmap((void *)v->hdr, REG_BYTES);
-    close(v->pipe_fd); /* also takes it out of the epoll set */
-    free(v);
-}
-
-void byval_reg_view_get(byval_reg_view_t *v)
-{
-    pthread_mutex_lock(&w.lock);
-    v->refs++;
-    pthread_mutex_unlock(&w.lock);
-}
-
-void byval_reg_view_put(byval_reg_view_t *v)
-{
-    if (!v)
-        return;
-    pthread_mutex_lock(&w.lock);
-    int last = --v->refs == 0;
-    pthread_mutex_unlock(&w.lock);
-    if (last)
-        view_free(v);
-}
-
-void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
-                       uint64_t *identity_p)
-{
-    *pidns_p = v->pidns;
-    *pid_p = v->pid;
-    *identity_p = v->identity;
-}
-
-int byval_reg_view_gone(const byval_reg_view_t *v)
-{
-    return __atomic_load_n(&v->gone, __ATOMIC_ACQUIRE);
-}
-
-unsigned byval_reg_views(void)
-{
-    return __atomic_load_n(&w.count, __ATOMIC_RELAXED);
-}
 
 const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
                                uint64_t *serial_p)
@@ -134,130 +41,6 @@ const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
         return &s->serial;
     }
     return NULL;
-}
-
-/* ---- the watcher -------------------------------------------------------- */
-
-static void *watch_main(void *arg)
-{
-    (void)arg;
-    struct epoll_event ev[16];
-    for (;;) {
-        int n = epoll_wait(w.epfd, ev, 16, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return NULL;
-        }
-        for (int i = 0; i < n; i++) {
-            if (*(int *)ev[i].data.ptr == WATCH_PIDFD) {
-                pidfd_watch_t *pw = ev[i].data.ptr;
-                pthread_mutex_lock(&w.lock);
-                for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
-                    if (*pp == pw) {
-                        *pp = pw->next;
-                        break;
-                    }
-                epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
-                pthread_mutex_unlock(&w.lock);
-                close(pw->fd);
-                pw->fn(pw->arg);
-                free(pw);
-                continue;
-            }
-            byval_reg_view_t *v = ev[i].data.ptr;
-            char sink[256];
-            while (read(v->pipe_fd, sink, sizeof(sink)) > 0) /* others may drain it too */
-                ;
-            int gone = (ev[i].events & (EPOLLHUP | EPOLLERR)) != 0;
-            if (gone)
-                __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-            byval_reg_event_fn fn = __atomic_load_n(&w.on_event, __ATOMIC_ACQUIRE);
-            if (fn)
-                fn(v, gone);
-            if (gone) { /* unlist: no new attach finds it, the list's reference goes */
-                pthread_mutex_lock(&w.lock);
-                for (byval_reg_view_t **pp = &w.head; *pp; pp = &(*pp)->next)
-                    if (*pp == v) {
-                        *pp = v->next;
-                        w.count--;
-                        epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
-                        break;
-                    }
-                pthread_mutex_unlock(&w.lock);
-                byval_reg_view_put(v);
-            }
-        }
-    }
-}
-
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&w.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&w.lock);
-}
-
-static void atfork_child(void)
-{
-    /* The child has no watcher and imports nothing yet (its caches empty
-     * themselves at fork). The epoll instance is shared with the parent:
-     * touching its interest list would change the parent's, so only our
-     * copies of the fds go. The list's memory is the child's own. */
-    pthread_mutex_init(&w.lock, NULL);
-    for (byval_reg_view_t *v = w.head, *nx; v; v = nx) {
-        nx = v->next;
-        munmap((void *)v->hdr, REG_BYTES);
-        close(v->pipe_fd);
-        free(v);
-    }
-    w.head = NULL;
-    w.count = 0;
-    for (pidfd_watch_t *pw = w.pidfds, *nx; pw; pw = nx) {
-        nx = pw->next;
-        close(pw->fd);
-        free(pw);
-    }
-    w.pidfds = NULL;
-    if (w.epfd >= 0)
-        close(w.epfd);
-    w.epfd = -1;
-    w.started = 0;
-}
-
-/* (locked) the epoll set and the thread, once per process. */
-static int watch_start_locked(char *msg, size_t msglen)
-{
-    if (w.started)
-        return 0;
-    if (w.epfd < 0)
-        w.epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (w.epfd < 0) {
-        byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
-        return -1;
-    }
-    /* Signals stay with the application's threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 64 * 1024);
-    pthread_t t;
-    int rc = pthread_create(&t, &a, watch_main, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        byval_msg(msg, msglen, "cannot start the release watcher: %s", strerror(rc));
-        return -1;
-    }
-    pthread_setname_np(t, "ipcbyval-watch");
-    w.started = 1;
-    return 0;
 }
 
 /* ---- attach ------------------------------------------------------------- */
@@ -353,57 +136,6 @@ fail:
 }
 
 /* Listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
-static byval_reg_view_t *lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
-{
-    byval_reg_view_t *found = NULL;
-    pthread_mutex_lock(&w.lock);
-    for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!v->gone && v->pid == pid && v->pidns == pidns && v->identity == identity) {
-            v->refs++;
-            found = v;
-        }
-    pthread_mutex_unlock(&w.lock);
-    return found;
-}
-
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under w.lock: fork() holds glibc's handler lock while it runs
-     * the prepare handlers, and ours takes w.lock. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* List v and watch it (or use a twin another thread listed meanwhile). */
-static byval_reg_view_t *publish(byval_reg_view_t *v, char *msg, size_t msglen)
-{
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&w.lock);
-    for (byval_reg_view_t *o = w.head; o; o = o->next)
-        if (!o->gone && o->pid == v->pid && o->pidns == v->pidns && o->identity == v->identity) {
-            o->refs++;
-            pthread_mutex_unlock(&w.lock);
-            view_free(v);
-            return o;
-        }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLRDHUP, .data.ptr = v};
-    if (watch_start_locked(msg, msglen) != 0 ||
-        epoll_ctl(w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
-        if (msg && !msg[0])
-            byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
-        pthread_mutex_unlock(&w.lock);
-        view_free(v);
-        return NULL;
-    }
-    v->next = w.head;
-    w.head = v;
-    w.count++;
-    v->refs++; /* the caller's */
-    pthread_mutex_unlock(&w.lock);
-    return v;
-}
-
 typedef struct rec_fetch {
     const byval_record_t *rec;
     int mode, pidfd;
@@ -431,7 +163,7 @@ static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_
 byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
                                    size_t msglen)
 {
-    byval_reg_view_t *v = lookup(rec->pidns, rec->pid, rec->identity);
+    byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
     if (v)
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
@@ -446,7 +178,7 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
     if (fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) != BYVAL_OK)
         return NULL;
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
-    return v ? publish(v, msg, msglen) : NULL;
+    return v ? byval_reg_publish(v, msg, msglen) : NULL;
 }
 
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
@@ -478,40 +210,18 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
                (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {
         rec.identity = v->identity;
         if (byval_check_identity(&rec, pidfd, msg, msglen) != BYVAL_OK) {
-            view_free(v);
+            byval_reg_view_free(v);
             v = NULL;
         } else {
-            byval_reg_view_t *o = lookup(self.pidns, pid, v->identity);
+            byval_reg_view_t *o = byval_reg_lookup(self.pidns, pid, v->identity);
             if (o) {
-                view_free(v);
+                byval_reg_view_free(v);
                 v = o;
             } else {
-                v = publish(v, msg, msglen);
+                v = byval_reg_publish(v, msg, msglen);
             }
         }
     }
     close(pidfd);
     return v;
-}
-
-int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
-{
-    pidfd_watch_t *pw = malloc(sizeof(*pw));
-    if (!pw)
-        return -1;
-    *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
-    pthread_mutex_lock(&w.lock);
-    int rc = pw->fd >= 0 && w.started ? epoll_ctl(w.epfd, EPOLL_CTL_ADD, pw->fd, &ev) : -1;
-    if (rc == 0) {
-        pw->next = w.pidfds;
-        w.pidfds = pw;
-    }
-    pthread_mutex_unlock(&w.lock);
-    if (rc != 0) {
-        if (pw->fd >= 0)
-            close(pw->fd);
-        free(pw);
-    }
-    return rc;
 }
