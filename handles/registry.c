@@ -203,6 +203,11 @@ void byval_registry_remove(uint64_t key, uint32_t ino)
     pthread_mutex_unlock(&reg.lock);
 }
 
+unsigned byval_registry_live(void)
+{
+    return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
+}
+
 int byval_registry_fds(int *memfd_p, int *pipe_rd_p)
 {
     pthread_mutex_lock(&reg.lock);

@@ -79,6 +79,9 @@ int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
  * ino 0 matches any. Cheap when the key was never published. */
 void byval_registry_remove(uint64_t key, uint32_t ino);
 
+/* Exports published and not withdrawn (a relaxed read: a hint). */
+unsigned byval_registry_live(void);
+
 /* The registry's and the pipe's fds (-1 when none yet), to offer them to
  * the socket broker. */
 int byval_registry_fds(int *memfd_p, int *pipe_rd_p);

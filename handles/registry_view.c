@@ -107,8 +107,11 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
     const byval_reg_header_t *h = m;
     int pfd = -1;
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != BYVAL_REG_MAGIC ||
-        h->version != BYVAL_REG_VERSION || h->nslots != BYVAL_REG_SLOTS || h->pid != pid ||
-        (identity && h->identity != *identity)) {
+        h->version != BYVAL_REG_VERSION || h->nslots != BYVAL_REG_SLOTS ||
+        /* With an identity (pidfs inode or start time, checked against our
+         * pidfd) the pid is not needed: a translated pid differs from the
+         * one the exporter sees itself as. */
+        (identity ? h->identity != *identity : h->pid != pid)) {
         byval_msg(msg, msglen, "pid %u's registry does not describe it", pid);
         goto fail;
     }
@@ -160,9 +163,12 @@ static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_
     return byval_getfd_obj(f->pidfd, f->pid, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
-byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
-                                   size_t msglen)
+/* byval_reg_attach, also saying why not in *st_p (PERM where the ptrace
+ * rules refuse us, as pidfd_getfd would be refused). */
+static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidfd,
+                                   byval_status_t *st_p, char *msg, size_t msglen)
 {
+    *st_p = BYVAL_OK;
     byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
     if (v)
         return v;
@@ -170,15 +176,35 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
     uint32_t rfd, rino;
     int pid = pidfd >= 0 ? pidfd_local_pid(pidfd) : -1;
     if (pid <= 0 || find_registry_fd(pid, &rfd, &rino) != 0) {
-        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see", rec->pid);
+        *st_p = errno == EACCES || errno == EPERM ? BYVAL_E_PERM : BYVAL_E_FDKIND;
+        if (*st_p == BYVAL_E_PERM)
+            byval_msg(msg, msglen,
+                      "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
+                      "(hint: ptrace access denied: it needs the exporter's uid or "
+                      "CAP_SYS_PTRACE, as pidfd_getfd does)",
+                      rec->pid);
+        else
+            byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
+                      rec->pid);
         return NULL;
     }
     rec_fetch_t f = {rec, mode, pidfd};
     int mfd = -1;
-    if (fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) != BYVAL_OK)
+    if ((*st_p = fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
         return NULL;
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
-    return v ? byval_reg_publish(v, msg, msglen) : NULL;
+    if (v)
+        v = byval_reg_publish(v, msg, msglen);
+    if (!v)
+        *st_p = BYVAL_E_FDKIND;
+    return v;
+}
+
+byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
+                                   size_t msglen)
+{
+    byval_status_t st;
+    return attach_st(rec, mode, pidfd, &st, msg, msglen);
 }
 
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
@@ -224,4 +250,50 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     }
     close(pidfd);
     return v;
+}
+
+int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino)
+{
+    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
+    if (high > BYVAL_REG_SLOTS)
+        high = BYVAL_REG_SLOTS;
+    for (uint32_t i = 0; i < high; i++) {
+        const byval_reg_slot_t *s = &v->slot[i];
+        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
+        if (ser && __atomic_load_n(&s->fd, __ATOMIC_RELAXED) == fd &&
+            __atomic_load_n(&s->ino, __ATOMIC_RELAXED) == ino &&
+            __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE) == ser)
+            return 1;
+    }
+    return 0;
+}
+
+byval_status_t byval_reg_evidence(const byval_record_t *rec, int pidfd, uint32_t fd, uint32_t ino,
+                                  char *msg, size_t msglen)
+{
+    char why[384] = "";
+    byval_status_t st;
+    byval_reg_view_t *v = attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
+    if (!v) {
+        /* Refused by the kernel as pidfd_getfd would be: the caller's
+         * policy decides (auto tries the socket, whose broker serves only
+         * what its exporter offered). */
+        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
+            byval_msg(msg, msglen, "%s", why);
+            return st;
+        }
+        byval_msg(msg, msglen, "fd %u of pid %u is not proven exported (%s): not duplicated", fd,
+                  rec->pid, why);
+        return BYVAL_E_FDKIND;
+    }
+    int listed = byval_reg_lists(v, fd, ino);
+    byval_reg_view_put(v);
+    if (!listed) {
+        byval_msg(msg, msglen,
+                  "pid %u's registry does not list fd %u (inode %u) as exported: a stale or forged "
+                  "handle, not duplicated",
+                  rec->pid, fd, ino);
+        return BYVAL_E_FDKIND;
+    }
+    return BYVAL_OK;
 }

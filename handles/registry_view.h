@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "handles/registry.h"
+#include "handles/resolve.h"
 #include "handles/wire.h"
 
 typedef struct byval_reg_view byval_reg_view_t;
@@ -48,6 +49,14 @@ void byval_reg_view_put(byval_reg_view_t *v);
  * NULL when the registry lists no such live export (freed already). */
 const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
                                uint64_t *serial_p);
+
+/* 1 when the registry lists fd (inode low 32 bits ino) as exported now. */
+int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino);
+
+/* The evidence check (resolve.h's byval_evidence_fn) the library installs:
+ * the exporter behind pidfd publishes a registry that lists fd. */
+byval_status_t byval_reg_evidence(const byval_record_t *rec, int pidfd, uint32_t fd, uint32_t ino,
+                                  char *msg, size_t msglen);
 
 /* 1 while the export found as (word, serial) is live. One load: what a
  * cache hit pays to refuse memory the exporter freed. */

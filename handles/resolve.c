@@ -260,6 +260,20 @@ static byval_status_t open_pidfd(const byval_record_t *rec, int *pidfd_p, char *
     return st;
 }
 
+static byval_evidence_fn evidence;
+
+void byval_resolve_set_evidence(byval_evidence_fn fn)
+{
+    __atomic_store_n(&evidence, fn, __ATOMIC_RELEASE);
+}
+
+byval_status_t byval_export_evidence(const byval_record_t *rec, int pidfd, uint32_t fd,
+                                     uint32_t ino, char *msg, size_t msglen)
+{
+    byval_evidence_fn fn = __atomic_load_n(&evidence, __ATOMIC_ACQUIRE);
+    return fn ? fn(rec, pidfd, fd, ino, msg, msglen) : BYVAL_OK;
+}
+
 byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                                 int *pidfd_p, char *msg, size_t msglen)
 {
@@ -302,8 +316,12 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *s
     st = byval_check_identity(rec, pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_pidfd;
-    /* The fd's kind before duplicating it (fdcheck.c): never a file that
-     * could block us or whose locks a close would drop. */
+    /* That it exported the fd (its registry), then the fd's kind before
+     * duplicating it (fdcheck.c): never a file that could block us or
+     * whose locks a close would drop. */
+    st = byval_export_evidence(rec, pidfd, rec->fd, rec->fd_ino, msg, msglen);
+    if (st != BYVAL_OK)
+        goto err_pidfd;
     byval_fd_seen_t seen;
     byval_obj_t obj = byval_record_obj(rec, rec->fd);
     st = byval_fd_precheck(pidfd, rec->pid, rec->fd, rec->fd_ino, rec->size, obj, &seen, msg,

@@ -102,6 +102,21 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
 byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                 uint64_t size, int *fd_p, char *msg, size_t msglen);
 
+/*
+ * Evidence that the exporter exported fd (inode low 32 bits ino) before
+ * anything duplicates it: pidfd_getfd can duplicate any fd of a process
+ * we may ptrace, whether it exported it or not, and closing that
+ * duplicate drops our POSIX locks on its file. The library installs the
+ * exporter registry's check (registry_view.c); without one (the unit
+ * tests of this layer) nothing more than the fd's kind is proven.
+ */
+typedef byval_status_t (*byval_evidence_fn)(const byval_record_t *rec, int pidfd, uint32_t fd,
+                                            uint32_t ino, char *msg, size_t msglen);
+void byval_resolve_set_evidence(byval_evidence_fn fn);
+/* Run the installed check (BYVAL_OK when none). */
+byval_status_t byval_export_evidence(const byval_record_t *rec, int pidfd, uint32_t fd,
+                                     uint32_t ino, char *msg, size_t msglen);
+
 /* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
 int byval_pidfd_exited(int pidfd);
 

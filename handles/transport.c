@@ -231,8 +231,14 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
     int sock = mode == BYVAL_MODE_SOCKET ||
                (mode == BYVAL_MODE_AUTO && (pidfd < 0 || peer_get(rec).via == BYVAL_VIA_SOCKET));
     if (!sock) {
-        byval_status_t st = byval_getfd_obj(pidfd, rec->pid, fd, fd_ino, size, obj, fd_p, msg,
-                                            msglen);
+        /* Our own objects (registry, pipe) prove themselves; memory and
+         * manifests must be exported ones. */
+        byval_status_t st = obj == BYVAL_OBJ_MEMORY || obj == BYVAL_OBJ_MANIFEST
+                                ? byval_export_evidence(rec, pidfd, fd, fd_ino, msg, msglen)
+                                : BYVAL_OK;
+        if (st != BYVAL_OK)
+            return st;
+        st = byval_getfd_obj(pidfd, rec->pid, fd, fd_ino, size, obj, fd_p, msg, msglen);
         /* auto forgot the exporter meanwhile (table overwritten): the
          * pidfd came from the socket, which still serves. */
         if (mode != BYVAL_MODE_AUTO || (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS))

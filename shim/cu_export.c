@@ -51,12 +51,21 @@ static byval_lru_t *export_cache;
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 static size_t export_live; /* entries, to skip scans on every cuMemFree */
 
+/* The registry key of a reservation's chunk fds (manifest key, chunk kind):
+ * importers need them listed before they duplicate them. */
+static uint64_t chunks_key(uint64_t manifest_key)
+{
+    return BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, manifest_key);
+}
+
 static void export_release(cu_export_t *e)
 {
     if (!e)
         return;
-    if (e->reg_key) /* importers release their closed mappings of it */
+    if (e->reg_key) { /* importers release their closed mappings of it */
         byval_export_unpublish(e->reg_key, e->reg_ino);
+        byval_export_unpublish(chunks_key(e->reg_key), 0);
+    }
     for (uint32_t i = 0; i < e->nchunks; i++) {
         if (e->fds[i] >= 0) {
             byval_export_withdraw(e->fds[i]);
@@ -256,6 +265,9 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     e->reg_key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id);
     e->reg_ino = rec.fd_ino;
     byval_export_publish(e->reg_key, e->reg_ino, rec.fd, reserve_size);
+    for (uint32_t i = 0; i < e->nchunks; i++)
+        byval_export_publish(chunks_key(e->reg_key), (uint32_t)byval_fd_inode(e->fds[i]),
+                             (uint32_t)e->fds[i], 0);
     byval_lru_ref_t ref = 0;
     int ins = byval_lru_insert_ref(export_cache, &key, e, &existing, &ref);
     if (ins == BYVAL_LRU_OK) {

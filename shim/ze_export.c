@@ -170,7 +170,13 @@ static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *
     if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
         rec.size = (uint64_t)size;
     rec.device = device_ordinal(dev);
-    return byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK ? 0 : -1;
+    if (byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK)
+        return -1;
+    /* Importers duplicate only what the registry lists, and hear of its
+     * free from it: withdrawn at eviction or zeMemFree. */
+    byval_export_publish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino, rec.fd,
+                         rec.size);
+    return 0;
 }
 
 int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
@@ -259,18 +265,8 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
     e->ctx = ctx;
     e->handle = *handle;
     void *existing;
-    uint64_t rkey;
-    uint32_t ino;
-    /* Published before a racing free can evict it, withdrawn again when
-     * the cache does not keep it (only what a free will withdraw stays). */
-    int reg = export_reg_key(e, &rkey, &ino) == 0;
-    if (reg)
-        byval_export_publish(rkey, ino, (uint32_t)byval_ze_handle_fd(h), 0);
-    if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK) {
-        free(e); /* another thread exported it first, or cache full */
-        if (reg)
-            byval_export_unpublish(rkey, ino);
-    }
+    if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK)
+        free(e); /* another thread exported it first, or cache full: zeMemFree withdraws it */
     return r;
 }
 
@@ -290,6 +286,13 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
 {
     if (!export_cache || !ptr)
         return;
+    /* Exports the cache does not hold (zexMemGetIpcHandles, a lost race)
+     * are withdrawn by the allocation's id: one driver query, only while
+     * something is published. */
+    uint64_t id;
+    ze_device_handle_t dev = NULL;
+    if (byval_registry_live() && byval_ze_alloc_props((ze_context_handle_t)ctx, ptr, &id, &dev) == 0)
+        byval_export_unpublish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id), 0);
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
     if (byval_lru_remove(export_cache, &key) == BYVAL_LRU_OK)
         BYVAL_STAT_INC(frees);

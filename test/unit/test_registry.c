@@ -185,12 +185,44 @@ static void test_no_registry_no_view(void **state)
     close(out[0]);
 }
 
+/* Issue 15 item 4: a forged record naming an fd its process did not
+ * export (a memfd of the right kind and inode) is refused before any
+ * duplicate; the same fd once published is accepted. */
+static void test_evidence_before_duplicating(void **state)
+{
+    BYVAL_NEED(no_pidfd());
+    int cmd[2], out[2], pidfd;
+    byval_record_t rec;
+    pid_t pid = exporter(cmd, out, 1); /* publishes KEY for fd 3, inode 5 */
+    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec.pid, 0);
+    assert_true(pidfd >= 0);
+    char msg[512] = "";
+    /* fd 3 with inode 5 is what it published; anything else is not. */
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 5, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 4, 5, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    printf("refused: %s\n", msg);
+    assert_non_null(strstr(msg, "does not list fd 4"));
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 6, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    char c = 'r'; /* withdrawn: no longer evidence */
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    assert_int_equal(read(out[0], &c, 1), 1);
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 5, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    c = 'x';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    waitpid(pid, NULL, 0);
+    close(pidfd);
+    close(cmd[1]);
+    close(out[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_reaches_an_idle_importer_within_10ms),
         cmocka_unit_test(test_exec_ends_the_image),
         cmocka_unit_test(test_no_registry_no_view),
+        cmocka_unit_test(test_evidence_before_duplicating),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
