@@ -11,7 +11,9 @@
  *                 new one (the driver hands out the same handle value) and
  *                 opens again;
  *   reset         resets the primary context (cudaDeviceReset), retains
- *                 it again (the same handle value) and opens again.
+ *                 it again (the same handle value) and opens again;
+ *   three         three allocations, all open at once, then closed (with
+ *                 IPCBYVAL_CACHE_SIZE=2 the third is handed out uncached).
  * Knows nothing about ipcbyval. Prints "OK cu_life ..." or "FAILED ...".
  */
 #include <cuda.h>
@@ -66,6 +68,22 @@ static int importer(int rfd, const char *kase)
         return 1;
     TRY(cuInit(0));
     TRY(cuDeviceGet(&dev, 0));
+    if (!strcmp(kase, "three")) { /* all open at once (IPCBYVAL_CACHE_SIZE=2) */
+        CUipcMemHandle hs[3] = {h};
+        CUdeviceptr ps[3];
+        TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+        TRY(cuCtxSetCurrent(ctx));
+        for (int i = 1; i < 3; i++)
+            if (read(rfd, &hs[i], sizeof(hs[i])) != sizeof(hs[i]))
+                return 1;
+        for (int i = 0; i < 3; i++)
+            if (open_check(&hs[i], &ps[i]))
+                return 1;
+        for (int i = 0; i < 3; i++)
+            TRY(cuIpcCloseMemHandle(ps[i]));
+        printf("cu_life: three handles open at once and closed\n");
+        return 0;
+    }
     if (!strcmp(kase, "context")) {
         TRY(cuCtxCreate_v2(&ctx, 0, dev));
     } else {
@@ -98,6 +116,40 @@ static int importer(int rfd, const char *kase)
     return 0;
 }
 
+/* "three" shares three allocations, kept open at once by the importer. */
+static int nhandles(const char *kase)
+{
+    return strcmp(kase, "three") ? 1 : 3;
+}
+
+/* A new allocation with the pattern, and its handle. */
+static int share(int vmm, CUipcMemHandle *h)
+{
+    CUdeviceptr p = 0;
+    size_t len = SIZE;
+    if (vmm) {
+        CUmemGenericAllocationHandle gh;
+        CUmemAllocationProp prop;
+        CUmemAccessDesc acc;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        TRY(cuMemAddressReserve(&p, len, 0, 0, 0));
+        TRY(cuMemCreate(&gh, len, &prop, 0));
+        TRY(cuMemMap(p, len, 0, gh, 0));
+        memset(&acc, 0, sizeof(acc));
+        acc.location = prop.location;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        TRY(cuMemSetAccess(p, len, &acc, 1));
+    } else {
+        TRY(cuMemAlloc_v2(&p, len));
+    }
+    TRY(cuMemcpyHtoD_v2(p, pattern, SIZE));
+    TRY(cuIpcGetMemHandle(h, p));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *kase = argc > 2 && !strcmp(argv[1], "--case") ? argv[2] : "double-close";
@@ -120,35 +172,15 @@ int main(int argc, char **argv)
     close(done[1]);
     CUdevice dev;
     CUcontext ctx;
-    CUdeviceptr p = 0;
-    CUipcMemHandle h;
-    CUmemGenericAllocationHandle gh;
-    size_t len = SIZE;
     TRY(cuInit(0));
     TRY(cuDeviceGet(&dev, 0));
     TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
     TRY(cuCtxSetCurrent(ctx));
-    if (vmm) {
-        CUmemAllocationProp prop;
-        CUmemAccessDesc acc;
-        memset(&prop, 0, sizeof(prop));
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        TRY(cuMemAddressReserve(&p, len, 0, 0, 0));
-        TRY(cuMemCreate(&gh, len, &prop, 0));
-        TRY(cuMemMap(p, len, 0, gh, 0));
-        memset(&acc, 0, sizeof(acc));
-        acc.location = prop.location;
-        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        TRY(cuMemSetAccess(p, len, &acc, 1));
-    } else {
-        TRY(cuMemAlloc_v2(&p, len));
+    for (int i = 0; i < nhandles(kase); i++) {
+        CUipcMemHandle h;
+        if (share(vmm, &h) || write(pfd[1], &h, sizeof(h)) != sizeof(h))
+            return 1;
     }
-    TRY(cuMemcpyHtoD_v2(p, pattern, SIZE));
-    TRY(cuIpcGetMemHandle(&h, p));
-    if (write(pfd[1], &h, sizeof(h)) != sizeof(h))
-        return 1;
     int rc = 1, st = 0;
     if (read(done[0], &rc, sizeof(rc)) != sizeof(rc))
         rc = 1;

@@ -8,6 +8,7 @@
 #   allocation ids that repeat: never the freed allocation's data
 #   double close: the driver's error, and the next open works
 #   context destroy + create (same handle value), primary context reset
+#   more mappings open at once than the cache holds
 . "$(dirname "$0")/lib.sh"
 ZL="$APPS/ze_life" CL="$BUILD/test/cudadrv/cu_life"
 need "$LIB" "$ZEDRV" "$ZL"
@@ -53,6 +54,12 @@ if [ -x "$CL" ]; then
         expect_ok "CUDA $c (VMM, by value only)" "$L/cu-life-$c-vmm.log" \
             "$RUN" "$CL" --case "$c" --mem vmm
     done
+    both "CUDA three legacy handles open at once, cache of 2" "$L/cu-life-three.log" \
+        "$CL" --case three --mem legacy -- env IPCBYVAL_CACHE_SIZE=2 "$CL" --case three --mem legacy
+    # The cache full of open mappings hands the third out uncached (it
+    # failed with CUDA_ERROR_OUT_OF_MEMORY).
+    IPCBYVAL_CACHE_SIZE=2 expect_ok "CUDA three VMM handles open at once, cache of 2" \
+        "$L/cu-life-three-vmm.log" "$RUN" "$CL" --case three --mem vmm
 else
     skip "CUDA lifetimes" "cu_life not built (no CUDA headers)"
 fi
