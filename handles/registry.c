@@ -114,12 +114,14 @@ static int create_locked(void)
     return 0;
 }
 
-static byval_reg_slot_t *find_locked(uint64_t key, uint32_t ino)
+/* A live slot of key (and ino, and fd, where not 0: a VMM reservation's
+ * chunk fds share a key and, being /dev/nvidiactl files, an inode). */
+static byval_reg_slot_t *find_locked(uint64_t key, uint32_t ino, uint32_t fd)
 {
     uint32_t high = reg.hdr->high;
     for (uint32_t i = 0; i < high; i++) {
         byval_reg_slot_t *s = &reg.slot[i];
-        if (s->serial && s->key == key && (!ino || s->ino == ino))
+        if (s->serial && s->key == key && (!ino || s->ino == ino) && (!fd || s->fd == fd))
             return s;
     }
     return NULL;
@@ -141,7 +143,7 @@ int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
     pthread_mutex_lock(&reg.lock);
     if (create_locked() != 0)
         goto out;
-    if (find_locked(key, ino)) {
+    if (find_locked(key, ino, fd)) {
         rc = 0;
         goto out;
     }
@@ -193,7 +195,7 @@ void byval_registry_remove(uint64_t key, uint32_t ino)
     pthread_mutex_lock(&reg.lock);
     if (reg.hdr) {
         int any = 0;
-        for (byval_reg_slot_t *s; (s = find_locked(key, ino)) != NULL; any = 1) {
+        for (byval_reg_slot_t *s; (s = find_locked(key, ino, 0)) != NULL; any = 1) {
             __atomic_store_n(&s->serial, 0, __ATOMIC_RELEASE);
             __atomic_sub_fetch(&reg.live, 1, __ATOMIC_RELAXED);
         }

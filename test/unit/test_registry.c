@@ -64,12 +64,19 @@ static pid_t exporter(int cmd[2], int out[2], int publish)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    close(cmd[1]); /* a parent that fails an assert: EOF here, no orphan */
+    close(out[0]);
     byval_self_t self;
     byval_record_t rec = {0};
     byval_self_get(&self);
     byval_record_set_exporter(&rec, &self);
-    if (publish)
+    if (publish) {
         byval_registry_add(KEY, 5, 3, 4096);
+        /* A VMM reservation's chunks: one key, and on a real GPU one
+         * inode for every fd (/dev/nvidiactl). */
+        byval_registry_add(KEY + 1, 9, 7, 0);
+        byval_registry_add(KEY + 1, 9, 8, 0);
+    }
     (void)!write(out[1], &rec, sizeof(rec));
     for (char c; read(cmd[0], &c, 1) == 1;) {
         if (c == 'r')
@@ -204,6 +211,9 @@ static void test_evidence_before_duplicating(void **state)
     printf("refused: %s\n", msg);
     assert_non_null(strstr(msg, "does not list fd 4"));
     assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 6, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    /* Every chunk fd of one key and inode is listed (only the first was). */
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 7, 9, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(byval_reg_evidence(&rec, pidfd, 8, 9, msg, sizeof(msg)), BYVAL_OK);
     char c = 'r'; /* withdrawn: no longer evidence */
     assert_int_equal(write(cmd[1], &c, 1), 1);
     assert_int_equal(read(out[0], &c, 1), 1);
