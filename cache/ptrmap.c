@@ -128,14 +128,16 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     byval_spin_lock(&m->lock);
     size_t i = find(m, ptr);
     slot_t *s = slot_at(m, i);
-    if (s->ptr && s->count == 0 && (memcmp(s->key, key, m->key_len) != 0 || s->value != value)) {
-        /* A kept closed pointer of a mapping released without a drop:
-         * the new one at that address replaces it. */
-        memcpy(s->key, key, m->key_len);
-        s->value = value;
-    }
     if (s->ptr) {
-        if (memcmp(s->key, key, m->key_len) == 0 && s->value == value)
+        int same = s->value == value && memcmp(s->key, key, m->key_len) == 0;
+        if (!same && s->count == 0) {
+            /* A kept closed pointer of a mapping released without a drop:
+             * the new one at that address replaces it. */
+            memcpy(s->key, key, m->key_len);
+            s->value = value;
+            same = 1;
+        }
+        if (same)
             n = ++s->count;
     } else if ((m->used + 1) * 2 <= m->nslots || grow(m) == 0) {
         s = slot_at(m, find(m, ptr));
