@@ -28,6 +28,7 @@
  * exited, and importers would wait for an answer nobody gives) and forgets
  * the offers: its own first offer starts its own server under its name.
  */
+#include "handles/bgthread.h"
 #include "handles/broker.h"
 
 #include <errno.h>
@@ -373,18 +374,7 @@ static int broker_start_locked(void)
     if (efd < 0 || epoll_ctl(efd, EPOLL_CTL_ADD, lfd, &ev) != 0)
         goto err_sock;
     br.epoll_fd = efd;
-    /* The thread must not take the application's signals. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, broker_thread, (void *)(intptr_t)lfd);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = byval_bgthread_start(broker_thread, (void *)(intptr_t)lfd, NULL);
     if (rc != 0) {
         errno = rc;
         goto err_sock;

@@ -55,6 +55,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "handles/bgthread.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 
@@ -472,18 +473,7 @@ int byval_fd_release(int fd)
         __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
         return -1;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, release_thread, (void *)(intptr_t)fd);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (byval_bgthread_start(release_thread, (void *)(intptr_t)fd, NULL) != 0) {
         __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
         return -1; /* kept open, as above */
     }

@@ -3,7 +3,7 @@
 # pidfd resolution (resolve.c, fdcheck.c), the exporter registry (registry.c;
 # registry_view.c the importers' reader, registry_watch.c their watcher thread); broker*.c and nsxlate.c are the
 # socket fallback and the pid translation, transport.c the policy over all.
-HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
+HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
                handles/registry.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c handles/registry_view.c handles/registry_watch.c
@@ -40,10 +40,23 @@ $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h te
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_DIR := build-fuzz
-HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
-               handles/registry.c
-TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/broker_proto.c handles/nsxlate.c \
-                 handles/transport.c handles/registry_view.c handles/registry_watch.c
+FUZZ_FLAGS := -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := fuzz_wire fuzz_manifest fuzz_broker_req
+FUZZ_SRC_fuzz_wire := handles/wire.c
+FUZZ_SRC_fuzz_broker_req := handles/broker_proto.c
+FUZZ_SRC_fuzz_manifest := handles/manifest.c handles/wire.c
+FUZZ_OPTS_fuzz_manifest := -max_len=24700 # up to a 1024-chunk manifest
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
+
+$(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/manifest.h \
+               handles/module.mk
+	@mkdir -p $(dir $@) $(FUZZ_DIR)/corpus-$*
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC_$*)
+
+$(FUZZ_DIR)/fuzz_wire: handles/wire.c
+$(FUZZ_DIR)/fuzz_broker_req: handles/broker_proto.c
+$(FUZZ_DIR)/fuzz_manifest: handles/manifest.c handles/wire.c
 
 fuzz:
 	@scripts/deps.sh fuzz

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "handles/bgthread.h"
 #include "handles/registry_internal.h"
 #include "handles/resolve_internal.h"
 
@@ -186,18 +187,8 @@ static int watch_start_locked(char *msg, size_t msglen)
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
     }
-    /* Signals stay with the application's threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 64 * 1024);
     pthread_t t;
-    int rc = pthread_create(&t, &a, watch_main, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = byval_bgthread_start(watch_main, NULL, &t);
     if (rc != 0) {
         byval_msg(msg, msglen, "cannot start the release watcher: %s", strerror(rc));
         return -1;
