@@ -29,12 +29,13 @@ const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
         high = BYVAL_REG_SLOTS;
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
-        /* Seqlock read: the serial, the fields, the serial again. */
+        /* Seqlock read: the serial, the fields, the serial again (acquire
+         * loads of the fields keep the second read after them; TSan
+         * cannot follow a fence). */
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (!ser || __atomic_load_n(&s->key, __ATOMIC_RELAXED) != key ||
-            (ino && __atomic_load_n(&s->ino, __ATOMIC_RELAXED) != ino))
+        if (!ser || __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) != key ||
+            (ino && __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) != ino))
             continue;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
             continue;
         *serial_p = ser;
@@ -260,9 +261,9 @@ int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino)
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (ser && __atomic_load_n(&s->fd, __ATOMIC_RELAXED) == fd &&
-            __atomic_load_n(&s->ino, __ATOMIC_RELAXED) == ino &&
-            __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE) == ser)
+        if (ser && __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE) == fd &&
+            __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) == ino &&
+            __atomic_load_n(&s->serial, __ATOMIC_RELAXED) == ser)
             return 1;
     }
     return 0;
