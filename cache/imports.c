@@ -63,7 +63,7 @@ int byval_import_alive(const byval_import_t *m)
 
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker)
 {
-    m->tracker = tracker;
+    __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED); /* read by the watcher thread */
     __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
     __atomic_store_n(&m->live, word, __ATOMIC_RELEASE); /* after the serial */
 }
@@ -72,7 +72,7 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
 static void release(byval_import_t *m)
 {
     const byval_imports_ops_t *ops = m->home->ops;
-    void *tracker = m->tracker;
+    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
     byval_ptrmap_drop_value(g.open_ptrs, m);
     if (LD(&m->counted))
         __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
