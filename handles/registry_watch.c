@@ -203,7 +203,7 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
     byval_reg_view_t *found = NULL;
     pthread_mutex_lock(&w.lock);
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!v->gone && v->pid == pid && v->pidns == pidns && v->identity == identity) {
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
             v->refs++;
             found = v;
         }
@@ -226,7 +226,8 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&w.lock);
     for (byval_reg_view_t *o = w.head; o; o = o->next)
-        if (!o->gone && o->pid == v->pid && o->pidns == v->pidns && o->identity == v->identity) {
+        if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
+            o->identity == v->identity) {
             o->refs++;
             pthread_mutex_unlock(&w.lock);
             byval_reg_view_free(v);
