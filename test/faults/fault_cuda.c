@@ -208,7 +208,7 @@ int main(int argc, char **argv)
         waitpid(drain, NULL, 0);
         unlink(fifo);
     }
-    const char *warm = getenv("FAULT_CUDA_WARM") ? ", libcuda resolved before forking (TSan)" : "";
+    const char *warm = getenv("FAULT_CUDA_WARM") ? ", libcuda resolved before forking (sanitizer build)" : "";
     char det[240];
     snprintf(det, sizeof(det), "%d trials, %d forks while a thread initialises and logs%s%s: %d "
              "children hung in %d trials, %d trials failed to start", trials, forks,
