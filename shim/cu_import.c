@@ -15,7 +15,6 @@
  * free or exit, the context's destruction or a budget release it.
  */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,25 +97,10 @@ static void import_init(void)
     vmm_cache = byval_track_cache(&vmm_ops);
 }
 
-/* Log the first failure of each kind at error level, the rest at debug:
- * a loop that keeps failing must not flood the job's output. */
-static void vmm_log_failure(byval_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void vmm_log_failure(byval_status_t st, const char *fmt, ...)
-{
-    static int seen[BYVAL_E_SYS + 2];
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    int k = st <= BYVAL_E_SYS ? (int)st : BYVAL_E_SYS + 1;
-    int first = !__atomic_exchange_n(&seen[k], 1, __ATOMIC_RELAXED);
-    if (first)
-        BYVAL_LOG_ERROR("cuIpcOpenMemHandle: %s", msg);
-    else
-        BYVAL_LOG_DEBUG("cuIpcOpenMemHandle: %s", msg);
-}
+/* One error line per kind of failure (shim/log.h). */
+static int vmm_seen[BYVAL_E_SYS + 2];
+#define vmm_log_failure(st, ...)                                                               \
+    byval_log_once_per_kind(vmm_seen, BYVAL_E_SYS + 2, (int)(st), "cuIpcOpenMemHandle", __VA_ARGS__)
 
 /* vmm_map's work; the time of fd fetches and driver imports goes to
  * *fetch_ns and *import_ns. */

@@ -111,3 +111,19 @@ void byval_log_double_close(const char *api, const void *ptr)
         byval_log(lvl, NULL, "%s(%p): not open (closed already): the driver's error is returned "
                   "and the cached mapping is left alone", api, ptr);
 }
+
+void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt,
+                             ...)
+{
+    char msg[600];
+    va_list ap;
+    int k = kind >= 0 && kind < nkinds ? kind : nkinds - 1;
+    int lvl = __atomic_exchange_n(&seen[k], 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG
+                                                                 : BYVAL_LOG_LVL_ERROR;
+    if (byval_log_level < lvl)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    byval_log(lvl, NULL, "%s: %s", api, msg);
+}

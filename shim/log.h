@@ -38,6 +38,13 @@ const char *byval_log_rank(void);
 #define BYVAL_LOG_INFO(...) BYVAL_LOG_(BYVAL_LOG_LVL_INFO, __VA_ARGS__)
 #define BYVAL_LOG_DEBUG(...) BYVAL_LOG_(BYVAL_LOG_LVL_DEBUG, __VA_ARGS__)
 
+/* "api: message" at error level the first time each kind is seen, at
+ * debug level after (a loop that keeps failing must not flood the job's
+ * output). seen: the caller's flags, nkinds of them; a kind out of range
+ * uses the last. */
+void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt,
+                             ...) __attribute__((format(printf, 5, 6)));
+
 /* A close of a pointer that is open no more (a double close): the API's
  * error is returned and the cached mapping left alone. One warning per
  * process, then debug lines: a loop must not flood the job's output. */

@@ -104,16 +104,11 @@ static void import_init(void)
         BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
 }
 
-/* Log the first failure of each kind at error level, the rest at debug:
- * a loop that keeps failing must not flood the job's output. */
+/* One error line per kind of failure (shim/log.h). */
 static void import_log_failure(byval_status_t st, const char *msg)
 {
-    static int seen[BYVAL_E_SYS + 1];
-    int first = st <= BYVAL_E_SYS && !__atomic_exchange_n(&seen[st], 1, __ATOMIC_RELAXED);
-    if (first)
-        BYVAL_LOG_ERROR("zeMemOpenIpcHandle: %s", msg);
-    else
-        BYVAL_LOG_DEBUG("zeMemOpenIpcHandle: %s", msg);
+    static int seen[BYVAL_E_SYS + 2];
+    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, "zeMemOpenIpcHandle", "%s", msg);
 }
 
 static ze_result_t status_to_ze(byval_status_t st)
