@@ -29,6 +29,10 @@
  * can reach the fd. */
 int byval_broker_offer(int fd);
 
+/* Exporter: make sure the server runs (for the fds the registry lists,
+ * registry.h), offering nothing. 0, or -1 with errno as above. */
+int byval_broker_serve(void);
+
 /* Exporter: stop serving fd. Call before closing it: a request already
  * past the check gets the object offered at that time (a duplicate made
  * under the lock), never whatever reuses the number. */
@@ -48,6 +52,14 @@ byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32
  * caller can watch it for the exporter's exit as on the pidfd path. */
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen);
+
+/* Importer: pidfd_getfd(fd) of the process rec names (its pid, pidns,
+ * boot and identity; nothing else of rec is used) was refused by the
+ * kernel: ask that process's broker for the fd it registered as exported
+ * under that number (registry.h). The listener is proven to be that
+ * process as for any fetch; *fd_p is O_CLOEXEC, as pidfd_getfd's. */
+byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
+                                   size_t msglen);
 
 /* Fds served and peers refused (wrong uid), for tests and stats. */
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p);

@@ -126,6 +126,13 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
                   rec->pid, fd);
         return BYVAL_E_BADFD;
     case -ESTALE:
+        if (fd_ino == 0) { /* a rescue: the registry's proof failed */
+            byval_msg(msg, msglen,
+                      "exporter pid %u no longer holds the open file it exported as fd %u "
+                      "(closed, or the number reused since)",
+                      rec->pid, fd);
+            return BYVAL_E_FDKIND;
+        }
         byval_msg(msg, msglen,
                   "exporter pid %u serves fd %u, but it holds another object than the handle "
                   "describes (inode low bits != %u): a stale or forged handle",
@@ -271,9 +278,9 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
 
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
-static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                              int64_t deadline, int *got_p, int *pidfd_p, int *busy_p, char *msg,
-                              size_t msglen)
+static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_t fd,
+                              uint32_t fd_ino, int64_t deadline, int *got_p, int *pidfd_p,
+                              int *busy_p, char *msg, size_t msglen)
 {
     struct sockaddr_un a;
     int pidfd = -1, got = -1;
@@ -312,7 +319,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t f
     st = check_listener(s, rec, name, &pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_sock;
-    struct broker_req req = {BROKER_MAGIC, fd, fd_ino};
+    struct broker_req req = {magic, fd, fd_ino};
     size_t sent = 0;
     int send_err = 0;
     while (sent < sizeof(req)) {
@@ -340,10 +347,12 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t fd, uint32_t f
     if (st != BYVAL_OK)
         goto err_got;
     /* From the cached attributes: a hostile exporter may send a file whose
-     * file system never answers (fdcheck.c). */
+     * file system never answers (fdcheck.c). A rescue has no claim to check:
+     * it gets what the named process holds at that number, as pidfd_getfd. */
     struct statx sst;
-    if (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
-        (uint32_t)sst.stx_ino != fd_ino) {
+    if (magic == BROKER_MAGIC &&
+        (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
+         (uint32_t)sst.stx_ino != fd_ino)) {
         byval_msg(msg, msglen,
                   "fd %u from exporter pid %u over the socket is another object than the handle "
                   "describes (inode low bits != %u), not used",
@@ -366,8 +375,8 @@ err_sock:
     return st;
 }
 
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t fd,
+                            uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg, size_t msglen)
 {
     int pidfd = -1, busy;
     *fd_p = -1;
@@ -381,7 +390,7 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
-        st = attempt(rec, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
+        st = attempt(rec, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
         int64_t left = deadline - now_ms();
         if (!busy || left <= 0)
             break;
@@ -396,8 +405,20 @@ byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, 
     return BYVAL_OK;
 }
 
+byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+{
+    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg, msglen);
+}
+
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen)
 {
-    return byval_broker_fetch_pidfd(rec, fd, fd_ino, fd_p, NULL, msg, msglen);
+    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, msg, msglen);
+}
+
+byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
+                                   size_t msglen)
+{
+    return fetch(rec, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
 }

@@ -15,8 +15,15 @@
 #include "handles/resolve_internal.h"
 
 /* One request per connection: {magic, fd, fd_ino} in, {magic, status} out
- * (status 0 or a negative errno; the fd rides along when it is 0). */
+ * (status 0 or a negative errno; the fd rides along when it is 0).
+ * BROKER_MAGIC asks for an fd ipcbyval offered, checked against fd_ino (a
+ * by-value handle's); BROKER_MAGIC_RESCUE asks, for a pidfd_getfd the
+ * kernel refused, for an fd number the registry lists as exported (fd_ino
+ * is 0: the exporter proves the object itself, registry_fds.c). The
+ * answer's magic is always BROKER_MAGIC. The first three bytes of both are
+ * the same ("bvB"). */
 #define BROKER_MAGIC 0x31427662u
+#define BROKER_MAGIC_RESCUE 0x52427662u
 
 struct broker_req {
     uint32_t magic, fd, fd_ino;

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
+#include "handles/registry.h"
 
 #define BROKER_MAX_FDS 65536
 /* Connections waiting for their request. Each costs the exporter one fd,
@@ -128,11 +129,16 @@ static int offered_locked(int fd)
     return 0;
 }
 
-/* Status for req, with *dup_p a duplicate of the offered fd when 0. */
+/* Status for req, with *dup_p a duplicate of the offered fd when 0. A
+ * rescue (a pidfd_getfd the kernel refused the peer) is served only from
+ * the registry of exported fds, which proves the object itself: never an
+ * fd that was merely offered (the registry's own memfd and pipe are). */
 static int32_t lookup_dup(const struct broker_req *req, int *dup_p)
 {
     struct stat st;
     int32_t status = -EBADF;
+    if (req->magic == BROKER_MAGIC_RESCUE)
+        return byval_registry_dup_fd((int)req->fd, dup_p);
     pthread_mutex_lock(&br.lock);
     if (req->fd <= INT32_MAX && offered_locked((int)req->fd) && fstat((int)req->fd, &st) == 0) {
         if ((uint32_t)st.st_ino != req->fd_ino)
@@ -407,6 +413,19 @@ int byval_broker_offer(int fd)
             errno = ENOSPC;
         }
     }
+    int err = errno;
+    pthread_mutex_unlock(&br.lock);
+    errno = err;
+    return rc;
+}
+
+int byval_broker_serve(void)
+{
+    int rc = 0;
+    pthread_once(&br_once, broker_once);
+    pthread_mutex_lock(&br.lock);
+    if (br.listen_fd < 0 && broker_start_locked() != 0)
+        rc = -1;
     int err = errno;
     pthread_mutex_unlock(&br.lock);
     errno = err;

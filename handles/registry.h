@@ -86,6 +86,25 @@ unsigned byval_registry_live(void);
  * the socket broker. */
 int byval_registry_fds(int *memfd_p, int *pipe_rd_p);
 
+/* ---- exporter side, by fd (registry_fds.c) ------------------------------
+ * fd was handed out as exported GPU memory (ours or the application's):
+ * the socket broker may serve that number to a peer whose pidfd_getfd the
+ * kernel refused, for as long as it refers to the same open file. 0, or -1
+ * with errno: ENOTSUP when the file can be proven neither by epoll nor by
+ * its inode (see registry_fds.c), ENOSPC when the table is full of live
+ * exports. Registering a number again is a no-op (or a new export when the
+ * number now holds another file). */
+int byval_registry_add_fd(int fd);
+
+/* Broker: *dup_p = a duplicate (O_CLOEXEC) of fd when it is registered and
+ * still the exported open file; returns 0, -EBADF (never registered),
+ * -ESTALE (closed or reused since: dropped), or -errno of the duplicate. */
+int byval_registry_dup_fd(int fd, int *dup_p);
+
+/* Registered numbers (tests), and requests served and refused. */
+unsigned byval_registry_fds_live(void);
+void byval_registry_fd_counts(uint64_t *served_p, uint64_t *refused_p);
+
 /* fork(): the registry holds its lock across fork; the child forgets the
  * parent's registry (its own exports start a new one). */
 

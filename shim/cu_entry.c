@@ -18,6 +18,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/symbols.h"
+#include "shim/transport.h"
 
 #define CU_EXPORT __attribute__((visibility("default")))
 
@@ -100,6 +101,22 @@ CU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     return r;
 }
 
+/* An application's own VMM export (PyTorch expandable segments, UCX):
+ * its peer fetches the fd with its own pidfd_getfd, which the kernel may
+ * refuse; registered, the fd can then be served by our broker instead
+ * (shim/syscall.c, handles/registry_fds.c). */
+CU_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                                CUmemAllocationHandleType type,
+                                                unsigned long long flags)
+{
+    REAL_OR_FAIL(export_shareable);
+    CUresult r = rl->export_shareable(shareable, handle, type, flags);
+    if (r == CUDA_SUCCESS && type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareable &&
+        byval_init() && byval_cfg.cuda)
+        byval_export_register_fd(*(int *)shareable);
+    return r;
+}
+
 /* Our wrapper for (symbol, requested version), NULL if not ours. */
 static void *cu_wrapper_for(const char *symbol, int version)
 {
@@ -121,6 +138,8 @@ static void *cu_wrapper_for(const char *symbol, int version)
         return (void *)cuMemUnmap;
     if (strcmp(symbol, "cuMemMap") == 0)
         return (void *)cuMemMap;
+    if (strcmp(symbol, "cuMemExportToShareableHandle") == 0)
+        return (void *)cuMemExportToShareableHandle;
     return byval_cu_ctx_wrapper_for(symbol, version);
 }
 

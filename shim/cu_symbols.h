@@ -14,6 +14,7 @@
     X(cuMemRelease)                    \
     X(cuMemUnmap)                      \
     X(cuMemMap)                        \
+    X(cuMemExportToShareableHandle)    \
     X(cuCtxDestroy)                    \
     X(cuCtxDestroy_v2)                 \
     X(cuDevicePrimaryCtxRetain)        \

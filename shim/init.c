@@ -20,6 +20,7 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_enabled;
+static int init_done; /* init_run finished (read atomically) */
 /* >0 while this thread runs ipcbyval code. Initial-exec: read on every
  * wrapped call, and the default model for a shared object's TLS calls
  * __tls_get_addr each time; a preloaded library gets static TLS. */
@@ -58,6 +59,7 @@ static void init_run(void)
     BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
                    init_enabled ? "enabled" : "disabled: pure pass-through", byval_cfg.ze,
                    byval_cfg.cuda, byval_cfg.cache_size, byval_cfg.export_cache_size);
+    __atomic_store_n(&init_done, 1, __ATOMIC_RELEASE);
     init_depth--;
 }
 
@@ -66,6 +68,15 @@ int byval_init(void)
     /* A call made from inside ipcbyval (or during its initialisation)
      * passes straight through: no recursion into our own wrappers. */
     if (init_depth)
+        return 0;
+    pthread_once(&init_once, init_run);
+    return init_enabled;
+}
+
+int byval_enabled(void)
+{
+    /* Inside our own initialisation, pthread_once would wait for itself. */
+    if (init_depth && !__atomic_load_n(&init_done, __ATOMIC_ACQUIRE))
         return 0;
     pthread_once(&init_once, init_run);
     return init_enabled;

@@ -10,6 +10,11 @@
  * ipcbyval is enabled, 0 for pure pass-through. */
 int byval_init(void);
 
+/* Whether ipcbyval is enabled, initialising if needed, also from inside
+ * ipcbyval (a driver's own system call made while we called into it);
+ * 0 only during the initialisation itself. */
+int byval_enabled(void);
+
 /* 1 while the calling thread is inside ipcbyval (wrappers pass through). */
 int byval_in_shim(void);
 

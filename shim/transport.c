@@ -93,6 +93,21 @@ void byval_export_offer(int fd)
         BYVAL_LOG_DEBUG("socket fallback unavailable for fd %d: %m", fd);
 }
 
+void byval_export_register_fd(int fd)
+{
+    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
+        return; /* no broker: nothing will ever be served */
+    if (byval_registry_add_fd(fd) != 0) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            BYVAL_LOG_INFO("exported fd %d cannot be served to peers whose pidfd_getfd is "
+                           "refused: %m (said once)", fd);
+        return;
+    }
+    if (byval_broker_serve() != 0)
+        BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
+}
+
 void byval_export_withdraw(int fd)
 {
     if (byval_cfg.transport != BYVAL_TRANSPORT_PIDFD)

@@ -35,6 +35,12 @@ byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_
 void byval_export_offer(int fd);
 void byval_export_withdraw(int fd);
 
+/* Exporter side: fd (ours or the application's) was handed out as
+ * exported GPU memory: a peer whose own pidfd_getfd the kernel refuses may
+ * get it from our broker while it stays the same open file (the
+ * pidfd_getfd rescue, handles/registry_fds.c). Starts the broker. */
+void byval_export_register_fd(int fd);
+
 /* Exporter side: publish a live export in this process's registry
  * (handles/registry.h), so that importers can tell when it is freed; the
  * registry's fds are offered to the broker with the first one. */

@@ -162,6 +162,7 @@ static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *
     rec.kind = BYVAL_KIND_ZE_MEM;
     rec.fd = (uint32_t)fd;
     byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
+    byval_export_register_fd((int)fd); /* and for other libraries' own pidfd_getfd */
     rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
     rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
     /* The object's own size (a pool's dma-buf is larger than the
@@ -186,6 +187,8 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
         BYVAL_STAT_INC(export_passthrough);
         if (!layout_is_opaque(h))
             BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
+        else /* the importer's driver fetches fd @0 with its own pidfd_getfd */
+            byval_export_register_fd((int)byval_ze_handle_fd(h));
         return 0;
     }
     if (export_write_record(h, ctx, ptr, alloc_id, dev) != 0) {

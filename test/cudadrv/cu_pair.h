@@ -36,7 +36,11 @@
     X(MemMap, "cuMemMap",                                                             \
       (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
     X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                  \
-    X(MemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))
+    X(MemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+    X(MemExportToShareableHandle, "cuMemExportToShareableHandle",                     \
+      (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
+    X(MemImportFromShareableHandle, "cuMemImportFromShareableHandle",                 \
+      (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))
 
 struct drv {
 #define X(field, sym, args) CUresult (*field) args;

@@ -25,3 +25,14 @@ $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport $(BUILD)/test/u
 		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
+
+# fdshare: PyTorch's expandable-segment pattern (its own pidfd_getfd) on
+# the CUDA double, for the pidfd_getfd rescue (test_rescue.sh).
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+FDSHARE := $(BUILD)/test/transport/fdshare
+TEST_BINS += $(FDSHARE)
+$(FDSHARE): test/transport/fdshare.c test/cudadrv/cu_pair.h $(BUILD)/test/cudadrv/cu_pair_drv.o
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/test/cudadrv/cu_pair_drv.o -ldl
+endif
+INTEG_TESTS += test/transport/test_rescue.sh

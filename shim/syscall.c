@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * syscall.c - the pidfd_getfd rescue, importer side: other libraries'
+ * own pidfd_getfd, refused by the kernel, served by the exporter's broker.
+ *
+ * PyTorch, Intel's driver, UMF, MPICH, oneCCL and UCX fetch a peer's
+ * GPU-memory fd with syscall(SYS_pidfd_getfd, pidfd, fd, 0) from a shared
+ * library, and fail where Yama or a container's seccomp profile refuses it
+ * (EPERM) or the sandbox lacks it (ENOSYS). glibc's syscall() is an
+ * ordinary exported function, so ours wins for every library loaded after
+ * us; glibc's pidfd_getfd() wrapper does not go through syscall() and is
+ * interposed on its own. pidfd_open is not: its refusal cannot be rescued
+ * (there would be no pidfd to name the process), and the pid behind a
+ * pidfd comes from the kernel (handles/rescue.c).
+ *
+ * The rescue runs only after the kernel refused, with the kernel's errno
+ * returned unchanged whenever it cannot help: no broker (the exporter runs
+ * no ipcbyval, or another pid namespace), a number the exporter did not
+ * export, a peer of another uid. IPCBYVAL_TRANSPORT=pidfd and
+ * IPCBYVAL_ENABLE=0 never rescue, and neither do flags != 0 (the kernel
+ * answers EINVAL to those) or ipcbyval's own calls (its transport has its
+ * own fallback).
+ *
+ * Every other system call pays a compare and a tail call (x86-64: an
+ * assembly entry that jumps to the C library's syscall; elsewhere a C
+ * function that forwards six arguments, as glibc's reads six).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "handles/rescue.h"
+#include "handles/resolve_internal.h"
+#include "shim/config.h"
+#include "shim/dlsym_next.h"
+#include "shim/init.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+
+#define BYVAL_EXPORT __attribute__((visibility("default")))
+#define BYVAL_HIDDEN __attribute__((visibility("hidden")))
+
+typedef long (*syscall_fn)(long, ...);
+typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
+
+/* The C library's syscall (the next definition after ours). */
+static syscall_fn next_syscall(void)
+{
+    static syscall_fn fn;
+    syscall_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = (syscall_fn)byval_dlsym_next((const void *)next_syscall, "syscall");
+        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+
+/* Was the call made by ipcbyval itself? Only asked after a refusal. */
+static int own_call(const void *caller)
+{
+    Dl_info us, them;
+    return dladdr((const void *)own_call, &us) && dladdr(caller, &them) &&
+           us.dli_fbase == them.dli_fbase;
+}
+
+static const char *denial(int err)
+{
+    return err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
+                         : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
+}
+
+/* pidfd_getfd(pidfd, fd, flags) failed with err (EPERM or ENOSYS): the
+ * rescued fd, or -1 with errno = err. */
+static long rescue(const void *caller, int pidfd, int fd, unsigned int flags, int err)
+{
+    int got = -1;
+    uint32_t pid = 0;
+    char msg[512];
+    if (flags != 0 || own_call(caller) || !byval_enabled() ||
+        byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+        errno = err;
+        return -1;
+    }
+    byval_status_t st = byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg));
+    if (st != BYVAL_OK) {
+        BYVAL_STAT_INC(rescue_failed);
+        BYVAL_LOG_DEBUG("pidfd_getfd(pid %u, fd %d) refused (%s), not rescued: %s", pid, fd,
+                        denial(err), msg);
+        errno = err;
+        return -1;
+    }
+    BYVAL_STAT_INC(rescued);
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        BYVAL_LOG_INFO("pidfd_getfd(pid %u, fd %d) was refused (%s): the fd was fetched from "
+                       "that process's ipcbyval broker instead (said once; IPCBYVAL_STATS counts "
+                       "them)",
+                       pid, fd, denial(err));
+    else
+        BYVAL_LOG_DEBUG("pidfd_getfd(pid %u, fd %d) rescued", pid, fd);
+    return got;
+}
+
+/* syscall(SYS_pidfd_getfd, ...): the x86-64 entry below jumps here with
+ * the caller's arguments and return address untouched. */
+BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, long a2, long a3,
+                                                            long a4, long a5, long a6)
+{
+    const void *caller = __builtin_return_address(0);
+    syscall_fn next = next_syscall();
+    if (!next) {
+        errno = ENOSYS;
+        return -1;
+    }
+    long r = next(nr, a1, a2, a3, a4, a5, a6);
+    if (r >= 0 || (errno != EPERM && errno != ENOSYS))
+        return r;
+    return rescue(caller, (int)a1, (int)a2, (unsigned int)a3, errno);
+}
+
+#if defined(__x86_64__)
+/* Until the C library's syscall is known, the entry jumps to this, which
+ * finds it and forwards (as a call: before our first use only). */
+static long syscall_first(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    syscall_fn next = next_syscall();
+    if (!next) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return next(nr, a1, a2, a3, a4, a5, a6);
+}
+
+/* Where the entry jumps for any number but pidfd_getfd's. */
+BYVAL_HIDDEN void *byval_syscall_next = (void *)syscall_first;
+
+__attribute__((constructor)) static void syscall_resolve(void)
+{
+    /* Allocation-free (dlsym_next.c), so safe this early. */
+    syscall_fn next = next_syscall();
+    if (next)
+        __atomic_store_n(&byval_syscall_next, (void *)next, __ATOMIC_RELEASE);
+}
+
+/* long syscall(long number, ...): the number is in %rdi; every argument
+ * register and the stack are passed on untouched by a tail jump. */
+__asm__(".text\n"
+        ".globl syscall\n"
+        ".type syscall, @function\n"
+        ".p2align 4\n"
+        "syscall:\n"
+        "    .cfi_startproc\n"
+        "    endbr64\n"
+        "    cmpq $438, %rdi\n" /* SYS_pidfd_getfd */
+        "    je byval_syscall_getfd\n"
+        "    jmp *byval_syscall_next(%rip)\n"
+        "    .cfi_endproc\n"
+        ".size syscall, .-syscall\n");
+_Static_assert(SYS_pidfd_getfd == 438, "the entry compares with 438");
+#else
+/* Elsewhere: six arguments forwarded, as the C library's syscall reads. */
+BYVAL_EXPORT long syscall(long nr, ...)
+{
+    va_list ap;
+    long a[6];
+    va_start(ap, nr);
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_pidfd_getfd)
+        return byval_syscall_getfd(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    syscall_fn next = next_syscall();
+    if (!next) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return next(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+#endif
+
+/* glibc 2.36's own stub, which does not go through syscall(). */
+BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
+{
+    static pidfd_getfd_fn fn;
+    const void *caller = __builtin_return_address(0);
+    pidfd_getfd_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = (pidfd_getfd_fn)byval_dlsym_next((const void *)pidfd_getfd, "pidfd_getfd");
+        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+    }
+    int r;
+    if (f) {
+        r = f(pidfd, targetfd, flags);
+    } else {
+        syscall_fn next = next_syscall(); /* a C library before 2.36 */
+        r = next ? (int)next(SYS_pidfd_getfd, pidfd, targetfd, flags) : (errno = ENOSYS, -1);
+    }
+    if (r >= 0 || (errno != EPERM && errno != ENOSYS))
+        return r;
+    return (int)rescue(caller, pidfd, targetfd, flags, errno);
+}

@@ -1,0 +1,123 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The pidfd_getfd rescue: other libraries' own pidfd_getfd (PyTorch's
+# expandable segments, Intel's driver with opaque handles), refused by the
+# kernel (a seccomp filter standing in for Docker's profile or Yama), served
+# by the exporter's broker when both processes run ipcbyval; and every case
+# where it must stay refused, with the kernel's errno unchanged.
+. "$(dirname "$0")/../integration/lib.sh"
+DENY="$BUILD/test/transport/deny_getfd"
+FS="$BUILD/test/transport/fdshare"
+CU="$BUILD/test/cudadrv"
+L="$BUILD/test-logs"
+need "$LIB" "$DENY"
+"$DENY" true || { skip rescue "seccomp filters not available here"; exit 77; }
+EPERM='pidfd_getfd\(pid [0-9]+, fd [0-9]+\) failed: Operation not permitted \(errno 1\)'
+
+# fdshare exporter and importer, each with its own command prefix:
+#   pair LOG "EXPORTER-ARGS" "IMPORTER-ARGS" -- EXPORTER-PREFIX... -- IMPORTER-PREFIX...
+# The importer's output is LOG, the exporter's LOG.exp; returns the
+# importer's status.
+pair() {
+    local log=$1 eargs=$2 iargs=$3
+    shift 4
+    local exp=() imp=()
+    while [ "$1" != -- ]; do exp+=("$1"); shift; done
+    shift
+    imp=("$@")
+    local d
+    d=$(mktemp -d)
+    chmod 755 "$d"
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH="$CU" timeout 90 "${exp[@]}" "$FS" export "$d" $eargs >"$log.exp" 2>&1 &
+    local ep=$!
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH="$CU" timeout 90 "${imp[@]}" "$FS" import "$d" $iargs >"$log" 2>&1
+    local rc=$?
+    touch "$d/done"
+    wait $ep
+    rm -rf "$d"
+    return $rc
+}
+
+ok() { # NAME LOG PAIR-ARGS...: the importer got the exporter's memory
+    local name=$1 log=$2
+    shift 2
+    if pair "$log" "$@" && grep -q '^OK same object' "$log"; then
+        pass "$name"
+    else
+        fail "$name" "expected the exporter's memory: $(grep -v '^$' "$log" | tail -2 | tr '\n' ' ')"
+    fi
+}
+
+refused() { # NAME LOG WHY PAIR-ARGS...: the importer saw the kernel's EPERM,
+    # and ipcbyval's debug line says why it could not help (WHY, a regex;
+    # empty where no ipcbyval runs in the importer)
+    local name=$1 log=$2 why=$3
+    shift 3
+    if IPCBYVAL_LOG=debug pair "$log" "$@"; then
+        fail "$name" "expected EPERM, got an fd"
+    elif ! grep -qE "$EPERM" "$log"; then
+        fail "$name" "expected EPERM: $(grep -v '^$' "$log" | tail -2 | tr '\n' ' ')"
+    elif [ -n "$why" ] && ! grep -qE "$why" "$log"; then
+        fail "$name" "EPERM, but not because '$why': $(grep 'rescue' "$log" | tail -1)"
+    else
+        pass "$name"
+    fi
+}
+
+if [ -x "$FS" ] && nm -D --defined-only "$LIB" | grep -qw cuMemExportToShareableHandle; then
+    refused "PyTorch's pattern under the denial, without ipcbyval: EPERM (what users report)" \
+        "$L/rs-native.log" "" "" "" -- env -- "$DENY"
+    IPCBYVAL_LOG=info ok "with ipcbyval in both: syscall(SYS_pidfd_getfd) rescued, same memory" \
+        "$L/rs-syscall.log" "" "" -- "$RUN" -- "$DENY" "$RUN"
+    grep -q 'was refused (EPERM: refused by Yama ptrace_scope or a seccomp profile): the fd was fetched' \
+        "$L/rs-syscall.log" && pass "the first rescue is logged, naming the denial" ||
+        fail "rescue logged" "$(grep ipcbyval "$L/rs-syscall.log" | tail -2 | tr '\n' ' ')"
+    if [ "$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$' | awk -F. '{print ($1 > 2 || $2 >= 36)}')" = 1 ]; then
+        ok "glibc's pidfd_getfd() wrapper rescued too" "$L/rs-wrapper.log" "" "--wrapper" \
+            -- "$RUN" -- "$DENY" "$RUN"
+    else
+        skip "pidfd_getfd() wrapper" "glibc before 2.36 has none"
+    fi
+    refused "an fd the exporter never exported stays EPERM" "$L/rs-other.log" 'does not serve fd' "" "--ask other" \
+        -- "$RUN" -- "$DENY" "$RUN"
+    refused "exported fd closed, its number now an eventfd (one shared inode, as /dev/nvidiactl): EPERM" \
+        "$L/rs-reuse-ev.log" 'no longer holds the open file' "--reuse eventfd" "" -- "$RUN" -- "$DENY" "$RUN"
+    refused "exported fd closed, its number now a memfd never exported: EPERM" \
+        "$L/rs-reuse-memfd.log" 'no longer holds the open file' "--reuse memfd" "" -- "$RUN" -- "$DENY" "$RUN"
+    refused "exporter without ipcbyval: no broker, the kernel's EPERM" "$L/rs-noexp.log" 'serves no fds over the socket' "" "" \
+        -- env -- "$DENY" "$RUN"
+    IPCBYVAL_TRANSPORT=pidfd refused "IPCBYVAL_TRANSPORT=pidfd never rescues" "$L/rs-pidfd.log" "" "" "" \
+        -- "$RUN" -- "$DENY" "$RUN"
+    IPCBYVAL_ENABLE=0 refused "IPCBYVAL_ENABLE=0 never rescues" "$L/rs-disabled.log" "" "" "" \
+        -- "$RUN" -- "$DENY" "$RUN"
+    if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+        # Another uid reads copies in a folder it can reach.
+        t=$(mktemp -d)
+        chmod 755 "$t"
+        cp "$FS" "$DENY" "$LIB" "$t/"
+        cp "$CU/libcuda.so.1" "$t/"
+        FS_SAVE=$FS CU_SAVE=$CU
+        FS="$t/fdshare" CU="$t"
+        refused "a peer of another uid is refused by the broker: EPERM" "$L/rs-uid.log" 'refused the socket fallback: it serves one uid' "" "" \
+            -- env LD_PRELOAD="$t/$(basename "$LIB")" -- \
+            setpriv --reuid=65534 --regid=65534 --clear-groups "$t/deny_getfd" \
+            env LD_PRELOAD="$t/$(basename "$LIB")"
+        FS=$FS_SAVE CU=$CU_SAVE
+        rm -rf "$t"
+    else
+        skip "foreign uid" "needs root and setpriv"
+    fi
+else
+    skip "CUDA rescue" "no CUDA double or built without the CUDA headers"
+fi
+
+# Intel's driver with opaque handles imports with its own pidfd_getfd
+# (the test driver does the same with ZEDRV_IPC_LAYOUT=opaque).
+need "$ZEDRV" "$APPS/ze_pair"
+ZEDRV_DEBUG=1 ZEDRV_IPC_LAYOUT=opaque expect_fail "Level Zero opaque handles under the denial, without ipcbyval" \
+    "$L/rs-ze-native.log" 'pidfd_getfd.*Operation not permitted' "$DENY" "$APPS/ze_pair" --allocs 2 --iters 2
+ZEDRV_IPC_LAYOUT=opaque expect_ok "Level Zero opaque handles under the denial, with ipcbyval: rescued" \
+    "$L/rs-ze.log" "$DENY" "$RUN" "$APPS/ze_pair" --allocs 2 --iters 2
+finish
