@@ -313,6 +313,18 @@ print("cupy", cupy.__version__, "gpus", cupy.cuda.runtime.getDeviceCount())' 2>&
         gm_pair "$name" 100 "$([ "$conf" = default ] && echo 0 || echo 1)" \
             "expandable_segments" nat pre
     done
+    # The pidfd_getfd rescue: PyTorch's own pidfd_getfd, refused as in a
+    # default Docker container (a seccomp filter), served by our broker.
+    local deny="$BUILD/test/transport/deny_getfd" es=expandable_segments:True
+    name="torch expandable segments, pidfd_getfd denied"
+    if [ -n "$torch_err" ]; then
+        row "$name" SKIP "$torch_err"
+    else
+        gm_case "$name, native" fail "pidfd_getfd" 100 env PYTORCH_CUDA_ALLOC_CONF=$es \
+            PYTHONUNBUFFERED=1 "$deny" python3 -u "$GM_FW/torch_mp_share.py"
+        gm_case "$name, ipcbyval: rescued" ok "OK torch_mp_share" 100 env PYTORCH_CUDA_ALLOC_CONF=$es \
+            PYTHONUNBUFFERED=1 IPCBYVAL_STATS=1 "$deny" "$RUN" python3 -u "$GM_FW/torch_mp_share.py"
+    fi
     local name="mpi4py + CuPy cudaMalloc IPC, 2 ranks"
     local -a mp=(mpirun --oversubscribe -np 2 -x IPCBYVAL_LIB -x LD_LIBRARY_PATH)
     nat=("${mp[@]}" python3 -u "$GM_FW/mpi4py_cupy_ipc.py")

@@ -16,7 +16,8 @@ nvidia-smi -L 2>&1 | head -8
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 echo "== build"
-if make -j"$(nproc)" lib "$BUILD/test/cudadrv/cu_pair" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/build.log" 2>&1 &&
+if make -j"$(nproc)" lib "$BUILD/test/cudadrv/cu_pair" "$BUILD/test/transport/fdshare" \
+    "$BUILD/test/transport/deny_getfd" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/build.log" 2>&1 &&
     make -C test/gpu gpu-bins OUT="$PWD/$OUT" >>"$LOGS/build.log" 2>&1; then
     row "build: libipcbyval + cu_pair + GPU programs (nvcc)" PASS ""
 else
@@ -40,6 +41,21 @@ if [ "$NGPU" -ge 2 ]; then
 else
     row "cross-GPU cu_pair" SKIP "one GPU on this machine"
 fi
+
+echo "== pidfd_getfd rescue: fdshare (PyTorch's pattern, its own pidfd_getfd) under a denial"
+FSP=(test/transport/fdshare_pair.sh "$BUILD/test/transport/fdshare")
+DENY="$BUILD/test/transport/deny_getfd"
+run "fdshare, pidfd_getfd denied, native" fail "Operation not permitted" \
+    "${FSP[@]}" "$LOGS/fs-native.imp" "" "" -- env -- "$DENY"
+run "fdshare, denied, ipcbyval in both: syscall() rescued" ok "OK same object" \
+    "${FSP[@]}" "$LOGS/fs-syscall.imp" "" "" -- "$RUN" -- "$DENY" "$RUN"
+run "fdshare, denied, ipcbyval in both: pidfd_getfd() rescued" ok "OK same object" \
+    "${FSP[@]}" "$LOGS/fs-wrapper.imp" "" "--wrapper" -- "$RUN" -- "$DENY" "$RUN"
+IPCBYVAL_LOG=debug run "fdshare: export closed, its number a new /dev/nvidiactl fd: refused" fail \
+    "no longer holds the open file" "${FSP[@]}" "$LOGS/fs-reuse.imp" "--reuse nvidiactl" "" \
+    -- "$RUN" -- "$DENY" "$RUN"
+IPCBYVAL_LOG=debug run "fdshare: an fd never exported stays refused" fail "does not serve fd" \
+    "${FSP[@]}" "$LOGS/fs-other.imp" "" "--ask other" -- "$RUN" -- "$DENY" "$RUN"
 
 echo "== runtime API, static cudart (rt_vmm_ipc)"
 R="$OUT/rt_vmm_ipc"

@@ -6,14 +6,15 @@
  * pidfd_open + pidfd_getfd itself (as ExpandableSegment::fromShared does)
  * and imports the fd. Runs on the CUDA double and on a real GPU.
  *
- *   fdshare export DIR [--reuse none|eventfd|memfd]
+ *   fdshare export DIR [--reuse none|eventfd|memfd|nvidiactl]
  *   fdshare import DIR [--wrapper] [--ask exported|other]
  *
  * The exporter writes DIR/info ("pid fd other-fd inode") and waits for
  * DIR/done. --reuse: after exporting, close the exported fd and put
  * another file at its number (an eventfd: one inode shared by all, as
- * every /dev/nvidiactl fd; or a memfd never exported). other-fd is a file
- * the exporter never exported.
+ * every /dev/nvidiactl fd; a memfd never exported; on a real GPU a new
+ * /dev/nvidiactl fd, the same inode as the export). other-fd is a file the
+ * exporter never exported.
  *
  * The importer prints "OK same object" when the fd it got is the memory
  * the exporter wrote (read back through the driver), or the errno of
@@ -130,8 +131,9 @@ static int do_export(const char *dir, const char *reuse)
         return perror("memfd_create"), 1;
     if (strcmp(reuse, "none") != 0) {
         /* The number stays, the file behind it changes. */
-        int x = strcmp(reuse, "eventfd") == 0 ? eventfd(0, EFD_CLOEXEC)
-                                              : memfd_create("fdshare-reuse", MFD_CLOEXEC);
+        int x = strcmp(reuse, "eventfd") == 0   ? eventfd(0, EFD_CLOEXEC)
+                : strcmp(reuse, "nvidiactl") == 0 ? open("/dev/nvidiactl", O_RDWR | O_CLOEXEC)
+                                                  : memfd_create("fdshare-reuse", MFD_CLOEXEC);
         if (x < 0 || close(fd) != 0 || dup2(x, fd) != fd || close(x) != 0)
             return perror("reuse"), 1;
     }
@@ -219,7 +221,7 @@ static int do_import(const char *dir, int wrapper, const char *ask)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: fdshare export DIR [--reuse none|eventfd|memfd]\n"
+        fprintf(stderr, "usage: fdshare export DIR [--reuse none|eventfd|memfd|nvidiactl]\n"
                         "       fdshare import DIR [--wrapper] [--ask exported|other]\n");
         return 2;
     }

@@ -14,30 +14,9 @@ need "$LIB" "$DENY"
 "$DENY" true || { skip rescue "seccomp filters not available here"; exit 77; }
 EPERM='pidfd_getfd\(pid [0-9]+, fd [0-9]+\) failed: Operation not permitted \(errno 1\)'
 
-# fdshare exporter and importer, each with its own command prefix:
-#   pair LOG "EXPORTER-ARGS" "IMPORTER-ARGS" -- EXPORTER-PREFIX... -- IMPORTER-PREFIX...
-# The importer's output is LOG, the exporter's LOG.exp; returns the
-# importer's status.
+# fdshare_pair.sh LOG "EXPORTER-ARGS" "IMPORTER-ARGS" -- EXPORTER-PREFIX... -- IMPORTER-PREFIX...
 pair() {
-    local log=$1 eargs=$2 iargs=$3
-    shift 4
-    local exp=() imp=()
-    while [ "$1" != -- ]; do exp+=("$1"); shift; done
-    shift
-    imp=("$@")
-    local d
-    d=$(mktemp -d)
-    chmod 755 "$d"
-    # shellcheck disable=SC2086
-    LD_LIBRARY_PATH="$CU" timeout 90 "${exp[@]}" "$FS" export "$d" $eargs >"$log.exp" 2>&1 &
-    local ep=$!
-    # shellcheck disable=SC2086
-    LD_LIBRARY_PATH="$CU" timeout 90 "${imp[@]}" "$FS" import "$d" $iargs >"$log" 2>&1
-    local rc=$?
-    touch "$d/done"
-    wait $ep
-    rm -rf "$d"
-    return $rc
+    LD_LIBRARY_PATH="$CU" "$ROOT/test/transport/fdshare_pair.sh" "$FS" "$@" >/dev/null
 }
 
 ok() { # NAME LOG PAIR-ARGS...: the importer got the exporter's memory
