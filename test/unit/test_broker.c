@@ -489,6 +489,19 @@ static void test_request_parser(void **state)
     req.fd = 0x80000000u;
     memcpy(b, &req, sizeof(req));
     assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
+    /* A rescue names a number and nothing else. */
+    struct broker_req rescue = {BROKER_MAGIC_RESCUE, 9, 0};
+    memcpy(b, &rescue, sizeof(rescue));
+    for (size_t len = 0; len < sizeof(rescue); len++)
+        assert_int_equal(byval_broker_req_parse(b, len, &out), BYVAL_BROKER_MORE);
+    assert_int_equal(byval_broker_req_parse(b, sizeof(rescue), &out), BYVAL_BROKER_READY);
+    assert_int_equal(out.magic, BROKER_MAGIC_RESCUE);
+    assert_int_equal(out.fd, 9);
+    rescue.fd_ino = 1;
+    memcpy(b, &rescue, sizeof(rescue));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(rescue), &out), BYVAL_BROKER_BAD);
+    b[3] = 0x77; /* neither magic's last byte */
+    assert_int_equal(byval_broker_req_parse(b, 4, &out), BYVAL_BROKER_BAD);
 }
 
 /* Open n connections to rec's socket: even ones idle, odd ones with half
