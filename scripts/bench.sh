@@ -13,7 +13,8 @@ RUN="$ROOT/scripts/ipcbyval-run"
 THREADS=${BENCH_THREADS:-1,2,4,8,16}
 export ZE_ENABLE_ALT_DRIVERS="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
 export IPCBYVAL_LIB="$BUILD/libipcbyval.so.1"
-for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$BENCH/bench_pidfd" "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
+for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$BENCH/bench_pidfd" "$BENCH/bench_syscall" \
+    "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
     [ -e "$f" ] || { echo "bench.sh: $f not built (run make bench)" >&2; exit 1; }
 done
 OUT="$BUILD/bench"
@@ -32,6 +33,8 @@ echo "bench: Level Zero, ipcbyval loaded with IPCBYVAL_ENABLE=0 ..."
 IPCBYVAL_ENABLE=0 "$RUN" "$BENCH/bench_ze" >"$OUT/disabled.txt"
 echo "bench: Level Zero, under ipcbyval, socket fallback forced ..."
 IPCBYVAL_TRANSPORT=socket "$RUN" "$BENCH/bench_ze" >"$OUT/socket.txt"
+echo "bench: syscall() pass-through (getppid), under ipcbyval ..."
+"$RUN" "$BENCH/bench_syscall" >"$OUT/syscall.txt"
 CACHE=16
 IPCBYVAL_CACHE_SIZE=$CACHE "$RUN" "$BENCH/bench_ze" --import-only >"$OUT/fds.txt"
 # CUDA's cached re-open, on the CUDA driver double (where the CUDA headers
@@ -137,6 +140,10 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
         dd=$(awk -v a="$v" -v b="$q" 'BEGIN{printf "%+.1f", a-b}')
         echo "pass-through zeMemCloseIpcHandle, $(echo "${pair%%:*}") ($dd ns)|$v ns|$q ns|overhead <= 20 ns|$(awk -v x="$dd" 'BEGIN{print (x<=20)?"yes":"no"}')"
     done
+    sg=$(get syscall syscall_global_ns); sd=$(get syscall syscall_direct_ns)
+    dd=$(awk -v a="$sg" -v b="$sd" 'BEGIN{printf "%+.1f", a-b}')
+    [ "$(get syscall interposed)" = 1 ] || echo "bench.sh: warning: syscall() was not interposed" >&2
+    echo "syscall() pass-through, getppid via ipcbyval vs libc ($dd ns)|$sg ns|$sd ns|overhead <= 5 ns|$(awk -v x="$dd" 'BEGIN{print (x<=5)?"yes":"no"}')"
     p=$(get byval passthrough_open_ns); q=$(get native passthrough_open_ns)
     echo "  pass-through open, local fd (driver import ~8 us, noisy)|$p ns|$q ns|reported|-"
 } | awk -F'|' '

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cache/imports.h"
+#include "handles/registry.h"
 #include "shim/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
@@ -45,6 +46,29 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
     __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
+void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
+                                        const char *total, const char *doc),
+                            void *ctx)
+{
+    uint64_t held, peak, served, refused;
+    byval_imports_bytes(&held, &peak);
+    byval_registry_fd_counts(&served, &refused);
+    fn(ctx, "cache_bytes_held", held, "sum", "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
+    fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
+    fn(ctx, "rescue_served", served, "sum",
+       "exported fds served to peers whose own pidfd_getfd the kernel refused");
+    fn(ctx, "rescue_denied", refused, "sum",
+       "such requests refused (fd never exported, or closed/reused since)");
+}
+
+static void print_gauge(void *ctx, const char *name, uint64_t v, const char *total,
+                        const char *doc)
+{
+    (void)ctx;
+    (void)total;
+    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", name, (unsigned long long)v, doc);
+}
+
 void byval_stats_print(void)
 {
     /* The "stats" pseudo-level: shown whenever IPCBYVAL_STATS asks. */
@@ -53,12 +77,7 @@ void byval_stats_print(void)
               (unsigned long long)BYVAL_STAT_SUM(name), doc);
     BYVAL_STATS_LIST(STATS_PRINT_)
 #undef STATS_PRINT_
-    uint64_t held, peak;
-    byval_imports_bytes(&held, &peak);
-    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", "cache_bytes_held",
-              (unsigned long long)held, "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
-    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", "cache_bytes_peak",
-              (unsigned long long)peak, "most bytes of closed mappings kept at once");
+    byval_stats_each_gauge(print_gauge, NULL);
     for (int i = 0; i < STATS_MAX_CACHES; i++) {
         byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
         if (!lru)

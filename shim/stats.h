@@ -56,6 +56,12 @@ uint64_t byval_stats_sum(size_t offset);
 /* Include a cache in the exit summary (name must be a static string). */
 void byval_stats_register_cache(const char *name, byval_lru_t *lru);
 
+/* Values read from their owners when printed (cache bytes, the rescue's
+ * exporter side): name, value, how a job totals it ("sum" or "max"). */
+void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
+                                       const char *total, const char *doc),
+                            void *ctx);
+
 /* Print the counters and every registered cache's statistics. */
 void byval_stats_print(void);
 

@@ -65,6 +65,12 @@ static void field(stats_buf_t *b, const char *prefix, const char *name, unsigned
     put(b, "%s%s%s\t%llu\t%s\t%s\n", prefix ? prefix : "", prefix ? "." : "", name, v, total, doc);
 }
 
+static void gauge_field(void *ctx, const char *name, uint64_t v, const char *total,
+                        const char *doc)
+{
+    field(ctx, NULL, name, v, total, doc);
+}
+
 static void cache_fields(void *ctx, const char *name, byval_lru_t *lru)
 {
     stats_buf_t *b = ctx;
@@ -116,10 +122,7 @@ int byval_stats_write_file(const char *dir)
 #define STATS_FIELD_(name, doc) field(&b, NULL, #name, BYVAL_STAT_SUM(name), "sum", doc);
     BYVAL_STATS_LIST(STATS_FIELD_)
 #undef STATS_FIELD_
-    uint64_t held, peak;
-    byval_imports_bytes(&held, &peak);
-    field(&b, NULL, "cache_bytes_held", held, "sum", "bytes of closed mappings kept at exit");
-    field(&b, NULL, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
+    byval_stats_each_gauge(gauge_field, &b);
     byval_stats_each_cache(cache_fields, &b);
     if (!b.p)
         return -1;

@@ -5,7 +5,8 @@
 # scripts/bench.sh runs natively and under ipcbyval-run.
 
 BENCH_DIR  := $(BUILD)/test/bench
-BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze $(BENCH_DIR)/bench_pidfd
+BENCH_BINS += $(BENCH_DIR)/bench_lru $(BENCH_DIR)/bench_ze $(BENCH_DIR)/bench_pidfd \
+              $(BENCH_DIR)/bench_syscall
 
 $(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
@@ -21,3 +22,9 @@ $(BENCH_DIR)/bench_pidfd: test/bench/bench_pidfd.c $(HANDLES_OBJ)
 $(BENCH_DIR)/bench_ze: test/bench/bench_ze.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+
+# What the interposed syscall() adds to other system calls (an ordinary
+# program; scripts/bench.sh runs it under ipcbyval-run).
+$(BENCH_DIR)/bench_syscall: test/bench/bench_syscall.c
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl
