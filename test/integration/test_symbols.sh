@@ -1,16 +1,22 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# The library exports exactly the symbols of shim/symbols.h (plus dlsym),
-# and dlsym() hands out each wrapper for the loader's symbol.
+# The library exports exactly the symbols of shim/symbols.h, plus dlsym and
+# the pidfd_getfd rescue's syscall and pidfd_getfd (shim/syscall.c), and
+# dlsym() hands out each wrapper for the loader's symbol.
 . "$(dirname "$0")/lib.sh"
 need "$LIB"
 listed=$( (cat "$ROOT/shim/symbols.h"; cat "$ROOT/shim/cu_symbols.h" 2>/dev/null) |
     sed -n 's/^ *X(\([A-Za-z0-9_]*\)).*/\1/p' | sort -u)
-exported=$(nm -D --defined-only "$LIB" | awk '{print $3}' | sed 's/@.*//' | grep -v '^dlsym$' | sort -u)
+exported=$(nm -D --defined-only "$LIB" | awk '{print $3}' | sed 's/@.*//' |
+    grep -vxE 'dlsym|syscall|pidfd_getfd' | sort -u)
 if [ -n "$(nm -D --defined-only "$LIB" | awk '$3 ~ /^cu/')" ]; then :; else
     listed=$(grep -v '^cu' <<<"$listed")
 fi
 d=$(diff <(echo "$listed") <(echo "$exported"))
 [ -z "$d" ] && pass "exports == shim/symbols.h ($(wc -l <<<"$listed") symbols)" || fail "exports" "$d"
 nm -D --defined-only "$LIB" | grep -qw dlsym && pass "dlsym interposed" || fail "dlsym" "not exported"
+for s in syscall pidfd_getfd; do
+    nm -D --defined-only "$LIB" | grep -qw "$s" && pass "$s interposed (the pidfd_getfd rescue)" ||
+        fail "$s" "not exported"
+done
 finish
