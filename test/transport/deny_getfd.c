@@ -4,7 +4,8 @@
  * Yama ptrace_scope or a container seccomp profile without CAP_SYS_PTRACE:
  *   deny_getfd CMD [ARGS...]
  * A seccomp filter (inherited by every child) answers pidfd_getfd with
- * EPERM and allows everything else.
+ * EPERM (DENY_GETFD_ERRNO=ENOSYS: with ENOSYS, as gVisor or a kernel
+ * before 5.6) and allows everything else.
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -12,6 +13,7 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -27,13 +29,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: deny_getfd CMD [ARGS...]\n");
         return 2;
     }
+    const char *e = getenv("DENY_GETFD_ERRNO");
+    unsigned err = e && strcmp(e, "ENOSYS") == 0 ? ENOSYS : EPERM;
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), /* another arch: leave it */
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};

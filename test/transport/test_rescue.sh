@@ -59,6 +59,10 @@ if [ -x "$FS" ] && nm -D --defined-only "$LIB" | grep -qw cuMemExportToShareable
     else
         skip "pidfd_getfd() wrapper" "glibc before 2.36 has none"
     fi
+    DENY_GETFD_ERRNO=ENOSYS IPCBYVAL_LOG=info ok "ENOSYS (gVisor, kernels before 5.6) rescued too" \
+        "$L/rs-enosys.log" "" "" -- "$RUN" -- "$DENY" "$RUN"
+    grep -q 'was refused (ENOSYS' "$L/rs-enosys.log" && pass "the ENOSYS rescue names its denial" ||
+        fail "ENOSYS named" "$(grep ipcbyval "$L/rs-enosys.log" | tail -1)"
     refused "an fd the exporter never exported stays EPERM" "$L/rs-other.log" 'does not serve fd' "" "--ask other" \
         -- "$RUN" -- "$DENY" "$RUN"
     refused "exported fd closed, its number now an eventfd (one shared inode, as /dev/nvidiactl): EPERM" \
@@ -97,6 +101,14 @@ fi
 need "$ZEDRV" "$APPS/ze_pair"
 ZEDRV_DEBUG=1 ZEDRV_IPC_LAYOUT=opaque expect_fail "Level Zero opaque handles under the denial, without ipcbyval" \
     "$L/rs-ze-native.log" 'pidfd_getfd.*Operation not permitted' "$DENY" "$APPS/ze_pair" --allocs 2 --iters 2
-ZEDRV_IPC_LAYOUT=opaque expect_ok "Level Zero opaque handles under the denial, with ipcbyval: rescued" \
+ZEDRV_IPC_LAYOUT=opaque IPCBYVAL_STATS=1 expect_ok \
+    "Level Zero opaque handles under the denial, with ipcbyval: rescued" \
     "$L/rs-ze.log" "$DENY" "$RUN" "$APPS/ze_pair" --allocs 2 --iters 2
+n=$(awk '/stats: rescued / { s += $6 } END { print s + 0 }' "$L/rs-ze.log")
+[ "$n" -ge 2 ] && pass "the importer counts its rescues ($n)" || fail "rescued counted" "rescued=$n"
+n=$(awk '/stats: rescue_served / { s += $6 } END { print s + 0 }' "$L/rs-ze.log")
+[ "$n" -ge 2 ] && pass "the exporter counts what it served ($n)" || fail "rescue_served counted" "rescue_served=$n"
+ZEDRV_DEBUG=1 ZEDRV_IPC_LAYOUT=opaque IPCBYVAL_TRANSPORT=pidfd expect_fail \
+    "Level Zero opaque handles, IPCBYVAL_TRANSPORT=pidfd: not rescued" \
+    "$L/rs-ze-pidfd.log" 'pidfd_getfd.*Operation not permitted' "$DENY" "$RUN" "$APPS/ze_pair" --allocs 2 --iters 2
 finish
