@@ -32,14 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handles/resolve_internal.h" /* SYS_pidfd_* where headers lack them */
 #include "test/cudadrv/cu_pair.h"
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 
 /* glibc 2.36's wrapper (declared here: older headers lack <sys/pidfd.h>). */
 int pidfd_getfd(int pidfd, int targetfd, unsigned int flags) __attribute__((weak));
