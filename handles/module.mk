@@ -5,7 +5,7 @@
 # socket fallback and the pid translation, transport.c the policy over all.
 HANDLES_SRC := handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/registry.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/nsxlate.c \
-                 handles/transport.c handles/registry_view.c
+                 handles/transport.c handles/registry_view.c handles/registry_short.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 

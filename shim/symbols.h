@@ -18,10 +18,16 @@
     X(zeMemFree)                       \
     X(zeMemFreeExt)                    \
     X(zeContextDestroy)                \
+    X(zeEventPoolGetIpcHandle)         \
+    X(zeEventPoolOpenIpcHandle)        \
+    X(zeEventPoolCloseIpcHandle)       \
+    X(zeEventPoolPutIpcHandle)         \
+    X(zeEventPoolDestroy)              \
     X(zeDriverGetExtensionFunctionAddress) \
     X(zeGetMemProcAddrTable)           \
     X(zeGetDriverProcAddrTable)        \
-    X(zeGetContextProcAddrTable)
+    X(zeGetContextProcAddrTable)       \
+    X(zeGetEventPoolProcAddrTable)
 
 #ifdef BYVAL_HAVE_CUDA
 #include "shim/cu_symbols.h"

@@ -6,6 +6,9 @@
  * ze_export.c zeMemGetIpcHandle/Put/Free: layout detection, export cache
  * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
  * ze_real.c   finding the loader's own entry points at run time
+ * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the short record
+ * ze_event_import.c  zeEventPoolOpenIpcHandle/Close: import cache
+ * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
  */
 #ifndef BYVAL_SHIM_ZE_H
 #define BYVAL_SHIM_ZE_H
@@ -91,5 +94,40 @@ int byval_ze_decode(const void *handle64, struct byval_record *rec_p);
  * lookup whose hit compares the whole record with a decoded one. */
 int byval_ze_parse(const void *handle64, struct byval_record *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
+
+/* ---- event pools ------------------------------------------------------- */
+
+/*
+ * The classic IpcEventPoolData is 40 bytes, written whole; bytes 40-63 are
+ * left as the caller's buffer had them: the short record (handles/wire.h,
+ * 24 bytes) goes there, its checksum over the driver's 40 bytes too.
+ */
+#define BYVAL_ZE_POOL_DRIVER_LEN 40
+#define BYVAL_ZE_POOL_RECORD_OFF 40
+
+struct byval_short;
+/* 1 when the handle carries a short record bound to its driver bytes. */
+int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
+
+ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,
+                                  ze_ipc_event_pool_handle_t *handle);
+ze_result_t byval_ze_pool_put_ipc(byval_ze_pool_put_fn next, ze_context_handle_t ctx,
+                                  ze_ipc_event_pool_handle_t handle);
+ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
+                                   ze_ipc_event_pool_handle_t handle,
+                                   ze_event_pool_handle_t *pool_p);
+ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next,
+                                    ze_event_pool_handle_t pool);
+/* zeEventPoolDestroy: of an imported pool it is a close (as the driver's
+ * EventPool::destroy); of an exported one it withdraws the export first. */
+ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_handle_t pool);
+/* Imported pool handed out by us: its close (1, result in *r_p), else 0. */
+int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
+/* zeContextDestroy: release the closed imported pools of ctx first (open
+ * ones stay the application's, released at their close). */
+void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
+
+/* Resolve rec into a local fd, failures logged under `api`. */
+ze_result_t byval_ze_resolve_as(const char *api, const struct byval_record *rec, int *fd_p);
 
 #endif

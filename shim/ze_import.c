@@ -106,14 +106,19 @@ static void import_init(void)
 
 /* Log the first failure of each kind at error level, the rest at debug:
  * a loop that keeps failing must not flood the job's output. */
-static void import_log_failure(byval_status_t st, const char *msg)
+static void import_log_failure_as(const char *api, byval_status_t st, const char *msg)
 {
     static int seen[BYVAL_E_SYS + 1];
     int first = st <= BYVAL_E_SYS && !__atomic_exchange_n(&seen[st], 1, __ATOMIC_RELAXED);
     if (first)
-        BYVAL_LOG_ERROR("zeMemOpenIpcHandle: %s", msg);
+        BYVAL_LOG_ERROR("%s: %s", api, msg);
     else
-        BYVAL_LOG_DEBUG("zeMemOpenIpcHandle: %s", msg);
+        BYVAL_LOG_DEBUG("%s: %s", api, msg);
+}
+
+static void import_log_failure(byval_status_t st, const char *msg)
+{
+    import_log_failure_as("zeMemOpenIpcHandle", st, msg);
 }
 
 static ze_result_t status_to_ze(byval_status_t st)
@@ -123,6 +128,11 @@ static ze_result_t status_to_ze(byval_status_t st)
 }
 
 ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
+{
+    return byval_ze_resolve_as("zeMemOpenIpcHandle", rec, fd_p);
+}
+
+ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
 {
     char msg[512];
     byval_self_t self;
@@ -135,7 +145,7 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
-        import_log_failure(st, msg);
+        import_log_failure_as(api, st, msg);
         return status_to_ze(st);
     }
     return ZE_RESULT_SUCCESS;
@@ -284,6 +294,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (byval_init() && byval_cfg.ze) {
+        byval_ze_pools_ctx_gone(ctx);
         /* The driver would close our mappings of ctx with it; closing them
          * later with a dead context handle (or one reused by a new
          * context) is what must not happen. */
