@@ -17,6 +17,9 @@
     X(zeMemPutIpcHandle)               \
     X(zeMemFree)                       \
     X(zeMemFreeExt)                    \
+    X(zeMemGetIpcHandleWithProperties) \
+    X(zeMemGetFileDescriptorFromIpcHandleExp) \
+    X(zeMemGetIpcHandleFromFileDescriptorExp) \
     X(zeContextDestroy)                \
     X(zeEventPoolGetIpcHandle)         \
     X(zeEventPoolOpenIpcHandle)        \
@@ -27,7 +30,8 @@
     X(zeGetMemProcAddrTable)           \
     X(zeGetDriverProcAddrTable)        \
     X(zeGetContextProcAddrTable)       \
-    X(zeGetEventPoolProcAddrTable)
+    X(zeGetEventPoolProcAddrTable)     \
+    X(zeGetMemExpProcAddrTable)
 
 #ifdef BYVAL_HAVE_CUDA
 #include "shim/cu_symbols.h"

@@ -117,6 +117,10 @@ static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
     } else if (strcmp(name, "zexMemOpenIpcHandles") == 0 && *pfn != (void *)zex_open_wrapper) {
         __atomic_store_n(&zex_open_next, (byval_zex_open_handles_fn)*pfn, __ATOMIC_RELEASE);
         *pfn = (void *)zex_open_wrapper;
+    } else {
+        void *w = byval_ze_ext_wrapper(name, *pfn); /* the newer entry points */
+        if (w)
+            *pfn = w;
     }
     return r;
 }
@@ -216,6 +220,7 @@ ZE_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_ddi
     WRAP(table->pfnFreeExt, free_ext, tw_free_ext);
     if (version >= BYVAL_ZE_API_1_6)
         WRAP(((byval_ze_mem_ddi_1_6_t *)table)->pfnPutIpcHandle, put, tw_put);
+    byval_ze_wrap_mem_newer(version, table);
     return r;
 }
 
