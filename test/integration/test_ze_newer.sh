@@ -6,10 +6,14 @@
 # driver, each fails natively where the handle crosses processes and works
 # under ipcbyval; the fabric request passes through; as symbols, which
 # that loader lacks, ipcbyval answers what it can without the loader and
-# returns ZE_RESULT_ERROR_UNSUPPORTED_FEATURE for the rest.
+# returns ZE_RESULT_ERROR_UNSUPPORTED_FEATURE for the rest. Then through a
+# spec-1.15 loader (test/zeldr, first in LD_LIBRARY_PATH) that has them as
+# symbols and in its tables (Mem 1.15, MemExp, EventPool 1.6): each route
+# fails natively and works by value.
 . "$(dirname "$0")/lib.sh"
 NA="$APPS/ze_newapi"
-need "$LIB" "$ZEDRV" "$NA"
+ZELDR="$BUILD/test/zeldr"
+need "$LIB" "$ZEDRV" "$NA" "$ZELDR/libze_loader.so.1"
 L="$BUILD/test-logs"
 
 for c in props fd fd-export put; do
@@ -34,4 +38,19 @@ expect_ok "fd, symbol route: answered by ipcbyval without the loader" "$L/newer-
 expect_fail "props, symbol route: UNSUPPORTED_FEATURE without the loader's entry point" \
     "$L/newer-props-sym.log" 'zeMemGetIpcHandleWithProperties failed: 0x78000003' \
     "$RUN" "$NA" --case props --route symbol
+expect_fail "MemExp table: absent from loader 1.8.12" "$L/newer-ddi-1.8.log" \
+    'MISSING zeMemGetFileDescriptorFromIpcHandleExp' "$RUN" "$NA" --case fd --route ddi
+
+for route in symbol ddi; do
+    for c in props fd fd-export put; do
+        expect_fail "$c, $route route of a 1.15 loader: fails natively" \
+            "$L/newer-$c-$route-1.15-native.log" 'failed: 0x78000004' \
+            env LD_LIBRARY_PATH="$ZELDR" "$NA" --case "$c" --route "$route"
+        expect_ok "$c, $route route of a 1.15 loader: by value under ipcbyval" \
+            "$L/newer-$c-$route-1.15.log" \
+            env LD_LIBRARY_PATH="$ZELDR" "$RUN" "$NA" --case "$c" --route "$route"
+    done
+done
+expect_ok "memory and event pools by value through a 1.15 loader" "$L/newer-pair-1.15.log" \
+    env LD_LIBRARY_PATH="$ZELDR" "$RUN" "$APPS/ze_pair" --events --allocs 2 --iters 2
 finish

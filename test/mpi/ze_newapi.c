@@ -5,8 +5,11 @@
  * fork()ed importer exchange the 64 handle bytes over a socket. The entry
  * points come from zeDriverGetExtensionFunctionAddress (--route ext: how a
  * program reaches experimental functions through a loader that does not
- * export them) or as symbols of the process (--route symbol: weak
- * references, NULL when nothing defines them). --case:
+ * export them), as symbols of the process (--route symbol: weak
+ * references, NULL when nothing defines them), or from the loader's DDI
+ * tables (--route ddi: zeGetMemProcAddrTable at 1.15,
+ * zeGetMemExpProcAddrTable, zeGetEventPoolProcAddrTable at 1.6, found with
+ * dlsym on the loader). --case:
  *   props      exporter: zeMemGetIpcHandleWithProperties with a
  *              ze_ipc_mem_handle_type_ext_desc_t asking for the default
  *              type; importer: zeMemOpenIpcHandle, data checked
@@ -30,6 +33,7 @@
  */
 #include "test/mpi/zeapp.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +74,7 @@ static struct {
 } fn;
 
 static const char *kase = "props";
-static int route_ext = 1;
+static const char *route = "ext";
 #define SIZE 65536
 
 static void die_exit(int code)
@@ -78,8 +82,37 @@ static void die_exit(int code)
     exit(code);
 }
 
+/* The loader's tables, as a program that calls through them does. */
+static void resolve_ddi(void)
+{
+    typedef ze_result_t (*getter_t)(ze_api_version_t, void *);
+    void *ldr = dlopen("libze_loader.so.1", RTLD_NOW | RTLD_LOCAL);
+    getter_t mem = ldr ? (getter_t)dlsym(ldr, "zeGetMemProcAddrTable") : NULL;
+    getter_t mem_exp = ldr ? (getter_t)dlsym(ldr, "zeGetMemExpProcAddrTable") : NULL;
+    getter_t pool = ldr ? (getter_t)dlsym(ldr, "zeGetEventPoolProcAddrTable") : NULL;
+    void *t[32];
+    memset(t, 0, sizeof(t)); /* Mem 1.15: 1.4's 10, put, pitch, with properties */
+    if (mem && mem(ZE_MAKE_VERSION(1, 15), t) == ZE_RESULT_SUCCESS) {
+        fn.zeMemPutIpcHandle = (mem_put_fn)t[10];
+        fn.zeMemGetIpcHandleWithProperties = (props_fn)t[12];
+    }
+    memset(t, 0, sizeof(t)); /* MemExp: from fd, to fd, two atomics entries */
+    if (mem_exp && mem_exp(ZE_MAKE_VERSION(1, 6), t) == ZE_RESULT_SUCCESS) {
+        fn.zeMemGetIpcHandleFromFileDescriptorExp = (ipc_from_fd_fn)t[0];
+        fn.zeMemGetFileDescriptorFromIpcHandleExp = (fd_from_ipc_fn)t[1];
+    }
+    memset(t, 0, sizeof(t)); /* EventPool 1.6: 1.4's 5, then put */
+    if (pool && pool(ZE_MAKE_VERSION(1, 6), t) == ZE_RESULT_SUCCESS)
+        fn.zeEventPoolPutIpcHandle = (pool_put_fn)t[5];
+}
+
 static void resolve(struct zeapp *app)
 {
+    if (!strcmp(route, "ddi")) {
+        resolve_ddi();
+        return;
+    }
+    int route_ext = !strcmp(route, "ext");
 #define RESOLVE(name, type)                                                              \
     if (route_ext) {                                                                     \
         void *p = NULL;                                                                  \
@@ -96,7 +129,7 @@ static void resolve(struct zeapp *app)
 #define NEED(app, name)                                                                  \
     ({                                                                                   \
         if (!fn.name) {                                                                  \
-            printf("MISSING %s (route %s)\n", #name, route_ext ? "ext" : "symbol");      \
+            printf("MISSING %s (route %s)\n", #name, route);                            \
             fflush(stdout);                                                              \
             exit(3);                                                                     \
         }                                                                                \
@@ -227,7 +260,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--case") && i + 1 < argc)
             kase = argv[++i];
         else if (!strcmp(argv[i], "--route") && i + 1 < argc)
-            route_ext = strcmp(argv[++i], "symbol") != 0;
+            route = argv[++i];
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0)
@@ -243,6 +276,6 @@ int main(int argc, char **argv)
     close(sv[1]);
     int rc = exporter(sv[0], child);
     if (rc == 0)
-        printf("OK ze_newapi %s (route %s)\n", kase, route_ext ? "ext" : "symbol");
+        printf("OK ze_newapi %s (route %s)\n", kase, route);
     return rc;
 }
