@@ -101,12 +101,13 @@ const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
         high = BYVAL_REG_SLOTS;
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
-        /* Seqlock read: the serial, the fields, the serial again. */
+        /* Seqlock read: the serial, the fields, the serial again. The
+         * fields' loads are acquires (not relaxed loads and a fence, which
+         * TSan does not model): the second serial load stays after them. */
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (!ser || __atomic_load_n(&s->key, __ATOMIC_RELAXED) != key ||
-            (ino && __atomic_load_n(&s->ino, __ATOMIC_RELAXED) != ino))
+        if (!ser || __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) != key ||
+            (ino && __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) != ino))
             continue;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
             continue;
         *serial_p = ser;
@@ -127,11 +128,10 @@ const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
         if (!ser || (uint32_t)ser != serial32)
             continue;
         byval_reg_slot_t c;
-        c.key = __atomic_load_n(&s->key, __ATOMIC_RELAXED);
-        c.ino = __atomic_load_n(&s->ino, __ATOMIC_RELAXED);
-        c.fd = __atomic_load_n(&s->fd, __ATOMIC_RELAXED);
-        c.size = __atomic_load_n(&s->size, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        c.key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
+        c.ino = __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE);
+        c.fd = __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE);
+        c.size = __atomic_load_n(&s->size, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
             continue; /* rewritten meanwhile: not the export named */
         c.serial = ser;

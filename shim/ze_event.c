@@ -72,6 +72,25 @@ static struct {
     uint64_t next_id;
 } ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* A fork child exports nothing yet: its registry is its own (the parent's
+ * entries name the parent's serials). The list is dropped, not freed: no
+ * prepare handler holds the lock across fork (publish() takes the
+ * registry's lock under it, whose own prepare handler runs first), so it
+ * may be mid-change in the child. */
+static void atfork_child(void)
+{
+    pthread_mutex_init(&ex.lock, NULL);
+    ex.head = NULL;
+    ex.count = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
 static uint8_t pattern_byte(size_t i)
 {
     return (uint8_t)(0x5Au ^ (i * 37u));
@@ -135,6 +154,7 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
     pool_export_t old = {0}, *e;
     int had_old = 0;
     uint64_t serial = 0;
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&ex.lock);
     pool_export_t **pp = find_locked(pool);
     e = pp ? *pp : NULL;

@@ -178,8 +178,11 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     pool_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
         byval_reg_view_put(v);
-        if (real_close)
+        if (real_close) {
+            byval_enter();
             real_close(pool);
+            byval_leave();
+        }
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     m->pool = pool;
