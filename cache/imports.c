@@ -63,7 +63,8 @@ int byval_import_alive(const byval_import_t *m)
 
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker)
 {
-    m->tracker = tracker;
+    /* The watcher reads tracker under the cache lock, not ours. */
+    __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED);
     __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
     __atomic_store_n(&m->live, word, __ATOMIC_RELEASE); /* after the serial */
 }
@@ -72,7 +73,7 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
 static void release(byval_import_t *m)
 {
     const byval_imports_ops_t *ops = m->home->ops;
-    void *tracker = m->tracker;
+    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
     byval_ptrmap_drop_value(g.open_ptrs, m);
     if (LD(&m->counted))
         __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
@@ -148,15 +149,25 @@ byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t cap
         return NULL;
     c->ops = ops;
     pthread_once(&atfork_once, atfork_register);
+    /* The cache is made outside g.lock: byval_lru_create takes the fork
+     * registry's lock (cache/lru_fork.c), whose prepare handler runs
+     * before ours, which takes g.lock (a lock-order inversion otherwise). */
+    c->lru = byval_lru_create(capacity, ops->key_len, evicted, c);
+    int listed = 0;
     pthread_mutex_lock(&g.lock);
     if (!g.open_ptrs)
         g.open_ptrs = byval_ptrmap_create_keep(sizeof(byval_lru_ref_t));
-    if (g.open_ptrs && g.ncaches < IMPORTS_MAX)
-        c->lru = byval_lru_create(capacity, ops->key_len, evicted, c);
-    if (c->lru)
-        g.caches[__atomic_fetch_add(&g.ncaches, 1, __ATOMIC_RELEASE)] = c;
+    unsigned n = g.ncaches;
+    if (c->lru && g.open_ptrs && n < IMPORTS_MAX) {
+        /* The slot first, then the count: readers load the count, then
+         * the slots below it, without the lock. */
+        __atomic_store_n(&g.caches[n], c, __ATOMIC_RELEASE);
+        __atomic_store_n(&g.ncaches, n + 1, __ATOMIC_RELEASE);
+        listed = 1;
+    }
     pthread_mutex_unlock(&g.lock);
-    if (!c->lru) {
+    if (!listed) {
+        byval_lru_destroy(c->lru);
         free(c);
         return NULL;
     }
@@ -171,7 +182,7 @@ void byval_imports_destroy(byval_imports_t *c)
     unsigned n = g.ncaches;
     for (unsigned i = 0; i < n; i++)
         if (g.caches[i] == c) {
-            g.caches[i] = g.caches[n - 1];
+            __atomic_store_n(&g.caches[i], g.caches[n - 1], __ATOMIC_RELEASE);
             __atomic_store_n(&g.ncaches, n - 1, __ATOMIC_RELEASE);
             break;
         }
@@ -320,7 +331,7 @@ static void shed(void)
         if (held <= budget)
             return;
         shed_t s = {held - budget};
-        byval_lru_evict_if(g.caches[i]->lru, shed_pred, &s);
+        byval_lru_evict_if(LD(&g.caches[i])->lru, shed_pred, &s);
     }
 }
 
@@ -392,7 +403,7 @@ size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), 
     size_t n = 0;
     unsigned nc = LD(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_remove_if(g.caches[i]->lru, adapt, &a);
+        n += byval_lru_remove_if(LD(&g.caches[i])->lru, adapt, &a);
     return n;
 }
 
@@ -418,7 +429,7 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
     size_t n = 0;
     unsigned nc = LD(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_purge_if(g.caches[i]->lru, adapt, &a);
+        n += byval_lru_purge_if(LD(&g.caches[i])->lru, adapt, &a);
     /* Uncached mappings of ctx, too. */
     byval_import_t *gone = NULL;
     pthread_mutex_lock(&g.lock);

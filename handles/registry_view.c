@@ -147,7 +147,7 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
     byval_reg_view_t *found = NULL;
     pthread_mutex_lock(&w.lock);
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!v->gone && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
             v->refs++;
             *identity_p = v->identity;
             found = v;
@@ -356,7 +356,7 @@ static byval_reg_view_t *lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
     byval_reg_view_t *found = NULL;
     pthread_mutex_lock(&w.lock);
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!v->gone && v->pid == pid && v->pidns == pidns && v->identity == identity) {
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
             v->refs++;
             found = v;
         }
@@ -379,7 +379,7 @@ static byval_reg_view_t *publish(byval_reg_view_t *v, char *msg, size_t msglen)
     pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&w.lock);
     for (byval_reg_view_t *o = w.head; o; o = o->next)
-        if (!o->gone && o->pid == v->pid && o->pidns == v->pidns && o->identity == v->identity) {
+        if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns && o->identity == v->identity) {
             o->refs++;
             pthread_mutex_unlock(&w.lock);
             view_free(v);

@@ -25,7 +25,8 @@ static const uint64_t freed_word = 0;
 static int of_view(void *ctx, const byval_import_t *m)
 {
     const byval_reg_view_t *v = ctx;
-    return m->tracker == v && (byval_reg_view_gone(v) || !byval_import_alive(m));
+    return __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE) == v &&
+           (byval_reg_view_gone(v) || !byval_import_alive(m));
 }
 
 static void on_registry_event(byval_reg_view_t *v, int gone)

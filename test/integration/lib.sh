@@ -23,7 +23,10 @@ case "${SAN:-}" in
 tsan)
     # A forked child sees its parent's threads as never joined: a TSan
     # artefact of fork, not a leak of ours.
-    export TSAN_OPTIONS="halt_on_error=1:exitcode=99:report_signal_unsafe=0:report_thread_leaks=0"
+    # A child forked from a threaded process may start threads of its own
+    # (the registry watcher, the socket broker): TSan kills it unless told
+    # not to (die_after_fork=0), though glibc supports it.
+    export TSAN_OPTIONS="halt_on_error=1:exitcode=99:report_signal_unsafe=0:report_thread_leaks=0:die_after_fork=0"
     # MPICH's UCX installs memory hooks (libucm) that crash inside TSan's
     # interceptors on a thread TSan has not set up yet; unrelated to us.
     export UCX_MEM_EVENTS=no ;;

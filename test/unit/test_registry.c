@@ -125,7 +125,7 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
     assert_true(byval_reg_live(w, serial));
     assert_null(byval_reg_find(v, KEY, 6, &serial)); /* another inode: not it */
 
-    int before = events;
+    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
     uint64_t t0 = now_ns();
     char c = 'r';
     assert_int_equal(write(cmd[1], &c, 1), 1);
@@ -135,7 +135,7 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
     assert_true(delay < 10 * 1000000u);
     assert_false(byval_reg_live(w, serial));
 
-    int g = gone_events;
+    int g = __atomic_load_n(&gone_events, __ATOMIC_ACQUIRE);
     c = 'x';
     assert_int_equal(write(cmd[1], &c, 1), 1);
     waitpid(pid, NULL, 0);
@@ -157,7 +157,7 @@ static void test_exec_ends_the_image(void **state)
     assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
     byval_reg_view_t *v = attach(&rec, &pidfd);
     assert_non_null(v);
-    int g = gone_events;
+    int g = __atomic_load_n(&gone_events, __ATOMIC_ACQUIRE);
     char c = 'e'; /* same pid, same identity, a new image */
     assert_int_equal(write(cmd[1], &c, 1), 1);
     assert_true(wait_for(&gone_events, g + 1, 2000));
