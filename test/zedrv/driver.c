@@ -204,7 +204,7 @@ ze_result_t zedrv_driver_get_extension_function_address(ze_driver_handle_t drive
     else if (strcmp(name, "zexMemOpenIpcHandles") == 0)
         *fn = (void *)zedrv_zex_open_ipc_handles;
     else
-        *fn = NULL;
+        *fn = zedrv_newer_entry_point(name); /* not compute-runtime's: ipc_exp.c */
     ZEDRV_LOG("zeDriverGetExtensionFunctionAddress(%s) = %p", name, *fn);
     /* compute-runtime: DriverHandle::getExtensionFunctionAddress. */
     return *fn != NULL ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
