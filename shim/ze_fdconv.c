@@ -48,10 +48,26 @@ static struct {
 
 static pthread_once_t dups_once = PTHREAD_ONCE_INIT;
 
+/* A fork while another thread holds dups.lock would leave the child's copy
+ * locked for good; the table itself stays right there (the child inherits
+ * the duplicates, open). The lock is a leaf (nothing is taken or called
+ * out under it but fcntl and fstat), so these handlers may run in any
+ * order among the others. */
+static void dups_fork_prepare(void)
+{
+    pthread_mutex_lock(&dups.lock);
+}
+
+static void dups_fork_release(void)
+{
+    pthread_mutex_unlock(&dups.lock);
+}
+
 static void dups_init(void)
 {
     for (unsigned i = 0; i < DUPS; i++)
         dups.d[i].fd = -1;
+    pthread_atfork(dups_fork_prepare, dups_fork_release, dups_fork_release);
 }
 
 /* 1 while fd is open on the object whose inode's low bits are ino. */
