@@ -30,7 +30,7 @@
 
 #include "cache/ptrmap.h"
 
-#define IMPORTS_MAX 4
+#define IMPORTS_MAX 8
 
 struct byval_imports {
     const byval_imports_ops_t *ops;

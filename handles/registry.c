@@ -138,12 +138,21 @@ static void atfork_register(void)
 
 int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
+    return byval_registry_add_serial(key, ino, fd, size, NULL);
+}
+
+int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
+                              uint64_t *serial_p)
+{
     int rc = -1;
     pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&reg.lock);
     if (create_locked() != 0)
         goto out;
-    if (find_locked(key, ino, fd)) {
+    byval_reg_slot_t *live = find_locked(key, ino, fd);
+    if (live) {
+        if (serial_p)
+            *serial_p = live->serial;
         rc = 0;
         goto out;
     }
@@ -167,6 +176,8 @@ int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
     __atomic_store_n(&s->size, size, __ATOMIC_RELAXED);
     __atomic_store_n(&s->serial, ++reg.next_serial, __ATOMIC_RELEASE);
     __atomic_add_fetch(&reg.live, 1, __ATOMIC_RELAXED);
+    if (serial_p)
+        *serial_p = reg.next_serial;
     rc = 0;
 out:
     pthread_mutex_unlock(&reg.lock);

@@ -75,6 +75,12 @@ uint64_t byval_reg_key_bytes(const void *bytes, size_t len);
  * is a no-op. */
 int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
 
+/* The same, with the export's serial (the live entry's when it was
+ * published already) in *serial_p: what a short record names
+ * (handles/wire.h). */
+int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
+                              uint64_t *serial_p);
+
 /* The allocation behind (key, ino) is gone: mark it and wake importers.
  * ino 0 matches any. Cheap when the key was never published. */
 void byval_registry_remove(uint64_t key, uint32_t ino);

@@ -44,6 +44,31 @@ const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
     return NULL;
 }
 
+const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
+                                      byval_reg_slot_t *slot_p)
+{
+    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
+    if (high > BYVAL_REG_SLOTS)
+        high = BYVAL_REG_SLOTS;
+    for (uint32_t i = 0; i < high; i++) {
+        const byval_reg_slot_t *s = &v->slot[i];
+        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
+        if (!ser || (uint32_t)ser != serial32)
+            continue;
+        byval_reg_slot_t c;
+        c.key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
+        c.ino = __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE);
+        c.fd = __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE);
+        c.size = __atomic_load_n(&s->size, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
+            continue; /* rewritten meanwhile: not the export named */
+        c.serial = ser;
+        *slot_p = c;
+        return &s->serial;
+    }
+    return NULL;
+}
+
 /* ---- attach ------------------------------------------------------------- */
 
 /* The exporter's pid in our pid namespace, from its pidfd's fdinfo. */

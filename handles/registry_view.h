@@ -58,6 +58,29 @@ int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino);
 byval_status_t byval_reg_evidence(const byval_record_t *rec, int pidfd, uint32_t fd, uint32_t ino,
                                   char *msg, size_t msglen);
 
+/* The live export whose serial's low 32 bits are serial32 (what a short
+ * record names, handles/wire.h): its serial word, with a consistent copy
+ * of its slot in *slot_p; NULL when none is live (freed). */
+const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
+                                      byval_reg_slot_t *slot_p);
+
+/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
+ * low 32 bits are id32, referenced, with its full identity; or NULL. */
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p);
+
+/* The registry of the exporter a short record names (registry_short.c):
+ * the exporter must live in our host and pid namespace (the record's
+ * guard), its identity is read on a pidfd of its pid and must match the
+ * record's low 32 bits, and the registry found must describe that
+ * process. On BYVAL_OK: *v_p referenced, rec_p's exporter fields (pid,
+ * pidns, boot, identity, flags) filled, *pidfd_p the pidfd opened for it
+ * (-1 when a listed view served: the caller's kept pidfd then) for the
+ * caller to keep or close. Else one line in msg. */
+byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p,
+                                      int *pidfd_p, char *msg, size_t msglen);
+
 /* 1 while the export found as (word, serial) is live. One load: what a
  * cache hit pays to refuse memory the exporter freed. */
 static inline int byval_reg_live(const uint64_t *word, uint64_t serial)

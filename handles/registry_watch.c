@@ -211,6 +211,21 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
     return found;
 }
 
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p)
+{
+    byval_reg_view_t *found = NULL;
+    pthread_mutex_lock(&w.lock);
+    for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
+            v->refs++;
+            *identity_p = v->identity;
+            found = v;
+        }
+    pthread_mutex_unlock(&w.lock);
+    return found;
+}
+
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void atfork_register(void)

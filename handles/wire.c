@@ -113,6 +113,76 @@ byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record
     return BYVAL_WIRE_OK;
 }
 
+/* ---- the short record (layout in wire.h) --------------------------------- */
+
+#define S_OFF_MAGIC 0
+#define S_OFF_VERSION 2
+#define S_OFF_FLAGS 3
+#define S_OFF_PID 4
+#define S_OFF_ID32 8
+#define S_OFF_GUARD 12
+#define S_OFF_SERIAL 16
+#define S_OFF_CHECKSUM 20
+
+uint32_t byval_short_guard(uint32_t boot, uint32_t pidns)
+{
+    uint8_t b[8];
+    put_le(b, boot, 4);
+    put_le(b + 4, pidns, 4);
+    return byval_fnv1a32(b, sizeof(b));
+}
+
+static uint32_t short_checksum(const uint8_t *rec, const uint8_t *bound, size_t bound_len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a over bound, then rec[0..19] */
+    for (size_t i = 0; i < bound_len; i++)
+        h = (h ^ bound[i]) * 16777619u;
+    for (size_t i = 0; i < S_OFF_CHECKSUM; i++)
+        h = (h ^ rec[i]) * 16777619u;
+    return h;
+}
+
+byval_wire_status_t byval_short_encode(const byval_short_t *s, const uint8_t *bound,
+                                       size_t bound_len, uint8_t out[BYVAL_SHORT_LEN])
+{
+    if (!s || !out || (bound_len && !bound) || (s->flags & ~BYVAL_FLAG_MASK))
+        return BYVAL_WIRE_BAD_FIELD;
+    uint8_t b[BYVAL_SHORT_LEN];
+    put_le(b + S_OFF_MAGIC, BYVAL_SHORT_MAGIC, 2);
+    b[S_OFF_VERSION] = BYVAL_SHORT_VERSION;
+    b[S_OFF_FLAGS] = s->flags;
+    put_le(b + S_OFF_PID, s->pid, 4);
+    put_le(b + S_OFF_ID32, s->id32, 4);
+    put_le(b + S_OFF_GUARD, s->guard, 4);
+    put_le(b + S_OFF_SERIAL, s->serial, 4);
+    put_le(b + S_OFF_CHECKSUM, short_checksum(b, bound, bound_len), 4);
+    memcpy(out, b, BYVAL_SHORT_LEN);
+    return BYVAL_WIRE_OK;
+}
+
+byval_wire_status_t byval_short_decode(const uint8_t in[BYVAL_SHORT_LEN], const uint8_t *bound,
+                                       size_t bound_len, byval_short_t *s_p)
+{
+    if (!in || (bound_len && !bound))
+        return BYVAL_WIRE_SHORT;
+    if (get_le(in + S_OFF_MAGIC, 2) != BYVAL_SHORT_MAGIC)
+        return BYVAL_WIRE_NOT_OURS;
+    if (get_le(in + S_OFF_CHECKSUM, 4) != short_checksum(in, bound, bound_len))
+        return BYVAL_WIRE_CHECKSUM;
+    if (in[S_OFF_VERSION] != BYVAL_SHORT_VERSION)
+        return BYVAL_WIRE_VERSION_UNKNOWN;
+    if (in[S_OFF_FLAGS] & ~BYVAL_FLAG_MASK)
+        return BYVAL_WIRE_BAD_FIELD;
+    if (s_p) {
+        s_p->flags = in[S_OFF_FLAGS];
+        s_p->pid = (uint32_t)get_le(in + S_OFF_PID, 4);
+        s_p->id32 = (uint32_t)get_le(in + S_OFF_ID32, 4);
+        s_p->guard = (uint32_t)get_le(in + S_OFF_GUARD, 4);
+        s_p->serial = (uint32_t)get_le(in + S_OFF_SERIAL, 4);
+    }
+    return BYVAL_WIRE_OK;
+}
+
 const char *byval_wire_status_str(byval_wire_status_t st)
 {
     switch (st) {

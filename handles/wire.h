@@ -93,6 +93,53 @@ int byval_wire_is_candidate(const uint8_t *in, size_t len);
 /* Static string for a status, e.g. "checksum mismatch". */
 const char *byval_wire_status_str(byval_wire_status_t st);
 
+/*
+ * The short record: 24 bytes, for handles whose driver leaves fewer than
+ * 47 bytes free (Level Zero's classic IpcEventPoolData writes bytes 0-39
+ * and leaves 40-63). It cannot describe the export itself; it names an
+ * entry of the exporter's registry (handles/registry.h), which importers
+ * map read-only and which holds the rest: the fd number, the fd's inode,
+ * the size, the full identity (in its header), and whether the export
+ * still lives. Little endian:
+ *
+ *  off len field
+ *    0   2 magic      0x6562 ("be")
+ *    2   1 version    1
+ *    3   1 flags      BYVAL_FLAG_ID_PIDFS; other bits 0
+ *    4   4 pid        exporter pid, in the exporter's pid namespace
+ *    8   4 id32       low 32 bits of the exporter's identity (as wire.h)
+ *   12   4 guard      byval_short_guard(boot, pidns): host and pid namespace
+ *   16   4 serial     low 32 bits of the export's registry serial
+ *   20   4 checksum   FNV-1a 32 over the bound bytes (the driver's part of
+ *                     the handle), then bytes 0..19
+ *
+ * Binding the driver's bytes into the checksum makes a handle whose fd
+ * bytes the program replaced (SCM_RIGHTS programs) fail the checksum: it
+ * is then not ours and goes to the driver unchanged.
+ */
+#define BYVAL_SHORT_LEN 24
+#define BYVAL_SHORT_MAGIC 0x6562u
+#define BYVAL_SHORT_VERSION 1u
+
+typedef struct byval_short {
+    uint8_t flags;   /* BYVAL_FLAG_* */
+    uint32_t pid;
+    uint32_t id32;   /* identity & 0xffffffff */
+    uint32_t guard;  /* byval_short_guard() of the exporter */
+    uint32_t serial; /* registry serial & 0xffffffff */
+} byval_short_t;
+
+/* The host and pid-namespace guard of (boot, pidns). */
+uint32_t byval_short_guard(uint32_t boot, uint32_t pidns);
+
+/* Encode s into out[0..23], the checksum over bound[0..bound_len) first. */
+byval_wire_status_t byval_short_encode(const byval_short_t *s, const uint8_t *bound,
+                                       size_t bound_len, uint8_t out[BYVAL_SHORT_LEN]);
+
+/* Decode and validate in[0..23] against bound (as encoded). */
+byval_wire_status_t byval_short_decode(const uint8_t in[BYVAL_SHORT_LEN], const uint8_t *bound,
+                                       size_t bound_len, byval_short_t *s_p);
+
 /* FNV-1a 32-bit, exposed for tests and for hashing boot ids. */
 uint32_t byval_fnv1a32(const void *data, size_t len);
 

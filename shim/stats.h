@@ -11,9 +11,11 @@
 
 #define BYVAL_STATS_LIST(X)                                               \
     X(exports, "handles exported by value")                               \
+    X(pool_exports, "event-pool handles exported by value (short record)") \
     X(export_hits, "export-cache hits")                                   \
     X(export_passthrough, "exports passed through (not ours to change)") \
     X(opens, "by-value handles opened")                                   \
+    X(pool_opens, "by-value event-pool handles opened")                   \
     X(open_hits, "import-cache hits")                                     \
     X(open_misses, "import-cache misses (pidfd resolution)")              \
     X(open_kept_pidfd, "misses served through an exporter's kept pidfd")  \

@@ -17,11 +17,21 @@
     X(zeMemPutIpcHandle)               \
     X(zeMemFree)                       \
     X(zeMemFreeExt)                    \
+    X(zeMemGetIpcHandleWithProperties) \
+    X(zeMemGetFileDescriptorFromIpcHandleExp) \
+    X(zeMemGetIpcHandleFromFileDescriptorExp) \
     X(zeContextDestroy)                \
+    X(zeEventPoolGetIpcHandle)         \
+    X(zeEventPoolOpenIpcHandle)        \
+    X(zeEventPoolCloseIpcHandle)       \
+    X(zeEventPoolPutIpcHandle)         \
+    X(zeEventPoolDestroy)              \
     X(zeDriverGetExtensionFunctionAddress) \
     X(zeGetMemProcAddrTable)           \
     X(zeGetDriverProcAddrTable)        \
-    X(zeGetContextProcAddrTable)
+    X(zeGetContextProcAddrTable)       \
+    X(zeGetEventPoolProcAddrTable)     \
+    X(zeGetMemExpProcAddrTable)
 
 #ifdef BYVAL_HAVE_CUDA
 #include "shim/cu_symbols.h"

@@ -116,11 +116,17 @@ void byval_export_withdraw(int fd)
 
 void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
+    (void)byval_export_publish_serial(key, ino, fd, size);
+}
+
+uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
+{
     static int offered;
-    if (byval_registry_add(key, ino, fd, size) != 0) {
+    uint64_t serial = 0;
+    if (byval_registry_add_serial(key, ino, fd, size, &serial) != 0) {
         BYVAL_LOG_DEBUG("export registry full or unavailable: importers keep fd %u's mappings "
                         "within their byte budget", fd);
-        return;
+        return 0;
     }
     int memfd, pipe_rd;
     /* Importers that cannot use pidfd_getfd fetch these from the broker. */
@@ -129,6 +135,7 @@ void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size
         byval_export_offer(memfd);
         byval_export_offer(pipe_rd);
     }
+    return serial;
 }
 
 void byval_export_unpublish(uint64_t key, uint32_t ino)

@@ -46,6 +46,9 @@ void byval_export_register_fd(int fd);
  * registry's fds are offered to the broker with the first one. */
 void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
 
+/* The same, returning the export's registry serial (0: not published). */
+uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
+
 /* The export's allocation is freed (or its export withdrawn): importers
  * release their closed mappings of it. */
 void byval_export_unpublish(uint64_t key, uint32_t ino);

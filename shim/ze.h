@@ -6,6 +6,11 @@
  * ze_export.c zeMemGetIpcHandle/Put/Free: layout detection, export cache
  * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
  * ze_real.c   finding the loader's own entry points at run time
+ * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the short record
+ * ze_event_import.c  zeEventPoolOpenIpcHandle/Close: import cache
+ * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
+ * ze_entry_newer.c   routes of the entry points newer than spec 1.4
+ * ze_fdconv.c zeMemGetFileDescriptorFromIpcHandleExp and back
  */
 #ifndef BYVAL_SHIM_ZE_H
 #define BYVAL_SHIM_ZE_H
@@ -30,6 +35,31 @@ typedef struct byval_ze_pool_ddi_1_6 {
 } byval_ze_pool_ddi_1_6_t;
 
 #define BYVAL_ZE_API_1_6 ZE_MAKE_VERSION(1, 6)
+#define BYVAL_ZE_API_1_15 ZE_MAKE_VERSION(1, 15)
+
+/* Spec 1.6 (MemExp) and 1.15 entry points, absent from the 1.8.12 headers. */
+typedef ze_result_t (*byval_ze_get_props_fn)(ze_context_handle_t, const void *, void *,
+                                             ze_ipc_mem_handle_t *);
+typedef ze_result_t (*byval_ze_fd_from_ipc_fn)(ze_context_handle_t, ze_ipc_mem_handle_t,
+                                               uint64_t *);
+typedef ze_result_t (*byval_ze_ipc_from_fd_fn)(ze_context_handle_t, uint64_t,
+                                               ze_ipc_mem_handle_t *);
+
+/* The 1.15 Mem table: 1.6, pfnGetPitchFor2dImage (1.9), then
+ * pfnGetIpcHandleWithProperties. */
+typedef struct byval_ze_mem_ddi_1_15 {
+    byval_ze_mem_ddi_1_6_t v1_6;
+    void *pfnGetPitchFor2dImage;
+    byval_ze_get_props_fn pfnGetIpcHandleWithProperties;
+} byval_ze_mem_ddi_1_15_t;
+
+/* The MemExp table (1.6; the atomics entries came with 1.7). */
+typedef struct byval_ze_mem_exp_ddi {
+    byval_ze_ipc_from_fd_fn pfnGetIpcHandleFromFileDescriptorExp;
+    byval_ze_fd_from_ipc_fn pfnGetFileDescriptorFromIpcHandleExp;
+    void *pfnSetAtomicAccessAttributeExp;
+    void *pfnGetAtomicAccessAttributeExp;
+} byval_ze_mem_exp_ddi_t;
 
 /* Intel extension entry points (compute-runtime ze_api_ext / zex). */
 typedef ze_result_t (*byval_zex_get_handles_fn)(ze_context_handle_t, void *, uint32_t *,
@@ -48,6 +78,10 @@ void *byval_ze_sym(const char *name);
 /* Memory IPC, called by every route with the next function on that route. */
 ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
                              const void *ptr, ze_ipc_mem_handle_t *handle);
+/* zeMemGetIpcHandleWithProperties: the same export as zeMemGetIpcHandle
+ * for the default handle type; other requests (fabric) pass through. */
+ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle_t ctx,
+                                   const void *ptr, void *pNext, ze_ipc_mem_handle_t *handle);
 ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
                              ze_ipc_mem_handle_t handle);
 ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *ptr);
@@ -91,5 +125,63 @@ int byval_ze_decode(const void *handle64, struct byval_record *rec_p);
  * lookup whose hit compares the whole record with a decoded one. */
 int byval_ze_parse(const void *handle64, struct byval_record *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
+
+/* ---- fd <-> IPC handle (ze_fdconv.c) ---------------------------------- */
+
+/* zeMemGetFileDescriptorFromIpcHandleExp: for another process's by-value
+ * handle, a local duplicate (the caller's to close; the same one while it
+ * stays open), never the exporter's fd number. */
+ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,
+                                 ze_ipc_mem_handle_t handle, uint64_t *fd_p);
+/* zeMemGetIpcHandleFromFileDescriptorExp: a by-value handle (ours for a
+ * duplicate we handed out; the export's for the driver's own fd). */
+ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx,
+                                 uint64_t fd, ze_ipc_mem_handle_t *handle);
+/* The by-value handle the export cache holds for the driver's fd. */
+int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle);
+/* Allocation ids of handles made from an fd (allocation unknown): this
+ * bit and the fd's inode; never a driver's (counters, user addresses). */
+#define BYVAL_ZE_FD_ALLOC_BIT (UINT64_C(1) << 47)
+
+/* Routes of the newer entry points (ze_entry_newer.c): the Mem table's
+ * 1.15 slot, and what zeDriverGetExtensionFunctionAddress hands out for
+ * their names (NULL: not one of them). */
+void byval_ze_wrap_mem_newer(ze_api_version_t version, ze_mem_dditable_t *table);
+void *byval_ze_ext_wrapper(const char *name, void *pfn);
+
+/* ---- event pools ------------------------------------------------------- */
+
+/*
+ * The classic IpcEventPoolData is 40 bytes, written whole; bytes 40-63 are
+ * left as the caller's buffer had them: the short record (handles/wire.h,
+ * 24 bytes) goes there, its checksum over the driver's 40 bytes too.
+ */
+#define BYVAL_ZE_POOL_DRIVER_LEN 40
+#define BYVAL_ZE_POOL_RECORD_OFF 40
+
+struct byval_short;
+/* 1 when the handle carries a short record bound to its driver bytes. */
+int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
+
+ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,
+                                  ze_ipc_event_pool_handle_t *handle);
+ze_result_t byval_ze_pool_put_ipc(byval_ze_pool_put_fn next, ze_context_handle_t ctx,
+                                  ze_ipc_event_pool_handle_t handle);
+ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
+                                   ze_ipc_event_pool_handle_t handle,
+                                   ze_event_pool_handle_t *pool_p);
+ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next,
+                                    ze_event_pool_handle_t pool);
+/* zeEventPoolDestroy: of an imported pool it is a close (as the driver's
+ * EventPool::destroy); of an exported one it withdraws the export first. */
+ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_handle_t pool);
+/* Imported pool handed out by us: its close (1, result in *r_p), else 0. */
+int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
+/* zeContextDestroy: release the closed imported pools of ctx first (open
+ * ones stay the application's, released at their close). */
+void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
+
+/* Resolve rec into a local fd, failures logged under `api`. */
+ze_result_t byval_ze_resolve_as(const char *api, const struct byval_record *rec, int *fd_p);
 
 #endif

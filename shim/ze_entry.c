@@ -13,14 +13,11 @@
  */
 #include <string.h>
 
-#include "shim/init.h"
 #include "shim/log.h"
-#include "shim/ze.h"
-
-#define ZE_EXPORT __attribute__((visibility("default")))
+#include "shim/ze_route.h"
 
 /* Resolve the loader's `name` once; NULL stays NULL until it appears. */
-static void *real_cached(void **slot, const char *name)
+void *byval_ze_real_cached(void **slot, const char *name)
 {
     void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!p) {
@@ -30,34 +27,7 @@ static void *real_cached(void **slot, const char *name)
     return p;
 }
 
-#define REAL(type, name)                                  \
-    ({                                                    \
-        static void *real_##name;                         \
-        (type) real_cached(&real_##name, #name);          \
-    })
-
 /* ---- exported symbols ---------------------------------------------- */
-
-/*
- * The next function on the symbol route: the loader's own, called inside
- * byval_enter(). The loader jumps through its table, which holds our table
- * wrapper: inside the guard that wrapper passes straight on, so a call
- * that came in by symbol is handled, logged and counted once whether the
- * shim used the handle or passed it through (a pass-through used to be
- * counted again by the table wrapper). `missing` is what the call returns
- * when the loader lacks the function.
- */
-#define SYM_NEXT(fn, type, missing, params, args)              \
-    static ze_result_t sym_next_##fn params                    \
-    {                                                          \
-        type real = REAL(type, fn);                            \
-        if (!real)                                             \
-            return (missing);                                  \
-        byval_enter();                                         \
-        ze_result_t r = real args;                             \
-        byval_leave();                                         \
-        return r;                                              \
-    }
 
 SYM_NEXT(zeMemGetIpcHandle, ze_pfnMemGetIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
          (ze_context_handle_t c, const void *p, ze_ipc_mem_handle_t *h), (c, p, h))
@@ -147,6 +117,10 @@ static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
     } else if (strcmp(name, "zexMemOpenIpcHandles") == 0 && *pfn != (void *)zex_open_wrapper) {
         __atomic_store_n(&zex_open_next, (byval_zex_open_handles_fn)*pfn, __ATOMIC_RELEASE);
         *pfn = (void *)zex_open_wrapper;
+    } else {
+        void *w = byval_ze_ext_wrapper(name, *pfn); /* the newer entry points */
+        if (w)
+            *pfn = w;
     }
     return r;
 }
@@ -215,14 +189,7 @@ static ze_result_t tw_ext(ze_driver_handle_t d, const char *n, void **pfn)
     return ext_address(NEXT(ext), d, n, pfn);
 }
 
-/*
- * Put our wrapper into *slot, remembering what was there as its next.
- * Idempotent: a table that already holds our wrapper (a program calling
- * the getter again, or a getter re-entering) is left as it is. The first
- * next wins; every table the loader or a program asks for holds the same
- * entry (the driver's or the loader's intercept) in one process.
- */
-static void wrap_slot(void **slot, void **next, void *wrapper, const char *what)
+void byval_ze_wrap_slot(void **slot, void **next, void *wrapper, const char *what)
 {
     void *cur = *slot;
     if (!cur || cur == wrapper)
@@ -236,8 +203,7 @@ static void wrap_slot(void **slot, void **next, void *wrapper, const char *what)
     *slot = wrapper;
 }
 
-#define WRAP(table_field, next_field, wrapper) \
-    wrap_slot((void **)&(table_field), (void **)&next_of.next_field, (void *)(wrapper), #next_field)
+#define WRAP(table_field, next_field, wrapper) WRAP_SLOT(table_field, next_of.next_field, wrapper)
 
 ZE_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *table)
 {
@@ -254,6 +220,7 @@ ZE_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_ddi
     WRAP(table->pfnFreeExt, free_ext, tw_free_ext);
     if (version >= BYVAL_ZE_API_1_6)
         WRAP(((byval_ze_mem_ddi_1_6_t *)table)->pfnPutIpcHandle, put, tw_put);
+    byval_ze_wrap_mem_newer(version, table);
     return r;
 }
 

@@ -218,21 +218,32 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
     return 0;
 }
 
-ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
-                             const void *ptr, ze_ipc_mem_handle_t *handle)
+/* The driver's get, plain or with properties (zeMemGetIpcHandleWithProperties). */
+typedef struct get_call {
+    ze_pfnMemGetIpcHandle_t plain;
+    byval_ze_get_props_fn props;
+    void *pNext;
+} get_call_t;
+
+static ze_result_t call_get(const get_call_t *c, ze_context_handle_t ctx, const void *ptr,
+                            ze_ipc_mem_handle_t *handle)
 {
-    if (!next)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
+    return c->props ? c->props(ctx, ptr, c->pNext, handle) : c->plain(ctx, ptr, handle);
+}
+
+static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, const void *ptr,
+                           ze_ipc_mem_handle_t *handle)
+{
     if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
-        return next(ctx, ptr, handle);
+        return call_get(next, ctx, ptr, handle);
     pthread_once(&export_once, export_init);
     if (!export_cache || !real_get_props)
-        return next(ctx, ptr, handle);
+        return call_get(next, ctx, ptr, handle);
 
     uint64_t alloc_id;
     ze_device_handle_t dev = NULL;
     if (byval_ze_alloc_props(ctx, ptr, &alloc_id, &dev) != 0)
-        return next(ctx, ptr, handle); /* the driver reports the error */
+        return call_get(next, ctx, ptr, handle); /* the driver reports the error */
 
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
     void *v;
@@ -255,7 +266,7 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
     uint8_t *h = (uint8_t *)handle->data;
     byval_ze_pattern_fill(h);
     byval_enter();
-    ze_result_t r = next(ctx, ptr, handle);
+    ze_result_t r = call_get(next, ctx, ptr, handle);
     byval_leave();
     if (r != ZE_RESULT_SUCCESS)
         return r;
@@ -271,6 +282,77 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
     if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK)
         free(e); /* another thread exported it first, or cache full: zeMemFree withdraws it */
     return r;
+}
+
+ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
+                             const void *ptr, ze_ipc_mem_handle_t *handle)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    get_call_t c = {.plain = next};
+    return get_ipc(&c, ctx, ptr, handle);
+}
+
+/* ze_ipc_mem_handle_type_ext_desc_t (1.15; not in the 1.4 headers). */
+#define STYPE_IPC_MEM_HANDLE_TYPE_EXT_DESC 0x0002003Du
+#define IPC_MEM_HANDLE_TYPE_FLAG_DEFAULT 1u
+
+/* 1 when pNext asks for nothing but the default (local, fd) handle. */
+static int default_handle_type(const void *pNext)
+{
+    for (const ze_base_desc_t *d = pNext; d; d = d->pNext) {
+        if ((uint32_t)d->stype != STYPE_IPC_MEM_HANDLE_TYPE_EXT_DESC)
+            return 0; /* an extension we do not know: leave the handle alone */
+        uint32_t flags;
+        memcpy(&flags, (const char *)d + sizeof(ze_base_desc_t), sizeof(flags));
+        if (flags & ~IPC_MEM_HANDLE_TYPE_FLAG_DEFAULT)
+            return 0;
+    }
+    return 1;
+}
+
+ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle_t ctx,
+                                   const void *ptr, void *pNext, ze_ipc_mem_handle_t *handle)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    if (!default_handle_type(pNext)) {
+        if (byval_init() && byval_cfg.ze)
+            BYVAL_STAT_INC(export_passthrough); /* fabric handles are not fds */
+        return next(ctx, ptr, pNext, handle);
+    }
+    get_call_t c = {.props = next, .pNext = pNext};
+    return get_ipc(&c, ctx, ptr, handle);
+}
+
+typedef struct by_fd {
+    uint64_t fd;
+    int found;
+    ze_ipc_mem_handle_t handle;
+} by_fd_t;
+
+static int by_fd_visit(void *arg, const void *key, void *value)
+{
+    by_fd_t *b = arg;
+    const ze_export_t *e = value;
+    (void)key;
+    if (!b->found && byval_ze_handle_fd(e->handle.data) == b->fd) {
+        b->handle = e->handle;
+        b->found = 1;
+    }
+    return 0; /* a visit: nothing is removed */
+}
+
+int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
+{
+    pthread_once(&export_once, export_init);
+    if (!export_cache || fd < 0)
+        return 0;
+    by_fd_t b = {.fd = (uint64_t)fd};
+    byval_lru_remove_if(export_cache, by_fd_visit, &b);
+    if (b.found)
+        *handle = b.handle;
+    return b.found;
 }
 
 ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,

@@ -104,11 +104,16 @@ static void import_init(void)
         BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
 }
 
-/* One error line per kind of failure (shim/log.h). */
-static void import_log_failure(byval_status_t st, const char *msg)
+/* One error line per kind of failure and API (shim/log.h). */
+static void import_log_failure_as(const char *api, byval_status_t st, const char *msg)
 {
     static int seen[BYVAL_E_SYS + 2];
-    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, "zeMemOpenIpcHandle", "%s", msg);
+    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, api, "%s", msg);
+}
+
+static void import_log_failure(byval_status_t st, const char *msg)
+{
+    import_log_failure_as("zeMemOpenIpcHandle", st, msg);
 }
 
 static ze_result_t status_to_ze(byval_status_t st)
@@ -118,6 +123,11 @@ static ze_result_t status_to_ze(byval_status_t st)
 }
 
 ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
+{
+    return byval_ze_resolve_as("zeMemOpenIpcHandle", rec, fd_p);
+}
+
+ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
 {
     char msg[512];
     byval_self_t self;
@@ -130,7 +140,7 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(open_errors);
-        import_log_failure(st, msg);
+        import_log_failure_as(api, st, msg);
         return status_to_ze(st);
     }
     return ZE_RESULT_SUCCESS;
@@ -281,6 +291,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (byval_init() && byval_cfg.ze) {
+        byval_ze_pools_ctx_gone(ctx);
         /* The driver would close our mappings of ctx with it; closing them
          * later with a dead context handle (or one reused by a new
          * context) is what must not happen. */

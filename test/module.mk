@@ -3,6 +3,7 @@
 # test drivers link its object.
 -include test/devmem/module.mk
 -include test/zedrv/module.mk
+-include test/zeldr/module.mk
 -include test/mpi/module.mk
 -include test/cudadrv/module.mk
 -include test/integration/module.mk

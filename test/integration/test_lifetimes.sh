@@ -9,8 +9,10 @@
 #   double close: the driver's error, and the next open works
 #   context destroy + create (same handle value), primary context reset
 #   more mappings open at once than the cache holds
+#   event pools: the exporter's destroy and exit release an idle importer's
+#     closed import, re-open, context destroy, double close
 . "$(dirname "$0")/lib.sh"
-ZL="$APPS/ze_life" CL="$BUILD/test/cudadrv/cu_life"
+ZL="$APPS/ze_life" ZP="$APPS/ze_pool_life" CL="$BUILD/test/cudadrv/cu_life"
 need "$LIB" "$ZEDRV" "$ZL"
 L="$BUILD/test-logs"
 
@@ -26,7 +28,7 @@ both() {
     elif ! timeout 120 "$RUN" "${byv[@]}" >"$log" 2>&1 || ! grep -q '^OK' "$log"; then
         fail "$name" "under ipcbyval: $(grep -v '^\[ipcbyval' "$log" | tail -2 | tr '\n' ' ')"
     else
-        pass "$name ($(grep -h 'release_ms\|held_max\|second close\|context has\|stale' "$log" |
+        pass "$name ($(grep -h 'release_ms\|held_max\|second close\|context has\|stale\|imported pools after' "$log" |
             sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110))"
     fi
 }
@@ -46,6 +48,14 @@ both "Level Zero context destroyed and created (same handle value)" "$L/ze-life-
     "$ZL" --case context --rounds 2 --scm-rights -- "$ZL" --case context --rounds 2
 grep -q 'context has the old handle value' "$L/ze-life-ctx.log" ||
     fail "Level Zero context reuse" "the test driver did not reuse the handle value: nothing was tested"
+
+for c in destroy exit reopen context; do
+    both "Level Zero event pools: $c" "$L/ze-pool-$c.log" "$ZP" --case "$c" --scm-rights -- \
+        "$ZP" --case "$c"
+done
+# Natively a second close of an event pool is a use after free: ipcbyval only.
+expect_ok "Level Zero event pools: double close is INVALID_ARGUMENT, the next open works" \
+    "$L/ze-pool-dc.log" "$RUN" "$ZP" --case double-close
 
 if [ -x "$CL" ]; then
     for c in double-close context reset; do

@@ -15,6 +15,30 @@ for route in symbol dlsym ddi zex; do
     expect_ok "route $route: by value under ipcbyval" "$L/route-$route.log" \
         "$RUN" "$APPS/ze_pair" --route "$route" "${A[@]}"
 done
+# Event pools (their handles carry the fd in bytes 0-3 too) on every route
+# that has them: the symbols, dlsym of the loader, the EventPool table.
+POOL_ERR='zeEventPoolOpenIpcHandle failed'
+E=(--allocs 0 --events --iters 3)
+for route in symbol dlsym ddi; do
+    expect_fail "event pools, route $route: native open fails" "$L/pool-$route-native.log" \
+        "$POOL_ERR" "$APPS/ze_pair" --route "$route" "${E[@]}"
+    expect_ok "event pools, route $route: by value under ipcbyval" "$L/pool-$route.log" \
+        "$RUN" "$APPS/ze_pair" --route "$route" "${E[@]}"
+done
+expect_ok "event pools, DDI route, loader dlopen'ed RTLD_LOCAL only" "$L/pool-ddi-dl.log" \
+    "$RUN" "$APPS/ze_pair_dl" --route ddi "${E[@]}"
+expect_ok "event pools: SCM_RIGHTS program (bytes 0-3 replaced) still works" "$L/pool-scm.log" \
+    "$RUN" "$APPS/ze_pair" --scm-rights "${E[@]}"
+expect_ok "event pools: open of own handle in the exporting process" "$L/pool-same.log" \
+    "$RUN" "$APPS/ze_pair" --same-process "${E[@]}"
+IPCBYVAL_STATS=1 expect_ok "event pools: opaque layout passes through untouched" \
+    "$L/pool-opaque.log" env ZEDRV_IPC_LAYOUT=opaque "$RUN" "$APPS/ze_pair" "${E[@]}"
+if grep -qE 'stats: pool_exports +0 ' "$L/pool-opaque.log" &&
+    grep -qE 'stats: export_passthrough +3 ' "$L/pool-opaque.log"; then
+    pass "event pools, opaque layout: no record written, 3 exports passed through"
+else
+    fail "event pools, opaque layout accounting" "$(grep -E 'stats: (pool_)?export' "$L/pool-opaque.log" | tr '\n' ' ')"
+fi
 # Loader reached only by dlopen(RTLD_LOCAL): RTLD_NEXT cannot see it.
 for route in dlsym ddi zex; do
     expect_ok "route $route, loader dlopen'ed RTLD_LOCAL only" "$L/route-$route-dl.log" \

@@ -4,7 +4,7 @@
 # clients and ipcbyval rely on it (its own checks, through the real loader:
 # context handle reuse and destroy, close/free semantics, allocation ids,
 # device-memory accounting across processes, queue groups, alignment,
-# command-list reuse).
+# command-list reuse, a fork while another thread is inside the driver).
 . "$(dirname "$0")/lib.sh"
 CHECK="$BUILD/test/zedrv/zedrv_check"
 need "$CHECK" "$ZEDRV"

@@ -3,6 +3,8 @@
 #   ze_pair                   fork()ed exporter/importer, linked to the loader
 #   ze_pair_dl                the same, reaching the loader by dlopen only
 #   ze_life                   lifetimes: churn, repeating ids, double close, context reuse
+#   ze_pool_life              event-pool lifetimes: destroy, exit, reopen, context, double close
+#   ze_newapi                 the entry points newer than loader 1.8.12 (with properties, fd <-> handle, puts)
 #   ze_mpi_exchange_ompi[_dl]  MPI ring exchange built with Open MPI's mpicc
 #   ze_mpi_exchange_mpich[_dl] the same with MPICH's mpicc.mpich
 # The _dl binaries have no DT_NEEDED on libze_loader (--route symbol is
@@ -20,7 +22,8 @@ ZEAPP_DL   := -ldl
 MPICC_OMPI  ?= $(shell mpicc -showme:version >/dev/null 2>&1 && command -v mpicc)
 MPICC_MPICH ?= $(shell command -v mpicc.mpich 2>/dev/null)
 
-ZEAPP_BINS := $(ZEAPP_DIR)/ze_pair $(ZEAPP_DIR)/ze_pair_dl $(ZEAPP_DIR)/ze_life
+ZEAPP_BINS := $(ZEAPP_DIR)/ze_pair $(ZEAPP_DIR)/ze_pair_dl $(ZEAPP_DIR)/ze_life \
+              $(ZEAPP_DIR)/ze_pool_life $(ZEAPP_DIR)/ze_newapi
 ifneq ($(MPICC_OMPI),)
 ZEAPP_BINS += $(ZEAPP_DIR)/ze_mpi_exchange_ompi $(ZEAPP_DIR)/ze_mpi_exchange_ompi_dl
 endif
@@ -37,6 +40,14 @@ $(ZEAPP_DIR)/ze_pair: test/mpi/ze_pair.c $(ZEAPP_DEPS)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 $(ZEAPP_DIR)/ze_life: test/mpi/ze_life.c $(ZEAPP_DEPS)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+
+$(ZEAPP_DIR)/ze_pool_life: test/mpi/ze_pool_life.c $(ZEAPP_DEPS)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
+
+$(ZEAPP_DIR)/ze_newapi: test/mpi/ze_newapi.c $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(ZEAPP_SRC) $(ZEAPP_LINK)
 

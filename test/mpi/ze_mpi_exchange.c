@@ -6,6 +6,11 @@
  * (rank + 1) % n with MPI_Sendrecv, opens the ones it received, copies them
  * with an immediate command list and checks every byte.
  *
+ * --events: each rank also exports an IPC event pool of two events with
+ * event 1 signalled; its successor opens it, must read event 1 signalled
+ * and signals event 0, which the owner then waits for (5 s at most).
+ * --allocs 0 --events exchanges event pools only.
+ *
  * --reopen: rank 0 exports --allocs buffers (16) once; rank 1 opens and
  * closes them round-robin, --iters opens in all (10000), checking a sample.
  * Knows nothing about ipcbyval.
@@ -85,7 +90,7 @@ static void run_exchange(struct zeapp *app, const struct opts *o, int rank, int 
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
     size_t nh = o->allocs + (o->events ? 1 : 0);
     ze_ipc_mem_handle_t *out = calloc(nh, sizeof(*out)), *in = calloc(nh, sizeof(*in));
-    void **bufs = calloc(o->allocs, sizeof(*bufs));
+    void **bufs = calloc(o->allocs + 1, sizeof(*bufs)); /* --allocs 0: events only */
     void *stage = zeapp_alloc_host(app, o->size), *local = zeapp_alloc_host(app, o->size);
     char prev_name[32], next_name[32];
     struct zeapp_pool pool;
@@ -274,7 +279,7 @@ static void parse(int argc, char **argv, struct opts *o)
     }
     o->allocs = (unsigned)(allocs >= 0 ? allocs : o->reopen ? 16 : 4);
     o->iters = (unsigned)(iters >= 0 ? iters : o->reopen ? 10000 : 2);
-    if (optind != argc || o->allocs == 0 || o->iters == 0 || o->size == 0 ||
+    if (optind != argc || (o->allocs == 0 && !o->events) || o->iters == 0 || o->size == 0 ||
         (o->reopen && (o->events || o->realloc)))
         usage(argv[0]);
 }

@@ -142,7 +142,7 @@ static void export_one(struct zeapp *app, void *buf, void *stage, size_t size, u
 
 static void **alloc_all(struct zeapp *app, const struct opts *o)
 {
-    void **bufs = calloc(o->allocs, sizeof(*bufs));
+    void **bufs = calloc(o->allocs + 1, sizeof(*bufs)); /* --allocs 0: events only */
 
     if (bufs == NULL)
         zeapp_die(app, "out of memory");
@@ -318,7 +318,7 @@ static void parse(int argc, char **argv, struct opts *o)
         default: usage(argv[0]);
         }
     }
-    if (optind != argc || o->allocs == 0 || o->size == 0 || o->iters == 0 ||
+    if (optind != argc || (o->allocs == 0 && !o->events) || o->size == 0 || o->iters == 0 ||
         (o->same_process && o->scm_rights))
         usage(argv[0]);
 }

@@ -21,6 +21,8 @@ n=$(grep -c 'using the socket fallback' "$L/tr-auto.log")
     fail "auto remembers" "$n switches logged"
 IPCBYVAL_TRANSPORT=socket expect_ok "transport=socket under the denial" "$L/tr-socket.log" \
     "$DENY" "$RUN" "$APPS/ze_pair" "${A[@]}"
+IPCBYVAL_TRANSPORT=auto expect_ok "event pools, pidfd_getfd denied, transport=auto: socket fallback" \
+    "$L/tr-pool-auto.log" "$DENY" "$RUN" "$APPS/ze_pair" --allocs 0 --events --iters 3
 
 if [ -n "$MPIRUN_OMPI" ] && [ -x "$APPS/ze_mpi_exchange_ompi" ]; then
     IPCBYVAL_TRANSPORT=socket expect_ok "MPI demo (2 ranks) with IPCBYVAL_TRANSPORT=socket" \

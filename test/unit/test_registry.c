@@ -5,7 +5,8 @@
  * exporter freed an export within 10 ms without calling anything, sees
  * the exporter's exit and its exec (same pid, same pidfs identity) as the
  * end of everything it published, and finds nothing in a process that
- * publishes nothing.
+ * publishes nothing, and resolves a short record (handles/wire.h) to the
+ * live entry it names.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -70,14 +71,17 @@ static pid_t exporter(int cmd[2], int out[2], int publish)
     byval_record_t rec = {0};
     byval_self_get(&self);
     byval_record_set_exporter(&rec, &self);
+    uint64_t serial = 0;
     if (publish) {
-        byval_registry_add(KEY, 5, 3, 4096);
+        byval_registry_add_serial(KEY, 5, 3, 4096, &serial);
         /* A VMM reservation's chunks: one key, and on a real GPU one
          * inode for every fd (/dev/nvidiactl). */
         byval_registry_add(KEY + 1, 9, 7, 0);
         byval_registry_add(KEY + 1, 9, 8, 0);
     }
     (void)!write(out[1], &rec, sizeof(rec));
+    if (publish == 2) /* the short-record test wants the serial too */
+        (void)!write(out[1], &serial, sizeof(serial));
     for (char c; read(cmd[0], &c, 1) == 1;) {
         if (c == 'r')
             byval_registry_remove(KEY, 5);
@@ -226,6 +230,68 @@ static void test_evidence_before_duplicating(void **state)
     close(out[0]);
 }
 
+/* A short record (event pools) finds the export it names: the registry of
+ * the process behind its pid, the entry of its serial; a wrong identity,
+ * host or namespace, or a freed export, is refused. */
+static void test_short_record_names_a_live_entry(void **state)
+{
+    BYVAL_NEED(no_pidfd());
+    int cmd[2], out[2], pidfd;
+    byval_record_t rec, got;
+    uint64_t serial;
+    byval_self_t self;
+    byval_reg_view_t *v;
+    byval_reg_slot_t slot;
+    char msg[256];
+    pid_t pid = exporter(cmd, out, 2); /* first: its child must not inherit our self */
+    byval_self_get(&self);
+    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    assert_int_equal(read(out[0], &serial, sizeof(serial)), sizeof(serial));
+    assert_true(serial != 0);
+    byval_short_t s = {.flags = rec.flags, .pid = rec.pid, .id32 = (uint32_t)rec.identity,
+                       .guard = byval_short_guard(rec.boot, rec.pidns), .serial = (uint32_t)serial};
+
+    byval_short_t bad = s;
+    bad.id32 ^= 1;
+    assert_int_equal(byval_reg_attach_short(&bad, &self, BYVAL_MODE_PIDFD, &v, &got, &pidfd, msg,
+                                            sizeof(msg)),
+                     BYVAL_E_IDENTITY);
+    bad = s;
+    bad.guard ^= 1;
+    assert_int_equal(byval_reg_attach_short(&bad, &self, BYVAL_MODE_PIDFD, &v, &got, &pidfd, msg,
+                                            sizeof(msg)),
+                     BYVAL_E_FOREIGN_NS);
+
+    byval_status_t st =
+        byval_reg_attach_short(&s, &self, BYVAL_MODE_PIDFD, &v, &got, &pidfd, msg, sizeof(msg));
+    if (st != BYVAL_OK)
+        printf("attach_short: %s\n", msg);
+    assert_int_equal(st, BYVAL_OK);
+    assert_int_equal(got.identity, rec.identity);
+    assert_int_equal(got.pid, rec.pid);
+    const uint64_t *w = byval_reg_find_serial(v, (uint32_t)serial, &slot);
+    assert_non_null(w);
+    assert_int_equal(slot.key, KEY);
+    assert_int_equal(slot.ino, 5);
+    assert_int_equal(slot.fd, 3);
+    assert_int_equal(slot.size, 4096);
+    /* A serial never issued (serial + 1 and + 2 are KEY + 1's chunks). */
+    assert_null(byval_reg_find_serial(v, (uint32_t)serial + 100, &slot));
+
+    char c = 'r';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    assert_int_equal(read(out[0], &c, 1), 1);
+    assert_null(byval_reg_find_serial(v, (uint32_t)serial, &slot)); /* freed */
+    byval_reg_view_put(v);
+    if (pidfd >= 0)
+        close(pidfd);
+    c = 'x';
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    waitpid(pid, NULL, 0);
+    close(cmd[1]);
+    close(out[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_exec_ends_the_image),
         cmocka_unit_test(test_no_registry_no_view),
         cmocka_unit_test(test_evidence_before_duplicating),
+        cmocka_unit_test(test_short_record_names_a_live_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -277,6 +277,76 @@ static void test_status_strings(void **state)
     assert_string_equal(byval_wire_status_str((byval_wire_status_t)99), "unknown status");
 }
 
+/* ---- the short record (event pools) -------------------------------------- */
+
+static void test_short_round_trip_and_layout(void **state)
+{
+    (void)state;
+    uint8_t bound[40], out[BYVAL_SHORT_LEN];
+    for (int i = 0; i < 40; i++)
+        bound[i] = (uint8_t)(i * 7);
+    byval_short_t s = {.flags = BYVAL_FLAG_ID_PIDFS, .pid = 0x01020304, .id32 = 0xdeadbeef,
+                       .guard = byval_short_guard(0x11111111, 0x22222222), .serial = 42};
+    assert_int_equal(byval_short_encode(&s, bound, 40, out), BYVAL_WIRE_OK);
+    uint8_t want[20];
+    le(want, BYVAL_SHORT_MAGIC, 2);
+    want[2] = BYVAL_SHORT_VERSION;
+    want[3] = BYVAL_FLAG_ID_PIDFS;
+    le(want + 4, s.pid, 4);
+    le(want + 8, s.id32, 4);
+    le(want + 12, s.guard, 4);
+    le(want + 16, s.serial, 4);
+    assert_memory_equal(out, want, 20);
+    byval_short_t d;
+    assert_int_equal(byval_short_decode(out, bound, 40, &d), BYVAL_WIRE_OK);
+    assert_int_equal(d.flags, s.flags);
+    assert_int_equal(d.pid, s.pid);
+    assert_int_equal(d.id32, s.id32);
+    assert_int_equal(d.guard, s.guard);
+    assert_int_equal(d.serial, s.serial);
+    /* The guard tells hosts and namespaces apart. */
+    assert_int_not_equal(byval_short_guard(1, 2), byval_short_guard(2, 1));
+    assert_int_not_equal(byval_short_guard(1, 2), byval_short_guard(1, 3));
+}
+
+static void test_short_every_bit_flip_rejected(void **state)
+{
+    (void)state;
+    uint8_t bound[40] = {17}, out[BYVAL_SHORT_LEN];
+    byval_short_t s = {.pid = 77, .id32 = 5, .guard = 9, .serial = 3};
+    assert_int_equal(byval_short_encode(&s, bound, 40, out), BYVAL_WIRE_OK);
+    /* Any change in the record or in the driver's bytes it is bound to
+     * (a program writing its own fd into bytes 0-3) makes it not ours. */
+    for (int i = 0; i < (BYVAL_SHORT_LEN + 40) * 8; i++) {
+        uint8_t r[BYVAL_SHORT_LEN], b[40];
+        memcpy(r, out, sizeof(r));
+        memcpy(b, bound, sizeof(b));
+        if (i < BYVAL_SHORT_LEN * 8)
+            r[i / 8] ^= (uint8_t)(1u << (i % 8));
+        else
+            b[i / 8 - BYVAL_SHORT_LEN] ^= (uint8_t)(1u << (i % 8));
+        assert_int_not_equal(byval_short_decode(r, b, 40, NULL), BYVAL_WIRE_OK);
+    }
+}
+
+static void test_short_refuses_bad_flags_and_random(void **state)
+{
+    (void)state;
+    uint8_t out[BYVAL_SHORT_LEN];
+    byval_short_t s = {.flags = 0x2};
+    assert_int_equal(byval_short_encode(&s, NULL, 0, out), BYVAL_WIRE_BAD_FIELD);
+    uint64_t seed = 0x1234567;
+    int accepted = 0;
+    for (int i = 0; i < 100000; i++) {
+        uint8_t r[BYVAL_SHORT_LEN], b[40];
+        fill_random(r, sizeof(r), &seed);
+        fill_random(b, sizeof(b), &seed);
+        le(r, BYVAL_SHORT_MAGIC, 2);
+        accepted += byval_short_decode(r, b, 40, NULL) == BYVAL_WIRE_OK;
+    }
+    assert_true(accepted <= 1); /* a 32-bit checksum: about 2^-32 each */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +359,9 @@ int main(void)
         cmocka_unit_test(test_checksummed_random_fields),
         cmocka_unit_test(test_encode_refuses_out_of_range),
         cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_short_round_trip_and_layout),
+        cmocka_unit_test(test_short_every_bit_flip_rejected),
+        cmocka_unit_test(test_short_refuses_bad_flags_and_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

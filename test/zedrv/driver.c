@@ -111,8 +111,38 @@ static bool driver_ok(ze_driver_handle_t driver)
     return driver != NULL && driver->magic == ZEDRV_MAGIC_DRIVER;
 }
 
+/*
+ * Fork. A fork that lands while another thread holds zedrv_lock (inside
+ * any entry point) leaves the child's copy locked by a thread that does
+ * not exist there: the child's first call into the driver hangs. The fault
+ * suite forks while 16 threads open handles and opens one in the child,
+ * to test ipcbyval's own fork handlers; so fork takes the lock first and
+ * both sides release it. Registered at zeInit, before any client of the
+ * driver can register handlers that hold a lock of theirs across a call
+ * into us (ipcbyval's release gate, cache/imports.c): prepare handlers run
+ * last-registered first, so theirs take their lock before ours, the order
+ * their threads take them in.
+ */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&zedrv_lock);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&zedrv_lock);
+}
+
+static void fork_register(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 ze_result_t zedrv_init(ze_init_flags_t flags)
 {
+    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&fork_once, fork_register);
     /* The loader calls this twice per application zeInit: stay idempotent. */
     ZEDRV_LOG("zeInit(flags 0x%x), ipc layout %s", (unsigned)flags,
               zedrv_config()->layout == ZEDRV_LAYOUT_OPAQUE ? "opaque" : "classic");
@@ -204,7 +234,7 @@ ze_result_t zedrv_driver_get_extension_function_address(ze_driver_handle_t drive
     else if (strcmp(name, "zexMemOpenIpcHandles") == 0)
         *fn = (void *)zedrv_zex_open_ipc_handles;
     else
-        *fn = NULL;
+        *fn = zedrv_newer_entry_point(name); /* not compute-runtime's: ipc_exp.c */
     ZEDRV_LOG("zeDriverGetExtensionFunctionAddress(%s) = %p", name, *fn);
     /* compute-runtime: DriverHandle::getExtensionFunctionAddress. */
     return *fn != NULL ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;

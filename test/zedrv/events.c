@@ -206,3 +206,25 @@ ze_result_t zedrv_event_host_synchronize(ze_event_handle_t event, uint64_t timeo
     }
     return r;
 }
+
+/*
+ * Test-only, exported by name: event pools this process holds, the
+ * imported ones in *imported_p (may be NULL). Reads driver state only, so
+ * a program can watch its imports go without calling Level Zero.
+ */
+ZEDRV_EXPORT int zedrvPoolCount(int *imported_p);
+
+int zedrvPoolCount(int *imported_p)
+{
+    int n = 0, imported = 0;
+
+    pthread_mutex_lock(&zedrv_lock);
+    for (ze_event_pool_handle_t p = pool_list; p != NULL; p = p->next) {
+        n++;
+        imported += p->imported;
+    }
+    pthread_mutex_unlock(&zedrv_lock);
+    if (imported_p != NULL)
+        *imported_p = imported;
+    return n;
+}

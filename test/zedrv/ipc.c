@@ -100,7 +100,7 @@ int zedrv_fd_from_pid(pid_t pid, int fd)
     return newfd < 0 ? -1 : newfd;
 }
 
-static void handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a)
+void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a)
 {
     uint8_t ipc_type = a->type == ZE_MEMORY_TYPE_HOST ? ZEDRV_IPC_TYPE_HOST
                                                       : ZEDRV_IPC_TYPE_DEVICE;
@@ -153,7 +153,7 @@ ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t context, const void *pt
         }
     }
     a->export_refs++;
-    handle_write(handle, a);
+    zedrv_handle_write(handle, a);
     ZEDRV_LOG("zeMemGetIpcHandle(%p) = fd %d (id %llu, refs %u)", ptr, a->export_fd,
               (unsigned long long)a->id, a->export_refs);
     pthread_mutex_unlock(&zedrv_lock);

@@ -56,11 +56,55 @@ struct pool_table_1_6 {
 };
 
 #define ZEDRV_API_VERSION_1_6 ZE_MAKE_VERSION(1, 6)
+#define ZEDRV_API_VERSION_1_15 ZE_MAKE_VERSION(1, 15)
+
+/* The 1.15 Mem table: 1.6, then pfnGetPitchFor2dImage (1.9, not
+ * implemented) and pfnGetIpcHandleWithProperties. */
+typedef ze_result_t(ZE_APICALL *zedrv_pfn_with_props_t)(ze_context_handle_t, const void *,
+                                                        void *, ze_ipc_mem_handle_t *);
+struct mem_table_1_15 {
+    struct mem_table_1_6 v1_6;
+    void *pfnGetPitchFor2dImage;
+    zedrv_pfn_with_props_t pfnGetIpcHandleWithProperties;
+};
 
 static void mem_put_slot(ze_api_version_t version, ze_mem_dditable_t *table)
 {
     if (version >= ZEDRV_API_VERSION_1_6)
         ((struct mem_table_1_6 *)table)->pfnPutIpcHandle = zedrv_mem_put_ipc_handle;
+    if (version >= ZEDRV_API_VERSION_1_15) {
+        struct mem_table_1_15 *t = (struct mem_table_1_15 *)table;
+        t->pfnGetPitchFor2dImage = NULL;
+        t->pfnGetIpcHandleWithProperties = zedrv_mem_get_ipc_handle_with_properties;
+    }
+}
+
+/* The MemExp table (spec 1.6; loader 1.8.12 never asks for it, newer
+ * loaders do): the fd <-> IPC handle conversions, atomics not implemented. */
+typedef struct zedrv_mem_exp_dditable {
+    ze_result_t(ZE_APICALL *pfnGetIpcHandleFromFileDescriptorExp)(ze_context_handle_t, uint64_t,
+                                                                  ze_ipc_mem_handle_t *);
+    ze_result_t(ZE_APICALL *pfnGetFileDescriptorFromIpcHandleExp)(ze_context_handle_t,
+                                                                  ze_ipc_mem_handle_t,
+                                                                  uint64_t *);
+    void *pfnSetAtomicAccessAttributeExp;
+    void *pfnGetAtomicAccessAttributeExp;
+} zedrv_mem_exp_dditable_t;
+
+ZEDRV_EXPORT ze_result_t ZE_APICALL zeGetMemExpProcAddrTable(ze_api_version_t version,
+                                                             zedrv_mem_exp_dditable_t *table);
+
+ze_result_t ZE_APICALL zeGetMemExpProcAddrTable(ze_api_version_t version,
+                                                zedrv_mem_exp_dditable_t *table)
+{
+    if (table == NULL)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (ZE_MAJOR_VERSION(version) != ZE_MAJOR_VERSION(ZE_API_VERSION_CURRENT))
+        return ZE_RESULT_ERROR_UNSUPPORTED_VERSION;
+    memset(table, 0, sizeof(*table));
+    table->pfnGetIpcHandleFromFileDescriptorExp = zedrv_mem_get_ipc_handle_from_fd;
+    table->pfnGetFileDescriptorFromIpcHandleExp = zedrv_mem_get_fd_from_ipc_handle;
+    return ZE_RESULT_SUCCESS;
 }
 
 static void pool_put_slot(ze_api_version_t version, ze_event_pool_dditable_t *table)
@@ -202,6 +246,13 @@ ZEDRV_EXPORT ze_result_t ZE_APICALL zeMemPutIpcHandle(ze_context_handle_t contex
                                                       ze_ipc_mem_handle_t handle);
 ZEDRV_EXPORT ze_result_t ZE_APICALL zeEventPoolPutIpcHandle(ze_context_handle_t context,
                                                             ze_ipc_event_pool_handle_t handle);
+ZEDRV_EXPORT ze_result_t ZE_APICALL zeMemGetIpcHandleWithProperties(ze_context_handle_t context,
+                                                                    const void *ptr, void *pNext,
+                                                                    ze_ipc_mem_handle_t *handle);
+ZEDRV_EXPORT ze_result_t ZE_APICALL zeMemGetFileDescriptorFromIpcHandleExp(
+    ze_context_handle_t context, ze_ipc_mem_handle_t handle, uint64_t *fd);
+ZEDRV_EXPORT ze_result_t ZE_APICALL zeMemGetIpcHandleFromFileDescriptorExp(
+    ze_context_handle_t context, uint64_t fd, ze_ipc_mem_handle_t *handle);
 ZEDRV_EXPORT ze_result_t ZE_APICALL zexMemGetIpcHandles(ze_context_handle_t context,
                                                         const void *ptr, uint32_t *count,
                                                         ze_ipc_mem_handle_t *handles);
@@ -221,6 +272,27 @@ ze_result_t ZE_APICALL zeEventPoolPutIpcHandle(ze_context_handle_t context,
                                                ze_ipc_event_pool_handle_t handle)
 {
     return zedrv_event_pool_put_ipc_handle(context, handle);
+}
+
+ze_result_t ZE_APICALL zeMemGetIpcHandleWithProperties(ze_context_handle_t context,
+                                                       const void *ptr, void *pNext,
+                                                       ze_ipc_mem_handle_t *handle)
+{
+    return zedrv_mem_get_ipc_handle_with_properties(context, ptr, pNext, handle);
+}
+
+ze_result_t ZE_APICALL zeMemGetFileDescriptorFromIpcHandleExp(ze_context_handle_t context,
+                                                              ze_ipc_mem_handle_t handle,
+                                                              uint64_t *fd)
+{
+    return zedrv_mem_get_fd_from_ipc_handle(context, handle, fd);
+}
+
+ze_result_t ZE_APICALL zeMemGetIpcHandleFromFileDescriptorExp(ze_context_handle_t context,
+                                                              uint64_t fd,
+                                                              ze_ipc_mem_handle_t *handle)
+{
+    return zedrv_mem_get_ipc_handle_from_fd(context, fd, handle);
 }
 
 ze_result_t ZE_APICALL zexMemGetIpcHandles(ze_context_handle_t context, const void *ptr,

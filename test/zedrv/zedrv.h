@@ -228,6 +228,8 @@ ze_result_t zedrv_mem_get_address_range(ze_context_handle_t, const void *, void 
                                         size_t *);
 
 /* ipc.c */
+/* The IPC handle of alloc a (export_fd set), in the configured layout. */
+void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a);
 ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t, const void *,
                                      ze_ipc_mem_handle_t *);
 ze_result_t zedrv_mem_open_ipc_handle(ze_context_handle_t, ze_device_handle_t,
@@ -239,6 +241,17 @@ ze_result_t zedrv_zex_get_ipc_handles(ze_context_handle_t, const void *, uint32_
 ze_result_t zedrv_zex_open_ipc_handles(ze_context_handle_t, ze_device_handle_t, uint32_t,
                                        ze_ipc_mem_handle_t *, ze_ipc_memory_flags_t,
                                        void **);
+
+/* ipc_exp.c: entry points newer than the loader's 1.4 headers (declared
+ * there: their types are not in those headers). */
+ze_result_t zedrv_mem_get_ipc_handle_with_properties(ze_context_handle_t, const void *, void *,
+                                                     ze_ipc_mem_handle_t *);
+ze_result_t zedrv_mem_get_fd_from_ipc_handle(ze_context_handle_t, ze_ipc_mem_handle_t,
+                                             uint64_t *);
+ze_result_t zedrv_mem_get_ipc_handle_from_fd(ze_context_handle_t, uint64_t,
+                                             ze_ipc_mem_handle_t *);
+/* The name of a newer entry point -> ours, for zeDriverGetExtensionFunctionAddress. */
+void *zedrv_newer_entry_point(const char *name);
 
 /* events.c */
 ze_result_t zedrv_event_pool_create(ze_context_handle_t, const ze_event_pool_desc_t *,

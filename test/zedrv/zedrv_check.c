@@ -14,11 +14,16 @@
  *   churn     ZEDRV_TOTAL_MEM=32M and a ledger: an exporter and an
  *             importer child (opaque layout, the driver imports with
  *             pidfd_getfd); this process watches with zedrvMemStats
+ *   fork      a fork while another thread is inside the driver: the
+ *             child's own calls work (the fault suite relies on it)
  * Ends with "zedrv_check: N passed, N failed"; exit 0 when none failed.
  */
 #include <level_zero/ze_api.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -485,6 +490,114 @@ static void scenario_limit(void)
     zeContextDestroy(c);
 }
 
+/* ---- fork while another thread is inside the driver ----------------------
+ * The fault suite's threads case forks while 16 threads open handles and
+ * then opens one in the child. A fork that lands while one of them holds
+ * the driver's lock must not leave the child's copy locked. To make that
+ * moment certain, not lucky: with ZEDRV_DEBUG=1 a thread's
+ * zeMemGetIpcHandle logs under the driver's lock into a full pipe, so it
+ * blocks there; a drainer empties the pipe 200 ms later. The child makes
+ * one driver call (alarm: a hang ends as SIGALRM). */
+
+static int fork_pipe[2];
+static ze_context_handle_t fork_ctx;
+static void *fork_mem;
+static pid_t fork_tid;
+static int fork_got = -1, fork_go[2];
+
+static void *fork_exporter(void *arg)
+{
+    ze_ipc_mem_handle_t h;
+    char k;
+
+    (void)arg;
+    __atomic_store_n(&fork_tid, gettid(), __ATOMIC_RELEASE);
+    fork_got = zeMemGetIpcHandle(fork_ctx, fork_mem, &h) == ZE_RESULT_SUCCESS;
+    /* Idle until the check ends: no thread exit races the fork. */
+    if (read(fork_go[0], &k, 1) < 0)
+        return NULL;
+    return NULL;
+}
+
+static void *fork_drainer(void *arg)
+{
+    char buf[4096];
+
+    (void)arg;
+    usleep(200 * 1000);
+    while (read(fork_pipe[0], buf, sizeof(buf)) > 0)
+        ;
+    return NULL;
+}
+
+/* 1 once thread tid sleeps in write(2) (syscall 1 on x86-64). */
+static int blocked_in_write(pid_t tid)
+{
+    char path[64], line[64] = "";
+    int fd, n;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    n = (int)read(fd, line, sizeof(line) - 1);
+    close(fd);
+    return n > 2 && strncmp(line, "1 ", 2) == 0;
+}
+
+static void scenario_fork(void)
+{
+    int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    int blocked = 0, st = -1;
+    pthread_t exp, drain;
+    pid_t child, tid = 0;
+
+    dup2(null, STDERR_FILENO); /* ZEDRV_DEBUG logs every call */
+    init();
+    fork_ctx = ctx_new();
+    fork_mem = dev_alloc(fork_ctx, 4096, 0);
+    CHECK(fork_mem != NULL);
+    if (!fork_mem || pipe2(fork_pipe, O_CLOEXEC) || pipe2(fork_go, O_CLOEXEC))
+        goto out;
+    /* The pipe full, then blocking: the next log line sleeps in write. */
+    fcntl(fork_pipe[1], F_SETPIPE_SZ, 4096);
+    fcntl(fork_pipe[1], F_SETFL, O_NONBLOCK);
+    while (write(fork_pipe[1], "................", 16) > 0)
+        ;
+    fcntl(fork_pipe[1], F_SETFL, 0);
+    dup2(fork_pipe[1], STDERR_FILENO);
+    pthread_create(&exp, NULL, fork_exporter, NULL);
+    for (int i = 0; i < 2000 && !blocked; i++) {
+        usleep(1000);
+        tid = __atomic_load_n(&fork_tid, __ATOMIC_ACQUIRE);
+        blocked = tid && blocked_in_write(tid);
+    }
+    pthread_create(&drain, NULL, fork_drainer, NULL);
+    child = fork();
+    if (child == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+
+        alarm(3);
+        dup2(fd, STDERR_FILENO);
+        _exit(mem_type(fork_ctx, fork_mem, NULL) == ZE_MEMORY_TYPE_DEVICE ? 0 : 1);
+    }
+    waitpid(child, &st, 0);
+    dup2(saved, STDERR_FILENO);
+    close(fork_pipe[1]);
+    CHECK(write(fork_go[1], "x", 1) == 1);
+    pthread_join(exp, NULL);
+    pthread_join(drain, NULL);
+    CHECK(blocked); /* else the fork proved nothing */
+    CHECK(fork_got == 1);
+    CHECK(child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "FAIL: fork child killed by signal %d%s\n", WTERMSIG(st),
+                WTERMSIG(st) == SIGALRM ? " (hung on the driver's lock)" : "");
+out:
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(null);
+}
+
 /* Runs fn in a child with the variables of env set ("NAME=value", NULL
  * terminated) and adds its counts to ours. */
 static void run(const char *name, void (*fn)(void), const char *const *env)
@@ -525,6 +638,7 @@ int main(void)
     static const char *const address[] = {"ZEDRV_ALLOC_ID=address", NULL};
     static const char *const keep[] = {"ZEDRV_CONTEXT_DESTROY=keep", NULL};
     static const char *const all[] = {"ZEDRV_CONTEXT_DESTROY=all", NULL};
+    static const char *const debug[] = {"ZEDRV_DEBUG=1", NULL};
     const char *churn[] = {"ZEDRV_TOTAL_MEM=32M", "ZEDRV_IPC_LAYOUT=opaque", ledger_env, NULL};
 
     if (!getenv("ZE_ENABLE_ALT_DRIVERS")) {
@@ -538,6 +652,7 @@ int main(void)
     run("context destroy keep", scenario_keep, keep);
     run("context destroy all", scenario_all, all);
     run("memory limit", scenario_limit, churn);
+    run("fork with a thread inside the driver", scenario_fork, debug);
     unlink(ledger);
     /* This process watches the ledger too: it needs the same variables. */
     for (int i = 0; churn[i]; i++)

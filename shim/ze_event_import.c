@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ze_event_import.c - zeEventPoolOpenIpcHandle / zeEventPoolCloseIpcHandle
+ * for handles with a short record (ze_event.c says why short).
+ *
+ * A miss finds the exporter's registry from the record (pid, identity,
+ * host and pid-namespace guard: handles/registry_short.c), the live entry
+ * the record's serial names (gone: the pool was destroyed, refused), takes
+ * the fd number, inode and size from it, duplicates the fd through the
+ * configured transport, writes the local fd into bytes 0-7 of a copy of
+ * the handle for the driver's import and closes the duplicate. The
+ * imported pool is kept by the import lifecycle core (cache/imports.h)
+ * under (guard, pid, identity's low 32 bits, serial, local context); its
+ * liveness is the registry entry, so the exporter's zeEventPoolDestroy
+ * releases a closed import at once (the watcher thread), and its exit or
+ * exec releases them all. Close drops an open; a closed pool stays for a
+ * re-open until then, the context's destruction, or a budget's need.
+ *
+ * The pool handle is what the application closes: it goes into the
+ * core's open-pointer map tagged with bit 63 (no user-space address has
+ * it), so it never meets a memory mapping's pointer there.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/imports.h"
+#include "handles/registry_view.h"
+#include "handles/resolve.h"
+#include "shim/config.h"
+#include "shim/exporters.h"
+#include "shim/init.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+#include "shim/track.h"
+#include "shim/transport.h"
+#include "shim/ze.h"
+
+#define POOL_TAG(pool) ((uintptr_t)(pool) | (UINT64_C(1) << 63))
+#define API_OPEN "zeEventPoolOpenIpcHandle"
+
+typedef struct pool_key {
+    uint32_t guard, pid, id32, serial;
+    uintptr_t ctx;
+} pool_key_t;
+
+typedef struct pool_import {
+    byval_import_t base; /* the lifecycle core's part */
+    ze_event_pool_handle_t pool;
+    ze_context_handle_t ctx;
+    uint8_t handle[ZE_MAX_IPC_HANDLE_SIZE]; /* as opened: a hit must equal it */
+} pool_import_t;
+
+static byval_imports_t *imports;
+static pthread_once_t import_once = PTHREAD_ONCE_INIT;
+static ze_pfnEventPoolCloseIpcHandle_t real_close;
+
+static void pool_release(byval_import_t *b)
+{
+    pool_import_t *m = (pool_import_t *)b;
+    if (real_close && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
+        byval_enter();
+        ze_result_t r = real_close(m->pool);
+        byval_leave();
+        if (r != ZE_RESULT_SUCCESS)
+            BYVAL_LOG_WARN("zeEventPoolCloseIpcHandle(%p) on release returned 0x%x",
+                           (void *)m->pool, (unsigned)r);
+    }
+    free(m);
+}
+
+static int pool_same(const byval_import_t *a, const byval_import_t *b)
+{
+    return memcmp(((const pool_import_t *)a)->handle, ((const pool_import_t *)b)->handle,
+                  ZE_MAX_IPC_HANDLE_SIZE) == 0;
+}
+
+/* Tracked at import already (the registry entry named by the record). */
+static byval_imports_ops_t import_ops = {
+    .name = "ze pool import",
+    .key_len = sizeof(pool_key_t),
+    .release = pool_release,
+    .same = pool_same,
+};
+
+static void import_init(void)
+{
+    real_close = (ze_pfnEventPoolCloseIpcHandle_t)byval_ze_sym("zeEventPoolCloseIpcHandle");
+    imports = byval_track_cache(&import_ops);
+    if (!imports)
+        BYVAL_LOG_ERROR("cannot allocate the event-pool import cache: by-value opens will fail");
+}
+
+/* One error line per kind of failure (shim/log.h). */
+static ze_result_t refuse(byval_status_t st, const char *msg)
+{
+    static int seen[BYVAL_E_SYS + 2];
+    BYVAL_STAT_INC(open_errors);
+    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, API_OPEN, "%s", msg);
+    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
+                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+/* The exporter's registry entry for s, with the record to fetch its fd. */
+static ze_result_t resolve(const byval_short_t *s, const byval_self_t *self, const uint8_t *h,
+                           byval_record_t *rec, byval_reg_view_t **v_p, const uint64_t **w_p,
+                           byval_reg_slot_t *slot)
+{
+    char msg[512] = "";
+    int pidfd = -1;
+    byval_status_t st =
+        byval_reg_attach_short(s, self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
+    if (st != BYVAL_OK)
+        return refuse(st, msg);
+    if (pidfd >= 0) /* verified for this exporter: kept for the fetch below */
+        byval_fetch_done(rec, pidfd);
+    uint64_t fd;
+    memcpy(&fd, h, sizeof(fd));
+    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
+    if (!*w_p || slot->key >> 56 != BYVAL_KIND_ZE_EVENT_POOL || slot->fd != fd) {
+        byval_reg_view_put(*v_p);
+        *v_p = NULL;
+        snprintf(msg, sizeof(msg),
+                 "pid %u exports no event pool under serial %u with fd %llu (destroyed, or the "
+                 "handle was altered)",
+                 s->pid, s->serial, (unsigned long long)fd);
+        return refuse(BYVAL_E_BADFD, msg);
+    }
+    rec->kind = BYVAL_KIND_ZE_EVENT_POOL;
+    rec->fd = slot->fd;
+    rec->fd_ino = slot->ino;
+    rec->size = slot->size;
+    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
+                               ze_ipc_event_pool_handle_t handle, const byval_short_t *s,
+                               const byval_self_t *self, const pool_key_t *key,
+                               ze_event_pool_handle_t *pool_p)
+{
+    byval_record_t rec;
+    byval_reg_view_t *v = NULL;
+    const uint64_t *w = NULL;
+    byval_reg_slot_t slot;
+    ze_result_t r = resolve(s, self, (const uint8_t *)handle.data, &rec, &v, &w, &slot);
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    int fd = -1;
+    r = byval_ze_resolve_as(API_OPEN, &rec, &fd);
+    if (r != ZE_RESULT_SUCCESS) {
+        byval_reg_view_put(v);
+        return r;
+    }
+    ze_ipc_event_pool_handle_t local = handle;
+    uint64_t fd64 = (uint64_t)fd;
+    memcpy(local.data, &fd64, sizeof(fd64));
+    ze_event_pool_handle_t pool = NULL;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_enter();
+    r = next(ctx, local, &pool);
+    byval_leave();
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
+    close(fd); /* the driver holds its own reference once open */
+    if (r != ZE_RESULT_SUCCESS) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
+                 rec.fd, (unsigned)r);
+        refuse(BYVAL_E_SYS, msg);
+        byval_reg_view_put(v);
+        return r;
+    }
+    pool_import_t *m = calloc(1, sizeof(*m));
+    if (!m) {
+        byval_reg_view_put(v);
+        if (real_close) {
+            byval_enter();
+            real_close(pool);
+            byval_leave();
+        }
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    m->pool = pool;
+    m->ctx = ctx;
+    memcpy(m->handle, handle.data, sizeof(m->handle));
+    m->base.bytes = rec.size;
+    m->base.pidns = rec.pidns;
+    m->base.pid = rec.pid;
+    m->base.identity = rec.identity;
+    /* base.ctx stays 0: byval_imports_purge_ctx is for mappings that die
+     * with their context; pools are the application's until it closes
+     * them (byval_ze_pools_ctx_gone releases only closed ones). */
+    byval_import_track(&m->base, w, slot.serial, v); /* v's reference goes with it */
+    byval_import_t *out;
+    byval_lru_ref_t ref;
+    byval_imports_insert(imports, key, &m->base, &out, &ref);
+    pool = ((pool_import_t *)out)->pool;
+    if (byval_imports_open(imports, out, ref, POOL_TAG(pool)) < 0)
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    BYVAL_LOG_DEBUG("event pool open: miss, pid %u fd %u serial %u: %p", rec.pid, rec.fd,
+                    s->serial, (void *)pool);
+    *pool_p = pool;
+    return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
+                                   ze_ipc_event_pool_handle_t handle,
+                                   ze_event_pool_handle_t *pool_p)
+{
+    byval_short_t s;
+    byval_self_t self;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!byval_init() || !byval_cfg.ze)
+        return next(ctx, handle, pool_p);
+    byval_exporters_poll(); /* releases dead exporters' entries when due */
+    if (!pool_p || !byval_ze_pool_decode(handle.data, &s) || byval_self_get(&self) != 0) {
+        BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, handle, pool_p);
+    }
+    /* Our own handle: the fd in bytes 0-7 is valid here already. */
+    if (s.pid == self.pid && s.id32 == (uint32_t)self.identity &&
+        s.guard == byval_short_guard(self.boot, self.pidns)) {
+        BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, handle, pool_p);
+    }
+    pthread_once(&import_once, import_init);
+    if (!imports)
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    pool_key_t key;
+    memset(&key, 0, sizeof(key));
+    key.guard = s.guard;
+    key.pid = s.pid;
+    key.id32 = s.id32;
+    key.serial = s.serial;
+    key.ctx = (uintptr_t)ctx;
+    byval_lru_ref_t ref = 0;
+    pool_import_t *m = (pool_import_t *)byval_imports_get(imports, &key, &ref);
+    if (m && memcmp(m->handle, handle.data, sizeof(m->handle)) != 0) {
+        byval_imports_unget(imports, ref); /* same key, another handle: resolve it */
+        m = NULL;
+    }
+    BYVAL_STAT_INC(opens);
+    BYVAL_STAT_INC(pool_opens);
+    if (m) {
+        if (byval_imports_open(imports, &m->base, ref, POOL_TAG(m->pool)) < 0)
+            return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+        BYVAL_STAT_INC(open_hits);
+        *pool_p = m->pool;
+        return ZE_RESULT_SUCCESS;
+    }
+    BYVAL_STAT_INC(open_misses);
+    return import_miss(next, ctx, handle, &s, &self, &key, pool_p);
+}
+
+int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p)
+{
+    switch (byval_imports_close(POOL_TAG(pool))) {
+    case BYVAL_IMPORTS_CLOSED:
+        BYVAL_STAT_INC(closes);
+        *r_p = ZE_RESULT_SUCCESS;
+        return 1;
+    case BYVAL_IMPORTS_NOT_OPEN:
+        /* Natively a second close destroys a destroyed pool; the cached
+         * pool behind it must not be touched. */
+        BYVAL_STAT_INC(double_closes);
+        byval_log_double_close("zeEventPoolCloseIpcHandle", (void *)pool);
+        *r_p = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next,
+                                    ze_event_pool_handle_t pool)
+{
+    ze_result_t r;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!pool || !byval_init() || !byval_cfg.ze || !byval_ze_pool_close_import(pool, &r))
+        return next(pool);
+    return r;
+}
+
+typedef struct ctx_of {
+    byval_imports_t *home;
+    ze_context_handle_t ctx;
+} ctx_of_t;
+
+static int of_ctx(void *arg, const byval_import_t *b)
+{
+    const ctx_of_t *c = arg;
+    return b->home == c->home && ((const pool_import_t *)b)->ctx == c->ctx;
+}
+
+void byval_ze_pools_ctx_gone(ze_context_handle_t ctx)
+{
+    byval_imports_t *c = __atomic_load_n(&imports, __ATOMIC_ACQUIRE);
+    if (!c)
+        return;
+    ctx_of_t arg = {c, ctx};
+    size_t n = byval_imports_remove_if(of_ctx, &arg);
+    if (n)
+        BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu closed event pool%s of it first",
+                        (void *)ctx, n, n == 1 ? "" : "s");
+}

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ze_fdconv.c - zeMemGetFileDescriptorFromIpcHandleExp and
+ * zeMemGetIpcHandleFromFileDescriptorExp (spec 1.6) with by-value handles.
+ *
+ * The driver answers both from its own table of exports
+ * (compute-runtime's Context::getFdFromIpcHandle / getIpcHandleFromFd
+ * look the handle's fd number up in its IPC map): in the exporting
+ * process they convert, anywhere else they fail, or worse, return an
+ * export of the importing process whose number happens to be the
+ * exporter's. So, for another process's by-value handle, the fd returned
+ * is a local duplicate of the exporter's object, fetched and checked as
+ * an open's is, and an fd built back into a handle gives the by-value
+ * handle it came from. The duplicate is the caller's to close: ipcbyval
+ * never closes an fd it handed out (it may be in use), and hands out the
+ * same one again while it stays open on the same object, so a caller that
+ * never closes it does not collect descriptors. In the exporting process
+ * both calls are the driver's, and the handle built from the driver's fd
+ * is the by-value handle the export cache holds for it.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "handles/resolve.h"
+#include "handles/wire.h"
+#include "shim/config.h"
+#include "shim/init.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+#include "shim/ze.h"
+
+#define API_FD "zeMemGetFileDescriptorFromIpcHandleExp"
+#define DUPS 64
+
+/* Duplicates handed out: which by-value handle each came from. */
+static struct {
+    pthread_mutex_t lock;
+    struct dup {
+        int fd; /* -1: free */
+        uint32_t ino;
+        ze_ipc_mem_handle_t handle;
+    } d[DUPS];
+    unsigned next;
+} dups = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t dups_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread holds dups.lock would leave the child's copy
+ * locked for good; the table itself stays right there (the child inherits
+ * the duplicates, open). The lock is a leaf (nothing is taken or called
+ * out under it but fcntl and fstat), so these handlers may run in any
+ * order among the others. */
+static void dups_fork_prepare(void)
+{
+    pthread_mutex_lock(&dups.lock);
+}
+
+static void dups_fork_release(void)
+{
+    pthread_mutex_unlock(&dups.lock);
+}
+
+static void dups_init(void)
+{
+    for (unsigned i = 0; i < DUPS; i++)
+        dups.d[i].fd = -1;
+    pthread_atfork(dups_fork_prepare, dups_fork_release, dups_fork_release);
+}
+
+/* 1 while fd is open on the object whose inode's low bits are ino. */
+static int still_names(int fd, uint32_t ino)
+{
+    return fd >= 0 && fcntl(fd, F_GETFD) >= 0 && (uint32_t)byval_fd_inode(fd) == ino;
+}
+
+/* The duplicate handed out for handle, if the caller has not closed it. */
+static int dup_of_handle(const ze_ipc_mem_handle_t *handle)
+{
+    int fd = -1;
+    pthread_mutex_lock(&dups.lock);
+    for (unsigned i = 0; i < DUPS && fd < 0; i++)
+        if (dups.d[i].fd >= 0 && !memcmp(&dups.d[i].handle, handle, sizeof(*handle)) &&
+            still_names(dups.d[i].fd, dups.d[i].ino))
+            fd = dups.d[i].fd;
+    pthread_mutex_unlock(&dups.lock);
+    return fd;
+}
+
+static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle)
+{
+    pthread_mutex_lock(&dups.lock);
+    unsigned slot = DUPS;
+    for (unsigned i = 0; i < DUPS && slot == DUPS; i++)
+        if (dups.d[i].fd == fd || dups.d[i].fd < 0) /* a number reused, or free */
+            slot = i;
+    if (slot == DUPS)
+        slot = dups.next++ % DUPS; /* forget the oldest (never closed: the caller's) */
+    dups.d[slot].fd = fd;
+    dups.d[slot].ino = ino;
+    dups.d[slot].handle = *handle;
+    pthread_mutex_unlock(&dups.lock);
+}
+
+/* The by-value handle whose duplicate fd is, if fd still names it. */
+static int handle_of_dup(int fd, ze_ipc_mem_handle_t *handle)
+{
+    int found = 0;
+    pthread_mutex_lock(&dups.lock);
+    for (unsigned i = 0; i < DUPS && !found; i++)
+        if (dups.d[i].fd == fd && still_names(fd, dups.d[i].ino)) {
+            *handle = dups.d[i].handle;
+            found = 1;
+        }
+    pthread_mutex_unlock(&dups.lock);
+    return found;
+}
+
+/* A by-value memory handle of another process: 1 with *rec_p. */
+static int foreign(const ze_ipc_mem_handle_t *handle, byval_record_t *rec_p)
+{
+    byval_self_t self;
+    if (!byval_ze_decode(handle->data, rec_p) || rec_p->kind != BYVAL_KIND_ZE_MEM ||
+        byval_self_get(&self) != 0)
+        return 0;
+    return !(rec_p->pid == self.pid && rec_p->pidns == self.pidns &&
+             rec_p->identity == self.identity);
+}
+
+ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,
+                                 ze_ipc_mem_handle_t handle, uint64_t *fd_p)
+{
+    byval_record_t rec;
+    if (!next)
+        return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    if (!fd_p || !byval_init() || !byval_cfg.ze || !foreign(&handle, &rec))
+        return next(ctx, handle, fd_p);
+    pthread_once(&dups_once, dups_init);
+    int fd = dup_of_handle(&handle);
+    if (fd < 0) {
+        ze_result_t r = byval_ze_resolve_as(API_FD, &rec, &fd);
+        if (r != ZE_RESULT_SUCCESS)
+            return r;
+        dup_remember(fd, rec.fd_ino, &handle);
+        BYVAL_LOG_DEBUG(API_FD ": pid %u fd %u is fd %d here (the caller's to close)", rec.pid,
+                        rec.fd, fd);
+    }
+    *fd_p = (uint64_t)fd;
+    return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx,
+                                 uint64_t fd, ze_ipc_mem_handle_t *handle)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    if (!handle || fd > INT32_MAX || !byval_init() || !byval_cfg.ze)
+        return next(ctx, fd, handle);
+    pthread_once(&dups_once, dups_init);
+    /* One of our duplicates: the by-value handle it came from. */
+    if (handle_of_dup((int)fd, handle))
+        return ZE_RESULT_SUCCESS;
+    /* The driver's own export (else its error, as natively). */
+    byval_ze_pattern_fill((uint8_t *)handle->data);
+    byval_enter();
+    ze_result_t r = next(ctx, fd, handle);
+    byval_leave();
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    /* What zeMemGetIpcHandle handed out for it, record and all. */
+    if (byval_ze_export_by_fd((int)fd, handle))
+        return r;
+    /* Exported another way (the export cache full, zex): describe the
+     * object alone; importers then release their mapping at its close. */
+    uint64_t id = BYVAL_ZE_FD_ALLOC_BIT | (uint32_t)byval_fd_inode((int)fd);
+    byval_ze_describe((uint8_t *)handle->data, ctx, NULL, id, NULL);
+    return r;
+}
