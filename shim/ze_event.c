@@ -177,6 +177,7 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
         e->fd = fd;
         e->ino = ino;
         byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
+        byval_export_register_fd((int)fd); /* and for other libraries' own pidfd_getfd */
         e->serial = byval_export_publish_serial(e->key, ino, fd, size > 0 ? (uint64_t)size : 0);
         serial = e->serial;
     }
@@ -244,8 +245,14 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         return r;
     if (!pattern_intact(h)) {
         BYVAL_STAT_INC(export_passthrough);
-        if (!layout_is_opaque(h))
+        if (!layout_is_opaque(h)) {
             BYVAL_LOG_INFO("unknown event-pool IPC handle layout from the driver: passed through");
+        } else { /* the importer's driver fetches fd @0 with its own pidfd_getfd */
+            uint64_t fd;
+            memcpy(&fd, h, sizeof(fd));
+            if (fd <= INT32_MAX)
+                byval_export_register_fd((int)fd);
+        }
         return r;
     }
     if (describe(h, pool) != 0) {

@@ -30,6 +30,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
+#include "shim/transport.h"
 #include "shim/ze.h"
 
 #define API_FD "zeMemGetFileDescriptorFromIpcHandleExp"
@@ -135,8 +136,16 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
     byval_record_t rec;
     if (!next)
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
-    if (!fd_p || !byval_init() || !byval_cfg.ze || !foreign(&handle, &rec))
+    if (!fd_p || !byval_init() || !byval_cfg.ze)
         return next(ctx, handle, fd_p);
+    if (!foreign(&handle, &rec)) {
+        ze_result_t r = next(ctx, handle, fd_p);
+        /* The caller may hand this fd to a peer by number (its own
+         * pidfd_getfd): the rescue may serve it (shim/syscall.c). */
+        if (r == ZE_RESULT_SUCCESS && *fd_p <= INT32_MAX)
+            byval_export_register_fd((int)*fd_p);
+        return r;
+    }
     pthread_once(&dups_once, dups_init);
     int fd = dup_of_handle(&handle);
     if (fd < 0) {
@@ -148,6 +157,7 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
                         rec.fd, fd);
     }
     *fd_p = (uint64_t)fd;
+    byval_export_register_fd(fd); /* as above: GPU memory the caller may pass on */
     return ZE_RESULT_SUCCESS;
 }
 

@@ -24,6 +24,12 @@
  *              (zeMemGetFileDescriptorFromIpcHandleExp, then
  *              zeMemGetIpcHandleFromFileDescriptorExp); the importer opens
  *              the handle so made
+ *   fd-pidfd   MPICH's pidfd mode: the exporter turns its handle into an
+ *              fd and sends the handle and the fd's number; the importer
+ *              fetches the fd with its own pidfd_open + pidfd_getfd and
+ *              writes it into the handle (Intel's
+ *              zeMemGetIpcHandleFromFileDescriptorExp accepts only fds of
+ *              the caller's own exports)
  *   put        exporter: zeMemPutIpcHandle after the get, and
  *              zeEventPoolPutIpcHandle after an event pool's get; the
  *              importer opens both
@@ -39,7 +45,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+
+#include "handles/resolve_internal.h" /* SYS_pidfd_* where headers lack them */
 #include <unistd.h>
 
 /* ze_api.h 1.6 / 1.15, not in the 1.4 headers. */
@@ -182,6 +191,20 @@ static void importer(int s)
               NEED(&app, zeMemGetIpcHandleFromFileDescriptorExp)(app.context, fd, &made));
         open_check(&app, &made, stage, "the handle made from the fd");
         close((int)fd);
+    } else if (!strcmp(kase, "fd-pidfd")) {
+        uint64_t fd;
+        if (recv(s, &fd, sizeof(fd), 0) != (ssize_t)sizeof(fd))
+            zeapp_die(&app, "the exporter went away");
+        int pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+        int mine = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
+        if (mine < 0)
+            zeapp_die(&app, "pidfd_getfd(pid %d, fd %d) failed: %m", (int)getppid(), (int)fd);
+        uint64_t local = (uint64_t)mine;
+        ze_ipc_mem_handle_t with = h;
+        memcpy(with.data, &local, sizeof(local));
+        open_check(&app, &with, stage, "the handle with the fetched fd");
+        close(mine);
+        close(pidfd);
     } else {
         open_check(&app, &h, stage, kase);
     }
@@ -233,6 +256,12 @@ static int exporter(int s, pid_t child)
     if (!strcmp(kase, "put"))
         CHECK(&app, "zeMemPutIpcHandle", NEED(&app, zeMemPutIpcHandle)(app.context, h));
     (void)!send(s, &h, sizeof(h), 0);
+    if (!strcmp(kase, "fd-pidfd")) {
+        uint64_t fd = UINT64_MAX;
+        CHECK(&app, "zeMemGetFileDescriptorFromIpcHandleExp",
+              NEED(&app, zeMemGetFileDescriptorFromIpcHandleExp)(app.context, h, &fd));
+        (void)!send(s, &fd, sizeof(fd), 0); /* the number, as MPICH sends it */
+    }
     struct zeapp_pool pool;
     if (!strcmp(kase, "put")) {
         ze_ipc_event_pool_handle_t ph;

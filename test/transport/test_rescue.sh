@@ -111,6 +111,27 @@ n=$(statsum rescued "$L/rs-ze.log")
 [ "$n" -ge 2 ] && pass "the importer counts its rescues ($n)" || fail "rescued counted" "rescued=$n"
 n=$(statsum rescue_served "$L/rs-ze.log")
 [ "$n" -ge 2 ] && pass "the exporter counts what it served ($n)" || fail "rescue_served counted" "rescue_served=$n"
+# Event pools: opaque event-pool handles are fetched the same way; one
+# allocation and one pool per iteration, so 2 x 2 rescues.
+ZEDRV_IPC_LAYOUT=opaque IPCBYVAL_STATS=1 expect_ok \
+    "Level Zero opaque memory and event-pool handles under the denial, with ipcbyval: rescued" \
+    "$L/rs-ze-events.log" "$DENY" "$RUN" "$APPS/ze_pair" --events --allocs 1 --iters 2
+n=$(statsum rescued "$L/rs-ze-events.log")
+[ "$n" -eq 4 ] && pass "event pools rescued too (4 rescues: 2 memory, 2 pools)" ||
+    fail "event pools rescued" "rescued=$n, expected 4"
+# MPICH's pidfd mode on the classic layout: the fd of the handle (from
+# zeMemGetFileDescriptorFromIpcHandleExp) sent by number, fetched with the
+# importer's own pidfd_getfd and written into the handle.
+if [ -x "$APPS/ze_newapi" ]; then
+    expect_ok "MPICH's pidfd pattern (classic handle, its fd by number), no denial" \
+        "$L/rs-mpich-nodeny.log" "$APPS/ze_newapi" --case fd-pidfd
+    expect_fail "MPICH's pidfd pattern under the denial, without ipcbyval" "$L/rs-mpich-native.log" \
+        'pidfd_getfd.*Operation not permitted' "$DENY" "$APPS/ze_newapi" --case fd-pidfd
+    expect_ok "MPICH's pidfd pattern under the denial, with ipcbyval: rescued" "$L/rs-mpich.log" \
+        "$DENY" "$RUN" "$APPS/ze_newapi" --case fd-pidfd
+else
+    skip "MPICH's pidfd pattern" "ze_newapi not built"
+fi
 ZEDRV_DEBUG=1 ZEDRV_IPC_LAYOUT=opaque IPCBYVAL_TRANSPORT=pidfd expect_fail \
     "Level Zero opaque handles, IPCBYVAL_TRANSPORT=pidfd: not rescued" \
     "$L/rs-ze-pidfd.log" 'pidfd_getfd.*Operation not permitted' "$DENY" "$RUN" "$APPS/ze_pair" --allocs 2 --iters 2
