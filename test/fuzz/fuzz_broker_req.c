@@ -12,8 +12,9 @@
  *   and once BAD always BAD (a connection is never revived by more bytes);
  * - READY exactly at the request's length, with the fields as sent;
  * - MORE never at or beyond that length.
- * The first byte also picks a mode that forces the magic in front, so
- * that the fd field's check is reached, not only the magic's.
+ * The first byte also picks a mode that forces one of the two magics in
+ * front (a by-handle request or a rescue), so that the fields' checks are
+ * reached, not only the magic's.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -49,9 +50,12 @@ static void check_stream(const uint8_t *in, size_t size)
             if (len != sizeof(struct broker_req))
                 abort();
             memcpy(&again, copy, sizeof(again));
-            if (again.magic != BROKER_MAGIC || again.fd > INT32_MAX || req.magic != again.magic ||
-                req.fd != again.fd || req.fd_ino != again.fd_ino)
+            if ((again.magic != BROKER_MAGIC && again.magic != BROKER_MAGIC_RESCUE) ||
+                again.fd > INT32_MAX || req.magic != again.magic || req.fd != again.fd ||
+                req.fd_ino != again.fd_ino)
                 abort();
+            if (again.magic == BROKER_MAGIC_RESCUE && again.fd_ino != 0)
+                abort(); /* a rescue names a number, nothing else */
         }
         free(copy);
         prev = st;
@@ -69,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     uint8_t b[64 + sizeof(uint32_t)];
-    uint32_t magic = BROKER_MAGIC;
+    uint32_t magic = data[0] & 2 ? BROKER_MAGIC_RESCUE : BROKER_MAGIC;
     memcpy(b, &magic, sizeof(magic));
     memcpy(b + sizeof(magic), data + 1, size - 1);
     check_stream(b, sizeof(magic) + size - 1);
