@@ -136,6 +136,15 @@ static void atfork_register(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+/* Our lock, the fork handlers registered first: a fork between a first
+ * lock and a later registration would leave the child the lock held by a
+ * thread it does not have. */
+static void reg_lock(void)
+{
+    pthread_once(&atfork_once, atfork_register);
+    pthread_mutex_lock(&reg.lock);
+}
+
 int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
     return byval_registry_add_serial(key, ino, fd, size, NULL);
@@ -145,8 +154,7 @@ int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t 
                               uint64_t *serial_p)
 {
     int rc = -1;
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&reg.lock);
+    reg_lock();
     if (create_locked() != 0)
         goto out;
     byval_reg_slot_t *live = find_locked(key, ino, fd);
@@ -203,7 +211,7 @@ void byval_registry_remove(uint64_t key, uint32_t ino)
 {
     if (!__atomic_load_n(&reg.live, __ATOMIC_RELAXED))
         return;
-    pthread_mutex_lock(&reg.lock);
+    reg_lock();
     if (reg.hdr) {
         int any = 0;
         for (byval_reg_slot_t *s; (s = find_locked(key, ino, 0)) != NULL; any = 1) {
@@ -223,7 +231,7 @@ unsigned byval_registry_live(void)
 
 int byval_registry_fds(int *memfd_p, int *pipe_rd_p)
 {
-    pthread_mutex_lock(&reg.lock);
+    reg_lock();
     *memfd_p = reg.memfd;
     *pipe_rd_p = reg.pipe_rd;
     pthread_mutex_unlock(&reg.lock);

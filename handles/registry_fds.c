@@ -124,6 +124,13 @@ static void rf_init(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+/* The lock, its fork handlers registered first (see broker_offers.c). */
+static void rf_lock(void)
+{
+    pthread_once(&rf_once, rf_init);
+    pthread_mutex_lock(&rf.lock);
+}
+
 static fd_entry_t *find_locked(int fd)
 {
     for (uint32_t i = 0; i < rf.n; i++)
@@ -171,8 +178,7 @@ int byval_registry_add_fd(int fd)
     int fl;
     if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0)
         return -1;
-    pthread_once(&rf_once, rf_init);
-    pthread_mutex_lock(&rf.lock);
+    rf_lock();
     int rc = -1, err = 0;
     if (!rf.e && !(rf.e = calloc(FDS_MAX, sizeof(*rf.e)))) {
         err = ENOMEM;
@@ -217,8 +223,7 @@ int byval_registry_dup_fd(int fd, int *dup_p)
 {
     int status = -EBADF;
     *dup_p = -1;
-    pthread_once(&rf_once, rf_init);
-    pthread_mutex_lock(&rf.lock);
+    rf_lock();
     fd_entry_t *x = rf.e ? find_locked(fd) : NULL;
     if (x && !same_locked(x, fd)) {
         drop_locked(x); /* closed, or its number reused: never again */
@@ -244,7 +249,7 @@ int byval_registry_dup_fd(int fd, int *dup_p)
 
 unsigned byval_registry_fds_live(void)
 {
-    pthread_mutex_lock(&rf.lock);
+    rf_lock();
     unsigned n = rf.n;
     pthread_mutex_unlock(&rf.lock);
     return n;
@@ -252,7 +257,7 @@ unsigned byval_registry_fds_live(void)
 
 void byval_registry_fd_counts(uint64_t *served_p, uint64_t *refused_p)
 {
-    pthread_mutex_lock(&rf.lock);
+    rf_lock();
     *served_p = rf.served;
     *refused_p = rf.refused;
     pthread_mutex_unlock(&rf.lock);

@@ -48,9 +48,11 @@ void byval_reg_view_free(byval_reg_view_t *v)
     free(v);
 }
 
+static void w_lock(void);
+
 void byval_reg_view_get(byval_reg_view_t *v)
 {
-    pthread_mutex_lock(&w.lock);
+    w_lock();
     v->refs++;
     pthread_mutex_unlock(&w.lock);
 }
@@ -59,7 +61,7 @@ void byval_reg_view_put(byval_reg_view_t *v)
 {
     if (!v)
         return;
-    pthread_mutex_lock(&w.lock);
+    w_lock();
     int last = --v->refs == 0;
     pthread_mutex_unlock(&w.lock);
     if (last)
@@ -100,7 +102,7 @@ static void *watch_main(void *arg)
         for (int i = 0; i < n; i++) {
             if (*(int *)ev[i].data.ptr == WATCH_PIDFD) {
                 pidfd_watch_t *pw = ev[i].data.ptr;
-                pthread_mutex_lock(&w.lock);
+                w_lock();
                 for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
                     if (*pp == pw) {
                         *pp = pw->next;
@@ -124,7 +126,7 @@ static void *watch_main(void *arg)
             if (fn)
                 fn(v, gone);
             if (gone) { /* unlist: no new attach finds it, the list's reference goes */
-                pthread_mutex_lock(&w.lock);
+                w_lock();
                 for (byval_reg_view_t **pp = &w.head; *pp; pp = &(*pp)->next)
                     if (*pp == v) {
                         *pp = v->next;
@@ -201,7 +203,7 @@ static int watch_start_locked(char *msg, size_t msglen)
 byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
 {
     byval_reg_view_t *found = NULL;
-    pthread_mutex_lock(&w.lock);
+    w_lock();
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
         if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
             v->refs++;
@@ -215,7 +217,7 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
                                         uint64_t *identity_p)
 {
     byval_reg_view_t *found = NULL;
-    pthread_mutex_lock(&w.lock);
+    w_lock();
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
         if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
             v->refs++;
@@ -235,11 +237,19 @@ static void atfork_register(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-/* List v and watch it (or use a twin another thread listed meanwhile). */
-byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msglen)
+/* Our lock, the fork handlers registered first: a fork between a first
+ * lock and a later registration would leave the child the lock held by a
+ * thread it does not have. */
+static void w_lock(void)
 {
     pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&w.lock);
+}
+
+/* List v and watch it (or use a twin another thread listed meanwhile). */
+byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msglen)
+{
+    w_lock();
     for (byval_reg_view_t *o = w.head; o; o = o->next)
         if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
             o->identity == v->identity) {
@@ -272,7 +282,7 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
         return -1;
     *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
-    pthread_mutex_lock(&w.lock);
+    w_lock();
     int rc = pw->fd >= 0 && w.started ? epoll_ctl(w.epfd, EPOLL_CTL_ADD, pw->fd, &ev) : -1;
     if (rc == 0) {
         pw->next = w.pidfds;

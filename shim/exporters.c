@@ -41,7 +41,6 @@ static struct {
     kept_t drain[EXPORTERS_DRAIN]; /* exited, loans out: id unused */
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
     int64_t last_poll_ns;
-    int atfork_done;
 } ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* fork(): the forking thread holds the lock across it (no other thread
@@ -70,14 +69,26 @@ static void exporters_atfork_child(void)
     __atomic_store_n(&ex.count, 0, __ATOMIC_RELAXED);
 }
 
+static pthread_once_t ex_once = PTHREAD_ONCE_INIT;
+
+static void ex_atfork_register(void)
+{
+    pthread_atfork(exporters_atfork_prepare, exporters_atfork_parent, exporters_atfork_child);
+}
+
+/* The table's lock, its fork handlers registered first: registered under
+ * the lock (as before), a fork between the lock and the registration left
+ * the child a lock held by a thread it does not have, and its first open
+ * hung (test_faults, CUDA first calls and fork: ~1% of trials under load). */
+static void ex_lock(void)
+{
+    pthread_once(&ex_once, ex_atfork_register);
+    pthread_mutex_lock(&ex.lock);
+}
+
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
-    pthread_mutex_lock(&ex.lock);
-    if (!ex.atfork_done) {
-        pthread_atfork(exporters_atfork_prepare, exporters_atfork_parent,
-                       exporters_atfork_child);
-        ex.atfork_done = 1;
-    }
+    ex_lock();
     for (int i = 0; i < EXPORTERS_HANDLERS; i++) {
         if (ex.handlers[i] == fn)
             break;
@@ -103,7 +114,7 @@ int byval_exporters_hold(const byval_exporter_id_t *id)
     if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
         return -1;
     int pidfd = -1;
-    pthread_mutex_lock(&ex.lock);
+    ex_lock();
     kept_t *k = find_locked(id);
     if (k) {
         k->loans++;
@@ -118,7 +129,7 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
     if (pidfd < 0)
         return;
     int close_fd = -1;
-    pthread_mutex_lock(&ex.lock);
+    ex_lock();
     kept_t *k = find_locked(id);
     if (k && k->pidfd == pidfd) {
         k->loans--; /* a loan back: open fds have unique numbers */
@@ -200,7 +211,7 @@ static void poll_now(int64_t now)
     int to_close[64];
     unsigned ngone = 0, nclose = 0;
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
-    pthread_mutex_lock(&ex.lock);
+    ex_lock();
     __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < ex.count && ngone < 64;) {
         kept_t *k = &ex.k[i];
