@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 #include "handles/broker.h"
@@ -44,6 +45,13 @@ typedef enum byval_broker_parse {
  * sizeof(struct broker_req) when the caller reads no further, but any len
  * is handled). Pure: broker_proto.c. req_p may be NULL. */
 byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct broker_req *req_p);
+
+/* Exporter (broker_offers.c, for the server in broker_serve.c): the
+ * status for req (0 or a negative errno) with *dup_p a duplicate of what
+ * it asks for when 0; and whether a peer of uid is served (counted when
+ * not). */
+int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p);
+int byval_broker_uid_allowed(uid_t uid);
 
 /* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
  * disk, and per network namespace, like the exporter's peers. Returns the

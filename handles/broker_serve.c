@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * broker_serve.c - the socket fallback, exporter side (see broker.h; the
- * importer side is broker_fetch.c).
+ * broker_serve.c - the socket fallback, exporter side: the server (see
+ * broker.h; what it serves is broker_offers.c, the importer side is
+ * broker_fetch.c).
  *
  * One request per connection: the importer sends {magic, fd, fd_ino}, the
  * exporter answers {magic, status} (0 or a negative errno) with the fd
@@ -18,15 +19,13 @@
  * connections delays only itself; a full table drops the oldest
  * connection of the peer holding the most, never the only one of a peer,
  * so many stalling processes cannot lock another importer out. A refused
- * uid is answered before anything is read. The fd sent is a duplicate made under the
- * lock that checked it, so a withdraw+close+reuse racing the request can
- * never make us send an object that was not offered.
+ * uid is answered before anything is read.
  *
  * fork(): prepare takes the lock, so a child never inherits it held by a
  * thread that does not exist there. The child closes the inherited
  * listening socket (it would keep the parent's name bound after the parent
- * exited, and importers would wait for an answer nobody gives) and forgets
- * the offers: its own first offer starts its own server under its name.
+ * exited, and importers would wait for an answer nobody gives): its own
+ * first export starts its own server under its name.
  */
 #include "handles/bgthread.h"
 #include "handles/broker.h"
@@ -46,9 +45,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
-#include "handles/registry.h"
 
-#define BROKER_MAX_FDS 65536
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
  * connection of the peer that holds the most (never a peer's only one). */
@@ -71,12 +68,7 @@ static struct {
     pthread_mutex_t lock;
     int listen_fd; /* -1 when not serving */
     int epoll_fd;
-    int uid_set;
-    uid_t uid;
-    uint32_t n;
-    uint64_t served, refused;
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-    int fds[BROKER_MAX_FDS];
 } br = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .epoll_fd = -1};
 static pthread_once_t br_once = PTHREAD_ONCE_INIT;
 
@@ -102,8 +94,6 @@ static void fork_child(void)
         br.conns[i].fd = -1;
     }
     br.listen_fd = br.epoll_fd = -1;
-    br.n = 0;
-    br.served = br.refused = 0;
     pthread_mutex_init(&br.lock, NULL);
 }
 
@@ -119,38 +109,6 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int offered_locked(int fd)
-{
-    for (uint32_t i = 0; i < br.n; i++)
-        if (br.fds[i] == fd)
-            return 1;
-    return 0;
-}
-
-/* Status for req, with *dup_p a duplicate of the offered fd when 0. A
- * rescue (a pidfd_getfd the kernel refused the peer) is served only from
- * the registry of exported fds, which proves the object itself: never an
- * fd that was merely offered (the registry's own memfd and pipe are). */
-static int32_t lookup_dup(const struct broker_req *req, int *dup_p)
-{
-    struct stat st;
-    int32_t status = -EBADF;
-    if (req->magic == BROKER_MAGIC_RESCUE)
-        return byval_registry_dup_fd((int)req->fd, dup_p);
-    pthread_mutex_lock(&br.lock);
-    if (req->fd <= INT32_MAX && offered_locked((int)req->fd) && fstat((int)req->fd, &st) == 0) {
-        if ((uint32_t)st.st_ino != req->fd_ino)
-            status = -ESTALE;
-        else if ((*dup_p = fcntl((int)req->fd, F_DUPFD_CLOEXEC, 0)) < 0)
-            status = -errno;
-        else
-            status = 0;
-        br.served += status == 0;
-    }
-    pthread_mutex_unlock(&br.lock);
-    return status;
 }
 
 /* Answer on a connection that has never been written to: its send buffer
@@ -220,7 +178,7 @@ static void conn_read(int i)
             return;
         }
         int dup = -1;
-        int32_t status = lookup_dup(&req, &dup);
+        int32_t status = byval_broker_lookup(&req, &dup);
         answer(c->fd, status, dup);
         conn_drop(i, 0);
         return;
@@ -279,11 +237,7 @@ static void accept_some(int lfd, int efd)
             close(fd);
             continue;
         }
-        pthread_mutex_lock(&br.lock);
-        int allowed = cred.uid == (br.uid_set ? br.uid : geteuid());
-        br.refused += !allowed;
-        pthread_mutex_unlock(&br.lock);
-        if (!allowed) {
+        if (!byval_broker_uid_allowed(cred.uid)) {
             answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
             close(fd);
             continue;
@@ -398,27 +352,6 @@ err_sock:;
     return -1;
 }
 
-int byval_broker_offer(int fd)
-{
-    int rc = 0;
-    pthread_once(&br_once, broker_once);
-    pthread_mutex_lock(&br.lock);
-    if (br.listen_fd < 0 && broker_start_locked() != 0)
-        rc = -1;
-    if (rc == 0 && !offered_locked(fd)) {
-        if (br.n < BROKER_MAX_FDS) {
-            br.fds[br.n++] = fd;
-        } else {
-            rc = -1; /* said, not silently left unserved */
-            errno = ENOSPC;
-        }
-    }
-    int err = errno;
-    pthread_mutex_unlock(&br.lock);
-    errno = err;
-    return rc;
-}
-
 int byval_broker_serve(void)
 {
     int rc = 0;
@@ -430,32 +363,4 @@ int byval_broker_serve(void)
     pthread_mutex_unlock(&br.lock);
     errno = err;
     return rc;
-}
-
-void byval_broker_withdraw(int fd)
-{
-    pthread_mutex_lock(&br.lock);
-    for (uint32_t i = 0; i < br.n; i++) {
-        if (br.fds[i] == fd) {
-            br.fds[i] = br.fds[--br.n];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&br.lock);
-}
-
-void byval_broker_set_allowed_uid(uid_t uid)
-{
-    pthread_mutex_lock(&br.lock);
-    br.uid = uid;
-    br.uid_set = 1;
-    pthread_mutex_unlock(&br.lock);
-}
-
-void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
-{
-    pthread_mutex_lock(&br.lock);
-    *served_p = br.served;
-    *refused_p = br.refused;
-    pthread_mutex_unlock(&br.lock);
 }
