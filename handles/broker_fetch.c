@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * broker_fetch.c - the socket fallback, importer side (see broker.h).
+ * broker_fetch.c - the socket fallback, importer side: the request (see
+ * broker.h; reading the answer is broker_answer.c).
  *
  * Bounded: one 2 s deadline covers connect (which blocks only on a full
  * backlog) and the answer; nothing else blocks.
@@ -34,25 +35,6 @@
 #define SO_PEERPIDFD 77
 #endif
 #endif
-
-#define BROKER_FETCH_MS 2000
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Bound the next blocking call on s (opt: SO_SNDTIMEO or SO_RCVTIMEO). */
-static void until(int s, int opt, int64_t deadline)
-{
-    int64_t left = deadline - now_ms();
-    if (left < 1)
-        left = 1;
-    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
-    setsockopt(s, SOL_SOCKET, opt, &tv, sizeof(tv));
-}
 
 static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,
                                unsigned long long got, char *msg, size_t msglen)
@@ -101,181 +83,6 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     return BYVAL_OK;
 }
 
-/* The status for an answer the exporter gave (rsp.status != 0). */
-static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                              int32_t status, char *msg, size_t msglen)
-{
-    switch (status) {
-    case -EAGAIN:
-        byval_msg(msg, msglen,
-                  "exporter pid %u kept telling us to retry for %d ms: it holds as many pending "
-                  "socket connections from this process (8) or from all peers (64) as it "
-                  "serves at once",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
-    case -EPERM:
-        byval_msg(msg, msglen,
-                  "exporter pid %u refused the socket fallback: it serves one uid (its own "
-                  "unless set), and ours is %u (SO_PEERCRED)",
-                  rec->pid, (unsigned)geteuid());
-        return BYVAL_E_PERM;
-    case -EBADF:
-        byval_msg(msg, msglen,
-                  "exporter pid %u does not serve fd %u over the socket fallback (not exported, "
-                  "or withdrawn and closed)",
-                  rec->pid, fd);
-        return BYVAL_E_BADFD;
-    case -ESTALE:
-        if (fd_ino == 0) { /* a rescue: the registry's proof failed */
-            byval_msg(msg, msglen,
-                      "exporter pid %u no longer holds the open file it exported as fd %u "
-                      "(closed, or the number reused since)",
-                      rec->pid, fd);
-            return BYVAL_E_FDKIND;
-        }
-        byval_msg(msg, msglen,
-                  "exporter pid %u serves fd %u, but it holds another object than the handle "
-                  "describes (inode low bits != %u): a stale or forged handle",
-                  rec->pid, fd, fd_ino);
-        return BYVAL_E_FDKIND;
-    default:
-        byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
-                  rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
-                  status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
-        return BYVAL_E_SYS;
-    }
-}
-
-/* Room for more fds than the one answer we expect: whatever a peer
- * attaches is received (up to this many) and closed here, not left open
- * in the application; what does not fit the kernel discards and flags
- * with MSG_CTRUNC. */
-#define BROKER_RECV_FDS 16
-
-/* Every fd of SCM_RIGHTS messages in mh into fds (at most max), in order;
- * returns how many. Anything else in the control data is ignored. */
-static int take_fds(struct msghdr *mh, int *fds, int max)
-{
-    int n = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-            c->cmsg_len < CMSG_LEN(0))
-            continue;
-        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            if (n < max)
-                fds[n++] = fd;
-            else
-                byval_fd_release(fd); /* cannot happen with our buffer; never leak */
-        }
-    }
-    return n;
-}
-
-/* What a peer sent and we do not keep: closed without waiting on it. */
-static void close_fds(const int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        byval_fd_release(fds[i]);
-}
-
-/* Receive the answer; *got_p is the attached fd (or -1). An answer with
- * any other number of fds than its status allows (one with status 0, none
- * otherwise) is refused, and every fd it carried is closed. */
-static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
-                              uint32_t fd_ino, int *got_p, int *busy_p, char *msg, size_t msglen)
-{
-    struct broker_rsp rsp = {0, 0};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * BROKER_RECV_FDS)];
-        struct cmsghdr align;
-    } cbuf;
-    int fds[BROKER_RECV_FDS];
-    int nfds = 0, ctrunc = 0, err = 0;
-    size_t have = 0;
-    ssize_t n = 0;
-    *got_p = -1;
-    /* A signal ends a wait on a socket with a timeout with EINTR even
-     * under SA_RESTART (socket(7)): wait again until the deadline. A
-     * signal after part of the answer makes recvmsg return that part:
-     * collect the rest (and any fds) by further calls. */
-    while (have < sizeof(rsp)) {
-        until(s, SO_RCVTIMEO, deadline);
-        struct iovec iov = {.iov_base = (char *)&rsp + have, .iov_len = sizeof(rsp) - have};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
-                            .msg_controllen = sizeof(cbuf.buf)};
-        n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-        err = errno;
-        if (n > 0) {
-            nfds += take_fds(&mh, fds + nfds, BROKER_RECV_FDS - nfds);
-            ctrunc |= (mh.msg_flags & MSG_CTRUNC) != 0;
-            have += (size_t)n;
-            continue;
-        }
-        if (n < 0 && err == EINTR && now_ms() < deadline)
-            continue;
-        if (n < 0 && err == EINTR)
-            err = EAGAIN; /* the deadline passed while we were interrupted */
-        break;
-    }
-    if (have > 0 && have < sizeof(rsp) && n == 0)
-        n = (ssize_t)have; /* a short answer, then end of file */
-    else if (have == sizeof(rsp))
-        n = (ssize_t)have;
-    if (n < 0)
-        close_fds(fds, nfds); /* a part of an answer, then nothing */
-    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-        byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
-    }
-    if (n <= 0) {
-        /* Also what a just-forked child of the exporter causes: it held
-         * the listening socket for a moment, then closed it (broker_serve.c). */
-        byval_msg(msg, msglen,
-                  "exporter pid %u closed the connection without an answer (%s): it exited or "
-                  "stopped serving meanwhile",
-                  rec->pid, n < 0 ? strerror(err) : "end of file");
-        return BYVAL_E_SYS;
-    }
-    if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
-        close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered in another protocol over the socket (another "
-                  "ipcbyval version?)",
-                  rec->pid);
-        return BYVAL_E_SYS;
-    }
-    if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
-        close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered with %d%s fds attached, not %d: all closed, "
-                  "answer refused",
-                  rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
-        return BYVAL_E_SYS;
-    }
-    *busy_p = rsp.status == -EAGAIN;
-    if (rsp.status != 0)
-        return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
-    if (nfds == 0 && ctrunc) {
-        /* Nothing installed, yet something was attached: the kernel could
-         * not give us a descriptor (EMFILE/ENFILE on receipt). */
-        byval_msg(msg, msglen,
-                  "fd %u from exporter pid %u was dropped on receipt: this process is out of "
-                  "file descriptors",
-                  fd, rec->pid);
-        return BYVAL_E_NOFD;
-    }
-    if (nfds == 0) {
-        byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
-        return BYVAL_E_SYS;
-    }
-    *got_p = fds[0];
-    return BYVAL_OK;
-}
-
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
 static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_t fd,
@@ -294,13 +101,13 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
     }
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
     const char *name = a.sun_path + 1;
-    until(s, SO_SNDTIMEO, deadline);
+    byval_broker_until(s, SO_SNDTIMEO, deadline);
     int rc, err = 0;
     /* An interrupted connect on a Unix socket leaves it unconnected (the
      * wait was for room in the backlog): try again until the deadline. */
     while ((rc = connect(s, (struct sockaddr *)&a, alen)) != 0 && (err = errno) == EINTR &&
-           now_ms() < deadline)
-        until(s, SO_SNDTIMEO, deadline);
+           byval_broker_now_ms() < deadline)
+        byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc != 0 && err == EISCONN)
         rc = 0;
     if (rc != 0) {
@@ -329,8 +136,8 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
             continue;
         }
         send_err = w < 0 ? errno : EPIPE;
-        if (w < 0 && send_err == EINTR && now_ms() < deadline) {
-            until(s, SO_SNDTIMEO, deadline);
+        if (w < 0 && send_err == EINTR && byval_broker_now_ms() < deadline) {
+            byval_broker_until(s, SO_SNDTIMEO, deadline);
             continue;
         }
         break;
@@ -338,7 +145,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
     /* Even when the send failed, read: an exporter that refuses our uid
      * (or tells us to retry) answers before reading and may have closed
      * already (EPIPE), and its answer still waits in our queue. */
-    st = receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
+    st = byval_broker_receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
     if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
         byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
                   send_err ? strerror(send_err) : "short write");
@@ -384,14 +191,14 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
         *pidfd_p = -1;
     if (msg && msglen)
         msg[0] = '\0';
-    int64_t deadline = now_ms() + BROKER_FETCH_MS;
+    int64_t deadline = byval_broker_now_ms() + BROKER_FETCH_MS;
     byval_status_t st;
     /* Told to retry: the exporter holds its bound of pending connections
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
         st = attempt(rec, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - byval_broker_now_ms();
         if (!busy || left <= 0)
             break;
         poll(NULL, 0, (int)(left < wait_ms ? left : wait_ms)); /* a signal only shortens it */

@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/un.h>
 
@@ -52,6 +54,36 @@ byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct 
  * not). */
 int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p);
 int byval_broker_uid_allowed(uid_t uid);
+
+/* Importer: one fetch's whole budget, connect to answer. */
+#define BROKER_FETCH_MS 2000
+
+/* CLOCK_MONOTONIC in ms: the broker's deadlines, both sides. */
+static inline int64_t byval_broker_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Bound the next blocking call on s (opt: SO_SNDTIMEO or SO_RCVTIMEO) by
+ * what is left until deadline (at least 1 ms). */
+static inline void byval_broker_until(int s, int opt, int64_t deadline)
+{
+    int64_t left = deadline - byval_broker_now_ms();
+    if (left < 1)
+        left = 1;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    setsockopt(s, SOL_SOCKET, opt, &tv, sizeof(tv));
+}
+
+/* Importer (broker_answer.c): receive the answer to a request for fd
+ * (fd_ino 0: a rescue) by deadline; *got_p the attached fd or -1; *busy_p
+ * set when the exporter said to retry. Any other number of fds than the
+ * status allows (one with 0, none otherwise) is refused and all closed. */
+byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_t *rec,
+                                    uint32_t fd, uint32_t fd_ino, int *got_p, int *busy_p,
+                                    char *msg, size_t msglen);
 
 /* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
  * disk, and per network namespace, like the exporter's peers. Returns the

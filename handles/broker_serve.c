@@ -104,13 +104,6 @@ static void broker_once(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Answer on a connection that has never been written to: its send buffer
  * is empty, so 8 bytes and one fd fit and MSG_DONTWAIT never waits. What
  * does not fit (a peer that shrank its buffers) is dropped. */
@@ -253,7 +246,7 @@ static void accept_some(int lfd, int efd)
         c->fd = fd;
         c->pid = cred.pid;
         c->have = 0;
-        c->deadline = now_ms() + BROKER_CONN_MS;
+        c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         pthread_mutex_unlock(&br.lock);
         /* A well-behaved importer has sent its request already: serve it
          * now, and watch only the connections that are not done. */
@@ -270,7 +263,7 @@ static void accept_some(int lfd, int efd)
 /* Drop connections past their deadline; ms until the next one (-1: none). */
 static int expire(void)
 {
-    int64_t now = now_ms(), next = -1;
+    int64_t now = byval_broker_now_ms(), next = -1;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
         conn_t *c = &br.conns[i];
         if (c->fd < 0)
