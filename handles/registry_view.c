@@ -21,12 +21,18 @@
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
 
+/* Slots the exporter has used, bounded by the table (the header is the
+ * exporter's to write, so never trusted beyond it). */
+static uint32_t used_slots(const byval_reg_view_t *v)
+{
+    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
+    return high > BYVAL_REG_SLOTS ? BYVAL_REG_SLOTS : high;
+}
+
 const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
                                uint64_t *serial_p)
 {
-    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
-    if (high > BYVAL_REG_SLOTS)
-        high = BYVAL_REG_SLOTS;
+    uint32_t high = used_slots(v);
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
         /* Seqlock read: the serial, the fields, the serial again (acquire
@@ -47,9 +53,7 @@ const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
 const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
                                       byval_reg_slot_t *slot_p)
 {
-    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
-    if (high > BYVAL_REG_SLOTS)
-        high = BYVAL_REG_SLOTS;
+    uint32_t high = used_slots(v);
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
@@ -164,7 +168,8 @@ fail:
     return NULL;
 }
 
-/* Listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
+/* Fetching the registry's fds through the transport that reached the
+ * exporter of a record. */
 typedef struct rec_fetch {
     const byval_record_t *rec;
     int mode, pidfd;
@@ -280,9 +285,7 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
 
 int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino)
 {
-    uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
-    if (high > BYVAL_REG_SLOTS)
-        high = BYVAL_REG_SLOTS;
+    uint32_t high = used_slots(v);
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
