@@ -57,6 +57,25 @@ static syscall_fn next_syscall(void)
     return f;
 }
 
+/* The C library's syscall with six arguments (as it reads six), or
+ * ENOSYS where there is none. Also where the x86-64 entry jumps until the
+ * C library's syscall is known (before our first use only). */
+static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    syscall_fn next = next_syscall();
+    if (!next) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return next(nr, a1, a2, a3, a4, a5, a6);
+}
+
+/* The refusals a rescue may work around. */
+static int refused(long r)
+{
+    return r < 0 && (errno == EPERM || errno == ENOSYS);
+}
+
 /* Was the call made by ipcbyval itself? Only asked after a refusal. */
 static int own_call(const void *caller)
 {
@@ -109,32 +128,13 @@ BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, lo
                                                             long a4, long a5, long a6)
 {
     const void *caller = __builtin_return_address(0);
-    syscall_fn next = next_syscall();
-    if (!next) {
-        errno = ENOSYS;
-        return -1;
-    }
-    long r = next(nr, a1, a2, a3, a4, a5, a6);
-    if (r >= 0 || (errno != EPERM && errno != ENOSYS))
-        return r;
-    return rescue(caller, (int)a1, (int)a2, (unsigned int)a3, errno);
+    long r = forward(nr, a1, a2, a3, a4, a5, a6);
+    return refused(r) ? rescue(caller, (int)a1, (int)a2, (unsigned int)a3, errno) : r;
 }
 
 #if defined(__x86_64__)
-/* Until the C library's syscall is known, the entry jumps to this, which
- * finds it and forwards (as a call: before our first use only). */
-static long syscall_first(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-    syscall_fn next = next_syscall();
-    if (!next) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return next(nr, a1, a2, a3, a4, a5, a6);
-}
-
 /* Where the entry jumps for any number but pidfd_getfd's. */
-BYVAL_HIDDEN void *byval_syscall_next = (void *)syscall_first;
+BYVAL_HIDDEN void *byval_syscall_next = (void *)forward;
 
 __attribute__((constructor)) static void syscall_resolve(void)
 {
@@ -171,12 +171,7 @@ BYVAL_EXPORT long syscall(long nr, ...)
     va_end(ap);
     if (nr == SYS_pidfd_getfd)
         return byval_syscall_getfd(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-    syscall_fn next = next_syscall();
-    if (!next) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return next(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    return forward(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 #endif
 
@@ -190,14 +185,7 @@ BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
         f = (pidfd_getfd_fn)byval_dlsym_next((const void *)pidfd_getfd, "pidfd_getfd");
         __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
     }
-    int r;
-    if (f) {
-        r = f(pidfd, targetfd, flags);
-    } else {
-        syscall_fn next = next_syscall(); /* a C library before 2.36 */
-        r = next ? (int)next(SYS_pidfd_getfd, pidfd, targetfd, flags) : (errno = ENOSYS, -1);
-    }
-    if (r >= 0 || (errno != EPERM && errno != ENOSYS))
-        return r;
-    return (int)rescue(caller, pidfd, targetfd, flags, errno);
+    int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
+              : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
+    return refused(r) ? (int)rescue(caller, pidfd, targetfd, flags, errno) : r;
 }
