@@ -42,50 +42,6 @@ static unsigned rounds = 10;
 static size_t size = 1 << 20;
 static int scm;
 
-static void die_exit(int code)
-{
-    exit(code);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int xsend(int s, const struct msg *m, int fd)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    return sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -1;
-}
-
-static int xrecv(int s, struct msg *m, int *fd_p)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
-    *fd_p = -1;
-    if (recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(*m))
-        return -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
-    return 0;
-}
-
 /* Open m's handle (the fd from SCM_RIGHTS in bytes 0-3 when given). */
 static ze_result_t open_msg(struct zeapp *app, const struct msg *m, int fd, void **p)
 {
@@ -111,9 +67,9 @@ static int importer(int s)
     struct zeapp app;
     struct msg m;
     int fd, stale = 0;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
     void *stage = zeapp_alloc_host(&app, size);
-    while (xrecv(s, &m, &fd) == 0) {
+    while (zeapp_recv_fd(s, &m, sizeof(m), &fd) == 0) {
         void *p = NULL;
         int rc = 0;
         ze_result_t r = open_msg(&app, &m, fd, &p);
@@ -143,7 +99,7 @@ static int importer(int s)
             ze_context_handle_t old = app.context;
             zeapp_free(&app, stage);
             zeapp_fini(&app);
-            zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+            zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
             stage = zeapp_alloc_host(&app, size);
             printf("ze_life: new context %s the old handle value\n",
                    app.context == old ? "has" : "does not have");
@@ -211,7 +167,7 @@ int main(int argc, char **argv)
     }
     close(sv[1]);
     struct zeapp app;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", die_exit);
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", zeapp_exit);
     void *stage = zeapp_alloc_host(&app, size);
     int failed = 0;
     uint64_t held_max = 0;
@@ -232,15 +188,16 @@ int main(int argc, char **argv)
         int fd = -1, rc = 1;
         if (scm)
             memcpy(&fd, h.data, sizeof(fd));
-        if (xsend(sv[0], &m, fd) != 0 || read(sv[0], &rc, sizeof(rc)) != sizeof(rc) || rc)
+        if (zeapp_send_fd(sv[0], &m, sizeof(m), fd) != 0 ||
+            read(sv[0], &rc, sizeof(rc)) != sizeof(rc) || rc)
             failed = 1;
-        double t0 = now_ms();
+        double t0 = zeapp_now_ms();
         zeapp_free(&app, buf);
         if (r == rounds - 1 && !failed && !strcmp(kase, "churn")) {
             /* The importer is idle now: how long until its hold is gone? */
-            while (freed_held() && now_ms() - t0 < 2000)
+            while (freed_held() && zeapp_now_ms() - t0 < 2000)
                 usleep(100);
-            release_ms = now_ms() - t0;
+            release_ms = zeapp_now_ms() - t0;
             held = freed_held();
             printf("ze_life: release_ms %.3f (still held %llu bytes)\n", release_ms,
                    (unsigned long long)held);

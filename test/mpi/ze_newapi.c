@@ -86,11 +86,6 @@ static const char *kase = "props";
 static const char *route = "ext";
 #define SIZE 65536
 
-static void die_exit(int code)
-{
-    exit(code);
-}
-
 /* The loader's tables, as a program that calls through them does. */
 static void resolve_ddi(void)
 {
@@ -175,7 +170,7 @@ static void importer(int s)
     struct zeapp app;
     ze_ipc_mem_handle_t h;
     ze_ipc_event_pool_handle_t ph;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
     resolve(&app);
     void *stage = zeapp_alloc_host(&app, SIZE);
     if (recv(s, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
@@ -225,7 +220,7 @@ static int exporter(int s, pid_t child)
 {
     struct zeapp app;
     ze_ipc_mem_handle_t h;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", die_exit);
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", zeapp_exit);
     resolve(&app);
     void *buf = zeapp_alloc_device(&app, SIZE), *stage = zeapp_alloc_host(&app, SIZE);
     zeapp_pattern(stage, 0, SIZE, zeapp_seed(0, 0, 0));

@@ -35,51 +35,6 @@ struct msg {
     unsigned char data[ZE_MAX_IPC_HANDLE_SIZE];
 };
 
-static void die_exit(int code)
-{
-    exit(code);
-}
-
-static void send_msg(int sock, const struct msg *m, int fd)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-    if (fd >= 0) {
-        struct cmsghdr *c;
-
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    /* A failed send means the peer exited: its status tells the story,
-     * and the next receive sees the end of the stream. */
-    (void)sendmsg(sock, &mh, MSG_NOSIGNAL);
-}
-
-/* Returns false at end of stream; *fd_p is the SCM_RIGHTS fd or -1. */
-static bool recv_msg(int sock, struct msg *m, int *fd_p)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
-    struct cmsghdr *c;
-
-    *fd_p = -1;
-    if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(*m))
-        return false;
-    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
-    return true;
-}
-
 /* zello_ipc_copy_dma_buf: the local fd replaces bytes 0-3 of the handle. */
 static void put_local_fd(unsigned char *data, int fd)
 {
@@ -165,7 +120,7 @@ static int run_same_process(const struct opts *o)
     struct msg m;
     void **bufs, *stage;
 
-    zeapp_init(&app, o->route, "ze_pair", die_exit);
+    zeapp_init(&app, o->route, "ze_pair", zeapp_exit);
     bufs = alloc_all(&app, o);
     stage = zeapp_alloc_host(&app, o->size);
     if (o->events)
@@ -200,9 +155,9 @@ static int run_importer(const struct opts *o, int sock)
     void *local;
     int fd;
 
-    zeapp_init(&app, o->route, "importer", die_exit);
+    zeapp_init(&app, o->route, "importer", zeapp_exit);
     local = zeapp_alloc_host(&app, o->size);
-    while (recv_msg(sock, &m, &fd)) {
+    while (zeapp_recv_fd(sock, &m, sizeof(m), &fd) == 0) {
         if (m.kind == MSG_MEM) {
             import_verify(&app, o, &m, fd, iter, local);
         } else if (m.kind == MSG_POOL) {
@@ -212,7 +167,7 @@ static int run_importer(const struct opts *o, int sock)
             put_local_fd((unsigned char *)h.data, fd);
             zeapp_pool_import(&app, &h, fd, "the exporter");
         } else if (m.kind == MSG_END_ITER) {
-            send_msg(sock, &ack, -1);
+            (void)zeapp_send_fd(sock, &ack, sizeof(ack), -1);
             iter++;
         } else if (m.kind == MSG_QUIT) {
             zeapp_free(&app, local);
@@ -244,7 +199,7 @@ static int run_exporter(const struct opts *o, int sock, pid_t child)
     void **bufs, *stage;
     int fd, rc = -1;
 
-    zeapp_init(&app, o->route, "exporter", die_exit);
+    zeapp_init(&app, o->route, "exporter", zeapp_exit);
     bufs = alloc_all(&app, o);
     stage = zeapp_alloc_host(&app, o->size);
     if (o->events)
@@ -252,7 +207,7 @@ static int run_exporter(const struct opts *o, int sock, pid_t child)
     for (unsigned iter = 0; iter < o->iters && rc < 0; iter++) {
         for (unsigned a = 0; a < o->allocs; a++) {
             export_one(&app, bufs[a], stage, o->size, a, iter, &m);
-            send_msg(sock, &m, o->scm_rights ? fd_in_handle(m.data) : -1);
+            (void)zeapp_send_fd(sock, &m, sizeof(m), o->scm_rights ? fd_in_handle(m.data) : -1);
         }
         if (o->events) {
             ze_ipc_event_pool_handle_t h;
@@ -261,17 +216,18 @@ static int run_exporter(const struct opts *o, int sock, pid_t child)
             memset(&m, 0, sizeof(m));
             m.kind = MSG_POOL;
             memcpy(m.data, h.data, sizeof(m.data));
-            send_msg(sock, &m, o->scm_rights ? fd_in_handle(m.data) : -1);
+            (void)zeapp_send_fd(sock, &m, sizeof(m), o->scm_rights ? fd_in_handle(m.data) : -1);
         }
         m.kind = MSG_END_ITER;
-        send_msg(sock, &m, -1);
-        if (!recv_msg(sock, &m, &fd) || m.kind != MSG_ACK)
+        (void)zeapp_send_fd(sock, &m, sizeof(m), -1);
+        if (zeapp_recv_fd(sock, &m, sizeof(m), &fd) != 0 || m.kind != MSG_ACK)
             rc = reap(child); /* the importer failed and said why */
         else if (o->events)
             zeapp_pool_check(&app, &ps, "the importer");
     }
     if (rc < 0)
-        send_msg(sock, &quit, -1);
+        /* A failed send means the peer exited: its status tells the story. */
+        (void)zeapp_send_fd(sock, &quit, sizeof(quit), -1);
     if (o->events)
         zeapp_pool_destroy(&app, &ps);
     zeapp_free(&app, stage);

@@ -47,50 +47,6 @@ static const char *kase = "destroy";
 static unsigned rounds = 3;
 static int scm;
 
-static void die_exit(int code)
-{
-    exit(code);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int xsend(int s, const struct msg *m, int fd)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    return sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -1;
-}
-
-static int xrecv(int s, struct msg *m, int *fd_p)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
-    *fd_p = -1;
-    if (recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(*m))
-        return -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
-    return 0;
-}
-
 /* The test driver's count of this process's imported pools (-1: none). */
 static int imported_pools(void)
 {
@@ -161,7 +117,7 @@ static int after_close(struct zeapp *app, const ze_ipc_event_pool_handle_t *h,
         ze_context_handle_t old = app->context;
         zeapp_fini(app);
         int left = imported_pools();
-        zeapp_init(app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
+        zeapp_init(app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
         printf("ze_pool_life: %d imported pools after zeContextDestroy; the new context %s "
                "the old handle value\n",
                left, app->context == old ? "has" : "does not have");
@@ -176,11 +132,11 @@ static int after_close(struct zeapp *app, const ze_ipc_event_pool_handle_t *h,
 /* Idle until no imported pool is left (2 s at most): release_ms. */
 static int wait_released(void)
 {
-    double t0 = now_ms();
-    while (imported_pools() > 0 && now_ms() - t0 < 2000)
+    double t0 = zeapp_now_ms();
+    while (imported_pools() > 0 && zeapp_now_ms() - t0 < 2000)
         usleep(100);
     int left = imported_pools();
-    printf("ze_pool_life: release_ms %.3f (%d imported pools left)\n", now_ms() - t0, left);
+    printf("ze_pool_life: release_ms %.3f (%d imported pools left)\n", zeapp_now_ms() - t0, left);
     return left != 0;
 }
 
@@ -189,8 +145,8 @@ static int importer(int s, pid_t child)
     struct zeapp app;
     struct msg m, ack = {.kind = MSG_ACK};
     int fd, failed = 0;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", die_exit);
-    while (!failed && xrecv(s, &m, &fd) == 0) {
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
+    while (!failed && zeapp_recv_fd(s, &m, sizeof(m), &fd) == 0) {
         if (m.kind == MSG_POOL) {
             ze_ipc_event_pool_handle_t h;
             ze_event_pool_handle_t pool = NULL;
@@ -204,11 +160,11 @@ static int importer(int s, pid_t child)
             if (fd >= 0)
                 close(fd);
             failed = ack.rc;
-            xsend(s, &ack, -1);
+            zeapp_send_fd(s, &ack, sizeof(ack), -1);
         } else if (m.kind == MSG_DESTROYED) {
             failed = !strcmp(kase, "destroy") && wait_released();
             ack.rc = failed;
-            xsend(s, &ack, -1);
+            zeapp_send_fd(s, &ack, sizeof(ack), -1);
         } else if (m.kind == MSG_BYE) {
             int st = 0;
             waitpid(child, &st, 0);
@@ -231,7 +187,7 @@ static int exporter(int s)
     struct zeapp app;
     struct msg m;
     int fd;
-    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", die_exit);
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "exporter", zeapp_exit);
     for (unsigned r = 0; r < rounds; r++) {
         struct zeapp_pool p;
         ze_ipc_event_pool_handle_t h;
@@ -244,17 +200,19 @@ static int exporter(int s)
         int hfd = -1;
         if (scm)
             memcpy(&hfd, h.data, sizeof(hfd));
-        if (xsend(s, &m, hfd) != 0 || xrecv(s, &m, &fd) != 0 || m.rc)
+        if (zeapp_send_fd(s, &m, sizeof(m), hfd) != 0 ||
+            zeapp_recv_fd(s, &m, sizeof(m), &fd) != 0 || m.rc)
             return 1;
         zeapp_pool_check(&app, &p, "the importer");
         if (r == rounds - 1 && !strcmp(kase, "exit")) {
             m.kind = MSG_BYE;
-            xsend(s, &m, -1);
+            zeapp_send_fd(s, &m, sizeof(m), -1);
             return 0; /* exit with the pool alive: the process takes it */
         }
         zeapp_pool_destroy(&app, &p);
         m.kind = MSG_DESTROYED;
-        if (xsend(s, &m, -1) != 0 || xrecv(s, &m, &fd) != 0 || m.rc)
+        if (zeapp_send_fd(s, &m, sizeof(m), -1) != 0 ||
+            zeapp_recv_fd(s, &m, sizeof(m), &fd) != 0 || m.rc)
             return 1;
     }
     zeapp_fini(&app);

@@ -148,6 +148,21 @@ void zeapp_pattern(void *buf, size_t offset, size_t len, uint64_t seed);
 long zeapp_pattern_check(const void *buf, size_t offset, size_t len, uint64_t seed,
                          unsigned *got_p, unsigned *want_p);
 
+/* CLOCK_MONOTONIC in ms. */
+double zeapp_now_ms(void);
+
+/* zeapp_init's die callback for programs that just exit. */
+void zeapp_exit(int code);
+
+/* One message of len bytes on a Unix socket, with fd attached by
+ * SCM_RIGHTS when fd >= 0. 0, or -1 (the peer is gone: its status tells
+ * the story). */
+int zeapp_send_fd(int sock, const void *msg, size_t len, int fd);
+
+/* Receive one message of exactly len bytes; *fd_p is the fd attached by
+ * SCM_RIGHTS (O_CLOEXEC) or -1. 0, or -1 at the end of the stream. */
+int zeapp_recv_fd(int sock, void *msg, size_t len, int *fd_p);
+
 /* Strict unsigned parse of an option value; exits 2 on garbage. */
 unsigned long zeapp_parse_ulong(const char *opt, const char *val);
 
