@@ -48,6 +48,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "handles/sys.h"
+
 #define FDS_MAX 16384 /* registered numbers at once: at most one per fd */
 
 /* The application's fds are read by number here (on the broker's thread)
@@ -59,20 +61,20 @@
 static int fd_stat(int fd, struct stat *st)
 {
 #ifdef SYS_fstat
-    return (int)syscall(SYS_fstat, fd, st);
+    return byval_sys_ret(byval_sys3(SYS_fstat, fd, (long)st, 0));
 #else
-    return (int)syscall(SYS_newfstatat, fd, "", st, AT_EMPTY_PATH);
+    return byval_sys_ret(byval_sys4(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH));
 #endif
 }
 
 static int fd_ctl(int fd, int cmd, long arg)
 {
-    return (int)syscall(SYS_fcntl, fd, cmd, arg);
+    return byval_sys_ret(byval_sys3(SYS_fcntl, fd, cmd, arg));
 }
 
 static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-    return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+    return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
 }
 
 typedef enum { PROOF_EPOLL = 1, PROOF_INODE = 2 } proof_t;

@@ -107,7 +107,7 @@ static int self_compute(byval_self_t *s)
     s->pidns = (uint32_t)st.st_ino;
     if (self_boot_hash(&s->boot) != 0)
         return -1;
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)s->pid, 0);
+    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd >= 0) {
         int pidfs = byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0;
         close(pidfd);

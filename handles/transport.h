@@ -6,6 +6,7 @@
  * first, and on EPERM/ENOSYS/foreign pid namespace the socket, remembered
  * per exporter (pidns, pid, identity) so later opens go straight to what
  * worked. No GPU API and no configuration here: the shim passes the mode.
+ * These are the entries of resolve.c's pipeline; peers.c remembers.
  */
 #ifndef BYVAL_HANDLES_TRANSPORT_H
 #define BYVAL_HANDLES_TRANSPORT_H

@@ -25,18 +25,18 @@ static byval_exporter_id_t exporter_of(const byval_record_t *rec)
     return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
 }
 
-static pthread_once_t evidence_once = PTHREAD_ONCE_INIT;
+static pthread_once_t prover_once = PTHREAD_ONCE_INIT;
 
-static void evidence_init(void)
+static void prover_init(void)
 {
-    byval_resolve_set_evidence(byval_reg_evidence);
+    byval_resolve_set_prover(&byval_reg_prover);
 }
 
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
     /* Nothing is duplicated that its exporter did not publish. */
-    pthread_once(&evidence_once, evidence_init);
+    pthread_once(&prover_once, prover_init);
     /* Same boot first: the kept pidfd is matched by (pidns, pid, identity),
      * which another host's record could repeat. */
     if (rec->boot == self->boot) {

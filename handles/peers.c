@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peers.c - what the resolution (resolve.c) learnt per exporter.
+ *
+ * A small table of exporters, keyed by (pidns, pid, identity),
+ * that says how each was reached when the plain pidfd path did not do: its
+ * pid translated into our namespace (so the /proc scan runs once per
+ * exporter, not once per open) or its socket (so auto stops paying a
+ * failing pidfd_getfd per open). The key includes the identity, so an
+ * entry can never describe a later process that reuses the pid; and a
+ * remembered translation is still verified on the pidfd at every use.
+ * Fixed size, overwritten round robin: forgetting only costs one retry.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "handles/resolve_internal.h"
+#include "handles/transport.h"
+
+#define PEERS 256
+
+typedef struct peer {
+    uint32_t pidns, pid;
+    uint64_t identity;
+    byval_via_t via; /* XLATED or SOCKET; NONE: empty slot */
+    uint32_t local_pid;
+} peer_t;
+
+static struct {
+    pthread_mutex_t lock;
+    unsigned next;
+    peer_t p[PEERS];
+} mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t mem_once = PTHREAD_ONCE_INIT;
+
+/* The table stays true in a fork child (same exporters, same host): only
+ * the lock must not be inherited held. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&mem.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&mem.lock);
+}
+
+static void fork_child(void)
+{
+    pthread_mutex_init(&mem.lock, NULL);
+}
+
+static void mem_init(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static peer_t peer_get(const byval_record_t *rec)
+{
+    peer_t found = {0};
+    pthread_once(&mem_once, mem_init);
+    pthread_mutex_lock(&mem.lock);
+    for (unsigned i = 0; i < PEERS; i++) {
+        const peer_t *p = &mem.p[i];
+        if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
+            p->identity == rec->identity) {
+            found = *p;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mem.lock);
+    return found;
+}
+
+void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
+{
+    pthread_once(&mem_once, mem_init);
+    pthread_mutex_lock(&mem.lock);
+    peer_t *slot = NULL;
+    for (unsigned i = 0; i < PEERS && !slot; i++)
+        if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
+            mem.p[i].pidns == rec->pidns && mem.p[i].identity == rec->identity)
+            slot = &mem.p[i];
+    if (!slot)
+        slot = &mem.p[mem.next++ % PEERS];
+    *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
+    pthread_mutex_unlock(&mem.lock);
+}
+
+void byval_transport_forget(void)
+{
+    pthread_once(&mem_once, mem_init);
+    pthread_mutex_lock(&mem.lock);
+    memset(mem.p, 0, sizeof(mem.p));
+    mem.next = 0;
+    pthread_mutex_unlock(&mem.lock);
+}
+
+byval_via_t byval_peer_via(const byval_record_t *rec)
+{
+    return peer_get(rec).via;
+}
+
+uint32_t byval_peer_local_pid(const byval_record_t *rec)
+{
+    peer_t p = peer_get(rec);
+    return p.via == BYVAL_VIA_XLATED ? p.local_pid : 0;
+}
