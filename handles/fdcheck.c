@@ -232,14 +232,6 @@ static const char *obj_expected(byval_obj_t obj)
     }
 }
 
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
-{
-    /* The record's own fd is of the record's kind; any other fd of the
-     * same exporter a record leads to is one a manifest lists: memory. */
-    return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
-                                                                    : BYVAL_OBJ_MEMORY;
-}
-
 /* Is /proc this process's pid namespace's? Then /proc/PID is the pid we
  * mean. Checked once per process (a fork child may be in another). */
 static int proc_is_ours(void)

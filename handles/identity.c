@@ -3,7 +3,7 @@
  * identity.c - the pipeline's "identify the exporter" step (resolve.c):
  * a pidfd of the exporter's pid in OUR namespace, and the proof that the
  * process behind that pidfd is the one the record names; plus the
- * statuses and the wording every step shares.
+ * statuses' names and the wording every step shares.
  *
  * Why the order is race-free against PID reuse: a pidfd refers to one
  * process for its whole life, never to a later holder of the number.

@@ -96,13 +96,8 @@ void byval_transport_forget(void)
     pthread_mutex_unlock(&mem.lock);
 }
 
-byval_via_t byval_peer_via(const byval_record_t *rec)
-{
-    return peer_get(rec).via;
-}
-
-uint32_t byval_peer_local_pid(const byval_record_t *rec)
+byval_peer_t byval_peer_get(const byval_record_t *rec)
 {
     peer_t p = peer_get(rec);
-    return p.via == BYVAL_VIA_XLATED ? p.local_pid : 0;
+    return (byval_peer_t){p.via, p.via == BYVAL_VIA_XLATED ? p.local_pid : 0};
 }

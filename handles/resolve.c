@@ -3,11 +3,10 @@
  * resolve.c - from a record to a local duplicate of one of its exporter's
  * fds: the whole resolution, in one sequence (pipeline() below).
  *
- *   1. translate   the record's pid is its exporter's pid in ITS pid
- *                  namespace: find its pid in ours (the same when both
- *                  share one; else remembered per exporter, or found once
- *                  by nsxlate.c). Every later step, /proc path and message
- *                  uses the translated pid.
+ *   1. translate   the record's pid is its exporter's in ITS namespace:
+ *                  find its pid in ours (the same when both share one;
+ *                  else remembered, or found once by nsxlate.c). Every
+ *                  later step, /proc path and message uses this pid.
  *   2. identify    a pidfd of that pid, and the proof that the process
  *                  behind it is the record's exporter (identity.c). A
  *                  pidfd the caller kept from an earlier open was
@@ -19,12 +18,11 @@
  *                  registry and its pipe themselves, or no prover
  *                  installed) are proven by their kind through /proc
  *                  without opening them (fdcheck.c's precheck).
- *   4. duplicate   the fetch step, one of the routes: pidfd_getfd on the
- *                  pidfd, or the exporter's socket broker (which serves
- *                  only what its exporter offered and proves its own
- *                  identity). auto takes pidfd first and the socket where
- *                  the kernel refuses, and remembers what worked
- *                  (peers.c).
+ *   4. duplicate   the fetch step, one of the routes: pidfd_getfd, or the
+ *                  exporter's socket broker (it proves its identity and
+ *                  serves only what its exporter offered). auto takes
+ *                  pidfd first, the socket where the kernel refuses, and
+ *                  remembers what worked (peers.c).
  *   5. prove the object   the duplicate is of a kind we may use, with the
  *                  record's inode and size (fdcheck.c, from the fd itself,
  *                  never a path), and the registry entry read in step 3
@@ -42,7 +40,6 @@
 
 #include "handles/broker.h"
 #include "handles/nsxlate.h"
-#include "handles/registry.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
@@ -70,15 +67,6 @@ void byval_resolve_set_prover(const byval_prover_t *p)
     __atomic_store_n(&prover, p, __ATOMIC_RELEASE);
 }
 
-uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
-{
-    /* The record's own fd is published under its kind and allocation id;
-     * any other fd it leads to is a chunk its manifest lists, published
-     * under the chunk kind and the same id (shim/cu_export.c). */
-    return fd == rec->fd ? BYVAL_REG_KEY(rec->kind, rec->alloc_id)
-                         : BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, rec->alloc_id);
-}
-
 /* ---- 1. translate --------------------------------------------------- */
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
@@ -90,10 +78,12 @@ static byval_status_t translate(const byval_record_t *rec, const byval_self_t *s
         x->pid = rec->pid;
         return BYVAL_OK;
     }
-    uint32_t local = byval_peer_local_pid(rec);
+    /* Not remembered (peers.c, read by resolve()): an identified pidfd
+     * has the kernel's own word for it; else the /proc scan. */
+    uint32_t local = 0;
     int kernel;
-    if (!local && x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)
-        local = (uint32_t)kernel; /* an identified pidfd: the kernel's own word */
+    if (x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)
+        local = (uint32_t)kernel;
     if (!local) {
         byval_status_t st = byval_ns_translate(rec, &local, msg, msglen);
         if (st != BYVAL_OK)
@@ -245,12 +235,9 @@ static byval_status_t via_socket(const want_t *w, exporter_t *x, int *fd_p, char
     return st;
 }
 
-static int socket_helps(byval_status_t st)
-{
-    return st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_FOREIGN_NS;
-}
-
-/* The policy over the routes: what mode asks, what auto learnt. */
+/* The policy over the routes: what mode asks, what auto learnt about
+ * this exporter before (one read of peers.c), and what it learns now (at
+ * most one write). */
 static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mode,
                               exporter_t *x, int *fd_p, byval_fetch_info_t *info, char *msg,
                               size_t msglen)
@@ -264,18 +251,24 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
                   w->rec->boot, self->boot);
         return BYVAL_E_FOREIGN_HOST;
     }
-    byval_via_t known = mode == BYVAL_MODE_AUTO ? byval_peer_via(w->rec) : BYVAL_VIA_NONE;
-    if (mode == BYVAL_MODE_SOCKET || known == BYVAL_VIA_SOCKET) {
+    byval_peer_t known = byval_peer_get(w->rec);
+    if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
         return via_socket(w, x, fd_p, msg, msglen);
     }
+    if (known.via == BYVAL_VIA_XLATED && !x->pid)
+        x->pid = known.local_pid;
     byval_status_t st = pipeline(w, self, x, fd_p, msg, msglen);
     info->via = x->pid == w->rec->pid ? BYVAL_VIA_PIDFD : BYVAL_VIA_XLATED;
     info->local_pid = x->pid;
-    if (st == BYVAL_OK && info->via == BYVAL_VIA_XLATED && known != BYVAL_VIA_XLATED)
-        byval_peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
-    if (mode != BYVAL_MODE_AUTO || !socket_helps(st))
+    if (mode != BYVAL_MODE_AUTO ||
+        (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS && st != BYVAL_E_FOREIGN_NS)) {
+        if (st == BYVAL_OK && info->via == BYVAL_VIA_XLATED && known.via != BYVAL_VIA_XLATED)
+            byval_peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
         return st;
+    }
+    /* auto: the kernel refused pidfd_getfd, or the exporter is not
+     * reachable by pid: its socket, remembered if it serves. */
     char why[512];
     snprintf(why, sizeof(why), "%s", msg ? msg : byval_status_str(st));
     if (x->owned && x->pidfd >= 0)
@@ -318,6 +311,13 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
                                         int mode, int *fd_p, int *pidfd_p,
                                         byval_fetch_info_t *info, char *msg, size_t msglen)
 {
+    return byval_transport_fetch(rec, self, mode, -1, fd_p, pidfd_p, info, msg, msglen);
+}
+
+byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self,
+                                     int mode, int kept, int *fd_p, int *pidfd_p,
+                                     byval_fetch_info_t *info, char *msg, size_t msglen)
+{
     byval_fetch_info_t scratch;
     if (!info)
         info = &scratch;
@@ -333,12 +333,14 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
     if (!record_in_range(rec, msg, msglen))
         return BYVAL_E_INVALID;
     want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd)};
-    exporter_t x = {.pidfd = -1};
+    exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
-    if (st == BYVAL_OK && pidfd_p)
-        *pidfd_p = x.pidfd;
-    else if (x.owned && x.pidfd >= 0)
+    if (x.owned && (st != BYVAL_OK || !pidfd_p)) {
         close(x.pidfd);
+        x.pidfd = -1;
+    }
+    if (pidfd_p) /* ours to keep, or the caller's lent back */
+        *pidfd_p = x.owned || kept >= 0 ? x.pidfd : -1;
     return st;
 }
 
@@ -391,7 +393,7 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
     if (msg && msglen)
         msg[0] = '\0';
     if (!fd_p || pidfd < 0 || fd > INT32_MAX) {
-        byval_msg(msg, msglen, "byval_getfd_more: invalid arguments (pidfd %d, pid %u, fd %u)",
+        byval_msg(msg, msglen, "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)",
                   pidfd, pid, fd);
         return BYVAL_E_INVALID;
     }
@@ -400,10 +402,4 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
     want_t w = {NULL, fd, fd_ino, size, obj};
     exporter_t x = {.pid = pid, .pidfd = pidfd};
     return fetch_proven(&w, &x, fd_p, msg, msglen);
-}
-
-byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                uint64_t size, int *fd_p, char *msg, size_t msglen)
-{
-    return byval_getfd_obj(pidfd, pid, fd, fd_ino, size, BYVAL_OBJ_MEMORY, fd_p, msg, msglen);
 }

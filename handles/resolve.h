@@ -92,21 +92,20 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
  * describes (an exporter's registry or its pipe): its kind through /proc
  * before pidfd_getfd, then the duplicate must be that same object, of
  * kind obj (inode low 32 bits == fd_ino and, when size != 0, the size in
- * pages). byval_getfd_more is byval_getfd_obj for GPU memory.
+ * pages).
  */
 byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
                                size_t msglen);
-byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                uint64_t size, int *fd_p, char *msg, size_t msglen);
 
 /*
  * The proof of export (the pipeline's step 3): pidfd_getfd can duplicate
  * any fd of a process we may ptrace, whether it exported it or not, so
  * nothing is duplicated before its exporter is shown to have exported it.
  * prove() finds fd (inode low 32 bits ino) listed under key in the
- * registry of the exporter behind pidfd (pid: its pid here, for messages) and fills *proof with the word that stays
- * serial while that export lives; the pipeline checks it again after the
+ * registry of the exporter behind pidfd (pid: its pid here, for
+ * messages) and fills *proof with the word that stays serial while that
+ * export lives; the pipeline checks it again after the
  * duplicate (the exporter withdraws before it closes). done() drops what
  * prove() holds. The library installs the registry's (proof.c); without
  * one (the unit tests of this layer) /proc shows the fd's kind first.

@@ -50,9 +50,12 @@ byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
 extern const char byval_perm_hint[], byval_gone_note[], byval_nofd_note[];
 
 /* What the resolution learnt per exporter (peers.c): how auto reached it
- * (NONE, XLATED or SOCKET), its pid here when translated (0: none). */
-byval_via_t byval_peer_via(const byval_record_t *rec);
-uint32_t byval_peer_local_pid(const byval_record_t *rec);
+ * (NONE, XLATED or SOCKET) and its pid here when translated. */
+typedef struct byval_peer {
+    byval_via_t via;
+    uint32_t local_pid;
+} byval_peer_t;
+byval_peer_t byval_peer_get(const byval_record_t *rec);
 void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid);
 
 /* What the check before pidfd_getfd saw, for the check after it. */

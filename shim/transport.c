@@ -37,22 +37,18 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
 {
     /* Nothing is duplicated that its exporter did not publish. */
     pthread_once(&prover_once, prover_init);
-    /* Same boot first: the kept pidfd is matched by (pidns, pid, identity),
-     * which another host's record could repeat. */
+    /* A kept pidfd is matched by (pidns, pid, identity), which another
+     * host's record could repeat: same boot only. */
+    int kept = -1;
     if (rec->boot == self->boot) {
         byval_exporter_id_t id = exporter_of(rec);
-        int kept = byval_exporters_hold(&id);
-        if (kept >= 0) {
+        kept = byval_exporters_hold(&id);
+        if (kept >= 0)
             BYVAL_STAT_INC(open_kept_pidfd);
-            *pidfd_p = kept;
-            *fd_p = -1;
-            return byval_transport_fetch_more_fd(rec, byval_cfg.transport, kept, rec->fd,
-                                                 rec->fd_ino, rec->size, fd_p, msg, msglen);
-        }
     }
     byval_fetch_info_t info;
-    byval_status_t st = byval_transport_fetch_fd(rec, self, byval_cfg.transport, fd_p, pidfd_p,
-                                                 &info, msg, msglen);
+    byval_status_t st = byval_transport_fetch(rec, self, byval_cfg.transport, kept, fd_p, pidfd_p,
+                                              &info, msg, msglen);
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
     else if (st == BYVAL_OK)

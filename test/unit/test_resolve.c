@@ -41,20 +41,24 @@ static void test_ok_and_exit_watch(void **state)
     assert_int_equal(byval_pidfd_exited(pidfd), 0);
     /* one more fd through the same pidfd; a wrong inode is refused */
     int more = -1;
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, &more, msg,
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg,
                                       sizeof(msg)), BYVAL_OK);
     assert_int_equal(byval_fd_inode(more), byval_fd_inode(fd));
     close(more);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino + 1, 0, &more, msg,
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino + 1, 0,
+                                     BYVAL_OBJ_MEMORY, &more, msg,
                                       sizeof(msg)), BYVAL_E_FDKIND);
     assert_int_equal(more, -1);
     /* with the record's size (a cold open through a kept pidfd): checked */
     assert_true(x.rec.size > 0);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, x.rec.size, &more,
-                                      msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, x.rec.size,
+                                     BYVAL_OBJ_MEMORY, &more, msg, sizeof(msg)),
+                     BYVAL_OK);
     close(more);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino,
-                                      x.rec.size + 2 * BYVAL_WIRE_PAGE, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino,
+                                     x.rec.size + 2 * BYVAL_WIRE_PAGE, BYVAL_OBJ_MEMORY, &more,
+                                     msg, sizeof(msg)),
                      BYVAL_E_FDKIND);
     assert_non_null(strstr(msg, "pages"));
     assert_int_equal(more, -1);

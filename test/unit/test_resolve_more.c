@@ -3,7 +3,7 @@
  * test_resolve_more.c - the start-time identity flavour end to end, the
  * /proc/<pid>/stat parser against a hostile comm, a record whose identity
  * cannot be verified, fd exhaustion at each syscall, out-of-range records
- * and arguments, byval_getfd_more's errors, and byval_self_get racing
+ * and arguments, byval_getfd_obj's errors, and byval_self_get racing
  * threads after a reset.
  */
 #include <errno.h>
@@ -223,20 +223,25 @@ void test_getfd_more_errors(void **state)
     exporter_start(&x, EXP_PLAIN);
     assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, &pidfd, msg, sizeof(msg)), BYVAL_OK);
     int before = nfds();
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, 1000, 0, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, 1000, 0, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg, sizeof(msg)),
                      BYVAL_E_BADFD);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "fd 1000 is not open in pid"));
     assert_int_equal(more, -1);
-    assert_int_equal(byval_getfd_more(-1, x.rec.pid, x.rec.fd, 0, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(-1, x.rec.pid, x.rec.fd, 0, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, 0, &more, msg,
-                                      sizeof(msg)), BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, 0, 0, NULL, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, 0,
+                                     BYVAL_OBJ_MEMORY, &more, msg, sizeof(msg)),
+                     BYVAL_E_INVALID);
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, 0, 0, BYVAL_OBJ_MEMORY,
+                                     NULL, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
     assert_int_equal(nfds(), before);
     exporter_stop(&x, 0); /* reaped: getfd through the old pidfd is ESRCH */
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, &more, msg,
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg,
                                       sizeof(msg)), BYVAL_E_GONE);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "exited"));
