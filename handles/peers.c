@@ -28,7 +28,7 @@ typedef struct peer {
 
 static struct {
     pthread_mutex_t lock;
-    unsigned next;
+    unsigned next; /* entries ever written (atomic: read unlocked) */
     peer_t p[PEERS];
 } mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t mem_once = PTHREAD_ONCE_INIT;
@@ -58,6 +58,10 @@ static void mem_init(void)
 static peer_t peer_get(const byval_record_t *rec)
 {
     peer_t found = {0};
+    /* Nothing learnt yet (the common case: one namespace, pidfd allowed):
+     * no lock, no scan on every resolution. */
+    if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
+        return found;
     pthread_once(&mem_once, mem_init);
     pthread_mutex_lock(&mem.lock);
     for (unsigned i = 0; i < PEERS; i++) {
@@ -81,9 +85,12 @@ void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_p
         if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
             mem.p[i].pidns == rec->pidns && mem.p[i].identity == rec->identity)
             slot = &mem.p[i];
-    if (!slot)
-        slot = &mem.p[mem.next++ % PEERS];
+    int fresh = !slot;
+    if (fresh)
+        slot = &mem.p[__atomic_load_n(&mem.next, __ATOMIC_RELAXED) % PEERS];
     *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
+    if (fresh) /* after the entry: an unlocked reader that sees it counted looks */
+        __atomic_fetch_add(&mem.next, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mem.lock);
 }
 
@@ -92,7 +99,7 @@ void byval_transport_forget(void)
     pthread_once(&mem_once, mem_init);
     pthread_mutex_lock(&mem.lock);
     memset(mem.p, 0, sizeof(mem.p));
-    mem.next = 0;
+    __atomic_store_n(&mem.next, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mem.lock);
 }
 
