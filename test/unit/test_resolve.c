@@ -295,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_out_of_fds),
         cmocka_unit_test(test_invalid_records),
         cmocka_unit_test(test_getfd_more_errors),
+        cmocka_unit_test(test_proof_held_across_getfd),
         cmocka_unit_test(test_self_threads),
     };
     return cmocka_run_group_tests(tests, resolve_setup, NULL);

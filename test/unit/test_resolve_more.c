@@ -240,9 +240,9 @@ void test_getfd_more_errors(void **state)
                      BYVAL_E_INVALID);
     assert_int_equal(nfds(), before);
     exporter_stop(&x, 0); /* reaped: getfd through the old pidfd is ESRCH */
-    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, BYVAL_OBJ_MEMORY,
-                                     &more, msg,
-                                      sizeof(msg)), BYVAL_E_GONE);
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0,
+                                     BYVAL_OBJ_MEMORY, &more, msg, sizeof(msg)),
+                     BYVAL_E_GONE);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "exited"));
     assert_int_equal(nfds(), before - 1); /* exporter_stop closed the go pipe */
@@ -291,4 +291,70 @@ void test_self_threads(void **state)
     assert_int_equal(byval_self_get(&s), 0);
     assert_true(s.pid == ref.pid && s.identity == ref.identity && s.boot == ref.boot);
     assert_int_equal(byval_self_get(NULL), -1);
+}
+
+/* ---- the proof of export, as the pipeline uses it (resolve.c) -------- */
+
+/* A stand-in for the registry's proof: "listed" under the record's key or
+ * not, and, to play the race, withdrawn (the word changed) right after it
+ * was read, as an exporter freeing the export during pidfd_getfd does. */
+static uint64_t stub_word;
+static int stub_mode; /* 0 listed, 1 listed then withdrawn, 2 not listed */
+static int stub_done;
+static uint64_t stub_key;
+
+static byval_status_t stub_prove(const byval_record_t *rec, int pidfd, uint32_t pid,
+                                 uint64_t key, uint32_t fd, uint32_t ino, byval_proof_t *proof,
+                                 char *msg, size_t msglen)
+{
+    (void)rec, (void)pidfd, (void)ino;
+    stub_key = key;
+    if (stub_mode == 2) {
+        snprintf(msg, msglen, "pid %u's registry does not list fd %u", pid, fd);
+        return BYVAL_E_FDKIND;
+    }
+    stub_word = 41;
+    proof->word = &stub_word;
+    proof->serial = 41;
+    proof->hold = &stub_done;
+    if (stub_mode == 1)
+        __atomic_store_n(&stub_word, 0, __ATOMIC_RELEASE); /* withdrawn */
+    return BYVAL_OK;
+}
+
+static void stub_release(byval_proof_t *proof)
+{
+    (*(int *)proof->hold)++;
+}
+
+static const byval_prover_t stub = {stub_prove, stub_release};
+
+void test_proof_held_across_getfd(void **state)
+{
+    exporter_t x;
+    char msg[512];
+    int fd = -1;
+    NEED_GETFD();
+    exporter_start(&x, EXP_PLAIN);
+    byval_resolve_set_prover(&stub);
+    int before = nfds();
+    stub_mode = 0;
+    stub_done = 0;
+    assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(stub_key, byval_record_key(&x.rec, x.rec.fd));
+    assert_int_equal(stub_done, 1); /* what prove() held is dropped */
+    check_mapping(fd);
+    close(fd);
+    stub_mode = 1; /* the export ended while it was duplicated: not used */
+    assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, NULL, msg, sizeof(msg)),
+                     BYVAL_E_BADFD);
+    printf("    %s\n", msg);
+    assert_non_null(strstr(msg, "withdrawn"));
+    assert_int_equal(fd, -1);
+    assert_int_equal(stub_done, 2);
+    stub_mode = 2; /* never listed: nothing duplicated */
+    expect_fail(&x.rec, BYVAL_E_FDKIND, "does not list");
+    assert_int_equal(nfds(), before);
+    byval_resolve_set_prover(NULL);
+    exporter_stop(&x, 0);
 }
