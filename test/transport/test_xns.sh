@@ -1,16 +1,17 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# Pid namespaces (issue 22, defect 2): an exporter in a child pid
-# namespace with its own /proc (unshare -p -f --mount-proc, as a container
-# runs), the importer in the parent. Every open must translate the
-# exporter's pid into ours BEFORE anything consults /proc or the registry:
-# 20 handles of 20 buffers, each opened once (a miss each, through the
-# exporter's kept pidfd after the first), under auto and pidfd. Shapes:
-#   pid2   the exporter is pid 2 of its namespace (a shell is pid 1)
-#   pid1   the exporter is pid 1 of its namespace: the host's pid 1 must
-#          never be consulted in its place
-#   decoy  the exporter's namespace-local pid is the host pid of an
-#          unrelated process holding fds at every low number
+# Pid namespaces: exporter and importer as separate processes in different
+# pid (and network) namespaces, 20 handles of 20 buffers, each opened once
+# (a miss each: after the first, through the exporter's kept pidfd). Every
+# open must translate the exporter's pid into ours BEFORE anything
+# consults /proc or the registry (issue 22, defect 2). Exporter shapes:
+#   pid1   pid 1 of its namespace: the host's pid 1 must never be
+#          consulted in its place
+#   pid2   pid 2 of its namespace (a shell is pid 1)
+#   decoy  its namespace-local pid is the host pid of an unrelated process
+#          holding fds at every low number
+# with its own /proc (unshare --mount-proc, as a container runs) or the
+# host's, under auto and pidfd; and a sibling namespace, which is refused.
 . "$(dirname "$0")/../integration/lib.sh"
 F="$BUILD/test/faults/fault_main"
 L="$BUILD/test-logs"
@@ -36,31 +37,40 @@ exporter_cmd() { # SHAPE FILE
     esac
 }
 
-xns() { # SHAPE MODE
-    local shape=$1 mode=$2 name="xns-$1-$2"
+# xns NAME MODE SHAPE EXPORTER-UNSHARE-FLAGS [IMPORTER-UNSHARE-FLAGS [expect-fail]]
+xns() {
+    local name=$1 mode=$2 shape=$3 eflags=$4 iflags=${5:-} extra=${6:-} line
     rm -f "$tmp/h" "$tmp/h.done"
-    timeout 60 unshare -p -f --mount-proc sh -c "$(exporter_cmd "$shape" "$tmp/h")" \
-        >"$L/$name-exp.log" 2>&1 &
+    # shellcheck disable=SC2086
+    timeout 60 unshare $eflags --fork sh -c "$(exporter_cmd "$shape" "$tmp/h")" \
+        >"$L/xns-$name-exp.log" 2>&1 &
     local ep=$!
+    # shellcheck disable=SC2086
     XNS_LABEL="$shape, transport=$mode" IPCBYVAL_TRANSPORT=$mode timeout 60 \
-        "$RUN" "$F" xns-import "$tmp/h" >"$L/$name.log" 2>&1
+        ${iflags:+unshare $iflags --fork} "$RUN" "$F" xns-import "$tmp/h" $extra \
+        >"$L/xns-$name.log" 2>&1
     wait $ep
-    local line
-    line=$(grep -E '^(PASS|FAIL): ' "$L/$name.log" | head -1)
+    line=$(grep -E '^(PASS|FAIL): ' "$L/xns-$name.log" | head -1)
     case $line in
-    PASS:*) pass "[$shape, $mode] ${line#PASS: }" ;;
-    FAIL:*) fail "[$shape, $mode] ${line#FAIL: }" "$(grep -m1 error "$L/$name.log")" ;;
-    *) fail "$name" "$(tail -3 "$L/$name.log" | tr '\n' ' ')" ;;
+    PASS:*) pass "[$name] ${line#PASS: }" ;;
+    FAIL:*) fail "[$name] ${line#FAIL: }" "$(grep -m1 error "$L/xns-$name.log")" ;;
+    *) fail "$name" "$(tail -3 "$L/xns-$name.log" | tr '\n' ' ')" ;;
     esac
-    if [ "$shape" = decoy ] && ! grep -q "^xns-export: pid $decoy\$" "$L/$name-exp.log"; then
-        fail "[$shape, $mode] the exporter held the decoy's number" "$(head -2 "$L/$name-exp.log")"
+    if [ "$shape" = decoy ] && ! grep -q "^xns-export: pid $decoy\$" "$L/xns-$name-exp.log"; then
+        fail "[$name] the exporter held the decoy's number" "$(head -2 "$L/xns-$name-exp.log")"
     fi
 }
 
 for mode in auto pidfd; do
-    xns pid2 "$mode"
-    xns pid1 "$mode"
+    xns "pid2-$mode" "$mode" pid2 "-p --mount-proc"
+    xns "pid1-$mode" "$mode" pid1 "-p --mount-proc"
 done
+xns "pid1-hostproc-pidfd" pidfd pid1 "-p"
+xns "pid1-net-pidfd" pidfd pid1 "-p -n"
+xns sibling auto pid1 "-p -n" "-p -n" expect-fail
+grep -q 'not below ours' "$L/xns-sibling.log" && grep -q 'serves no fds over the socket' "$L/xns-sibling.log" &&
+    pass "sibling namespace: message names the namespace and the unreachable socket" ||
+    fail "sibling message" "$(grep error "$L/xns-sibling.log" | head -2 | tr '\n' ' ')"
 
 # The decoy: an unrelated process whose host pid the exporter will hold
 # in its own namespace, with fds open at every number an export may use.
@@ -69,7 +79,7 @@ decoy=$!
 sleep 0.2
 if [ "$decoy" -gt 2 ] && [ -d "/proc/$decoy/fd" ]; then
     for mode in auto pidfd; do
-        xns decoy "$mode"
+        xns "decoy-$mode" "$mode" decoy "-p --mount-proc"
     done
 else
     skip "decoy" "could not start the decoy process"
