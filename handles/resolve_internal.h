@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* resolve_internal.h - helpers shared by self.c, resolve.c and fdcheck.c
- * (and their unit tests); not part of the interface the shim uses. */
+/* resolve_internal.h - helpers shared by the resolution's files (resolve.c,
+ * identity.c, pidfd.c, fdcheck.c, peers.c, self.c) and their unit tests;
+ * not part of the interface the shim uses. */
 #ifndef BYVAL_HANDLES_RESOLVE_INTERNAL_H
 #define BYVAL_HANDLES_RESOLVE_INTERNAL_H
 

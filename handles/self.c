@@ -14,7 +14,7 @@
  *   check has no window at all. Flag BYVAL_FLAG_ID_PIDFS.
  * - start time (older kernels, where every pidfd shares one anonymous
  *   inode): field 22 of /proc/<pid>/stat, in clock ticks after boot. The
- *   importer reads it AFTER pidfd_open (see resolve.c for why that order
+ *   importer reads it AFTER pidfd_open (see identity.c for why that order
  *   is race-free). Weaker: a pid reused within the same tick (10 ms) would
  *   pass, which needs pid_max forks in 10 ms; and an exporter in another
  *   time namespace reports a shifted start time (refused, never accepted).

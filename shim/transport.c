@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* transport.c - the IPCBYVAL_TRANSPORT policy (see transport.h): the
- * configured mode handed to handles/transport.c, and the log line. */
+ * configured mode handed to the resolution (handles/resolve.c), the
+ * exporter's kept pidfd lent to it, and the log line. */
 #include "shim/transport.h"
 
 #include <errno.h>
