@@ -8,10 +8,18 @@
 
 #include "handles/registry_view.h"
 
-#define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
+/* Views listed at once (each costs an fd and a 256 KiB mapping): beyond
+ * it the least recently used is evicted (registry_watch.c says how its
+ * releases are kept). A node's peers are a few dozen. */
+#define BYVAL_REG_VIEWS_MAX 64u
 
-/* What an epoll event points at: a view, or a pidfd watched for exit. */
-enum { WATCH_VIEW = 1, WATCH_PIDFD = 2 };
+/* Reports of one exporter's frees at most once per this (a burst, or a
+ * peer writing its pipe in a loop, coalesces into one rescan). */
+#define BYVAL_REG_RESCAN_NS 5000000u
+
+/* What an epoll event points at: a view, a pidfd watched for exit, or the
+ * watcher's own kick (an eventfd: views to evict). */
+enum { WATCH_VIEW = 1, WATCH_PIDFD = 2, WATCH_KICK = 3 };
 
 typedef struct pidfd_watch {
     int kind; /* WATCH_PIDFD */
@@ -26,12 +34,21 @@ struct byval_reg_view {
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
     int gone;
-    int pipe_fd;
+    int pipe_fd;   /* the pipe: our own open file of it where drain is set */
+    int drain;     /* pipe_fd is ours alone (O_NONBLOCK nobody else can clear) */
+    uint64_t used; /* LRU tick (w.lock) */
+    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS). */
+    uint64_t last_ns, due_ns;
+    int held; /* disarmed until due_ns */
     uint32_t pidns, pid;
     uint64_t identity;
     const byval_reg_header_t *hdr;
     const byval_reg_slot_t *slot;
 };
+
+/* A second open file of fd (through /proc/self/fd) with flags: one whose
+ * flags no other process can change. -1 with errno. */
+int byval_reg_reopen(int fd, int flags);
 
 /* A view with the list's reference (not listed yet): registry_view.c
  * makes it, byval_reg_publish lists and watches it. */

@@ -5,6 +5,14 @@
  * nothing), fetching it and its wake-up pipe through the transport,
  * checking that it describes the exporter, reading its slots. The list of
  * views and the watcher thread are registry_watch.c's.
+ *
+ * What we assume of the page (registry.h, "Trust"): nothing but its seals
+ * and its size, which the kernel enforces. Every value in it is the
+ * exporter's to write, and the exporter may be hostile (of another uid,
+ * for a root importer): `high` is clamped to the table, the header only
+ * selects what we fetch next (checked again by the transport), slots are
+ * only compared. The seals (checked before mapping) mean no peer can
+ * shrink it under us (no SIGBUS) or write it but its exporter.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -109,7 +117,8 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
         if (n != (ssize_t)sizeof(want) - 1 || memcmp(link, want, (size_t)n) != 0)
             continue;
         struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)REG_BYTES)
+        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_size != (off_t)BYVAL_REG_BYTES)
             continue;
         *fd_p = (uint32_t)atoi(e->d_name);
         *ino_p = (uint32_t)st.st_ino;
@@ -125,10 +134,38 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                    int *fd_p, char *msg, size_t msglen);
 
+/* The seals that make a page safe to map and read (registry.h). */
+#define PAGE_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
+
+/* Our own open file of the pipe behind pfd (closed here when we have
+ * one): reads on it never block, whatever another holder sets on the
+ * shared one. Without /proc (or the right to reopen it) we keep the shared
+ * one and never read it: every write wakes an edge-triggered watcher
+ * anyway, and the exporter empties a full pipe itself. */
+static void own_pipe(byval_reg_view_t *v, int pfd)
+{
+    int own = byval_reg_reopen(pfd, O_RDONLY | O_NONBLOCK);
+    v->drain = own >= 0;
+    if (own >= 0)
+        close(pfd);
+    v->pipe_fd = own >= 0 ? own : pfd;
+}
+
 static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
 {
-    void *m = mmap(NULL, REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
+    struct stat st;
+    int seals = fcntl(mfd, F_GET_SEALS);
+    if (seals < 0 || (seals & PAGE_SEALS) != PAGE_SEALS || fstat(mfd, &st) != 0 ||
+        st.st_size != (off_t)BYVAL_REG_BYTES) {
+        byval_msg(msg, msglen,
+                  "pid %u's registry is not sealed against resizing and writes (seals 0x%x): "
+                  "refused (any holder could make its readers fault)",
+                  pid, seals < 0 ? 0 : seals);
+        close(mfd);
+        return NULL;
+    }
+    void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
     close(mfd);
     if (m == MAP_FAILED) {
         byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
@@ -152,9 +189,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
         close(pfd);
         goto fail;
     }
-    /* The exporter made the pipe O_NONBLOCK: so is our duplicate (one
-     * open file), and the watcher never blocks draining it. */
-    v->pipe_fd = pfd;
+    own_pipe(v, pfd);
     v->pidns = pidns;
     v->pid = pid;
     v->identity = h->identity;
@@ -164,7 +199,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
     v->refs = 1; /* the list's */
     return v;
 fail:
-    munmap(m, REG_BYTES);
+    munmap(m, BYVAL_REG_BYTES);
     return NULL;
 }
 

@@ -11,6 +11,22 @@
  * write wakes every importer; a hang-up means the exporter's image is
  * gone) and costs nothing while nothing is freed. It only reports; what
  * to release is the cache's business (byval_reg_event_fn).
+ *
+ * Bounds (issue 22, defect 6): what one exporter can make us do is
+ * bounded, whatever writes its pipe (any holder of the pipe can): after a
+ * report, a view's further wake-ups within BYVAL_REG_RESCAN_NS disarm it
+ * (EPOLL_CTL_MOD without EPOLLIN: a hang-up is still reported) and one
+ * report follows at the end of the interval, so a pipe written in a loop
+ * costs at most one wake-up and one rescan per interval. What the views
+ * cost is bounded too: at most BYVAL_REG_VIEWS_MAX are listed (one fd
+ * and a 256 KiB mapping each); publishing one more kicks this thread,
+ * which evicts the least recently used (one no import tracks, where there
+ * is one). An evicted view loses its pipe and its mapping is replaced by
+ * zero pages: every export of it reads as freed from then on, so its
+ * closed mappings are released at once (the eviction is reported as a
+ * free) and its open ones at their last close. No later free of that
+ * exporter can be missed, because nothing of it stays cached; the next
+ * open of one of its handles attaches afresh.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "handles/bgthread.h"
@@ -31,10 +49,13 @@ static struct {
     byval_reg_view_t *head;
     pidfd_watch_t *pidfds;
     unsigned count;
+    uint64_t tick; /* LRU clock */
     int epfd;
+    int kick_fd; /* our eventfd: views to evict */
+    int kick_kind;
     int started;
     byval_reg_event_fn on_event;
-} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
+} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .kick_fd = -1, .kick_kind = WATCH_KICK};
 
 void byval_reg_on_event(byval_reg_event_fn fn)
 {
@@ -43,8 +64,9 @@ void byval_reg_on_event(byval_reg_event_fn fn)
 
 void byval_reg_view_free(byval_reg_view_t *v)
 {
-    munmap((void *)v->hdr, REG_BYTES);
-    close(v->pipe_fd); /* also takes it out of the epoll set */
+    munmap((void *)v->hdr, BYVAL_REG_BYTES);
+    if (v->pipe_fd >= 0)
+        close(v->pipe_fd); /* also takes it out of the epoll set */
     free(v);
 }
 
@@ -88,56 +110,171 @@ unsigned byval_reg_views(void)
 
 /* ---- the watcher -------------------------------------------------------- */
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void report(byval_reg_view_t *v, int gone)
+{
+    byval_reg_event_fn fn = __atomic_load_n(&w.on_event, __ATOMIC_ACQUIRE);
+    if (fn)
+        fn(v, gone);
+}
+
+static void arm(byval_reg_view_t *v, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = v};
+    epoll_ctl(w.epfd, EPOLL_CTL_MOD, v->pipe_fd, &ev);
+}
+
+#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
+
+/* Unlist v (no new attach finds it) and drop the list's reference. */
+static void unlist(byval_reg_view_t *v)
+{
+    int listed = 0;
+    w_lock();
+    for (byval_reg_view_t **pp = &w.head; *pp; pp = &(*pp)->next)
+        if (*pp == v) {
+            *pp = v->next;
+            w.count--;
+            listed = 1;
+            break;
+        }
+    if (listed && v->pipe_fd >= 0) {
+        epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
+        close(v->pipe_fd);
+        v->pipe_fd = -1;
+    }
+    pthread_mutex_unlock(&w.lock);
+    if (listed)
+        byval_reg_view_put(v);
+}
+
+/* A wake-up of v: drain our own file of its pipe, then report now, or
+ * once at the end of its interval when it reported less than
+ * BYVAL_REG_RESCAN_NS ago. */
+static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
+{
+    char sink[256];
+    for (int n = 0; v->drain && n < 64 && read(v->pipe_fd, sink, sizeof(sink)) > 0; n++)
+        ;
+    if (events & (EPOLLHUP | EPOLLERR)) {
+        __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+        report(v, 1);
+        unlist(v);
+        return;
+    }
+    if (v->held)
+        return;
+    if (now - v->last_ns < BYVAL_REG_RESCAN_NS) {
+        v->held = 1;
+        v->due_ns = v->last_ns + BYVAL_REG_RESCAN_NS;
+        arm(v, EPOLLET | EPOLLRDHUP); /* hang-ups only */
+        return;
+    }
+    v->last_ns = now;
+    report(v, 0);
+}
+
+/* Held views whose interval ended: report and re-arm (an edge-triggered
+ * re-arm reports data already waiting: a pipe still written is held again
+ * at once). The time until the next one is due, in ms (-1: none). */
+static int due_views(uint64_t now)
+{
+    int timeout = -1;
+    for (;;) {
+        byval_reg_view_t *v = NULL;
+        w_lock();
+        for (byval_reg_view_t *x = w.head; x && !v; x = x->next) {
+            if (!x->held)
+                continue;
+            if (x->due_ns <= now) {
+                v = x;
+                v->refs++;
+            } else {
+                int ms = (int)((x->due_ns - now) / 1000000u) + 1;
+                timeout = timeout < 0 || ms < timeout ? ms : timeout;
+            }
+        }
+        pthread_mutex_unlock(&w.lock);
+        if (!v)
+            return timeout;
+        v->held = 0;
+        v->last_ns = now;
+        report(v, 0);
+        if (v->pipe_fd >= 0)
+            arm(v, VIEW_EVENTS);
+        byval_reg_view_put(v);
+    }
+}
+
+/* Evict down to BYVAL_REG_VIEWS_MAX listed views (see the top). */
+static void evict_views(void)
+{
+    for (;;) {
+        byval_reg_view_t *victim = NULL;
+        w_lock();
+        if (w.count > BYVAL_REG_VIEWS_MAX)
+            for (byval_reg_view_t *x = w.head; x; x = x->next)
+                if (!victim || (x->refs == 1) > (victim->refs == 1) ||
+                    ((x->refs == 1) == (victim->refs == 1) && x->used < victim->used))
+                    victim = x;
+        if (victim)
+            victim->refs++;
+        pthread_mutex_unlock(&w.lock);
+        if (!victim)
+            return;
+        unlist(victim);
+        /* Zero pages where the registry was: every serial reads 0 (freed)
+         * to the hit path, atomically for a concurrent reader. */
+        mmap((void *)victim->hdr, BYVAL_REG_BYTES, PROT_READ,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        report(victim, 0);
+        byval_reg_view_put(victim);
+    }
+}
+
 static void *watch_main(void *arg)
 {
     (void)arg;
     struct epoll_event ev[16];
+    int timeout = -1;
     for (;;) {
-        int n = epoll_wait(w.epfd, ev, 16, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
+        int n = epoll_wait(w.epfd, ev, 16, timeout);
+        if (n < 0 && errno != EINTR)
             return NULL;
-        }
+        uint64_t now = mono_ns();
         for (int i = 0; i < n; i++) {
-            if (*(int *)ev[i].data.ptr == WATCH_PIDFD) {
-                pidfd_watch_t *pw = ev[i].data.ptr;
-                w_lock();
-                for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
-                    if (*pp == pw) {
-                        *pp = pw->next;
-                        break;
-                    }
-                epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
-                pthread_mutex_unlock(&w.lock);
-                close(pw->fd);
-                pw->fn(pw->arg);
-                free(pw);
+            int kind = *(int *)ev[i].data.ptr;
+            if (kind == WATCH_KICK) {
+                uint64_t k;
+                (void)!read(w.kick_fd, &k, sizeof(k));
                 continue;
             }
-            byval_reg_view_t *v = ev[i].data.ptr;
-            char sink[256];
-            while (read(v->pipe_fd, sink, sizeof(sink)) > 0) /* others may drain it too */
-                ;
-            int gone = (ev[i].events & (EPOLLHUP | EPOLLERR)) != 0;
-            if (gone)
-                __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-            byval_reg_event_fn fn = __atomic_load_n(&w.on_event, __ATOMIC_ACQUIRE);
-            if (fn)
-                fn(v, gone);
-            if (gone) { /* unlist: no new attach finds it, the list's reference goes */
-                w_lock();
-                for (byval_reg_view_t **pp = &w.head; *pp; pp = &(*pp)->next)
-                    if (*pp == v) {
-                        *pp = v->next;
-                        w.count--;
-                        epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
-                        break;
-                    }
-                pthread_mutex_unlock(&w.lock);
-                byval_reg_view_put(v);
+            if (kind == WATCH_VIEW) {
+                on_view(ev[i].data.ptr, ev[i].events, now);
+                continue;
             }
+            pidfd_watch_t *pw = ev[i].data.ptr;
+            w_lock();
+            for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
+                if (*pp == pw) {
+                    *pp = pw->next;
+                    break;
+                }
+            epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
+            pthread_mutex_unlock(&w.lock);
+            close(pw->fd);
+            pw->fn(pw->arg);
+            free(pw);
         }
+        /* Between batches only: a batch's events may name a view. */
+        evict_views();
+        timeout = due_views(mono_ns());
     }
 }
 
@@ -160,8 +297,9 @@ static void atfork_child(void)
     pthread_mutex_init(&w.lock, NULL);
     for (byval_reg_view_t *v = w.head, *nx; v; v = nx) {
         nx = v->next;
-        munmap((void *)v->hdr, REG_BYTES);
-        close(v->pipe_fd);
+        munmap((void *)v->hdr, BYVAL_REG_BYTES);
+        if (v->pipe_fd >= 0)
+            close(v->pipe_fd);
         free(v);
     }
     w.head = NULL;
@@ -174,7 +312,9 @@ static void atfork_child(void)
     w.pidfds = NULL;
     if (w.epfd >= 0)
         close(w.epfd);
-    w.epfd = -1;
+    if (w.kick_fd >= 0)
+        close(w.kick_fd);
+    w.epfd = w.kick_fd = -1;
     w.started = 0;
 }
 
@@ -188,6 +328,17 @@ static int watch_start_locked(char *msg, size_t msglen)
     if (w.epfd < 0) {
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
+    }
+    if (w.kick_fd < 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &w.kick_kind};
+        w.kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (w.kick_fd < 0 || epoll_ctl(w.epfd, EPOLL_CTL_ADD, w.kick_fd, &ev) != 0) {
+            byval_msg(msg, msglen, "eventfd for the release watcher failed: %s", strerror(errno));
+            if (w.kick_fd >= 0)
+                close(w.kick_fd);
+            w.kick_fd = -1;
+            return -1;
+        }
     }
     pthread_t t;
     int rc = byval_bgthread_start(watch_main, NULL, &t);
@@ -207,6 +358,7 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
         if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
             v->refs++;
+            v->used = ++w.tick;
             found = v;
         }
     pthread_mutex_unlock(&w.lock);
@@ -221,6 +373,7 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
     for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
         if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
             v->refs++;
+            v->used = ++w.tick;
             *identity_p = v->identity;
             found = v;
         }
@@ -254,11 +407,12 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
         if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
             o->identity == v->identity) {
             o->refs++;
+            o->used = ++w.tick;
             pthread_mutex_unlock(&w.lock);
             byval_reg_view_free(v);
             return o;
         }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLRDHUP, .data.ptr = v};
+    struct epoll_event ev = {.events = VIEW_EVENTS, .data.ptr = v};
     if (watch_start_locked(msg, msglen) != 0 ||
         epoll_ctl(w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
         if (msg && !msg[0])
@@ -269,8 +423,11 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     }
     v->next = w.head;
     w.head = v;
-    w.count++;
+    v->used = ++w.tick;
+    int over = ++w.count > BYVAL_REG_VIEWS_MAX;
     v->refs++; /* the caller's */
+    if (over) /* the watcher evicts, between its batches */
+        (void)!write(w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
     pthread_mutex_unlock(&w.lock);
     return v;
 }
