@@ -8,11 +8,6 @@
 
 #include "handles/registry_view.h"
 
-/* Views listed at once (each costs an fd and a 256 KiB mapping): beyond
- * it the least recently used is evicted (registry_watch.c says how its
- * releases are kept). A node's peers are a few dozen. */
-#define BYVAL_REG_VIEWS_MAX 64u
-
 /* Reports of one exporter's frees at most once per this (a burst, or a
  * peer writing its pipe in a loop, coalesces into one rescan). */
 #define BYVAL_REG_RESCAN_NS 5000000u
