@@ -5,12 +5,16 @@
 #define BYVAL_HANDLES_REGISTRY_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/epoll.h>
 
 #include "handles/registry_view.h"
 
 /* Reports of one exporter's frees at most once per this (a burst, or a
  * peer writing its pipe in a loop, coalesces into one rescan). */
 #define BYVAL_REG_RESCAN_NS 5000000u
+
+/* What a view's pipe is watched for (edge-triggered: every write). */
+#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
 
 /* What an epoll event points at: a view, a pidfd watched for exit, or the
  * watcher's own kick (an eventfd: views to evict). */
@@ -40,6 +44,28 @@ struct byval_reg_view {
     const byval_reg_header_t *hdr;
     const byval_reg_slot_t *slot;
 };
+
+/* The list of views and the watcher's state (registry_views.c). */
+struct byval_reg_watch {
+    pthread_mutex_t lock;
+    byval_reg_view_t *head;
+    pidfd_watch_t *pidfds;
+    unsigned count;
+    uint64_t tick; /* LRU clock */
+    int epfd;
+    int kick_fd; /* our eventfd: views to evict */
+    int kick_kind;
+    int started;
+    byval_reg_event_fn on_event;
+};
+extern struct byval_reg_watch byval_reg_w;
+
+/* byval_reg_w.lock (its fork handlers registered first). */
+void byval_reg_w_lock(void);
+
+/* (locked) The epoll set, the kick and the thread, once per process: 0,
+ * or -1 (msg says why). */
+int byval_reg_watch_start(char *msg, size_t msglen);
 
 /* A second open file of fd (through /proc/self/fd) with flags: one whose
  * flags no other process can change. -1 with errno. */
