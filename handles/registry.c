@@ -126,6 +126,24 @@ static void atfork_child(void)
     reg.next_serial = 0;
 }
 
+int byval_reg_page_seals(void)
+{
+    /* 0 unknown, else the seals + 1 (seals of this kernel, probed once). */
+    static int cached;
+    int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (c)
+        return c - 1;
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+    int fd = memfd_create("ipcbyval-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0 && errno == EINVAL)
+        seals &= ~F_SEAL_FUTURE_WRITE; /* before Linux 5.1 */
+    if (fd < 0)
+        return seals; /* out of fds: ask again next time */
+    close(fd);
+    __atomic_store_n(&cached, seals + 1, __ATOMIC_RELAXED);
+    return seals;
+}
+
 int byval_reg_reopen(int fd, int flags)
 {
     char path[40];
@@ -146,9 +164,10 @@ static int page_create_locked(void)
         (m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)) ==
             MAP_FAILED ||
         /* Our mapping exists: from now on nobody (us included) can write
-         * the page any other way, nor seal it further (F_SEAL_WRITE would
-         * fail anyway while we hold the mapping). Linux 5.1 and later. */
-        fcntl(mfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+         * the page any other way (Linux 5.1 and later: before, peers of
+         * our uid can write it, which importers survive), nor seal it
+         * further (F_SEAL_WRITE would fail while we hold the mapping). */
+        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0) {
         if (m != MAP_FAILED)
             munmap(m, BYVAL_REG_BYTES);
         close(mfd);

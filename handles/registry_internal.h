@@ -67,6 +67,11 @@ void byval_reg_w_lock(void);
  * or -1 (msg says why). */
 int byval_reg_watch_start(char *msg, size_t msglen);
 
+/* The seals a registry page must carry on this kernel: F_SEAL_SHRINK |
+ * F_SEAL_GROW, and F_SEAL_FUTURE_WRITE where the kernel knows it (5.1
+ * and later; exporter and importer share the kernel). Probed once. */
+int byval_reg_page_seals(void);
+
 /* A second open file of fd (through /proc/self/fd) with flags: one whose
  * flags no other process can change. -1 with errno. */
 int byval_reg_reopen(int fd, int flags);

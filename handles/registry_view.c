@@ -134,9 +134,6 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                    int *fd_p, char *msg, size_t msglen);
 
-/* The seals that make a page safe to map and read (registry.h). */
-#define PAGE_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
-
 /* Our own open file of the pipe behind pfd (closed here when we have
  * one): reads on it never block, whatever another holder sets on the
  * shared one. Without /proc (or the right to reopen it) we keep the shared
@@ -155,8 +152,8 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
 {
     struct stat st;
-    int seals = fcntl(mfd, F_GET_SEALS);
-    if (seals < 0 || (seals & PAGE_SEALS) != PAGE_SEALS || fstat(mfd, &st) != 0 ||
+    int seals = fcntl(mfd, F_GET_SEALS), need = byval_reg_page_seals();
+    if (seals < 0 || (seals & need) != need || fstat(mfd, &st) != 0 ||
         st.st_size != (off_t)BYVAL_REG_BYTES) {
         byval_msg(msg, msglen,
                   "pid %u's registry is not sealed against resizing and writes (seals 0x%x): "
