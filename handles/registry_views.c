@@ -182,7 +182,9 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     v->next = byval_reg_w.head;
     byval_reg_w.head = v;
     v->used = ++byval_reg_w.tick;
-    int over = ++byval_reg_w.count > BYVAL_REG_VIEWS_MAX;
+    unsigned n = byval_reg_w.count + 1; /* read lock-free by byval_reg_views */
+    __atomic_store_n(&byval_reg_w.count, n, __ATOMIC_RELAXED);
+    int over = n > BYVAL_REG_VIEWS_MAX;
     v->refs++; /* the caller's */
     if (over) /* the watcher evicts, between its batches */
         (void)!write(byval_reg_w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));

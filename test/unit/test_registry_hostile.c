@@ -87,6 +87,15 @@ static byval_reg_view_t *attach(const byval_record_t *rec, char *msg, size_t msg
     return attach_keep(rec, NULL, msg, msglen);
 }
 
+/* A CPU-time bound in ms, wider under a sanitizer (each report's reads are
+ * instrumented there: TSan measured 40-100 ms a second where a plain
+ * build takes 0-10). */
+static long cpu_bound(long ms)
+{
+    const char *san = getenv("SAN");
+    return san && san[0] ? ms * 4 : ms;
+}
+
 static const char *no_pidfd(void)
 {
     int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -183,7 +192,7 @@ static void test_pipe_spam_bounded(void **state)
     printf("1.5 s of pipe spam (%llu writes): watcher %ld ms of CPU, %d reports\n",
            (unsigned long long)writes, cpu, reports);
     assert_true(writes > 1000);
-    assert_true(cpu < 150); /* under 10% of the 1.5 s; unbounded it took ~40% */
+    assert_true(cpu < cpu_bound(150)); /* under 10% of the 1.5 s; unbounded, 32% */
     assert_true(reports <= 1500 / 5 + 10); /* one per BYVAL_REG_RESCAN_NS at most */
     /* And a real free is still reported. */
     uint64_t serial = 0;
@@ -239,7 +248,7 @@ static void test_forger_of_another_uid(void **state)
     assert_int_equal(peer_forger_cmd(&f, 's'), 0); /* 1 s of pipe spam */
     long cpu = peer_watcher_cpu_ms() - cpu0;
     printf("forger's 1 s of pipe spam: watcher %ld ms of CPU\n", cpu);
-    assert_true(cpu < 100);
+    assert_true(cpu < cpu_bound(100));
     byval_reg_view_put(v);
     peer_forger_stop(&f);
 }
