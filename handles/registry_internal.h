@@ -63,9 +63,12 @@ extern struct byval_reg_watch byval_reg_w;
 /* byval_reg_w.lock (its fork handlers registered first). */
 void byval_reg_w_lock(void);
 
-/* (locked) The epoll set, the kick and the thread, once per process: 0,
- * or -1 (msg says why). */
+/* (locked) The epoll set and the thread, once per process: 0, or -1
+ * (msg says why). */
 int byval_reg_watch_start(char *msg, size_t msglen);
+
+/* (locked, started) Wake the watcher to evict views beyond the bound. */
+void byval_reg_watch_kick(void);
 
 /* The seals a registry page must carry on this kernel: F_SEAL_SHRINK |
  * F_SEAL_GROW, and F_SEAL_FUTURE_WRITE where the kernel knows it (5.1

@@ -187,7 +187,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     int over = n > BYVAL_REG_VIEWS_MAX;
     v->refs++; /* the caller's */
     if (over) /* the watcher evicts, between its batches */
-        (void)!write(byval_reg_w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
+        byval_reg_watch_kick();
     pthread_mutex_unlock(&byval_reg_w.lock);
     return v;
 }

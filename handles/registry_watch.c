@@ -190,7 +190,7 @@ static void *watch_main(void *arg)
             int kind = *(int *)ev[i].data.ptr;
             if (kind == WATCH_KICK) {
                 uint64_t k;
-                (void)!read(byval_reg_w.kick_fd, &k, sizeof(k));
+                (void)!read(byval_reg_w.kick_fd, &k, sizeof(k)); /* ours alone */
                 continue;
             }
             if (kind == WATCH_VIEW) {
@@ -226,17 +226,6 @@ int byval_reg_watch_start(char *msg, size_t msglen)
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
     }
-    if (byval_reg_w.kick_fd < 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &byval_reg_w.kick_kind};
-        byval_reg_w.kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (byval_reg_w.kick_fd < 0 || epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, byval_reg_w.kick_fd, &ev) != 0) {
-            byval_msg(msg, msglen, "eventfd for the release watcher failed: %s", strerror(errno));
-            if (byval_reg_w.kick_fd >= 0)
-                close(byval_reg_w.kick_fd);
-            byval_reg_w.kick_fd = -1;
-            return -1;
-        }
-    }
     pthread_t t;
     int rc = byval_bgthread_start(watch_main, NULL, &t);
     if (rc != 0) {
@@ -246,6 +235,24 @@ int byval_reg_watch_start(char *msg, size_t msglen)
     pthread_setname_np(t, "ipcbyval-watch");
     byval_reg_w.started = 1;
     return 0;
+}
+
+void byval_reg_watch_kick(void)
+{
+    /* Made at the first need: most importers never meet 32 exporters, and
+     * an fd of ours is one fewer for the application. Without it the
+     * bound waits for the watcher's next wake-up. */
+    if (byval_reg_w.kick_fd < 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &byval_reg_w.kick_kind};
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd >= 0 && epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        byval_reg_w.kick_fd = fd;
+    }
+    if (byval_reg_w.kick_fd >= 0)
+        (void)!write(byval_reg_w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
 }
 
 int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
