@@ -153,10 +153,14 @@ static void evict_views(void)
     for (;;) {
         byval_reg_view_t *victim = NULL;
         byval_reg_w_lock();
+        /* One no import tracks first, the least recently used of a kind;
+         * never the one used last (just published: the open that made it
+         * has yet to track it). */
         if (byval_reg_w.count > BYVAL_REG_VIEWS_MAX)
             for (byval_reg_view_t *x = byval_reg_w.head; x; x = x->next)
-                if (!victim || (x->refs == 1) > (victim->refs == 1) ||
-                    ((x->refs == 1) == (victim->refs == 1) && x->used < victim->used))
+                if (x->used != byval_reg_w.tick &&
+                    (!victim || (x->refs == 1) > (victim->refs == 1) ||
+                     ((x->refs == 1) == (victim->refs == 1) && x->used < victim->used)))
                     victim = x;
         if (victim)
             victim->refs++;
