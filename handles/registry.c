@@ -167,7 +167,8 @@ static int page_create_locked(void)
          * the page any other way (Linux 5.1 and later: before, peers of
          * our uid can write it, which importers survive), nor seal it
          * further (F_SEAL_WRITE would fail while we hold the mapping). */
-        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0) {
+        fcntl(mfd, F_ADD_SEALS,
+              (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0) {
         if (m != MAP_FAILED)
             munmap(m, BYVAL_REG_BYTES);
         close(mfd);

@@ -114,7 +114,8 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
     byval_reg_view_t *found = NULL;
     byval_reg_w_lock();
     for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
+            v->identity == identity) {
             v->refs++;
             v->used = ++byval_reg_w.tick;
             found = v;
@@ -129,7 +130,8 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
     byval_reg_view_t *found = NULL;
     byval_reg_w_lock();
     for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
+            (uint32_t)v->identity == id32) {
             v->refs++;
             v->used = ++byval_reg_w.tick;
             *identity_p = v->identity;

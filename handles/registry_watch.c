@@ -267,7 +267,9 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
     *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
     byval_reg_w_lock();
-    int rc = pw->fd >= 0 && byval_reg_w.started ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev) : -1;
+    int rc = pw->fd >= 0 && byval_reg_w.started
+                 ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev)
+                 : -1;
     if (rc == 0) {
         pw->next = byval_reg_w.pidfds;
         byval_reg_w.pidfds = pw;

@@ -107,8 +107,8 @@ void fault_forkoffer(void)
     }
     char d[160];
     snprintf(d, sizeof(d), "%s; after the child's free: %s (%d ms)",
-             cached ? "closed mapping cached" : "not cached", mapped(p) ? "still mapped" : "released",
-             ms);
+             cached ? "closed mapping cached" : "not cached",
+             mapped(p) ? "still mapped" : "released", ms);
     fault_result("fork child's registry offered: its free releases over the socket",
                  ok && cached && !mapped(p), d);
     c.op = FAULT_OP_EXIT;

@@ -232,7 +232,8 @@ long peer_watcher_cpu_ms(void)
         unsigned long ut, st;
         char *p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
         /* After ")": state, then fields 4..13, then utime (14), stime (15). */
-        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                        &st) == 2)
             ms = (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
         fclose(f);
     }
