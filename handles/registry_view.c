@@ -100,7 +100,8 @@ static int pidfd_local_pid(int pidfd)
 }
 
 /* Its registry's fd number and inode: the fd whose link names our memfd
- * (readlink opens nothing; the stat that follows is of a memfd). */
+ * (readlink opens nothing; the stat that follows is of a memfd). 0, or
+ * an errno: ENOENT (none), EACCES/EPERM (ptrace rules), EMFILE... */
 static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 {
     char dir[64], link[128];
@@ -108,8 +109,8 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
     snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
     DIR *d = opendir(dir);
     if (!d)
-        return -1;
-    int rc = -1;
+        return errno;
+    int rc = ENOENT;
     for (struct dirent *e; rc != 0 && (e = readdir(d)) != NULL;) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
@@ -237,10 +238,19 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     uint32_t rfd, rino;
+    errno = 0;
     int pid = pidfd >= 0 ? pidfd_local_pid(pidfd) : -1;
-    if (pid <= 0 || find_registry_fd(pid, &rfd, &rino) != 0) {
-        *st_p = errno == EACCES || errno == EPERM ? BYVAL_E_PERM : BYVAL_E_FDKIND;
-        if (*st_p == BYVAL_E_PERM)
+    int e = pid > 0 ? find_registry_fd(pid, &rfd, &rino)
+            : errno == EMFILE || errno == ENFILE ? errno /* its fdinfo not opened */
+                                                 : ENOENT;
+    if (e) {
+        *st_p = e == EACCES || e == EPERM                ? BYVAL_E_PERM
+                : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
+                                                           : BYVAL_E_FDKIND;
+        if (*st_p == BYVAL_E_NOFD)
+            byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s",
+                      rec->pid, strerror(e));
+        else if (*st_p == BYVAL_E_PERM)
             byval_msg(msg, msglen,
                       "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
                       "(hint: ptrace access denied: it needs the exporter's uid or "
