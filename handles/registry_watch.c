@@ -194,7 +194,10 @@ static void *watch_main(void *arg)
             int kind = *(int *)ev[i].data.ptr;
             if (kind == WATCH_KICK) {
                 uint64_t k;
-                (void)!read(byval_reg_w.kick_fd, &k, sizeof(k)); /* ours alone */
+                /* ours alone; set before its first event (atomic: TSan
+                 * does not see epoll order them) */
+                (void)!read(__atomic_load_n(&byval_reg_w.kick_fd, __ATOMIC_ACQUIRE), &k,
+                            sizeof(k));
                 continue;
             }
             if (kind == WATCH_VIEW) {
@@ -253,7 +256,7 @@ void byval_reg_watch_kick(void)
             close(fd);
             fd = -1;
         }
-        byval_reg_w.kick_fd = fd;
+        __atomic_store_n(&byval_reg_w.kick_fd, fd, __ATOMIC_RELEASE);
     }
     if (byval_reg_w.kick_fd >= 0)
         (void)!write(byval_reg_w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
