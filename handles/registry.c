@@ -90,14 +90,15 @@ static void destroy_locked(void)
 {
     if (reg.hdr)
         munmap(reg.hdr, BYVAL_REG_BYTES);
-    free(reg.mine);
+    /* `mine` stays for the next registry (a fork child's): no free() in a
+     * fork child, whose allocator a sanitizer may have left locked. Only
+     * [0, high) of it is ever read. */
     close_fd(&reg.page_fd);
     close_fd(&reg.pipe_rd);
     close_fd(&reg.pipe_wr);
     close_fd(&reg.drain_rd);
     reg.hdr = NULL;
     reg.slot = NULL;
-    reg.mine = NULL;
     reg.high = 0;
     reg.seq = 0;
 }
@@ -196,7 +197,8 @@ static int create_locked(void)
     reg.tried = 1;
     if (byval_self_get(&self) != 0)
         return -1;
-    if (!(reg.mine = calloc(BYVAL_REG_SLOTS, sizeof(*reg.mine))) || page_create_locked() != 0 ||
+    if ((!reg.mine && !(reg.mine = calloc(BYVAL_REG_SLOTS, sizeof(*reg.mine)))) ||
+        page_create_locked() != 0 ||
         pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
         destroy_locked();
         return -1;
