@@ -83,7 +83,7 @@ static int exporter_start(exporter_t *x)
                               .alloc_id = 7};
         byval_record_set_exporter(&rec, &s);
         rec.fd_ino = (uint32_t)byval_fd_inode(fd);
-        if (byval_registry_add(byval_record_key(&rec, rec.fd), rec.fd_ino, rec.fd, rec.size) != 0 ||
+        if (byval_reg_add(byval_record_key(&rec, rec.fd), rec.fd_ino, rec.fd, rec.size) != 0 ||
             write(rp[1], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
             _exit(1);
         _exit(read(go[0], &c, 1) >= 0 ? 0 : 2);
