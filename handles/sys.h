@@ -27,28 +27,35 @@
 #define SYS_pidfd_getfd 438
 #endif
 
-/* A system call with up to four arguments: the kernel's result (-errno
+/* A system call with up to six arguments: the kernel's result (-errno
  * on failure). */
 #if defined(__x86_64__)
-static inline long byval_sys4(long nr, long a, long b, long c, long d)
+static inline long byval_sys6(long nr, long a, long b, long c, long d, long e, long f)
 {
     long r;
     register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
     __asm__ volatile("syscall"
                      : "=a"(r)
-                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                      : "rcx", "r11", "memory");
     return r;
 }
 #elif defined(__aarch64__)
-static inline long byval_sys4(long nr, long a, long b, long c, long d)
+static inline long byval_sys6(long nr, long a, long b, long c, long d, long e, long f)
 {
     register long x8 __asm__("x8") = nr;
     register long x0 __asm__("x0") = a;
     register long x1 __asm__("x1") = b;
     register long x2 __asm__("x2") = c;
     register long x3 __asm__("x3") = d;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc 0"
+                     : "+r"(x0)
+                     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                     : "memory");
     return x0;
 }
 #else
@@ -56,12 +63,17 @@ static inline long byval_sys4(long nr, long a, long b, long c, long d)
  * our calls too, and may rescue one the kernel refused (the fd it brings
  * is checked like any other, so only the work is doubled). */
 #include <unistd.h>
-static inline long byval_sys4(long nr, long a, long b, long c, long d)
+static inline long byval_sys6(long nr, long a, long b, long c, long d, long e, long f)
 {
-    long r = syscall(nr, a, b, c, d);
+    long r = syscall(nr, a, b, c, d, e, f);
     return r < 0 ? -errno : r;
 }
 #endif
+
+static inline long byval_sys4(long nr, long a, long b, long c, long d)
+{
+    return byval_sys6(nr, a, b, c, d, 0, 0);
+}
 
 static inline long byval_sys3(long nr, long a, long b, long c)
 {
