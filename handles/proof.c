@@ -2,8 +2,8 @@
 /*
  * proof.c - the proof of export the library installs in the pipeline
  * (resolve.h's byval_prover_t): the exporter's own registry, mapped in
- * this process once per exporter (registry_view.c), lists the fd; and
- * what a record's fds are: their kind, and their key in that registry.
+ * this process once per exporter (registry_view.c), lists the fd under
+ * the key the record names it by (byval_record_key).
  *
  * What it proves, and what it assumes. The registry is the exporter's
  * table of what it exported: (key, fd number, inode, serial), a serial
@@ -33,14 +33,6 @@
 #include "handles/registry_view.h"
 #include "handles/resolve_internal.h"
 
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
-{
-    /* The record's own fd is of the record's kind; any other fd of the
-     * same exporter a record leads to is one a manifest lists: memory. */
-    return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
-                                                                    : BYVAL_OBJ_MEMORY;
-}
-
 uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
 {
     /* The record's own fd is published under its kind and allocation id;
@@ -50,10 +42,10 @@ uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
                          : BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, rec->alloc_id);
 }
 
-static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, uint64_t key,
-                            uint32_t fd, uint32_t ino, byval_proof_t *proof, char *msg,
-                            size_t msglen)
+static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, uint32_t fd,
+                            uint32_t ino, byval_proof_t *proof, char *msg, size_t msglen)
 {
+    uint64_t key = byval_record_key(rec, fd);
     char why[384] = "";
     byval_status_t st;
     byval_reg_view_t *v =

@@ -67,6 +67,14 @@ void byval_resolve_set_prover(const byval_prover_t *p)
     __atomic_store_n(&prover, p, __ATOMIC_RELEASE);
 }
 
+byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
+{
+    /* The record's own fd is of the record's kind; any other fd of the
+     * same exporter a record leads to is one a manifest lists: memory. */
+    return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
+                                                                    : BYVAL_OBJ_MEMORY;
+}
+
 /* ---- 1. translate --------------------------------------------------- */
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
@@ -122,17 +130,9 @@ static byval_status_t prove_export(const want_t *w, const exporter_t *x, byval_p
     memset(proof, 0, sizeof(*proof));
     memset(seen, 0, sizeof(*seen));
     if (p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST))
-        return p->prove(w->rec, x->pidfd, x->pid, byval_record_key(w->rec, w->fd), w->fd, w->ino,
-                        proof, msg, msglen);
+        return p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, proof, msg, msglen);
     return byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, seen, msg,
                              msglen);
-}
-
-static void proof_done(byval_proof_t *proof)
-{
-    const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
-    if (p && proof->word)
-        p->done(proof);
 }
 
 /* ---- 4. duplicate: the routes ---------------------------------------- */
@@ -187,7 +187,8 @@ static byval_status_t fetch_proven(const want_t *w, const exporter_t *x, int *fd
         st = dup_pidfd(w, x, &dup, msg, msglen);
     if (st == BYVAL_OK)
         st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
-    proof_done(&proof);
+    if (proof.word) /* what the prover holds */
+        __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
         byval_fd_release(dup); /* maybe not what we asked for: never block on it */
     else if (st == BYVAL_OK)
@@ -294,19 +295,6 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
 
 /* ---- the entries -------------------------------------------------------- */
 
-static int record_in_range(const byval_record_t *rec, char *msg, size_t msglen)
-{
-    /* Fields a decoded record always has in range; a hand-made one may not,
-     * and pid_t/int casts must not turn them into -1 or 0. */
-    if (rec->pid == 0 || rec->pid > INT32_MAX || rec->fd > INT32_MAX || rec->kind < 1 ||
-        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK)) {
-        byval_msg(msg, msglen, "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
-                  rec->pid, rec->fd, rec->kind, rec->flags);
-        return 0;
-    }
-    return 1;
-}
-
 byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_self_t *self,
                                         int mode, int *fd_p, int *pidfd_p,
                                         byval_fetch_info_t *info, char *msg, size_t msglen)
@@ -330,8 +318,14 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
         byval_msg(msg, msglen, "byval_resolve_fd: invalid arguments (NULL record, self or fd_p)");
         return BYVAL_E_INVALID;
     }
-    if (!record_in_range(rec, msg, msglen))
+    /* Fields a decoded record always has in range; a hand-made one may not,
+     * and pid_t/int casts must not turn them into -1 or 0. */
+    if (rec->pid == 0 || rec->pid > INT32_MAX || rec->fd > INT32_MAX || rec->kind < 1 ||
+        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK)) {
+        byval_msg(msg, msglen, "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
+                  rec->pid, rec->fd, rec->kind, rec->flags);
         return BYVAL_E_INVALID;
+    }
     want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd)};
     exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);

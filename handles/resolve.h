@@ -102,8 +102,8 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
  * The proof of export (the pipeline's step 3): pidfd_getfd can duplicate
  * any fd of a process we may ptrace, whether it exported it or not, so
  * nothing is duplicated before its exporter is shown to have exported it.
- * prove() finds fd (inode low 32 bits ino) listed under key in the
- * registry of the exporter behind pidfd (pid: its pid here, for
+ * prove() finds fd (inode low 32 bits ino) listed, under the key rec
+ * names it by (byval_record_key), in the registry of the exporter behind pidfd (pid: its pid here, for
  * messages) and fills *proof with the word that stays serial while that
  * export lives; the pipeline checks it again after the
  * duplicate (the exporter withdraws before it closes). done() drops what
@@ -117,9 +117,8 @@ typedef struct byval_proof {
 } byval_proof_t;
 
 typedef struct byval_prover {
-    byval_status_t (*prove)(const byval_record_t *rec, int pidfd, uint32_t pid, uint64_t key,
-                            uint32_t fd, uint32_t ino, byval_proof_t *proof, char *msg,
-                            size_t msglen);
+    byval_status_t (*prove)(const byval_record_t *rec, int pidfd, uint32_t pid, uint32_t fd,
+                            uint32_t ino, byval_proof_t *proof, char *msg, size_t msglen);
     void (*done)(byval_proof_t *proof);
 } byval_prover_t;
 

@@ -206,9 +206,13 @@ static void test_no_registry_no_view(void **state)
 static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t fd,
                              uint32_t ino, byval_proof_t *proof, char *msg, size_t len)
 {
-    byval_status_t st =
-        byval_reg_prover.prove(rec, pidfd, rec->pid, key, fd, ino, proof, msg, len);
-    return st;
+    /* A record whose own fd is fd names it by key (byval_record_key). */
+    byval_record_t r = *rec;
+    r.kind = (uint8_t)(key >> 56);
+    r.alloc_id = key & BYVAL_WIRE_MAX_ALLOC_ID;
+    r.fd = fd;
+    assert_int_equal(byval_record_key(&r, fd), key);
+    return byval_reg_prover.prove(&r, pidfd, rec->pid, fd, ino, proof, msg, len);
 }
 
 /* Issue 15 item 4: a forged record naming an fd its process did not
@@ -245,6 +249,14 @@ static void test_evidence_before_duplicating(void **state)
     char c = 'c';
     assert_int_equal(write(cmd[1], &c, 1), 1);
     assert_int_equal(read(out[0], &c, 1), 1);
+    /* (A manifest's chunks are listed under the key its exporter uses,
+     * shim/cu_export.c's chunks_key of the manifest's key.) */
+    byval_record_t man = rec;
+    man.kind = BYVAL_KIND_CU_VMM_MANIFEST;
+    man.alloc_id = 0x123456789aULL;
+    assert_int_equal(byval_record_key(&man, man.fd + 1),
+                     BYVAL_REG_KEY(BYVAL_KIND_CU_VMM,
+                                   BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, man.alloc_id)));
     assert_int_not_equal(__atomic_load_n(q.word, __ATOMIC_ACQUIRE), q.serial);
     byval_reg_prover.done(&q);
     assert_int_equal(proven(&rec, pidfd, KEY + 1, 7, 9, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);

@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "handles/registry.h"
 #include "handles/resolve_internal.h"
 #include "test/unit/test_resolve.h"
 
@@ -304,11 +305,11 @@ static int stub_done;
 static uint64_t stub_key;
 
 static byval_status_t stub_prove(const byval_record_t *rec, int pidfd, uint32_t pid,
-                                 uint64_t key, uint32_t fd, uint32_t ino, byval_proof_t *proof,
-                                 char *msg, size_t msglen)
+                                 uint32_t fd, uint32_t ino, byval_proof_t *proof, char *msg,
+                                 size_t msglen)
 {
-    (void)rec, (void)pidfd, (void)ino;
-    stub_key = key;
+    (void)pidfd, (void)ino;
+    stub_key = byval_record_key(rec, fd); /* the record's own fd: its kind and id */
     if (stub_mode == 2) {
         snprintf(msg, msglen, "pid %u's registry does not list fd %u", pid, fd);
         return BYVAL_E_FDKIND;
@@ -341,7 +342,7 @@ void test_proof_held_across_getfd(void **state)
     stub_mode = 0;
     stub_done = 0;
     assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_OK);
-    assert_int_equal(stub_key, byval_record_key(&x.rec, x.rec.fd));
+    assert_int_equal(stub_key, BYVAL_REG_KEY(x.rec.kind, x.rec.alloc_id));
     assert_int_equal(stub_done, 1); /* what prove() held is dropped */
     check_mapping(fd);
     close(fd);
