@@ -102,6 +102,10 @@ int byval_registry_fds(int *memfd_p, int *pipe_rd_p);
  * number now holds another file). */
 int byval_registry_add_fd(int fd);
 
+/* The export that handed out fd ends (the export core, before the driver
+ * can close fd): the number is served no more. No-op when not registered. */
+void byval_registry_drop_fd(int fd);
+
 /* Broker: *dup_p = a duplicate (O_CLOEXEC) of fd when it is registered and
  * still the exported open file; returns 0, -EBADF (never registered),
  * -ESTALE (closed or reused since: dropped), or -errno of the duplicate. */
