@@ -93,7 +93,7 @@ static int take(unsigned stage, const byval_export_item_t *it, uint64_t *serial_
         }
         *h = (held_t){.stage = stage, .id = id, .ino = it->ino, .serial = serial};
         *pp = h;
-        nheld[stage_index(stage)]++;
+        __atomic_add_fetch(&nheld[stage_index(stage)], 1, __ATOMIC_RELAXED);
     }
     h->holders++;
     return 1;
@@ -107,7 +107,7 @@ static void give(unsigned stage, const byval_export_item_t *it)
     if (!h || --h->holders)
         return;
     *pp = h->next;
-    nheld[stage_index(stage)]--;
+    __atomic_sub_fetch(&nheld[stage_index(stage)], 1, __ATOMIC_RELAXED);
     free(h);
     untake(stage, it);
 }
@@ -158,11 +158,11 @@ int byval_exports_key_held_locked(uint64_t key)
 
 void byval_exports_counts(size_t *published_p, size_t *offered_p, size_t *registered_p)
 {
-    byval_exports_lock();
-    *published_p = nheld[0];
-    *offered_p = nheld[1];
-    *registered_p = nheld[2];
-    byval_exports_unlock();
+    /* No lock: the exit statistics must not wait for one (a fork child
+     * may have inherited it held, before its handler runs). */
+    *published_p = __atomic_load_n(&nheld[0], __ATOMIC_RELAXED);
+    *offered_p = __atomic_load_n(&nheld[1], __ATOMIC_RELAXED);
+    *registered_p = __atomic_load_n(&nheld[2], __ATOMIC_RELAXED);
 }
 
 void byval_exports_items_forget(void)
