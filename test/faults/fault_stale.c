@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault_stale.c - a same-uid bystander against an exporter's broker, after
+ * the export ended (issue 22, defect 3). Run under ipcbyval:
+ *
+ *   fault_stale ctxdestroy|free|pooldestroy
+ *
+ * A forked exporter (an ordinary Level Zero program) exports one buffer
+ * (or one event pool), and the bystander checks that the broker serves it
+ * while it lives. Then the export ends (zeContextDestroy, under
+ * ZEDRV_CONTEXT_DESTROY=all a driver that closes the context's exported
+ * fds; zeMemFree; zeEventPoolDestroy), and the exporter's own socketpair
+ * lands on the old number. The bystander reads what sits there now in
+ * /proc/PID/fd and asks the broker for that number with that inode, with
+ * the old inode, and through the rescue: each must be refused, and the
+ * exporter's private socket never handed out. The exporter prints
+ * "exporter pid N" so that the script can read its exit statistics
+ * (IPCBYVAL_STATS=1: nothing held once the export ended).
+ * Prints PASS/FAIL lines; exit 1 on any failure.
+ */
+#include "test/faults/fault.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The broker's wire (handles/broker_internal.h), as a peer sees it. */
+#define BROKER_MAGIC 0x31427662u
+#define BROKER_MAGIC_RESCUE 0x52427662u
+
+static int failures;
+
+static void check(int ok, const char *what, const char *why)
+{
+    printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", what, ok ? "" : ": ", ok ? "" : why);
+    failures += !ok;
+}
+
+static void die_exit(int code)
+{
+    _exit(code);
+}
+
+/* The broker's abstract name for pid, from /proc/net/unix: what any
+ * process of the network namespace sees. */
+static int broker_name(pid_t pid, char *name, size_t len)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    char line[512], want[32];
+    int found = 0;
+    snprintf(want, sizeof(want), "-%d-", (int)pid);
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        char *at = strstr(line, "@ipcbyval-");
+        if (at && strstr(at, want)) {
+            at[strcspn(at, "\n ")] = 0;
+            snprintf(name, len, "%s", at + 1);
+            found = 1;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found ? 0 : -1;
+}
+
+/* Ask pid's broker for fd (magic, ino): the status, *got_p the fd sent. */
+static int ask(pid_t pid, uint32_t magic, uint32_t fd, uint32_t ino, int *got_p)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    char name[108];
+    *got_p = -1;
+    if (broker_name(pid, name, sizeof(name)) != 0)
+        return -ENOENT;
+    size_t n = strlen(name);
+    memcpy(a.sun_path + 1, name, n);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+        if (s >= 0)
+            close(s);
+        return -ECONNREFUSED;
+    }
+    uint32_t req[3] = {magic, fd, ino};
+    int32_t rsp[2] = {0, -EPROTO};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cbuf;
+    struct iovec iov = {.iov_base = rsp, .iov_len = sizeof(rsp)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                        .msg_controllen = sizeof(cbuf.buf)};
+    if (send(s, req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req) || recvmsg(s, &mh, 0) <= 0) {
+        close(s);
+        return -EPIPE;
+    }
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    if (c && c->cmsg_type == SCM_RIGHTS)
+        memcpy(got_p, CMSG_DATA(c), sizeof(int));
+    close(s);
+    return rsp[1];
+}
+
+static uint32_t proc_ino(pid_t pid, uint32_t fd)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%u", (int)pid, fd);
+    return stat(path, &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* The exporter: export, tell the number, end the export on "go", put its
+ * own socketpair on the number, tell, wait for "bye". */
+static void exporter(int sock, const char *path)
+{
+    struct zeapp app;
+    zeapp_init(&app, ZEAPP_ROUTE_SYMBOL, "exporter", die_exit);
+    ze_context_desc_t cd = {.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC};
+    ze_context_handle_t ctx;
+    if (zeContextCreate(app.driver, &cd, &ctx) != ZE_RESULT_SUCCESS)
+        zeapp_die(&app, "zeContextCreate failed");
+    void *buf = NULL;
+    struct zeapp_pool pool;
+    uint64_t fd = 0;
+    if (!strcmp(path, "pooldestroy")) {
+        ze_ipc_event_pool_handle_t ph;
+        zeapp_pool_create(&app, &pool);
+        zeapp_pool_export(&app, &pool, &ph);
+        memcpy(&fd, ph.data, sizeof(fd));
+    } else {
+        ze_device_mem_alloc_desc_t dd = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC};
+        ze_ipc_mem_handle_t h;
+        if (zeMemAllocDevice(ctx, &dd, FAULT_BUF, 0, app.device, &buf) != ZE_RESULT_SUCCESS ||
+            zeMemGetIpcHandle(ctx, buf, &h) != ZE_RESULT_SUCCESS)
+            zeapp_die(&app, "export failed");
+        memcpy(&fd, h.data, sizeof(fd));
+    }
+    printf("exporter pid %d fd %llu\n", (int)getpid(), (unsigned long long)fd);
+    fflush(stdout);
+    uint32_t n = (uint32_t)fd;
+    char go;
+    if (fault_send(sock, &n, sizeof(n)) || fault_recv(sock, &go, 1))
+        _exit(2);
+    if (!strcmp(path, "ctxdestroy"))
+        zeContextDestroy(ctx);
+    else if (!strcmp(path, "free"))
+        zeMemFree(ctx, buf);
+    else
+        zeapp_pool_destroy(&app, &pool);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        _exit(2);
+    int placed = fcntl(n, F_GETFD) < 0; /* the driver closed it: ours now */
+    if (placed && sv[0] != (int)n) {
+        dup2(sv[0], (int)n);
+        close(sv[0]);
+    }
+    char said = placed ? 1 : 0;
+    if (fault_send(sock, &said, 1) || fault_recv(sock, &go, 1))
+        _exit(2);
+    /* ctx stays (when it was not the path): nothing else ends an export
+     * before the exit statistics. */
+    zeapp_fini(&app);
+    exit(0); /* the exit statistics */
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = argc > 1 ? argv[1] : "";
+    if (strcmp(path, "ctxdestroy") && strcmp(path, "free") && strcmp(path, "pooldestroy")) {
+        fprintf(stderr, "usage: fault_stale ctxdestroy|free|pooldestroy\n");
+        return 2;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return 2;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        exporter(sv[1], path);
+    }
+    close(sv[1]);
+    uint32_t fd;
+    char go = 1, placed = 0;
+    int got;
+    if (pid < 0 || fault_recv(sv[0], &fd, sizeof(fd)))
+        return 2;
+    uint32_t old_ino = proc_ino(pid, fd);
+    int st = ask(pid, BROKER_MAGIC, fd, old_ino, &got);
+    check(st == 0 && got >= 0, "while exported, the broker serves it (the test can tell)",
+          "not served");
+    if (got >= 0)
+        close(got);
+    if (fault_send(sv[0], &go, 1) || fault_recv(sv[0], &placed, 1))
+        return 2;
+    char why[128];
+    if (placed) {
+        uint32_t ino = proc_ino(pid, fd);
+        st = ask(pid, BROKER_MAGIC, fd, ino, &got);
+        snprintf(why, sizeof(why), "status %d, %s", st,
+                 got >= 0 ? "the exporter's private socket was handed out" : "no fd");
+        check(st != 0 && got < 0,
+              "its number now the exporter's socket, asked with that socket's inode: refused", why);
+        if (got >= 0)
+            close(got);
+    } else {
+        printf("SKIP: %s: the driver left fd %u open: no socket on it\n", path, fd);
+    }
+    st = ask(pid, BROKER_MAGIC, fd, old_ino, &got);
+    snprintf(why, sizeof(why), "status %d, fd %s", st, got >= 0 ? "sent" : "not sent");
+    check(st != 0 && got < 0, "asked with the ended export's inode: refused", why);
+    if (got >= 0)
+        close(got);
+    st = ask(pid, BROKER_MAGIC_RESCUE, fd, 0, &got);
+    snprintf(why, sizeof(why), "status %d, fd %s", st, got >= 0 ? "sent" : "not sent");
+    check(st != 0 && got < 0, "asked through the rescue: refused", why);
+    if (got >= 0)
+        close(got);
+    fault_send(sv[0], &go, 1);
+    int ws;
+    waitpid(pid, &ws, 0);
+    check(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the exporter exits cleanly", "it did not");
+    return failures ? 1 : 0;
+}
