@@ -33,22 +33,19 @@ static struct {
     byval_exports_t *tables[EXPORT_TABLES];
 } core = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&core.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&core.lock);
-}
-
+/* fork(): no prepare handler holds the core's lock across fork. It is
+ * taken before the sink's locks (registry, broker, rescue registry),
+ * whose own prepare handlers hold them across fork and were registered
+ * later (at their first use, under this lock), so they run first: a
+ * prepare taking this lock after them would wait for a thread that holds
+ * it and waits for theirs. The child needs none of the state it guards:
+ * the caches empty themselves without callbacks (lru.h), and the child
+ * ends nothing of the parent's and holds nothing, so everything is
+ * dropped (not freed: it may be mid-change) and the lock made anew. */
 static void fork_child(void)
 {
-    /* The caches empty themselves without callbacks (lru.h): the child
-     * ends nothing of the parent's, and holds nothing. */
     pthread_mutex_init(&core.lock, NULL);
-    for (unsigned t = 0; t < core.ntables; t++) {
+    for (unsigned t = 0; t < core.ntables && t < EXPORT_TABLES; t++) {
         core.tables[t]->head = NULL;
         __atomic_store_n(&core.tables[t]->live, 0, __ATOMIC_RELAXED);
     }
@@ -59,7 +56,7 @@ static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 
 static void core_init(void)
 {
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(NULL, NULL, fork_child);
 }
 
 void byval_exports_lock(void)

@@ -11,7 +11,8 @@
 
 /* The core's one lock: every table's list of live exports and the
  * counted objects. Taken before the registry's, the broker's and the
- * rescue registry's locks (the sink's), never under a cache lock. */
+ * rescue registry's locks (the sink's), never under a cache lock, and
+ * never held across fork (exports.c says why). */
 void byval_exports_lock(void);
 void byval_exports_unlock(void);
 
