@@ -56,8 +56,6 @@ static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 
 static ze_pfnMemGetAllocProperties_t real_get_props;
 static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
-static ze_pfnDriverGet_t real_driver_get;
-static ze_pfnDeviceGet_t real_device_get;
 
 /* The export ended (freed, evicted, its context destroyed), everything
  * that names its fd withdrawn: give the driver its handle back. Without
@@ -82,86 +80,7 @@ static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
     real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
-    real_driver_get = (ze_pfnDriverGet_t)byval_ze_sym("zeDriverGet");
-    real_device_get = (ze_pfnDeviceGet_t)byval_ze_sym("zeDeviceGet");
     exports = byval_export_table(&export_ops);
-}
-
-/* Pattern for bytes 17..63: position-dependent so that a driver that
- * zero-fills or copies a constant is noticed. */
-static uint8_t pattern_byte(size_t i)
-{
-    return (uint8_t)(0xA5u ^ (i * 29u));
-}
-
-void byval_ze_pattern_fill(uint8_t *h)
-{
-    for (size_t i = BYVAL_ZE_RECORD_OFF; i < ZE_MAX_IPC_HANDLE_SIZE; i++)
-        h[i] = pattern_byte(i);
-}
-
-static int pattern_intact(const uint8_t *h)
-{
-    for (size_t i = BYVAL_ZE_RECORD_OFF; i < ZE_MAX_IPC_HANDLE_SIZE; i++)
-        if (h[i] != pattern_byte(i))
-            return 0;
-    return 1;
-}
-
-/* Opaque layout (driver 25.35+): exporter pid @16, fd copy @22. */
-static int layout_is_opaque(const uint8_t *h)
-{
-    uint32_t pid, fd0, fd22;
-    memcpy(&pid, h + 16, 4);
-    memcpy(&fd0, h, 4);
-    memcpy(&fd22, h + 22, 4);
-    return pid == (uint32_t)getpid() && fd0 == fd22;
-}
-
-/* Device ordinal of dev within its driver (record field, diagnostics). */
-static uint8_t device_ordinal(ze_device_handle_t dev)
-{
-    ze_pfnDriverGet_t drv_get = real_driver_get;
-    ze_pfnDeviceGet_t dev_get = real_device_get;
-    if (!dev || !drv_get || !dev_get)
-        return 0;
-    ze_driver_handle_t drivers[8];
-    uint32_t nd = 8;
-    if (drv_get(&nd, drivers) != ZE_RESULT_SUCCESS)
-        return 0;
-    for (uint32_t d = 0; d < nd && d < 8; d++) {
-        ze_device_handle_t devs[64];
-        uint32_t n = 64;
-        if (dev_get(drivers[d], &n, devs) != ZE_RESULT_SUCCESS)
-            continue;
-        for (uint32_t i = 0; i < n && i < 64; i++)
-            if (devs[i] == dev)
-                return (uint8_t)i;
-    }
-    return 0;
-}
-
-/* Write the record into a classic handle the driver just filled. */
-static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *ptr,
-                               uint64_t alloc_id, ze_device_handle_t dev)
-{
-    byval_self_t self;
-    byval_record_t rec = {0};
-    uint64_t fd = byval_ze_handle_fd(h);
-    if (fd > INT32_MAX || byval_self_get(&self) != 0)
-        return -1;
-    byval_record_set_exporter(&rec, &self);
-    rec.kind = BYVAL_KIND_ZE_MEM;
-    rec.fd = (uint32_t)fd;
-    rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
-    rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
-    /* The object's own size (a pool's dma-buf is larger than the
-     * allocation), checked by the importer against its duplicate. */
-    int64_t size = byval_fd_size((int)fd);
-    if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
-        rec.size = (uint64_t)size;
-    rec.device = device_ordinal(dev);
-    return byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK ? 0 : -1;
 }
 
 /* Start the export of the handle h describes and keep it under key (one
@@ -221,16 +140,16 @@ static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_
 static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
                     ze_device_handle_t dev, uint64_t route)
 {
-    if (!pattern_intact(h)) {
+    if (!byval_ze_pattern_intact(h)) {
         BYVAL_STAT_INC(export_passthrough);
-        if (!layout_is_opaque(h))
+        if (!byval_ze_layout_is_opaque(h))
             BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
         else /* the importer's driver fetches fd @0 with its own pidfd_getfd */
             byval_export_register_fd((int)byval_ze_handle_fd(h));
         return 0;
     }
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
-    if (export_write_record(h, ctx, ptr, alloc_id, dev) != 0 ||
+    if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
         export_keep(&key, h, ctx, alloc_id, route == 0) != 0) {
         memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
         BYVAL_STAT_INC(export_passthrough);
