@@ -89,7 +89,8 @@ static const byval_exports_ops_t export_ops = {"cuda export", sizeof(cu_export_k
 
 static void export_init(void)
 {
-    exports = byval_export_table(&export_ops);
+    /* Read without the once by the free paths: published with a release. */
+    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
     byval_cu_fast_init(byval_cfg.export_cache_size);
 }
 
@@ -296,7 +297,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     if (!byval_init() || !byval_cfg.cuda || !h)
         return next(h, ptr);
     const byval_cu_real_t *rl = byval_cu_real();
-    if (rl && byval_exports_live(exports)) {
+    if (rl && byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE))) {
         byval_enter();
         int hit = byval_cu_fast_lookup(rl, ptr, h);
         byval_leave();
@@ -366,11 +367,12 @@ static int overlaps(void *arg, const byval_export_t *core)
 
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
 {
-    if (!byval_exports_live(exports))
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!byval_exports_live(x))
         return;
     uint64_t range[2] = {ptr, size ? size : 1};
     byval_cu_fast_forget_range(ptr, size);
-    size_t n = byval_exports_end_if(exports, overlaps, range);
+    size_t n = byval_exports_end_if(x, overlaps, range);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
 }
@@ -387,9 +389,10 @@ static int holds_handle(void *arg, const byval_export_t *core)
 
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
 {
-    if (!byval_exports_live(exports))
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!byval_exports_live(x))
         return;
-    size_t n = byval_exports_end_if(exports, holds_handle, &h);
+    size_t n = byval_exports_end_if(x, holds_handle, &h);
     if (n) /* pointers into it may sit in the fast map: start it afresh */
         byval_cu_fast_forget_all();
     for (size_t i = 0; i < n; i++)

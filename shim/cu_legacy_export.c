@@ -37,7 +37,8 @@ static const byval_exports_ops_t legacy_ops = {"cuda legacy export", sizeof(uint
 
 static void published_init(void)
 {
-    published = byval_export_table(&legacy_ops);
+    /* Read without the once by the free path: published with a release. */
+    __atomic_store_n(&published, byval_export_table(&legacy_ops), __ATOMIC_RELEASE);
 }
 
 /* Is (start -> key) published? The export is read under a reference: a
@@ -101,6 +102,7 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
 void byval_cu_legacy_freed(CUdeviceptr ptr)
 {
     uint64_t start = ptr;
-    if (byval_exports_live(published))
-        byval_exports_end(published, &start);
+    byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+    if (byval_exports_live(x))
+        byval_exports_end(x, &start);
 }

@@ -84,7 +84,8 @@ static const byval_exports_ops_t pool_ops = {"ze pool export", sizeof(ze_event_p
 
 static void pools_init(void)
 {
-    pools = byval_export_table(&pool_ops);
+    /* Read without the once by zeEventPoolDestroy: published with a release. */
+    __atomic_store_n(&pools, byval_export_table(&pool_ops), __ATOMIC_RELEASE);
 }
 
 static uint8_t pattern_byte(size_t i)
@@ -275,8 +276,9 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
     ze_result_t r;
     if (byval_ze_pool_close_import(pool, &r))
         return r;
-    pthread_once(&pools_once, pools_init);
-    if (byval_exports_end(pools, &pool))
+    /* Everything naming its fd withdrawn before the driver closes it. */
+    byval_exports_t *x = __atomic_load_n(&pools, __ATOMIC_ACQUIRE);
+    if (byval_exports_live(x) && byval_exports_end(x, &pool))
         BYVAL_STAT_INC(frees);
     return next(pool);
 }

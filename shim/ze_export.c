@@ -80,7 +80,9 @@ static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
     real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
-    exports = byval_export_table(&export_ops);
+    /* Read without the once by the free and destroy paths: published with
+     * a release. */
+    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
 }
 
 /* Start the export of the handle h describes and keep it under key (one
@@ -329,24 +331,25 @@ static int of_alloc(void *arg, const byval_export_t *core)
  * them. */
 static void export_forget(ze_context_handle_t ctx, const void *ptr)
 {
-    if (!ptr || !byval_exports_live(exports))
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!ptr || !byval_exports_live(x))
         return;
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
-    if (byval_exports_end(exports, &key))
+    if (byval_exports_end(x, &key))
         BYVAL_STAT_INC(frees);
     /* Other exports of it (another context's get, zexMemGetIpcHandles, a
      * handle made from its fd) are found by the allocation's id: one
      * driver query, only while one of its registry entries is held. */
     uint64_t id;
     ze_device_handle_t dev = NULL;
-    if (byval_exports_live(exports) && byval_ze_alloc_props(ctx, ptr, &id, &dev) == 0 &&
+    if (byval_exports_live(x) && byval_ze_alloc_props(ctx, ptr, &id, &dev) == 0 &&
         byval_exports_key_held(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id)))
-        byval_exports_end_if(exports, of_alloc, &id);
+        byval_exports_end_if(x, of_alloc, &id);
 }
 
 void byval_ze_exports_ctx_gone(ze_context_handle_t ctx)
 {
-    size_t n = byval_exports_end_ctx(exports, (uintptr_t)ctx);
+    size_t n = byval_exports_end_ctx(__atomic_load_n(&exports, __ATOMIC_ACQUIRE), (uintptr_t)ctx);
     if (n)
         BYVAL_LOG_DEBUG("zeContextDestroy(%p): ended %zu export%s of it first", (void *)ctx, n,
                         n == 1 ? "" : "s");
