@@ -154,6 +154,31 @@ static void test_stale_number_never_serves_newcomer(void **state)
     close(sv[1]);
 }
 
+/* A number offered again after its object was closed behind the offer
+ * names the new object from then on: served with the new inode, never
+ * with the old one. */
+static void test_reoffer_records_new_object(void **state)
+{
+    char msg[512];
+    int fd = new_memfd(), got = -1;
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t old = rec_of(&me, fd);
+    int other = new_memfd();
+    assert_int_equal(dup2(other, fd), fd); /* closed behind the offer */
+    close(other);
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t now = rec_of(&me, fd);
+    assert_int_not_equal(old.fd_ino, now.fd_ino);
+    assert_int_not_equal(fetch(&old, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(got, -1);
+    assert_int_equal(fetch(&now, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_true(got >= 0);
+    close(got);
+    byval_broker_withdraw(fd);
+    assert_int_not_equal(fetch(&now, &got, msg, sizeof(msg)), BYVAL_OK); /* withdrawn */
+    close(fd);
+}
+
 static void test_refused_uid_counted(void **state)
 {
     char msg[512];
@@ -731,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_and_pidfd),
         cmocka_unit_test(test_unknown_withdrawn_reused),
         cmocka_unit_test(test_stale_number_never_serves_newcomer),
+        cmocka_unit_test(test_reoffer_records_new_object),
         cmocka_unit_test(test_refused_uid_counted),
         cmocka_unit_test(test_no_listener_fast_and_clear),
         cmocka_unit_test(test_fork_child_drops_parents_socket),
