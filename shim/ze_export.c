@@ -48,7 +48,7 @@ typedef struct ze_export {
     uint64_t alloc_id;
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
-    int put;                    /* ours from a get: the driver's put at the end */
+    int put; /* the driver's reference is the export's: its put at the end */
 } ze_export_t;
 
 static byval_exports_t *exports;
@@ -64,7 +64,7 @@ static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 static void export_end(byval_export_t *core)
 {
     ze_export_t *e = (ze_export_t *)core;
-    if (e->put && real_put) {
+    if (__atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
         byval_enter();
         ze_result_t r = real_put(e->ctx, e->handle);
         byval_leave();
@@ -101,7 +101,9 @@ static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_
     }
     e->alloc_id = alloc_id;
     e->ctx = ctx;
-    e->put = put;
+    /* Until it is kept, the driver's reference stays the application's:
+     * a handle that passes through is put by the application. */
+    e->put = 0;
     memcpy(e->handle.data, h, ZE_MAX_IPC_HANDLE_SIZE);
     e->item = (byval_export_item_t){
         .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
@@ -123,13 +125,16 @@ static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_
         byval_export_t *other = NULL;
         byval_lru_ref_t ref;
         int rc = byval_exports_insert(exports, key, &e->core, &other, &ref);
+        if (rc == 0) /* kept: the application's puts are absorbed from now on */
+            __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
         if (rc != BYVAL_LRU_EXISTS) {
             byval_exports_unget(exports, ref);
             return rc == 0 ? 0 : -1; /* not kept: withdrawn already */
         }
         int same = byval_ze_handle_fd(((ze_export_t *)other)->handle.data) == rec.fd;
         byval_exports_unget(exports, ref);
-        if (same) { /* a racing get of the same export: share it */
+        if (same) { /* a racing get of the same export: share it, ours put */
+            e->put = put;
             byval_exports_discard(&e->core);
             return 0;
         }
