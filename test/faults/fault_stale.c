@@ -3,13 +3,15 @@
  * fault_stale.c - a same-uid bystander against an exporter's broker, after
  * the export ended (issue 22, defect 3). Run under ipcbyval:
  *
- *   fault_stale ctxdestroy|free|pooldestroy
+ *   fault_stale ctxdestroy|free|evict|pooldestroy
  *
  * A forked exporter (an ordinary Level Zero program) exports one buffer
  * (or one event pool), and the bystander checks that the broker serves it
  * while it lives. Then the export ends (zeContextDestroy, under
  * ZEDRV_CONTEXT_DESTROY=all a driver that closes the context's exported
- * fds; zeMemFree; zeEventPoolDestroy), and the exporter's own socketpair
+ * fds; zeMemFree; another export that takes its place in the export
+ * cache, run with IPCBYVAL_EXPORT_CACHE_SIZE=1; zeEventPoolDestroy), and
+ * the exporter's own socketpair
  * lands on the old number. The bystander reads what sits there now in
  * /proc/PID/fd and asks the broker for that number with that inode, with
  * the old inode, and through the rescue: each must be refused, and the
@@ -69,11 +71,18 @@ static void exporter(int sock, const char *path)
     char go;
     if (fault_send(sock, &n, sizeof(n)) || fault_recv(sock, &go, 1))
         _exit(2);
+    void *other = NULL;
     if (!strcmp(path, "ctxdestroy"))
         zeContextDestroy(ctx);
     else if (!strcmp(path, "free"))
         zeMemFree(ctx, buf);
-    else
+    else if (!strcmp(path, "evict")) {
+        ze_device_mem_alloc_desc_t dd = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC};
+        ze_ipc_mem_handle_t h;
+        if (zeMemAllocDevice(ctx, &dd, FAULT_BUF, 0, app.device, &other) != ZE_RESULT_SUCCESS ||
+            zeMemGetIpcHandle(ctx, other, &h) != ZE_RESULT_SUCCESS)
+            zeapp_die(&app, "second export failed");
+    } else
         zeapp_pool_destroy(&app, &pool);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -86,6 +95,8 @@ static void exporter(int sock, const char *path)
     char said = placed ? 1 : 0;
     if (fault_send(sock, &said, 1) || fault_recv(sock, &go, 1))
         _exit(2);
+    if (other) /* the export that took the first one's place ends too */
+        zeMemFree(ctx, other);
     /* ctx stays (when it was not the path): nothing else ends an export
      * before the exit statistics. */
     zeapp_fini(&app);
@@ -95,8 +106,9 @@ static void exporter(int sock, const char *path)
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "";
-    if (strcmp(path, "ctxdestroy") && strcmp(path, "free") && strcmp(path, "pooldestroy")) {
-        fprintf(stderr, "usage: fault_stale ctxdestroy|free|pooldestroy\n");
+    if (strcmp(path, "ctxdestroy") && strcmp(path, "free") && strcmp(path, "evict") &&
+        strcmp(path, "pooldestroy")) {
+        fprintf(stderr, "usage: fault_stale ctxdestroy|free|evict|pooldestroy\n");
         return 2;
     }
     int sv[2];

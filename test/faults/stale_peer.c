@@ -102,7 +102,8 @@ void stale_after_end(pid_t pid, uint32_t fd, uint32_t old_ino, int placed, const
         if (got >= 0)
             close(got);
     } else {
-        printf("SKIP: %s: fd %u still open in the exporter: no socket on it\n", path, fd);
+        printf("SKIP: %s: the driver kept fd %u open: no socket on it (the old object is asked for below)\n",
+               path, fd);
     }
     st = stale_ask(pid, STALE_MAGIC, fd, old_ino, &got);
     snprintf(why, sizeof(why), "status %d, fd %s", st, got >= 0 ? "sent" : "not sent");

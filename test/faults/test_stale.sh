@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # A same-uid bystander against an exporter's broker once an export ended
 # (issue 22, defect 3): after zeContextDestroy (a driver that closes the
-# context's exported fds with it), zeMemFree, zeEventPoolDestroy, and for
+# context's exported fds with it), zeMemFree, eviction from the export
+# cache (the driver's put), zeEventPoolDestroy, and for
 # CUDA VMM cuMemUnmap and cuMemRelease (the driver double), the old
 # number, now the exporter's own socket, is refused whatever inode is
 # asked for, and nothing of the export stays registered, offered or
@@ -33,6 +34,11 @@ stale() { # PATH PROGRAM...: run it, relay its verdicts, read its exporter's sta
 for path in ctxdestroy free pooldestroy; do
     ZEDRV_CONTEXT_DESTROY=all stale "$path" "$F"
 done
+# Eviction gives the driver its handle back with zeMemPutIpcHandle, which
+# Debian's loader (spec 1.4) lacks: the 1.15 loader (test/zeldr) has it.
+ZELDR="$BUILD/test/zeldr"
+[ -e "$ZELDR/libze_loader.so.1" ] && export LD_LIBRARY_PATH="$ZELDR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+IPCBYVAL_EXPORT_CACHE_SIZE=1 stale evict "$F"
 if [ -x "$FC" ] && [ -e "$BUILD/test/cudadrv/libcuda.so.1" ]; then
     for path in unmap release; do
         LD_LIBRARY_PATH="$BUILD/test/cudadrv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" stale "$path" "$FC"
