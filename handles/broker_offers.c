@@ -33,10 +33,9 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "handles/registry.h"
-
 #include "handles/broker_internal.h"
 #include "handles/fdproof.h"
+#include "handles/registry.h"
 
 #define BROKER_MAX_FDS 65536
 

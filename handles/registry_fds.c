@@ -22,13 +22,13 @@
  */
 #include "handles/registry.h"
 
-#include "handles/fdproof.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
+
+#include "handles/fdproof.h"
 
 #define FDS_MAX 16384 /* registered numbers at once: at most one per fd */
 
