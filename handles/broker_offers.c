@@ -104,7 +104,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
     int32_t status = -EBADF;
     *dup_p = -1;
     if (req->magic == BROKER_MAGIC_RESCUE)
-        return byval_registry_dup_fd((int)req->fd, dup_p);
+        return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();
     byval_fdproof_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
     if (x && (uint32_t)x->ino != req->fd_ino) {

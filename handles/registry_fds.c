@@ -112,7 +112,7 @@ static void sweep_locked(void)
     rf.sweep_at = rf.n * 2 > 64 ? rf.n * 2 : 64;
 }
 
-int byval_registry_add_fd(int fd)
+int byval_reg_add_fd(int fd)
 {
     if (fd < 0) {
         errno = EBADF;
@@ -154,7 +154,7 @@ out:
     return rc;
 }
 
-void byval_registry_drop_fd(int fd)
+void byval_reg_drop_fd(int fd)
 {
     rf_lock();
     fd_entry_t *x = rf.e ? find_locked(fd) : NULL;
@@ -165,7 +165,7 @@ void byval_registry_drop_fd(int fd)
     pthread_mutex_unlock(&rf.lock);
 }
 
-int byval_registry_dup_fd(int fd, int *dup_p)
+int byval_reg_dup_fd(int fd, int *dup_p)
 {
     int status = -EBADF;
     *dup_p = -1;
@@ -182,7 +182,7 @@ int byval_registry_dup_fd(int fd, int *dup_p)
     return status;
 }
 
-unsigned byval_registry_fds_live(void)
+unsigned byval_reg_fds_live(void)
 {
     rf_lock();
     unsigned n = rf.n;
@@ -190,7 +190,7 @@ unsigned byval_registry_fds_live(void)
     return n;
 }
 
-void byval_registry_fd_counts(uint64_t *served_p, uint64_t *refused_p)
+void byval_reg_fd_counts(uint64_t *served_p, uint64_t *refused_p)
 {
     rf_lock();
     *served_p = rf.served;

@@ -107,7 +107,7 @@ static int enlist(int fd)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no broker: nothing will ever be served */
-    if (byval_registry_add_fd(fd) != 0) {
+    if (byval_reg_add_fd(fd) != 0) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             BYVAL_LOG_INFO("exported fd %d cannot be served to peers whose pidfd_getfd is "
@@ -121,18 +121,18 @@ static int enlist(int fd)
 
 static uint64_t sink_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
-    static int offered;
     uint64_t serial = 0;
-    if (byval_registry_add_serial(key, ino, fd, size, &serial) != 0) {
+    if (byval_reg_add_serial(key, ino, fd, size, &serial) != 0) {
         BYVAL_LOG_DEBUG("export registry full or unavailable: importers keep fd %u's mappings "
                         "within their byte budget", fd);
         return 0;
     }
-    int memfd, pipe_rd;
-    /* Importers that cannot use pidfd_getfd fetch these from the broker. */
-    if (!__atomic_load_n(&offered, __ATOMIC_ACQUIRE) && byval_registry_fds(&memfd, &pipe_rd) == 0 &&
-        !__atomic_exchange_n(&offered, 1, __ATOMIC_ACQ_REL)) {
-        sink_offer(memfd);
+    int page_fd, pipe_rd;
+    /* Importers that cannot use pidfd_getfd fetch these from the broker:
+     * offered once per registry (a fork child's exports make its own).
+     * The registry's own, not an export's: never withdrawn. */
+    if (byval_reg_fds_to_offer(&page_fd, &pipe_rd) == 0) {
+        sink_offer(page_fd);
         sink_offer(pipe_rd);
     }
     return serial;
@@ -140,11 +140,11 @@ static uint64_t sink_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t s
 
 static const byval_exports_sink_t sink = {
     .publish = sink_publish,
-    .unpublish = byval_registry_remove,
+    .unpublish = byval_reg_remove,
     .offer = sink_offer,
     .withdraw = sink_withdraw,
     .enlist = enlist,
-    .delist = byval_registry_drop_fd,
+    .delist = byval_reg_drop_fd,
 };
 
 byval_exports_t *byval_export_table(const byval_exports_ops_t *ops)
