@@ -10,7 +10,7 @@
 # translation;
 # rescue.c asks a broker for another library's refused pidfd_getfd.
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/manifest.c \
-               handles/registry.c handles/registry_fds.c
+               handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/resolve.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c
