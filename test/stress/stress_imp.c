@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,9 +35,15 @@ static struct {
 
 static pthread_rwlock_t dc_lock = PTHREAD_RWLOCK_INITIALIZER;
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
+struct range {
     uintptr_t p, end;
-} held[HELD_MAX];
+};
+static struct range held[HELD_MAX];
+/* Mappings left open at a destroy that stay mapped natively (keep
+ * semantics, VMM): never closed, so held for good. */
+#define LEAK_MAX 65536
+static struct range leaked[LEAK_MAX];
+static int nleaked;
 static int sock, closed_workers, phase2;
 static struct stress_ctx shared_ctx;
 
@@ -47,11 +54,28 @@ struct kept {
 
 static void held_add(uintptr_t p, uint64_t size)
 {
+    int i = 0;
+    pthread_mutex_lock(&held_lock);
+    while (i < HELD_MAX && held[i].p)
+        i++;
+    if (i < HELD_MAX) {
+        held[i].p = p;
+        held[i].end = p + ((size + 4095) & ~(uint64_t)4095);
+    }
+    pthread_mutex_unlock(&held_lock);
+    if (i == HELD_MAX) {
+        fprintf(stderr, "stress: more than %d mappings held\n", HELD_MAX);
+        abort();
+    }
+}
+
+static void held_leak(uintptr_t p)
+{
     pthread_mutex_lock(&held_lock);
     for (int i = 0; i < HELD_MAX; i++)
-        if (!held[i].p) {
-            held[i].p = p;
-            held[i].end = p + ((size + 4095) & ~(uint64_t)4095);
+        if (held[i].p == p && nleaked < LEAK_MAX) {
+            leaked[nleaked++] = held[i];
+            held[i].p = 0;
             break;
         }
     pthread_mutex_unlock(&held_lock);
@@ -77,6 +101,8 @@ static int held_any(uintptr_t p)
     pthread_mutex_lock(&held_lock);
     for (int i = 0; i < HELD_MAX; i++)
         n += held[i].p && held[i].p <= p && p < held[i].end;
+    for (int i = 0; i < nleaked; i++)
+        n += leaked[i].p <= p && p < leaked[i].end;
     pthread_mutex_unlock(&held_lock);
     return n;
 }
@@ -249,11 +275,12 @@ static void *worker(void *arg)
                 close_oldest(c, kept, &n, &rnd);
             stress_backend.ctx_destroy(&own);
             /* Gone with the context, or still mapped (keep semantics). */
-            while (n)
+            while (n--)
                 if (!stress_backend.destroy_keeps())
-                    held_del(kept[--n].p);
+                    held_del(kept[n].p);
                 else
-                    n--;
+                    held_leak(kept[n].p);
+            n = 0;
             stress_backend.ctx_new(&own);
             stress_backend.ctx_bind(&own);
             ADD(destroys, 1);

@@ -156,7 +156,9 @@ int main(int argc, char **argv)
     const char *name = argv[1];
     stress_sh = mmap(NULL, sizeof(*stress_sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                      -1, 0);
-    FILE *log = tmpfile();
+    /* STRESS_LOG=file keeps what the processes wrote (debugging). */
+    const char *keep = getenv("STRESS_LOG");
+    FILE *log = keep ? fopen(keep, "w+") : tmpfile();
     int sv[2];
     if (stress_sh == MAP_FAILED || !log || socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0) {
         perror("stress: setup");
