@@ -82,7 +82,7 @@ struct stress_api {
 
 struct stress_opts {
     double seconds, settle;
-    int native, forks, double_closes, destroys;
+    int native, forks, double_closes, destroys, one_context;
 };
 
 extern const struct stress_api stress_backend;

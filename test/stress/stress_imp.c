@@ -252,8 +252,9 @@ static void *worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
     uint64_t rnd = (uint64_t)id * 104729 + 3;
-    struct stress_ctx own = {.kind = id < 4 ? STRESS_CTX_OWN : STRESS_CTX_SHARED};
-    if (id == 3)
+    struct stress_ctx own = {.kind = id < 4 && !stress_o.one_context ? STRESS_CTX_OWN
+                                                                       : STRESS_CTX_SHARED};
+    if (id == 3 && !stress_o.one_context)
         own.kind = STRESS_CTX_PRIMARY; /* Level Zero has none: an own one */
     struct stress_ctx *c = own.kind == STRESS_CTX_SHARED ? &shared_ctx : &own;
     if (c == &own && stress_backend.ctx_new(&own) != 0)

@@ -6,7 +6,10 @@
  *
  *   stress_ze|stress_cu NAME [--seconds S] [--settle S] [--native]
  *                            [--no-forks] [--no-double-closes] [--no-destroys]
+ *                            [--one-context]
  *
+ * --one-context: every worker in the shared context (so no destroys): the
+ * real CUDA driver maps a legacy handle in one context of a process only.
  * --native: the baseline without ipcbyval (Level Zero: the fd travels
  * with SCM_RIGHTS). The exporter and importer write their stderr into a
  * temporary file; every "[ipcbyval" line in it is a warning counted
@@ -124,7 +127,7 @@ static void count_warnings(FILE *log)
 static void usage(void)
 {
     fprintf(stderr, "usage: stress NAME [--seconds S] [--settle S] [--native] [--no-forks] "
-                    "[--no-double-closes] [--no-destroys]\n");
+                    "[--no-double-closes] [--no-destroys] [--one-context]\n");
     exit(2);
 }
 
@@ -143,6 +146,8 @@ static int parse(int argc, char **argv)
             stress_o.double_closes = 0;
         else if (!strcmp(argv[i], "--no-destroys"))
             stress_o.destroys = 0;
+        else if (!strcmp(argv[i], "--one-context"))
+            stress_o.one_context = 1;
         else
             usage();
     }
