@@ -100,8 +100,9 @@ static void report(int st, const char *who)
     if (WIFSIGNALED(st)) {
         fprintf(stderr, "stress: %s killed by signal %d\n", who, WTERMSIG(st));
         ADD(crashes, 1);
-    } else if (WEXITSTATUS(st) != 0) {
+    } else if (WEXITSTATUS(st) != 0) { /* a sanitizer's report ends it so too */
         fprintf(stderr, "stress: %s exited %d\n", who, WEXITSTATUS(st));
+        ADD(crashes, 1);
     }
 }
 
@@ -113,6 +114,12 @@ static void count_warnings(FILE *log)
     while (fgets(line, sizeof(line), log)) {
         if (!strncmp(line, "stress:", 7))
             fputs(line, stdout); /* the workers' own findings */
+        /* A sanitizer's report (which may not end the process). */
+        if (strstr(line, "WARNING: ThreadSanitizer") || strstr(line, "ERROR: AddressSanitizer") ||
+            strstr(line, "runtime error:")) {
+            fputs(line, stdout);
+            stress_sh->crashes++;
+        }
         /* Warnings; not the errors that a refused open logs once per
          * kind (natively a silent error code), nor the report of the
          * program's own second closes. */

@@ -19,7 +19,7 @@ L="$BUILD/test-logs"
 run() {
     local name=$1; shift
     local log="$L/stress-$name.log"
-    timeout $((${S%.*} * 3 + 120)) "$@" --seconds "$S" --settle "$SETTLE" >"$log" 2>&1
+    STRESS_LOG="$L/stress-$name.procs.log" timeout $((${S%.*} * 3 + 120)) "$@" --seconds "$S" --settle "$SETTLE" >"$log" 2>&1
     local rc=$?
     if grep -qE '^(PASS|FAIL): ' "$log"; then
         grep -E '^(PASS|FAIL): ' "$log"
