@@ -276,6 +276,12 @@ int byval_imports_open(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
 {
     if (byval_ptrmap_ref_value(g.open_ptrs, ptr, &ref, m) > 0)
         return 0;
+    /* ptr is open from another mapping (a driver that hands out the same
+     * pointer again: the other one left its cache while open), or no
+     * memory: an entry nobody has open goes, or it would stay unopened,
+     * so never tracked, for good. */
+    if (ref && byval_ptrmap_count_value(g.open_ptrs, ptr, m) <= 0)
+        byval_lru_remove_ref(c->lru, ref);
     if (ref)
         byval_lru_put_ref(c->lru, ref);
     else if (unlist_uncached(m))
