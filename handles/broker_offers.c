@@ -26,49 +26,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/broker_internal.h"
 #include "handles/registry.h"
 
 #define BROKER_MAX_FDS 65536
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int uid_set;
     uid_t uid;
     uint32_t n;
     uint64_t served, refused;
     int fds[BROKER_MAX_FDS];
-} of = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static pthread_once_t of_once = PTHREAD_ONCE_INIT;
-
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&of.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&of.lock);
-}
+} of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS)};
+BYVAL_LOCK_STATIC(broker_offers, &of.lock);
 
 static void fork_child(void)
 {
     of.n = 0;
     of.served = of.refused = 0;
-    pthread_mutex_init(&of.lock, NULL);
 }
+BYVAL_FORK_CHILD(broker_offers, fork_child);
 
-static void offers_once(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-/* The lock, its fork handlers registered first (a fork between a first
- * lock and a later registration would leave the child the lock held). */
 static void of_lock(void)
 {
-    pthread_once(&of_once, offers_once);
-    pthread_mutex_lock(&of.lock);
+    byval_lock(&of.lock);
 }
 
 static int offered_locked(int fd)
@@ -95,7 +78,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
             status = 0;
         of.served += status == 0;
     }
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     return status;
 }
 
@@ -104,7 +87,7 @@ int byval_broker_uid_allowed(uid_t uid)
     of_lock();
     int allowed = uid == (of.uid_set ? of.uid : geteuid());
     of.refused += !allowed;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     return allowed;
 }
 
@@ -123,7 +106,7 @@ int byval_broker_offer(int fd)
         }
     }
     int err = errno;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     errno = err;
     return rc;
 }
@@ -137,7 +120,7 @@ void byval_broker_withdraw(int fd)
             break;
         }
     }
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }
 
 void byval_broker_set_allowed_uid(uid_t uid)
@@ -145,7 +128,7 @@ void byval_broker_set_allowed_uid(uid_t uid)
     of_lock();
     of.uid = uid;
     of.uid_set = 1;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }
 
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
@@ -153,5 +136,5 @@ void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
     of_lock();
     *served_p = of.served;
     *refused_p = of.refused;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }

@@ -17,12 +17,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/resolve.h"
 
 #define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int tried;  /* creation attempted (once per process image or fork) */
     int memfd;
     int pipe_rd, pipe_wr;
@@ -30,7 +31,7 @@ static struct {
     byval_reg_slot_t *slot;
     uint64_t next_serial;
     uint32_t live;
-} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .memfd = -1, .pipe_rd = -1, .pipe_wr = -1};
+} reg = {.lock = BYVAL_LOCK_INIT(REGISTRY), .memfd = -1, .pipe_rd = -1, .pipe_wr = -1};
 
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
 {
@@ -57,27 +58,19 @@ static void destroy_locked(void)
     reg.memfd = reg.pipe_rd = reg.pipe_wr = -1;
 }
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&reg.lock);
-}
+BYVAL_LOCK_STATIC(registry, &reg.lock);
 
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&reg.lock);
-}
-
-static void atfork_child(void)
+static void fork_child(void)
 {
     /* The forking thread held the lock across fork (prepare). Closing our
      * copies of the pipe's write end matters: importers see the parent's
      * exit as the hang-up only when every write end is closed. */
-    pthread_mutex_init(&reg.lock, NULL);
     destroy_locked();
     reg.tried = 0;
     reg.live = 0;
     reg.next_serial = 0;
 }
+BYVAL_FORK_CHILD(registry, fork_child);
 
 static int create_locked(void)
 {
@@ -127,22 +120,9 @@ static byval_reg_slot_t *find_locked(uint64_t key, uint32_t ino, uint32_t fd)
     return NULL;
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under our lock: fork() holds glibc's handler lock while it
-     * runs prepare handlers, which take ours. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Our lock, the fork handlers registered first: a fork between a first
- * lock and a later registration would leave the child the lock held by a
- * thread it does not have. */
 static void reg_lock(void)
 {
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&reg.lock);
+    byval_lock(&reg.lock);
 }
 
 int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
@@ -188,7 +168,7 @@ int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t 
         *serial_p = reg.next_serial;
     rc = 0;
 out:
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
     return rc;
 }
 
@@ -221,7 +201,7 @@ void byval_registry_remove(uint64_t key, uint32_t ino)
         if (any)
             wake_locked();
     }
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
 }
 
 unsigned byval_registry_live(void)
@@ -234,7 +214,7 @@ int byval_registry_fds(int *memfd_p, int *pipe_rd_p)
     reg_lock();
     *memfd_p = reg.memfd;
     *pipe_rd_p = reg.pipe_rd;
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
     return *memfd_p >= 0 ? 0 : -1;
 }
 

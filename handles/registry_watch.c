@@ -22,19 +22,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/bgthread.h"
 #include "handles/registry_internal.h"
 #include "handles/resolve_internal.h"
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     byval_reg_view_t *head;
     pidfd_watch_t *pidfds;
     unsigned count;
     int epfd;
     int started;
     byval_reg_event_fn on_event;
-} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
+} w = {.lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1};
+BYVAL_LOCK_STATIC(registry_watch, &w.lock);
 
 void byval_reg_on_event(byval_reg_event_fn fn)
 {
@@ -54,7 +56,7 @@ void byval_reg_view_get(byval_reg_view_t *v)
 {
     w_lock();
     v->refs++;
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
 }
 
 void byval_reg_view_put(byval_reg_view_t *v)
@@ -63,7 +65,7 @@ void byval_reg_view_put(byval_reg_view_t *v)
         return;
     w_lock();
     int last = --v->refs == 0;
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
     if (last)
         byval_reg_view_free(v);
 }
@@ -109,7 +111,7 @@ static void *watch_main(void *arg)
                         break;
                     }
                 epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
-                pthread_mutex_unlock(&w.lock);
+                byval_unlock(&w.lock);
                 close(pw->fd);
                 pw->fn(pw->arg);
                 free(pw);
@@ -134,30 +136,19 @@ static void *watch_main(void *arg)
                         epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
                         break;
                     }
-                pthread_mutex_unlock(&w.lock);
+                byval_unlock(&w.lock);
                 byval_reg_view_put(v);
             }
         }
     }
 }
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&w.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&w.lock);
-}
-
-static void atfork_child(void)
+static void fork_child(void)
 {
     /* The child has no watcher and imports nothing yet (its caches empty
      * themselves at fork). The epoll instance is shared with the parent:
      * touching its interest list would change the parent's, so only our
      * copies of the fds go. The list's memory is the child's own. */
-    pthread_mutex_init(&w.lock, NULL);
     for (byval_reg_view_t *v = w.head, *nx; v; v = nx) {
         nx = v->next;
         munmap((void *)v->hdr, REG_BYTES);
@@ -177,6 +168,7 @@ static void atfork_child(void)
     w.epfd = -1;
     w.started = 0;
 }
+BYVAL_FORK_CHILD(registry_watch, fork_child);
 
 /* (locked) the epoll set and the thread, once per process. */
 static int watch_start_locked(char *msg, size_t msglen)
@@ -209,7 +201,7 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
             v->refs++;
             found = v;
         }
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
     return found;
 }
 
@@ -224,26 +216,13 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
             *identity_p = v->identity;
             found = v;
         }
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
     return found;
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under w.lock: fork() holds glibc's handler lock while it runs
-     * the prepare handlers, and ours takes w.lock. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Our lock, the fork handlers registered first: a fork between a first
- * lock and a later registration would leave the child the lock held by a
- * thread it does not have. */
 static void w_lock(void)
 {
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&w.lock);
+    byval_lock(&w.lock);
 }
 
 /* List v and watch it (or use a twin another thread listed meanwhile). */
@@ -254,7 +233,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
         if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
             o->identity == v->identity) {
             o->refs++;
-            pthread_mutex_unlock(&w.lock);
+            byval_unlock(&w.lock);
             byval_reg_view_free(v);
             return o;
         }
@@ -263,7 +242,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
         epoll_ctl(w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
         if (msg && !msg[0])
             byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
-        pthread_mutex_unlock(&w.lock);
+        byval_unlock(&w.lock);
         byval_reg_view_free(v);
         return NULL;
     }
@@ -271,7 +250,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     w.head = v;
     w.count++;
     v->refs++; /* the caller's */
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
     return v;
 }
 
@@ -288,7 +267,7 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
         pw->next = w.pidfds;
         w.pidfds = pw;
     }
-    pthread_mutex_unlock(&w.lock);
+    byval_unlock(&w.lock);
     if (rc != 0) {
         if (pw->fd >= 0)
             close(pw->fd);

@@ -47,6 +47,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "handles/wire.h"
@@ -66,30 +67,28 @@ typedef struct pool_export {
 } pool_export_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     pool_export_t *head;
     size_t count;
     uint64_t next_id;
-} ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} ex = {.lock = BYVAL_LOCK_INIT(ZE_EVENT)};
 
-/* A fork child exports nothing yet: its registry is its own (the parent's
- * entries name the parent's serials). The list is dropped, not freed: no
- * prepare handler holds the lock across fork (publish() takes the
- * registry's lock under it, whose own prepare handler runs first), so it
- * may be mid-change in the child. */
-static void atfork_child(void)
+/* fork: prepare holds the lock (it ranks before the handles/ locks that
+ * publish() takes under it), so the list is whole in the child. The child
+ * exports nothing yet: its registry is its own (the parent's entries name
+ * the parent's serials), so the list goes. */
+BYVAL_LOCK_STATIC(ze_event, &ex.lock);
+
+static void fork_child(void)
 {
-    pthread_mutex_init(&ex.lock, NULL);
+    for (pool_export_t *e = ex.head, *nx; e; e = nx) {
+        nx = e->next;
+        free(e);
+    }
     ex.head = NULL;
     ex.count = 0;
 }
-
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    pthread_atfork(NULL, NULL, atfork_child);
-}
+BYVAL_FORK_CHILD(ze_event, fork_child);
 
 static uint8_t pattern_byte(size_t i)
 {
@@ -154,13 +153,12 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
     pool_export_t old = {0}, *e;
     int had_old = 0;
     uint64_t serial = 0;
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&ex.lock);
+    byval_lock(&ex.lock);
     pool_export_t **pp = find_locked(pool);
     e = pp ? *pp : NULL;
     if (e && e->fd == fd && e->ino == ino) {
         serial = e->serial;
-        pthread_mutex_unlock(&ex.lock);
+        byval_unlock(&ex.lock);
         return serial;
     }
     if (e) { /* the driver's fd changed (a put closed it): publish anew */
@@ -181,7 +179,7 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
         e->serial = byval_export_publish_serial(e->key, ino, fd, size > 0 ? (uint64_t)size : 0);
         serial = e->serial;
     }
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
     if (had_old)
         withdraw(&old);
     return serial;
@@ -189,14 +187,14 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
 
 static void forget(ze_event_pool_handle_t pool)
 {
-    pthread_mutex_lock(&ex.lock);
+    byval_lock(&ex.lock);
     pool_export_t **pp = find_locked(pool), *e = NULL;
     if (pp) {
         e = *pp;
         *pp = e->next;
         ex.count--;
     }
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
     if (!e)
         return;
     withdraw(e);
