@@ -115,7 +115,7 @@ struct byval_lru {
     lru_stripe_t stripes[BYVAL_STRIPES];
 };
 
-/* Registry for the at-fork handlers (lru_fork.c). */
+/* The list of caches, for fork (lru_fork.c). */
 void byval_lru_register(byval_lru_t *lru);
 void byval_lru_unregister(byval_lru_t *lru);
 void byval_lru_lock_init(byval_lru_t *lru);

@@ -2,9 +2,10 @@
 /*
  * init.c - once-only initialisation, the re-entry guard, fork and exit.
  *
- * Nothing runs at load time except one getenv() for --print-config: a
- * process that never calls a GPU API (a shell, mpirun) gets no threads, no
- * files and no output from ipcbyval.
+ * Nothing runs at load time except one getenv() for --print-config and
+ * the one pthread_atfork (cache/locks.c): a process that never calls a GPU
+ * API (a shell, mpirun) gets no threads, no files and no output from
+ * ipcbyval.
  */
 #include "shim/init.h"
 
