@@ -48,22 +48,17 @@ void byval_lock_init(byval_lock_t *l, byval_rank_t rank, int adaptive)
 {
     l->rank = (unsigned short)rank;
     l->adaptive = (unsigned short)(adaptive != 0);
-    byval_lock_fork_reinit(l);
-}
-
-void byval_lock_destroy(byval_lock_t *l)
-{
-    pthread_mutex_destroy(&l->m);
-}
-
-void byval_lock_fork_reinit(byval_lock_t *l)
-{
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     if (l->adaptive)
         pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&l->m, &attr);
     pthread_mutexattr_destroy(&attr);
+}
+
+void byval_lock_destroy(byval_lock_t *l)
+{
+    pthread_mutex_destroy(&l->m);
 }
 
 static void rw_reinit(byval_rwlock_t *l)
@@ -160,16 +155,6 @@ static void drop(const byval_lock_desc_t *d)
         d->drop();
 }
 
-static void reinit(const byval_lock_desc_t *d)
-{
-    if (d->mutex)
-        byval_lock_fork_reinit(d->mutex);
-    else if (d->rw)
-        rw_reinit(d->rw);
-    else
-        d->reinit();
-}
-
 /* ---- fork --------------------------------------------------------------- */
 
 static void fork_prepare(void)
@@ -185,10 +170,20 @@ static void fork_parent(void)
         drop(order[i]);
 }
 
+/* The forking thread holds every mutex (prepare), and is the child's one
+ * thread: releasing them is re-initialising them, and keeps a sanitizer's
+ * model of who holds what true (ThreadSanitizer keeps a re-initialised
+ * mutex's owner). The gate is made anew: prepare may not have got it,
+ * and glibc releases a write-locked rwlock only for the thread id that
+ * locked it, which is the parent's. */
 static void fork_child(void)
 {
-    for (unsigned i = 0; i < norder; i++)
-        reinit(order[i]);
+    for (unsigned i = norder; i-- > 0;) {
+        if (order[i]->rw)
+            rw_reinit(order[i]->rw);
+        else
+            drop(order[i]);
+    }
     gate_held = 0;
     for (const byval_fork_child_fn *f = __start_byval_fork_child;
          f && f < __stop_byval_fork_child; f++)

@@ -15,20 +15,26 @@
  * the GPU driver or the application, with one exception, the release gate
  * (first rank); and drivers and applications may call into ipcbyval while
  * holding their own locks (the driver's pidfd_getfd reaches the rescue).
- * So their locks rank before ours, the driver's after the gate.
+ * So in the whole process's order, their locks rank before all of ours,
+ * except the driver's, which also rank after the gate.
  *
  * fork(). One pthread_atfork, installed by this module's constructor (so
  * no lock can be taken before it exists). Its prepare handler takes every
  * registered lock in rank order, which cannot deadlock with any thread
  * that keeps the order; the parent handler releases them; the child
- * handler re-initialises them (the threads that held them are not in the
- * child) and then runs the modules' child callbacks (BYVAL_FORK_CHILD),
+ * handler too (the forking thread, the child's only one, holds every one:
+ * so they are as new; the gate is made anew) and then runs the modules'
+ * child callbacks (BYVAL_FORK_CHILD),
  * which reset state the child must not inherit: each resets its own
  * module only, so their order does not matter, and they may take locks.
  * Handlers registered later (drivers at their init, the application)
  * run their prepare before ours: the gate is the one lock of ours held
  * across a driver call, so prepare waits for it only BYVAL_GATE_FORK_MS
  * (a driver's prepare may hold the lock the release in flight waits for).
+ * ipcbyval's own threads start under the BGTHREAD lock (handles/bgthread.c)
+ * so that no fork copies the C library's or a sanitizer's bookkeeping of a
+ * thread mid-start; a thread's exit is not covered (only the fd closer's
+ * threads exit, handles/fdcheck.c).
  *
  * Registration is static: a module names its lock with
  * BYVAL_LOCK_STATIC (or its class of run-time instances with
@@ -176,21 +182,19 @@ static inline void byval_lock_fork_drop(byval_lock_t *l)
 {
     pthread_mutex_unlock(&l->m);
 }
-void byval_lock_fork_reinit(byval_lock_t *l);
 
 /* ---- static registration ------------------------------------------------ */
 
 typedef struct byval_lock_desc {
     byval_lock_t *mutex; /* one static mutex, or */
     byval_rwlock_t *rw;  /* one static rwlock (fork takes it exclusive), or */
-    /* a class of run-time instances: its rank, and take / release /
-     * re-initialise every instance. The class keeps their list under a
-     * lock of its own (rank <CLASS>_LIST, just before), which take takes
-     * first and drop releases last. */
+    /* a class of run-time instances: its rank, and take / release every
+     * instance. The class keeps their list under a lock of its own (rank
+     * <CLASS>_LIST, just before), which take takes first and drop
+     * releases last. */
     unsigned rank;
     void (*take)(void);
     void (*drop)(void);
-    void (*reinit)(void);
 } byval_lock_desc_t;
 
 #define BYVAL_LOCK_SECTION_(sec, id, type, val)                                                \
@@ -204,12 +208,11 @@ typedef struct byval_lock_desc {
 /* At file scope: fork knows this static lock (its rank is the lock's). */
 #define BYVAL_LOCK_STATIC(id, lockp) BYVAL_LOCK_REGISTER_(id, .mutex = (lockp))
 #define BYVAL_RWLOCK_STATIC(id, lockp) BYVAL_LOCK_REGISTER_(id, .rw = (lockp))
-#define BYVAL_LOCK_CLASS(id, r, take_fn, drop_fn, reinit_fn)                                   \
-    BYVAL_LOCK_REGISTER_(id, .rank = BYVAL_RANK_##r, .take = (take_fn), .drop = (drop_fn),    \
-                         .reinit = (reinit_fn))
+#define BYVAL_LOCK_CLASS(id, r, take_fn, drop_fn)                                              \
+    BYVAL_LOCK_REGISTER_(id, .rank = BYVAL_RANK_##r, .take = (take_fn), .drop = (drop_fn))
 
 /* At file scope: fn runs in every fork child, after every lock is
- * re-initialised (module state the child must not inherit). */
+ * released (module state the child must not inherit). */
 typedef void (*byval_fork_child_fn)(void);
 #define BYVAL_FORK_CHILD(id, fn)                                                               \
     BYVAL_LOCK_SECTION_("byval_fork_child", id##_forkchild, byval_fork_child_fn, (fn))

@@ -3,8 +3,8 @@
  * lru_fork.c - every cache in one list, the class LRU of cache/locks.h, so
  * that fork() leaves the child with consistent, empty caches: prepare
  * takes every cache's lock (no cache is mid-update when the address space
- * is copied), the parent releases them, and the child re-initialises the
- * locks and then (a fork-child callback) forgets every entry without
+ * is copied), the parent releases them, and so does the child, which
+ * then (a fork-child callback) forgets every entry without
  * calling eviction callbacks (they would call the GPU driver, whose state
  * the child does not own). No cache operation holds two cache locks or
  * waits for anything while holding one (callbacks run unlocked), so
@@ -34,14 +34,7 @@ static void fork_parent(void)
     byval_lock_fork_drop(&reg_lock);
 }
 
-static void fork_reinit(void)
-{
-    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
-        byval_lock_fork_reinit(&c->lock);
-    byval_lock_fork_reinit(&reg_lock);
-}
-
-BYVAL_LOCK_CLASS(lru, LRU, fork_prepare, fork_parent, fork_reinit);
+BYVAL_LOCK_CLASS(lru, LRU, fork_prepare, fork_parent);
 
 /* Forget every entry (live and zombie) without callbacks: an empty table,
  * no slot in use (the chunks stay, for the child's own entries), zeroed

@@ -57,14 +57,7 @@ static void maps_drop(void)
     byval_lock_fork_drop(&maps.lock);
 }
 
-static void maps_reinit(void)
-{
-    for (byval_ptrmap_t *m = maps.head; m; m = m->next)
-        byval_spin_reset(&m->lock);
-    byval_lock_fork_reinit(&maps.lock);
-}
-
-BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop, maps_reinit);
+BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop);
 
 static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
 {
@@ -277,7 +270,7 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    /* Called in a fork child, whose lock cache/locks.c re-initialised. */
+    /* Called in a fork child, after cache/locks.c released the lock. */
     memset(m->slots, 0, m->nslots * m->slot_size);
     m->used = 0;
 }

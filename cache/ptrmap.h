@@ -51,6 +51,6 @@ void byval_ptrmap_clear(byval_ptrmap_t *m);
 
 /* fork(): every map is in the class PTRMAP of cache/locks.h: prepare
  * takes each map's lock in the forking thread, the parent releases it,
- * the child re-initialises it (its owner clears the map, if it must). */
+ * the child too (its owner clears the map, if it must). */
 
 #endif
