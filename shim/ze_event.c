@@ -81,10 +81,8 @@ BYVAL_LOCK_STATIC(ze_event, &ex.lock);
 
 static void fork_child(void)
 {
-    for (pool_export_t *e = ex.head, *nx; e; e = nx) {
-        nx = e->next;
-        free(e);
-    }
+    /* Dropped, not freed: no free() in a fork child, whose allocator a
+     * sanitizer may have left locked (another thread mid-malloc). */
     ex.head = NULL;
     ex.count = 0;
 }

@@ -118,11 +118,11 @@ static int start_exporter(char *why, size_t len)
         byval_record_t rec = {0};
         byval_self_get(&self);
         byval_record_set_exporter(&rec, &self);
-        byval_registry_add(KEY, 5, 3, 4096);
+        byval_reg_add(KEY, 5, 3, 4096);
         (void)!write(out[1], &rec, sizeof(rec));
         for (char c; read(exp_cmd[0], &c, 1) == 1;) {
-            byval_registry_remove(KEY, 5);
-            byval_registry_add(KEY, 5, 3, 4096);
+            byval_reg_remove(KEY, 5);
+            byval_reg_add(KEY, 5, 3, 4096);
         }
         _exit(0);
     }
