@@ -89,7 +89,7 @@ static void release(byval_import_t *m)
         __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
     byval_rdlock(&g.gate);
     ops->release(m);
-    byval_rwunlock(&g.gate);
+    byval_rdunlock(&g.gate);
     if (tracker && ops->untrack)
         ops->untrack(tracker);
 }
@@ -420,7 +420,7 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
     }
     /* Releases of ctx that other threads started before the purge. */
     byval_wrlock(&g.gate);
-    byval_rwunlock(&g.gate);
+    byval_wrunlock(&g.gate);
     return n;
 }
 

@@ -61,13 +61,65 @@ void byval_lock_destroy(byval_lock_t *l)
     pthread_mutex_destroy(&l->m);
 }
 
-static void rw_reinit(byval_rwlock_t *l)
+/* ---- the readers-writer lock -------------------------------------------- */
+
+void byval_rdlock(byval_rwlock_t *l)
 {
-    pthread_rwlockattr_t a;
-    pthread_rwlockattr_init(&a);
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&l->rw, &a);
-    pthread_rwlockattr_destroy(&a);
+    byval_rank_enter(l->rank);
+    pthread_mutex_lock(&l->m);
+    while (l->writer || l->writers_waiting)
+        pthread_cond_wait(&l->c, &l->m);
+    l->readers++;
+    pthread_mutex_unlock(&l->m);
+}
+
+void byval_rdunlock(byval_rwlock_t *l)
+{
+    pthread_mutex_lock(&l->m);
+    if (--l->readers == 0 && l->writers_waiting)
+        pthread_cond_broadcast(&l->c);
+    pthread_mutex_unlock(&l->m);
+    byval_rank_leave(l->rank);
+}
+
+/* With l->m held: wait to be the writer, until *deadline if given; 1 when
+ * we are. */
+static int wr_take_locked(byval_rwlock_t *l, const struct timespec *deadline)
+{
+    int rc = 0;
+    l->writers_waiting++;
+    while ((l->writer || l->readers) && rc == 0)
+        rc = deadline ? pthread_cond_timedwait(&l->c, &l->m, deadline)
+                      : pthread_cond_wait(&l->c, &l->m);
+    l->writers_waiting--;
+    if (l->writer || l->readers) {
+        pthread_cond_broadcast(&l->c); /* readers we held back */
+        return 0;
+    }
+    l->writer = 1;
+    return 1;
+}
+
+void byval_wrlock(byval_rwlock_t *l)
+{
+    byval_rank_enter(l->rank);
+    pthread_mutex_lock(&l->m);
+    wr_take_locked(l, NULL);
+    pthread_mutex_unlock(&l->m);
+}
+
+static void wr_drop_locked(byval_rwlock_t *l)
+{
+    l->writer = 0;
+    pthread_cond_broadcast(&l->c);
+}
+
+void byval_wrunlock(byval_rwlock_t *l)
+{
+    pthread_mutex_lock(&l->m);
+    wr_drop_locked(l);
+    pthread_mutex_unlock(&l->m);
+    byval_rank_leave(l->rank);
 }
 
 /* ---- the rank check ----------------------------------------------------- */
@@ -125,14 +177,24 @@ static void fork_check(void)
 
 /* ---- one lock of the order ---------------------------------------------- */
 
-static int gate_take(byval_rwlock_t *l)
+/* fork: the gate's mutex is held across fork like every other lock, and
+ * the writer's place taken if it comes within BYVAL_GATE_FORK_MS. */
+static void gate_take(byval_rwlock_t *l)
 {
-    struct timespec dl; /* timedwrlock: every libc and sanitizer knows it */
+    struct timespec dl; /* the condition variable's clock: CLOCK_REALTIME */
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_nsec += (long)BYVAL_GATE_FORK_MS * 1000000L;
     dl.tv_sec += dl.tv_nsec / 1000000000L;
     dl.tv_nsec %= 1000000000L;
-    return pthread_rwlock_timedwrlock(&l->rw, &dl) == 0;
+    pthread_mutex_lock(&l->m);
+    gate_held = wr_take_locked(l, &dl);
+}
+
+static void gate_drop(byval_rwlock_t *l)
+{
+    if (gate_held)
+        wr_drop_locked(l);
+    pthread_mutex_unlock(&l->m);
 }
 
 static void take(const byval_lock_desc_t *d)
@@ -140,7 +202,7 @@ static void take(const byval_lock_desc_t *d)
     if (d->mutex)
         pthread_mutex_lock(&d->mutex->m);
     else if (d->rw)
-        gate_held = gate_take(d->rw);
+        gate_take(d->rw);
     else
         d->take();
 }
@@ -149,9 +211,9 @@ static void drop(const byval_lock_desc_t *d)
 {
     if (d->mutex)
         pthread_mutex_unlock(&d->mutex->m);
-    else if (d->rw && gate_held)
-        pthread_rwlock_unlock(&d->rw->rw);
-    else if (!d->rw)
+    else if (d->rw)
+        gate_drop(d->rw);
+    else
         d->drop();
 }
 
@@ -170,19 +232,22 @@ static void fork_parent(void)
         drop(order[i]);
 }
 
-/* The forking thread holds every mutex (prepare), and is the child's one
+/* The forking thread holds every lock (prepare), and is the child's one
  * thread: releasing them is re-initialising them, and keeps a sanitizer's
  * model of who holds what true (ThreadSanitizer keeps a re-initialised
- * mutex's owner). The gate is made anew: prepare may not have got it,
- * and glibc releases a write-locked rwlock only for the thread id that
- * locked it, which is the parent's. */
+ * mutex's owner). The gate's count of readers is made anew: prepare may
+ * not have got the writer's place, and the readers are not in the child;
+ * so is its condition variable, whose waiters are not either. */
 static void fork_child(void)
 {
     for (unsigned i = norder; i-- > 0;) {
-        if (order[i]->rw)
-            rw_reinit(order[i]->rw);
-        else
-            drop(order[i]);
+        byval_rwlock_t *rw = order[i]->rw;
+        if (rw) {
+            rw->readers = rw->writers_waiting = 0;
+            pthread_cond_init(&rw->c, NULL);
+            gate_held = 1; /* the writer's place is ours: released as such */
+        }
+        drop(order[i]);
     }
     gate_held = 0;
     for (const byval_fork_child_fn *f = __start_byval_fork_child;
@@ -225,10 +290,13 @@ void byval_locks_hold(unsigned i)
         return;
     const byval_lock_desc_t *d = order[i];
     byval_rank_enter(desc_rank(d));
-    if (d->rw)
-        pthread_rwlock_wrlock(&d->rw->rw);
-    else
+    if (d->rw) {
+        pthread_mutex_lock(&d->rw->m);
+        wr_take_locked(d->rw, NULL);
+        pthread_mutex_unlock(&d->rw->m);
+    } else {
         take(d);
+    }
 }
 
 void byval_locks_unhold(unsigned i)
@@ -236,9 +304,12 @@ void byval_locks_unhold(unsigned i)
     if (i >= norder)
         return;
     const byval_lock_desc_t *d = order[i];
-    if (d->rw)
-        pthread_rwlock_unlock(&d->rw->rw);
-    else
+    if (d->rw) {
+        pthread_mutex_lock(&d->rw->m);
+        wr_drop_locked(d->rw);
+        pthread_mutex_unlock(&d->rw->m);
+    } else {
         drop(d);
+    }
     byval_rank_leave(desc_rank(d));
 }

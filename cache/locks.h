@@ -114,13 +114,23 @@ typedef struct byval_lock {
     unsigned short adaptive; /* spins a while before sleeping */
 } byval_lock_t;
 
+/* A readers-writer lock, writers first (a purge waits for the releases
+ * running, not for those queued behind them). Not a pthread_rwlock_t:
+ * fork must hand the child a write-locked one released, and glibc
+ * releases a write lock only for the thread id that took it (the
+ * parent's), while a re-initialised one keeps its writer in
+ * ThreadSanitizer's model. */
 typedef struct byval_rwlock {
-    pthread_rwlock_t rw; /* writers first: a purge waits for running releases only */
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    unsigned readers, writers_waiting;
+    int writer;
     unsigned short rank;
 } byval_rwlock_t;
 
 #define BYVAL_LOCK_INIT(r) {PTHREAD_MUTEX_INITIALIZER, BYVAL_RANK_##r, 0}
-#define BYVAL_RWLOCK_INIT(r) {PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP, BYVAL_RANK_##r}
+#define BYVAL_RWLOCK_INIT(r)                                                                   \
+    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r}
 
 /* A run-time instance (a class member); adaptive for short sections. */
 void byval_lock_init(byval_lock_t *l, byval_rank_t rank, int adaptive);
@@ -155,23 +165,10 @@ static inline void byval_unlock(byval_lock_t *l)
     byval_rank_leave(l->rank);
 }
 
-static inline void byval_rdlock(byval_rwlock_t *l)
-{
-    byval_rank_enter(l->rank);
-    pthread_rwlock_rdlock(&l->rw);
-}
-
-static inline void byval_wrlock(byval_rwlock_t *l)
-{
-    byval_rank_enter(l->rank);
-    pthread_rwlock_wrlock(&l->rw);
-}
-
-static inline void byval_rwunlock(byval_rwlock_t *l)
-{
-    pthread_rwlock_unlock(&l->rw);
-    byval_rank_leave(l->rank);
-}
+void byval_rdlock(byval_rwlock_t *l);
+void byval_rdunlock(byval_rwlock_t *l);
+void byval_wrlock(byval_rwlock_t *l);
+void byval_wrunlock(byval_rwlock_t *l);
 
 /* For a class's fork callbacks: no rank bookkeeping (fork holds all). */
 static inline void byval_lock_fork_take(byval_lock_t *l)
