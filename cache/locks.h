@@ -55,9 +55,10 @@
      * shared, across the driver's close; a context purge and fork take it                     \
      * exclusive to wait for them. First: it is held across the driver. */                    \
     X(IMPORTS_GATE, "imports release gate")                                                     \
-    /* shim/ze_event.c: the event pools published. Held while publishing                       \
-     * into handles/ (offer, registry by fd, registry), which rank after. */                   \
-    X(ZE_EVENT, "event-pool exports")                                                           \
+    /* cache/exports.c: the export core's tables. Held while an export is                      \
+     * published and withdrawn in handles/ (registry, broker offers,                          \
+     * registry by fd) and while its LRU is used: all rank after. */                           \
+    X(EXPORTS, "export core")                                                                   \
     /* handles/broker_serve.c: the socket server's listener and connection                     \
      * table. Held while the server thread starts (BGTHREAD). */                               \
     X(BROKER_SERVE, "broker server")                                                            \

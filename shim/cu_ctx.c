@@ -52,10 +52,10 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
 {
     unsigned flags = 0;
     int on = 1;
-    if (dev >= 0 && dev < MAX_DEVICES) { /* one less, never below 0 (retains we did not see) */
+    if (dev >= 0 && dev < MAX_DEVICES) { /* one decrement, never below 0, under races */
         int n = __atomic_load_n(&retains[dev], __ATOMIC_RELAXED);
-        while (n > 0 && !__atomic_compare_exchange_n(&retains[dev], &n, n - 1, 1,
-                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        while (n > 0 && !__atomic_compare_exchange_n(&retains[dev], &n, n - 1, 1, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED))
             ;
     }
     if (purged || !ctx || !rl->primary_get_state)
