@@ -11,9 +11,9 @@
  * remembered translation is still verified on the pidfd at every use.
  * Fixed size, overwritten round robin: forgetting only costs one retry.
  */
-#include <pthread.h>
 #include <string.h>
 
+#include "cache/locks.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
 
@@ -27,33 +27,13 @@ typedef struct peer {
 } peer_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     unsigned next; /* entries ever written (atomic: read unlocked) */
     peer_t p[PEERS];
-} mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static pthread_once_t mem_once = PTHREAD_ONCE_INIT;
-
+} mem = {.lock = BYVAL_LOCK_INIT(TRANSPORT)};
 /* The table stays true in a fork child (same exporters, same host): only
  * the lock must not be inherited held. */
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&mem.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&mem.lock);
-}
-
-static void fork_child(void)
-{
-    pthread_mutex_init(&mem.lock, NULL);
-}
-
-static void mem_init(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
+BYVAL_LOCK_STATIC(transport, &mem.lock);
 
 static peer_t peer_get(const byval_record_t *rec)
 {
@@ -62,8 +42,7 @@ static peer_t peer_get(const byval_record_t *rec)
      * no lock, no scan on every resolution. */
     if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
         return found;
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     for (unsigned i = 0; i < PEERS; i++) {
         const peer_t *p = &mem.p[i];
         if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
@@ -72,14 +51,13 @@ static peer_t peer_get(const byval_record_t *rec)
             break;
         }
     }
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
     return found;
 }
 
 void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
 {
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     peer_t *slot = NULL;
     for (unsigned i = 0; i < PEERS && !slot; i++)
         if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
@@ -91,16 +69,15 @@ void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_p
     *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
     if (fresh) /* after the entry: an unlocked reader that sees it counted looks */
         __atomic_fetch_add(&mem.next, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
 }
 
 void byval_transport_forget(void)
 {
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     memset(mem.p, 0, sizeof(mem.p));
     __atomic_store_n(&mem.next, 0, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
 }
 
 byval_peer_t byval_peer_get(const byval_record_t *rec)
