@@ -74,7 +74,7 @@
     /* handles/registry_watch.c: the importer's registry views and pidfd                       \
      * watches. Held while the watcher thread starts (BGTHREAD). */                            \
     X(REGISTRY_WATCH, "registry watcher")                                                       \
-    /* handles/transport.c: how each exporter was reached. A leaf. */                          \
+    /* handles/peers.c: how each exporter was reached. A leaf. */                              \
     X(TRANSPORT, "transport peers")                                                             \
     /* shim/exporters.c: kept exporter pidfds and their loans. A leaf. */                      \
     X(EXPORTERS, "exporters table")                                                             \

@@ -11,7 +11,9 @@
  * file system whose daemon stalls (fstat waits in the kernel for the
  * daemon, unkillable; even close() waits for its FLUSH answer). So:
  *
- * Before pidfd_getfd (byval_fd_precheck), through /proc/PID/fd/N, which
+ * Before pidfd_getfd (byval_fd_precheck: only for what no registry lists,
+ * an exporter's registry and its pipe, or where no registry proof is
+ * installed; resolve.c's step 3), through /proc/PID/fd/N, which
  * opens nothing: readlink gives the link text, and statx on the link with
  * AT_STATX_DONT_SYNC gives the target's device, inode, type and size from
  * the kernel's cached attributes (FUSE answers DONT_SYNC without asking
@@ -29,8 +31,9 @@
  * and its inode (and size, where the kind has one) must be the record's.
  * Anything else is refused before it is duplicated.
  *
- * After pidfd_getfd (byval_check_fd_kind): statx on the duplicate with
- * AT_STATX_DONT_SYNC must show the device and inode checked before (the
+ * After pidfd_getfd (byval_check_fd_kind, every route): statx on the
+ * duplicate with AT_STATX_DONT_SYNC proves its kind from the fd itself,
+ * and must show the device and inode checked before, if any (the
  * exporter cannot swap the object in between), a manifest must be a
  * sealed memfd (F_GET_SEALS: a VFS call), and the size is read where the
  * kind keeps it: st_size for memfds and for dma-bufs (5.3 on); before
@@ -230,14 +233,6 @@ static const char *obj_expected(byval_obj_t obj)
     default:
         return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
     }
-}
-
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
-{
-    /* The record's own fd is of the record's kind; any other fd of the
-     * same exporter a record leads to is one a manifest lists: memory. */
-    return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
-                                                                    : BYVAL_OBJ_MEMORY;
 }
 
 /* Is /proc this process's pid namespace's? Then /proc/PID is the pid we

@@ -42,23 +42,25 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "handles/sys.h"
+
 static int fd_stat(int fd, struct stat *st)
 {
 #ifdef SYS_fstat
-    return (int)syscall(SYS_fstat, fd, st);
+    return byval_sys_ret(byval_sys3(SYS_fstat, fd, (long)st, 0));
 #else
-    return (int)syscall(SYS_newfstatat, fd, "", st, AT_EMPTY_PATH);
+    return byval_sys_ret(byval_sys4(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH));
 #endif
 }
 
 static int fd_ctl(int fd, int cmd, long arg)
 {
-    return (int)syscall(SYS_fcntl, fd, cmd, arg);
+    return byval_sys_ret(byval_sys3(SYS_fcntl, fd, cmd, arg));
 }
 
 static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-    return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+    return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
 }
 
 int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)

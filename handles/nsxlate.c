@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* nsxlate.c - pid translation into an ancestor pid namespace (see
  * nsxlate.h). O(processes) per call: only the first import-cache miss of
- * an exporter in another namespace pays it (transport.c remembers the
+ * an exporter in another namespace pays it (peers.c remembers the
  * answer). Importers call it from any thread: strtok_r, no shared state. */
 #include "handles/nsxlate.h"
 

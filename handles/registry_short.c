@@ -72,7 +72,7 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
         *v_p = v;
         return BYVAL_OK;
     }
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)s->pid, 0);
+    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd < 0) {
         int e = errno;
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s%s", s->pid, strerror(e),

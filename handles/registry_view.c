@@ -83,22 +83,6 @@ const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
 
 /* ---- attach ------------------------------------------------------------- */
 
-/* The exporter's pid in our pid namespace, from its pidfd's fdinfo. */
-static int pidfd_local_pid(int pidfd)
-{
-    char path[64], line[128];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    FILE *f = fopen(path, "re");
-    int pid = -1;
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "Pid:\t%d", &pid) == 1)
-            break;
-    fclose(f);
-    return pid;
-}
-
 /* Its registry's fd number and inode: the fd whose link names our memfd
  * (readlink opens nothing; the stat that follows is of a memfd). 0, or
  * an errno: ENOENT (none), EACCES/EPERM (ptrace rules), EMFILE... */
@@ -227,9 +211,7 @@ static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_
     return byval_getfd_obj(f->pidfd, f->pid, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
-/* byval_reg_attach, also saying why not in *st_p (PERM where the ptrace
- * rules refuse us, as pidfd_getfd would be refused). */
-static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidfd,
+byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int pidfd,
                                    byval_status_t *st_p, char *msg, size_t msglen)
 {
     *st_p = BYVAL_OK;
@@ -239,7 +221,7 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     uint32_t rfd, rino;
     errno = 0;
-    int pid = pidfd >= 0 ? pidfd_local_pid(pidfd) : -1;
+    int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
     int e = pid > 0 ? find_registry_fd(pid, &rfd, &rino)
             : errno == EMFILE || errno == ENFILE ? errno /* its fdinfo not opened */
                                                  : ENOENT;
@@ -277,7 +259,7 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
                                    size_t msglen)
 {
     byval_status_t st;
-    return attach_st(rec, mode, pidfd, &st, msg, msglen);
+    return byval_reg_attach_st(rec, mode, pidfd, &st, msg, msglen);
 }
 
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
@@ -286,7 +268,7 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     uint32_t rfd, rino;
     if (!pid || byval_self_get(&self) != 0)
         return NULL;
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    int pidfd = byval_pidfd_open((pid_t)pid, 0);
     if (pidfd < 0) {
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
         return NULL;
@@ -325,46 +307,20 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     return v;
 }
 
-int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino)
+const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd, uint32_t ino,
+                                  uint64_t *serial_p)
 {
     uint32_t high = used_slots(v);
     for (uint32_t i = 0; i < high; i++) {
         const byval_reg_slot_t *s = &v->slot[i];
-        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (ser && __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE) == fd &&
+        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
+        if (ser && __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key &&
+            __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE) == fd &&
             __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) == ino &&
-            __atomic_load_n(&s->serial, __ATOMIC_RELAXED) == ser)
-            return 1;
-    }
-    return 0;
-}
-
-byval_status_t byval_reg_evidence(const byval_record_t *rec, int pidfd, uint32_t fd, uint32_t ino,
-                                  char *msg, size_t msglen)
-{
-    char why[384] = "";
-    byval_status_t st;
-    byval_reg_view_t *v = attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
-    if (!v) {
-        /* Refused by the kernel as pidfd_getfd would be: the caller's
-         * policy decides (auto tries the socket, whose broker serves only
-         * what its exporter offered). */
-        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
-            byval_msg(msg, msglen, "%s", why);
-            return st;
+            __atomic_load_n(&s->serial, __ATOMIC_RELAXED) == ser) {
+            *serial_p = ser;
+            return &s->serial;
         }
-        byval_msg(msg, msglen, "fd %u of pid %u is not proven exported (%s): not duplicated", fd,
-                  rec->pid, why);
-        return BYVAL_E_FDKIND;
     }
-    int listed = byval_reg_lists(v, fd, ino);
-    byval_reg_view_put(v);
-    if (!listed) {
-        byval_msg(msg, msglen,
-                  "pid %u's registry does not list fd %u (inode %u) as exported: a stale or forged "
-                  "handle, not duplicated",
-                  rec->pid, fd, ino);
-        return BYVAL_E_FDKIND;
-    }
-    return BYVAL_OK;
+    return NULL;
 }

@@ -42,6 +42,11 @@ void byval_reg_on_event(byval_reg_event_fn fn);
 byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
                                    size_t msglen);
 
+/* byval_reg_attach, also saying why not in *st_p (PERM where the ptrace
+ * rules refuse us, as pidfd_getfd would be refused). */
+byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int pidfd,
+                                      byval_status_t *st_p, char *msg, size_t msglen);
+
 /* The same for an exporter known only by its pid in our namespace (a
  * legacy CUDA handle carries the driver's getpid()): the registry found
  * there must describe the process behind a pidfd of that pid. pidfd
@@ -57,13 +62,15 @@ void byval_reg_view_put(byval_reg_view_t *v);
 const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
                                uint64_t *serial_p);
 
-/* 1 when the registry lists fd (inode low 32 bits ino) as exported now. */
-int byval_reg_lists(byval_reg_view_t *v, uint32_t fd, uint32_t ino);
+/* The serial word of the live export (key, fd, ino) and its value now,
+ * or NULL when the registry lists no such live export: the proof that fd
+ * is that export (proof.c). */
+const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd, uint32_t ino,
+                                  uint64_t *serial_p);
 
-/* The evidence check (resolve.h's byval_evidence_fn) the library installs:
- * the exporter behind pidfd publishes a registry that lists fd. */
-byval_status_t byval_reg_evidence(const byval_record_t *rec, int pidfd, uint32_t fd, uint32_t ino,
-                                  char *msg, size_t msglen);
+/* The proof of export the library installs (resolve.h's byval_prover_t):
+ * the registry of the exporter lists the fd under the record's key. */
+extern const byval_prover_t byval_reg_prover;
 
 /* The live export whose serial's low 32 bits are serial32 (what a short
  * record names, handles/wire.h): its serial word, with a consistent copy

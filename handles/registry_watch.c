@@ -173,8 +173,8 @@ static void evict_views(void)
          * stays mapped throughout). A raw call: a sanitizer's mmap
          * counts as a write of the range, which is exactly the race this
          * replacement is made to win. */
-        syscall(SYS_mmap, victim->hdr, BYVAL_REG_BYTES, PROT_READ,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        (void)byval_sys6(SYS_mmap, (long)victim->hdr, BYVAL_REG_BYTES, PROT_READ,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
         report(victim, 0);
         byval_reg_view_put(victim);
     }

@@ -14,38 +14,12 @@
 #include "handles/rescue.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "handles/broker.h"
 #include "handles/resolve_internal.h"
-
-/* The pid the kernel shows for pidfd: > 0, 0 (not in our namespace), -1
- * (exited), or -2 when fd is not a pidfd we can read. */
-static int pidfd_pid(int pidfd)
-{
-    char path[48], buf[1024];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    int f = open(path, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-        return -2;
-    ssize_t n;
-    do
-        n = read(f, buf, sizeof(buf) - 1);
-    while (n < 0 && errno == EINTR);
-    close(f);
-    if (n <= 0)
-        return -2;
-    buf[n] = '\0';
-    const char *p = strstr(buf, "\nPid:");
-    int pid;
-    if (!p || sscanf(p + 5, "%d", &pid) != 1)
-        return -2;
-    return pid;
-}
 
 byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p, char *msg,
                                   size_t msglen)
@@ -59,7 +33,7 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
         byval_msg(msg, msglen, "fd %d is no fd number", fd);
         return BYVAL_E_BADFD;
     }
-    int pid = pidfd_pid(pidfd);
+    int pid = byval_pidfd_pid(pidfd);
     if (pid == -2) {
         byval_msg(msg, msglen, "fd %d is not a pidfd", pidfd);
         return BYVAL_E_SYS;
@@ -87,7 +61,7 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
     if (byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0) {
         rec.identity = (uint64_t)st.st_ino;
         rec.flags = BYVAL_FLAG_ID_PIDFS;
-    } else if (byval_proc_start_time(pid, &rec.identity) != 0 || pidfd_pid(pidfd) != pid) {
+    } else if (byval_proc_start_time(pid, &rec.identity) != 0 || byval_pidfd_pid(pidfd) != pid) {
         byval_msg(msg, msglen, "pid %d exited while we read its start time", pid);
         return BYVAL_E_GONE;
     }

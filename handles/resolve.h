@@ -69,14 +69,12 @@ uint64_t byval_fd_inode(int fd);
 int64_t byval_fd_size(int fd);
 
 /*
- * Resolve rec into a local duplicate of the exporter's fd:
- *   host and pid-namespace checks against self, pidfd_open(rec->pid),
- *   identity check (race-free order), the fd's kind, inode and size read
- *   through /proc/PID/fd without opening it (fdcheck.c: it must be proven
- *   GPU memory or the manifest, the inode's low 32 bits == rec->fd_ino,
- *   and when rec->size != 0, its size in pages == rec->size in pages),
- *   pidfd_getfd(rec->fd), then the duplicate must be that same object.
- *   Nothing on the way blocks on a file system or moves a file offset.
+ * Resolve rec into a local duplicate of the exporter's fd with
+ * pidfd_open + pidfd_getfd: resolve.c's pipeline (translate, identify,
+ * prove the export, duplicate, prove the object) on the pidfd route
+ * alone; transport.h's byval_transport_fetch_fd is the same with the
+ * socket route too. Nothing on the way blocks on a file system or moves
+ * a file offset.
  * On success *fd_p is a new fd owned by the caller (O_CLOEXEC).
  * On failure writes one exact, human-readable line (no trailing newline)
  * into msg (may be NULL) that names the syscall, pid, fd and errno text,
@@ -89,33 +87,47 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
                                 int *pidfd_p, char *msg, size_t msglen);
 
 /*
- * Duplicate one more fd of an exporter already resolved (pidfd from
- * byval_resolve_fd, whose identity check covers it): the same checks
- * before and after pidfd_getfd(fd) as byval_resolve_fd, for an object of
+ * Duplicate one more fd of an exporter already identified (pidfd from
+ * byval_resolve_fd; pid: its pid in our namespace) that no record
+ * describes (an exporter's registry or its pipe): its kind through /proc
+ * before pidfd_getfd, then the duplicate must be that same object, of
  * kind obj (inode low 32 bits == fd_ino and, when size != 0, the size in
- * pages). Same statuses and message style as byval_resolve_fd.
- * byval_getfd_more is byval_getfd_obj for GPU memory.
+ * pages).
  */
 byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
                                size_t msglen);
-byval_status_t byval_getfd_more(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                uint64_t size, int *fd_p, char *msg, size_t msglen);
 
 /*
- * Evidence that the exporter exported fd (inode low 32 bits ino) before
- * anything duplicates it: pidfd_getfd can duplicate any fd of a process
- * we may ptrace, whether it exported it or not, and closing that
- * duplicate drops our POSIX locks on its file. The library installs the
- * exporter registry's check (registry_view.c); without one (the unit
- * tests of this layer) nothing more than the fd's kind is proven.
+ * The proof of export (the pipeline's step 3): pidfd_getfd can duplicate
+ * any fd of a process we may ptrace, whether it exported it or not, so
+ * nothing is duplicated before its exporter is shown to have exported it.
+ * prove() finds fd (inode low 32 bits ino) listed, under the key rec
+ * names it by (byval_record_key), in the registry of the exporter behind pidfd (pid: its pid here, for
+ * messages) and fills *proof with the word that stays serial while that
+ * export lives; the pipeline checks it again after the
+ * duplicate (the exporter withdraws before it closes). done() drops what
+ * prove() holds. The library installs the registry's (proof.c); without
+ * one (the unit tests of this layer) /proc shows the fd's kind first.
  */
-typedef byval_status_t (*byval_evidence_fn)(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                            uint32_t ino, char *msg, size_t msglen);
-void byval_resolve_set_evidence(byval_evidence_fn fn);
-/* Run the installed check (BYVAL_OK when none). */
-byval_status_t byval_export_evidence(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                     uint32_t ino, char *msg, size_t msglen);
+typedef struct byval_proof {
+    const uint64_t *word; /* NULL: nothing held */
+    uint64_t serial;
+    void *hold;
+} byval_proof_t;
+
+typedef struct byval_prover {
+    byval_status_t (*prove)(const byval_record_t *rec, int pidfd, uint32_t pid, uint32_t fd,
+                            uint32_t ino, byval_proof_t *proof, char *msg, size_t msglen);
+    void (*done)(byval_proof_t *proof);
+} byval_prover_t;
+
+void byval_resolve_set_prover(const byval_prover_t *p);
+
+/* The registry key under which rec's exporter published fd: the record's
+ * own fd under its kind and allocation id, a chunk its manifest lists
+ * under the chunk kind and that id. */
+uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd);
 
 /* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
 int byval_pidfd_exited(int pidfd);

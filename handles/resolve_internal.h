@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* resolve_internal.h - helpers shared by self.c, resolve.c and fdcheck.c
- * (and their unit tests); not part of the interface the shim uses. */
+/* resolve_internal.h - helpers shared by the resolution's files (resolve.c,
+ * identity.c, pidfd.c, fdcheck.c, peers.c, self.c) and their unit tests;
+ * not part of the interface the shim uses. */
 #ifndef BYVAL_HANDLES_RESOLVE_INTERNAL_H
 #define BYVAL_HANDLES_RESOLVE_INTERNAL_H
 
@@ -12,15 +13,9 @@
 #include <sys/types.h>
 
 #include "handles/resolve.h"
+#include "handles/transport.h"
 
-/* glibc 2.36 headers have both; older ones lack them (x86-64 and the
- * generic table share these numbers). */
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
+#include "handles/sys.h"
 #define BYVAL_PIDFS_MAGIC 0x50494446u
 
 /* Start time of pid (field 22 of /proc/<pid>/stat, clock ticks after
@@ -28,13 +23,41 @@
  * the line cannot be parsed. */
 int byval_proc_start_time(pid_t pid, uint64_t *start_p);
 
+/* The pid the kernel shows for pidfd in our pid namespace (the "Pid:" of
+ * its fdinfo): > 0; 0 when the process is outside our namespace tree; -1
+ * once it exited; -2 when pidfd is not a pidfd we can read. */
+int byval_pidfd_pid(int pidfd);
+
 /* 1 if fd lives on pidfs (a pidfd's inode then identifies the process). */
 int byval_pidfd_is_pidfs(int pidfd);
 
 /* Is the process behind pidfd the one rec describes? BYVAL_OK, or
- * IDENTITY/GONE/PERM/NOFD/SYS with one line in msg. */
+ * IDENTITY/GONE/PERM/NOFD/SYS with one line in msg. pid: its pid in our
+ * namespace (byval_check_identity: rec->pid, a record of our namespace). */
+byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd, char *msg,
+                              size_t msglen);
 byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg,
                                     size_t msglen);
+
+/* pidfd_open(pid) (pid: the exporter's in our namespace) and
+ * byval_identify on it: *pidfd_p, or a status with one line. */
+byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p,
+                                   char *msg, size_t msglen);
+
+/* Status and explanation (*note_p) of a failed pidfd_getfd. */
+byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
+
+/* The wording the steps share (identity.c). */
+extern const char byval_perm_hint[], byval_gone_note[], byval_nofd_note[];
+
+/* What the resolution learnt per exporter (peers.c): how auto reached it
+ * (NONE, XLATED or SOCKET) and its pid here when translated. */
+typedef struct byval_peer {
+    byval_via_t via;
+    uint32_t local_pid;
+} byval_peer_t;
+byval_peer_t byval_peer_get(const byval_record_t *rec);
+void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid);
 
 /* What the check before pidfd_getfd saw, for the check after it. */
 typedef struct byval_fd_seen {

@@ -14,7 +14,7 @@
  *   check has no window at all. Flag BYVAL_FLAG_ID_PIDFS.
  * - start time (older kernels, where every pidfd shares one anonymous
  *   inode): field 22 of /proc/<pid>/stat, in clock ticks after boot. The
- *   importer reads it AFTER pidfd_open (see resolve.c for why that order
+ *   importer reads it AFTER pidfd_open (see identity.c for why that order
  *   is race-free). Weaker: a pid reused within the same tick (10 ms) would
  *   pass, which needs pid_max forks in 10 ms; and an exporter in another
  *   time namespace reports a shifted start time (refused, never accepted).
@@ -107,7 +107,7 @@ static int self_compute(byval_self_t *s)
     s->pidns = (uint32_t)st.st_ino;
     if (self_boot_hash(&s->boot) != 0)
         return -1;
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)s->pid, 0);
+    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd >= 0) {
         int pidfs = byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0;
         close(pidfd);

@@ -6,6 +6,7 @@
  * first, and on EPERM/ENOSYS/foreign pid namespace the socket, remembered
  * per exporter (pidns, pid, identity) so later opens go straight to what
  * worked. No GPU API and no configuration here: the shim passes the mode.
+ * These are the entries of resolve.c's pipeline; peers.c remembers.
  */
 #ifndef BYVAL_HANDLES_TRANSPORT_H
 #define BYVAL_HANDLES_TRANSPORT_H
@@ -48,11 +49,18 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
                                         int mode, int *fd_p, int *pidfd_p,
                                         byval_fetch_info_t *info, char *msg, size_t msglen);
 
+/* The same, lent the exporter's pidfd kept from an earlier open (kept >=
+ * 0: identified then, so no pidfd_open and no identity check now; -1:
+ * none). *pidfd_p: kept again when it was lent, else as above. */
+byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self,
+                                     int mode, int kept, int *fd_p, int *pidfd_p,
+                                     byval_fetch_info_t *info, char *msg, size_t msglen);
+
 /*
  * One more fd of the same exporter (CUDA manifest chunks, or a later cold
  * open of an exporter whose pidfd was kept), after a successful
  * byval_transport_fetch_fd that gave pidfd: through whichever transport
- * reached the exporter then. size: as byval_getfd_more (0: not checked).
+ * reached the exporter then. size: as byval_getfd_obj (0: not checked).
  */
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
                                              uint32_t fd, uint32_t fd_ino, uint64_t size,

@@ -18,14 +18,15 @@
  * no ipcbyval, or another pid namespace), a number the exporter did not
  * export, a peer of another uid. IPCBYVAL_TRANSPORT=pidfd and
  * IPCBYVAL_ENABLE=0 never rescue, and neither do flags != 0 (the kernel
- * answers EINVAL to those) or ipcbyval's own calls (its transport has its
- * own fallback).
+ * answers EINVAL to those). ipcbyval's own calls never come here: they
+ * enter the kernel through handles/sys.h, so nothing needs to tell them
+ * apart. A rescued call leaves errno as it found it, as the C library
+ * does on success.
  *
  * Every other system call pays a compare and a tail call (x86-64: an
  * assembly entry that jumps to the C library's syscall; elsewhere a C
  * function that forwards six arguments, as glibc's reads six).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
@@ -76,14 +77,6 @@ static int refused(long r)
     return r < 0 && (errno == EPERM || errno == ENOSYS);
 }
 
-/* Was the call made by ipcbyval itself? Only asked after a refusal. */
-static int own_call(const void *caller)
-{
-    Dl_info us, them;
-    return dladdr((const void *)own_call, &us) && dladdr(caller, &them) &&
-           us.dli_fbase == them.dli_fbase;
-}
-
 static const char *denial(int err)
 {
     return err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
@@ -91,13 +84,14 @@ static const char *denial(int err)
 }
 
 /* pidfd_getfd(pidfd, fd, flags) failed with err (EPERM or ENOSYS): the
- * rescued fd, or -1 with errno = err. */
-static long rescue(const void *caller, int pidfd, int fd, unsigned int flags, int err)
+ * rescued fd with errno = saved (the caller's, untouched as on a native
+ * success), or -1 with errno = err. */
+static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
 {
     int got = -1;
     uint32_t pid = 0;
     char msg[512];
-    if (flags != 0 || own_call(caller) || !byval_enabled() ||
+    if (flags != 0 || !byval_enabled() ||
         byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
         errno = err;
         return -1;
@@ -119,17 +113,18 @@ static long rescue(const void *caller, int pidfd, int fd, unsigned int flags, in
                        pid, fd, denial(err));
     else
         BYVAL_LOG_DEBUG("pidfd_getfd(pid %u, fd %d) rescued", pid, fd);
+    errno = saved;
     return got;
 }
 
 /* syscall(SYS_pidfd_getfd, ...): the x86-64 entry below jumps here with
- * the caller's arguments and return address untouched. */
+ * the caller's arguments untouched. */
 BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, long a2, long a3,
                                                             long a4, long a5, long a6)
 {
-    const void *caller = __builtin_return_address(0);
+    int saved = errno;
     long r = forward(nr, a1, a2, a3, a4, a5, a6);
-    return refused(r) ? rescue(caller, (int)a1, (int)a2, (unsigned int)a3, errno) : r;
+    return refused(r) ? rescue((int)a1, (int)a2, (unsigned int)a3, errno, saved) : r;
 }
 
 #if defined(__x86_64__)
@@ -179,7 +174,7 @@ BYVAL_EXPORT long syscall(long nr, ...)
 BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
     static pidfd_getfd_fn fn;
-    const void *caller = __builtin_return_address(0);
+    int saved = errno;
     pidfd_getfd_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
     if (!f) {
         f = (pidfd_getfd_fn)byval_dlsym_next((const void *)pidfd_getfd, "pidfd_getfd");
@@ -187,5 +182,5 @@ BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
     }
     int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
               : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
-    return refused(r) ? (int)rescue(caller, pidfd, targetfd, flags, errno) : r;
+    return refused(r) ? (int)rescue(pidfd, targetfd, flags, errno, saved) : r;
 }

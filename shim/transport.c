@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* transport.c - the IPCBYVAL_TRANSPORT policy (see transport.h): the
- * configured mode handed to handles/transport.c, and the log line. */
+ * configured mode handed to the resolution (handles/resolve.c), the
+ * exporter's kept pidfd lent to it, and the log line. */
 #include "shim/transport.h"
 
 #include <errno.h>
@@ -25,34 +26,30 @@ static byval_exporter_id_t exporter_of(const byval_record_t *rec)
     return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
 }
 
-static pthread_once_t evidence_once = PTHREAD_ONCE_INIT;
+static pthread_once_t prover_once = PTHREAD_ONCE_INIT;
 
-static void evidence_init(void)
+static void prover_init(void)
 {
-    byval_resolve_set_evidence(byval_reg_evidence);
+    byval_resolve_set_prover(&byval_reg_prover);
 }
 
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
     /* Nothing is duplicated that its exporter did not publish. */
-    pthread_once(&evidence_once, evidence_init);
-    /* Same boot first: the kept pidfd is matched by (pidns, pid, identity),
-     * which another host's record could repeat. */
+    pthread_once(&prover_once, prover_init);
+    /* A kept pidfd is matched by (pidns, pid, identity), which another
+     * host's record could repeat: same boot only. */
+    int kept = -1;
     if (rec->boot == self->boot) {
         byval_exporter_id_t id = exporter_of(rec);
-        int kept = byval_exporters_hold(&id);
-        if (kept >= 0) {
+        kept = byval_exporters_hold(&id);
+        if (kept >= 0)
             BYVAL_STAT_INC(open_kept_pidfd);
-            *pidfd_p = kept;
-            *fd_p = -1;
-            return byval_transport_fetch_more_fd(rec, byval_cfg.transport, kept, rec->fd,
-                                                 rec->fd_ino, rec->size, fd_p, msg, msglen);
-        }
     }
     byval_fetch_info_t info;
-    byval_status_t st = byval_transport_fetch_fd(rec, self, byval_cfg.transport, fd_p, pidfd_p,
-                                                 &info, msg, msglen);
+    byval_status_t st = byval_transport_fetch(rec, self, byval_cfg.transport, kept, fd_p, pidfd_p,
+                                              &info, msg, msglen);
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
     else if (st == BYVAL_OK)

@@ -1,20 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_pidfd: what a cold open adds to the driver's own import, timed
- * against a fork()ed exporter holding a memfd, each next to the raw
- * syscalls it is made of (every row closes the duplicate, as the open
- * does once the driver imported it):
- *  - resolve_us: the first open from an exporter, byval_resolve_fd (host
- *    and namespace checks, pidfd_open, identity check, pidfd_getfd, inode
- *    and size check; the pidfd is kept) vs pidfd_raw_us (pidfd_open +
- *    pidfd_getfd + both closes);
+ * against fork()ed exporters holding a memfd published in their registry
+ * (as the library's exporters do), each next to the raw syscalls it is
+ * made of (every row closes the duplicate, as the open does once the
+ * driver imported it). The library's proof of export (the registry,
+ * handles/proof.c) is installed, as the shim installs it:
+ *  - resolve_us: the first open from an exporter whose registry is
+ *    mapped already, byval_resolve_fd (host check, pidfd_open, identity,
+ *    proof of export, pidfd_getfd, object check; the pidfd is kept) vs
+ *    pidfd_raw_us (pidfd_open + pidfd_getfd + both closes);
  *  - known_us: every later cold open from that exporter, through its kept
- *    pidfd, byval_getfd_more (pidfd_getfd, inode and size check) vs
- *    getfd_raw_us (pidfd_getfd + close).
+ *    pidfd, byval_transport_fetch_more_fd (proof, pidfd_getfd, object
+ *    check) vs getfd_raw_us (pidfd_getfd + close);
+ *  - attach_us: the one-time attach of an exporter's registry (find it in
+ *    /proc/PID/fd, fetch and check it and its pipe, map it, watch it),
+ *    over ATTACHES exporters.
  * Needs no GPU and no driver: make bench and make bench-gpu run it on
  * each machine. Prints "key value" lines (medians, microseconds). No
  * timing asserts.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handles/registry.h"
+#include "handles/registry_view.h"
 #include "handles/resolve.h"
+#include "handles/transport.h"
 
 #define RUNS 2000
+#define ATTACHES 24
 
 static double now_us(void)
 {
@@ -47,38 +57,99 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-int main(void)
+typedef struct exporter {
+    pid_t pid;
+    int go; /* closed (and a kill): it exits */
+    byval_record_t rec;
+} exporter_t;
+
+/* Fork an exporter: one memfd, published in its registry, its record
+ * sent back; it waits until stopped. */
+static int exporter_start(exporter_t *x)
 {
     int rp[2], go[2];
     if (pipe(rp) != 0 || pipe(go) != 0)
-        return 1;
-    pid_t child = fork();
-    if (child == 0) { /* the exporter: one memfd, its record, then wait */
+        return -1;
+    x->pid = fork();
+    if (x->pid == 0) {
         byval_self_t s;
         char c;
+        close(go[1]);
+        byval_self_reset(); /* as the library's fork handler does */
         int fd = memfd_create("bench", MFD_CLOEXEC);
-        byval_self_reset();
         if (fd < 0 || ftruncate(fd, 65536) != 0 || byval_self_get(&s) != 0)
             _exit(1);
-        byval_record_t rec = {.kind = BYVAL_KIND_ZE_MEM, .fd = (uint32_t)fd, .size = 65536};
+        byval_record_t rec = {.kind = BYVAL_KIND_ZE_MEM, .fd = (uint32_t)fd, .size = 65536,
+                              .alloc_id = 7};
         byval_record_set_exporter(&rec, &s);
         rec.fd_ino = (uint32_t)byval_fd_inode(fd);
-        if (write(rp[1], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+        if (byval_reg_add(byval_record_key(&rec, rec.fd), rec.fd_ino, rec.fd, rec.size) != 0 ||
+            write(rp[1], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
             _exit(1);
-        _exit(read(go[0], &c, 1) == 1 ? 0 : 2);
+        _exit(read(go[0], &c, 1) >= 0 ? 0 : 2);
     }
-    byval_record_t rec;
+    close(rp[1]);
+    close(go[0]);
+    x->go = go[1];
+    int ok = x->pid > 0 && read(rp[0], &x->rec, sizeof(x->rec)) == (ssize_t)sizeof(x->rec);
+    close(rp[0]);
+    return ok ? 0 : -1;
+}
+
+static void exporter_stop(exporter_t *x)
+{
+    /* Later exporters inherited this one's pipe: a kill, not an EOF. */
+    close(x->go);
+    kill(x->pid, SIGKILL);
+    waitpid(x->pid, NULL, 0);
+}
+
+/* The one-time registry attach, per exporter. */
+static int bench_attach(double *us, char *msg, size_t len)
+{
+    exporter_t xs[ATTACHES];
+    int n = 0, rc = 0;
+    for (; n < ATTACHES && rc == 0; n++)
+        rc = exporter_start(&xs[n]);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int pidfd = (int)syscall(SYS_pidfd_open, xs[i].pid, 0);
+        double t0 = now_us();
+        byval_reg_view_t *v = byval_reg_attach(&xs[i].rec, BYVAL_MODE_PIDFD, pidfd, msg, len);
+        us[i] = now_us() - t0;
+        if (!v)
+            rc = -1;
+        else
+            byval_reg_view_put(v);
+        close(pidfd);
+    }
+    for (int i = 0; i < n; i++)
+        exporter_stop(&xs[i]);
+    return rc;
+}
+
+int main(void)
+{
+    exporter_t x;
     byval_self_t self;
-    if (child < 0 || read(rp[0], &rec, sizeof(rec)) != (ssize_t)sizeof(rec) ||
-        byval_self_get(&self) != 0) {
+    char msg[512];
+    byval_resolve_set_prover(&byval_reg_prover);
+    if (exporter_start(&x) != 0 || byval_self_get(&self) != 0) {
         fprintf(stderr, "bench_pidfd: exporter setup failed\n");
         return 1;
     }
-    static double full[RUNS], raw[RUNS], known[RUNS], known_raw[RUNS];
-    char msg[512];
-    int status = 0, kept = (int)syscall(SYS_pidfd_open, child, 0);
-    for (int i = 0; i < RUNS && kept >= 0; i++) {
-        int fd = -1, pidfd = -1;
+    static double full[RUNS], raw[RUNS], known[RUNS], known_raw[RUNS], attach[ATTACHES];
+    const byval_record_t rec = x.rec;
+    int status = 0, kept = (int)syscall(SYS_pidfd_open, x.pid, 0);
+    /* The exporter met once: its registry is attached (timed below). */
+    int fd = -1, pidfd = -1;
+    if (kept < 0 || byval_resolve_fd(&rec, &self, &fd, &pidfd, msg, sizeof(msg)) != BYVAL_OK) {
+        fprintf(stderr, "bench_pidfd: %s\n", kept < 0 ? "pidfd_open failed" : msg);
+        status = 1;
+    }
+    close(fd);
+    close(pidfd);
+    for (int i = 0; i < RUNS && !status; i++) {
+        fd = pidfd = -1;
         double t0 = now_us();
         byval_status_t st = byval_resolve_fd(&rec, &self, &fd, &pidfd, msg, sizeof(msg));
         close(fd);
@@ -86,8 +157,8 @@ int main(void)
         close(pidfd); /* kept by the shim: not timed */
         if (st == BYVAL_OK) {
             t0 = now_us();
-            st = byval_getfd_more(kept, rec.pid, rec.fd, rec.fd_ino, rec.size, &fd, msg,
-                                  sizeof(msg));
+            st = byval_transport_fetch_more_fd(&rec, BYVAL_MODE_PIDFD, kept, rec.fd, rec.fd_ino,
+                                               rec.size, &fd, msg, sizeof(msg));
             close(fd);
             known[i] = now_us() - t0;
         }
@@ -97,7 +168,7 @@ int main(void)
             break;
         }
         t0 = now_us();
-        pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+        pidfd = (int)syscall(SYS_pidfd_open, x.pid, 0);
         int dup = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)rec.fd, 0);
         close(dup);
         close(pidfd);
@@ -106,17 +177,17 @@ int main(void)
         close((int)syscall(SYS_pidfd_getfd, kept, (int)rec.fd, 0));
         known_raw[i] = now_us() - t0;
     }
-    if (kept < 0) {
-        perror("bench_pidfd: pidfd_open");
+    exporter_stop(&x);
+    if (!status && bench_attach(attach, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "bench_pidfd: attach: %s\n", msg);
         status = 1;
     }
-    (void)!write(go[1], "x", 1);
-    waitpid(child, NULL, 0);
     if (status)
         return status;
     printf("resolve_us %.3f\n", median(full, RUNS));
     printf("pidfd_raw_us %.3f\n", median(raw, RUNS));
     printf("known_us %.3f\n", median(known, RUNS));
     printf("getfd_raw_us %.3f\n", median(known_raw, RUNS));
+    printf("attach_us %.3f\n", median(attach, ATTACHES));
     return 0;
 }

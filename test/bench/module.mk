@@ -15,7 +15,7 @@ $(BENCH_DIR)/bench_lru: test/bench/bench_lru.c $(CACHE_OBJ)
 # The resolution a cold open adds, on handles/ alone (no GPU, no loader).
 $(BENCH_DIR)/bench_pidfd: test/bench/bench_pidfd.c $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_OBJ) -lpthread
 
 # Linked to the loader like any application: the preload interposes on
 # the symbols, exactly as it would for a user's program.

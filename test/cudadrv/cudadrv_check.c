@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -237,6 +238,22 @@ static void check_vmm(void)
     CHECK(cuMemExportToShareableHandle(&fd2, h[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                                        0) == CUDA_SUCCESS);
     CHECK(fd1 >= 0 && fd2 >= 0 && fd1 != fd2);
+    {
+        /* As on the real driver (/dev/nvidiactl): every export of every
+         * allocation is a new open file of ONE inode, so an inode cannot
+         * tell a freed export's reused number from a live export. */
+        int fd0 = -1;
+        struct stat s0, s1, s2;
+        CHECK(cuMemExportToShareableHandle(&fd0, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                           0) == CUDA_SUCCESS);
+        CHECK(fstat(fd0, &s0) == 0 && fstat(fd1, &s1) == 0 && fstat(fd2, &s2) == 0 &&
+              s0.st_ino == s1.st_ino && s1.st_ino == s2.st_ino && s0.st_dev == s1.st_dev);
+        CHECK(cuMemImportFromShareableHandle(&hi, (void *)(intptr_t)fd0,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+                  CUDA_SUCCESS &&
+              cuMemRelease(hi) == CUDA_SUCCESS);
+        close(fd0);
+    }
     CHECK(cuMemImportFromShareableHandle(&hi, (void *)(intptr_t)fd2,
                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
           CUDA_SUCCESS && hi != h[1]);

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The library exports exactly the symbols of shim/symbols.h, plus dlsym and
 # the pidfd_getfd rescue's syscall and pidfd_getfd (shim/syscall.c), and
-# dlsym() hands out each wrapper for the loader's symbol.
+# dlsym() hands out each wrapper for the loader's symbol; and no call of
+# ipcbyval's own goes through that exported syscall() (handles/sys.h).
 . "$(dirname "$0")/lib.sh"
 need "$LIB"
 listed=$( (cat "$ROOT/shim/symbols.h"; cat "$ROOT/shim/cu_symbols.h" 2>/dev/null) |
@@ -19,4 +20,11 @@ for s in syscall pidfd_getfd; do
     nm -D --defined-only "$LIB" | grep -qw "$s" && pass "$s interposed (the pidfd_getfd rescue)" ||
         fail "$s" "not exported"
 done
+if command -v objdump >/dev/null; then
+    n=$(objdump -d "$LIB" | grep -cE 'call.*<syscall(@plt)?>')
+    [ "$n" = 0 ] && pass "no internal call goes through the exported syscall()" ||
+        fail "internal syscall() calls" "$n calls to syscall() in $LIB (use handles/sys.h)"
+else
+    skip "internal syscall() calls" "objdump not installed"
+fi
 finish

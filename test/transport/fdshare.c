@@ -166,6 +166,8 @@ static int do_import(const char *dir, int wrapper, const char *ask)
     if (pidfd < 0)
         return perror("pidfd_open"), 1;
     int got;
+    /* The C library leaves errno alone on success: a rescued call must too. */
+    errno = EILSEQ;
     if (wrapper) {
         if (!pidfd_getfd)
             return fprintf(stderr, "SKIP: this C library has no pidfd_getfd wrapper\n"), 77;
@@ -179,6 +181,10 @@ static int do_import(const char *dir, int wrapper, const char *ask)
                target, strerror(err), err);
         return 1;
     }
+    if (errno != EILSEQ)
+        return fprintf(stderr, "fdshare: importer: errno %d (%s) after a successful "
+                       "pidfd_getfd, was EILSEQ: a success must leave errno alone\n",
+                       errno, strerror(errno)), 1;
     int fl = fcntl(got, F_GETFD);
     if (fl < 0 || !(fl & FD_CLOEXEC))
         return fprintf(stderr, "fdshare: importer: fd without FD_CLOEXEC (%d)\n", fl), 1;

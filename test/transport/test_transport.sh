@@ -49,30 +49,5 @@ if [ "$(id -u)" = 0 ] && [ -x "$F" ]; then
 else
     skip "foreign uid" "needs root and fault_main"
 fi
-# Pid namespaces: exporter and importer as separate processes.
-if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && [ -x "$F" ]; then
-    tmp=$(mktemp -d)
-    xns() { # NAME EXPORTER-UNSHARE-FLAGS IMPORTER-UNSHARE-FLAGS [expect-fail]
-        local name=$1 eflags=$2 iflags=$3 extra=${4:-}
-        rm -f "$tmp/h" "$tmp/h.done"
-        # shellcheck disable=SC2086
-        timeout 60 unshare $eflags --fork "$RUN" "$F" xns-export "$tmp/h" >"$L/tr-$name-exp.log" 2>&1 &
-        local ep=$!
-        # shellcheck disable=SC2086
-        timeout 60 ${iflags:+unshare $iflags --fork} "$RUN" "$F" xns-import "$tmp/h" $extra \
-            >"$L/tr-$name.log" 2>&1
-        wait $ep
-        grep -E '^(PASS|FAIL): ' "$L/tr-$name.log" || fail "$name" "$(tail -3 "$L/tr-$name.log" | tr '\n' ' ')"
-    }
-    XNS_LABEL="pidfd only, pid translated" IPCBYVAL_TRANSPORT=pidfd xns child-ns "--pid" ""
-    XNS_LABEL="pidfd only, exporter also in its own network namespace" \
-        IPCBYVAL_TRANSPORT=pidfd xns child-ns-net "--pid --net" ""
-    xns sibling "--pid --net" "--pid --net" expect-fail
-    grep -q 'not below ours' "$L/tr-sibling.log" && grep -q 'serves no fds over the socket' "$L/tr-sibling.log" &&
-        pass "sibling namespace: message names the namespace and the unreachable socket" ||
-        fail "sibling message" "$(grep error "$L/tr-sibling.log" | head -2 | tr '\n' ' ')"
-    rm -rf "$tmp"
-else
-    skip "pid namespaces" "needs root, unshare and fault_main"
-fi
+# Pid namespaces: test_xns.sh.
 finish

@@ -67,6 +67,7 @@ static pid_t exporter(int cmd[2], int out[2], int publish)
         return pid;
     close(cmd[1]); /* a parent that fails an assert: EOF here, no orphan */
     close(out[0]);
+    byval_self_reset(); /* as the library's fork handler does */
     byval_self_t self;
     byval_record_t rec = {0};
     byval_self_get(&self);
@@ -85,6 +86,11 @@ static pid_t exporter(int cmd[2], int out[2], int publish)
     for (char c; read(cmd[0], &c, 1) == 1;) {
         if (c == 'r')
             byval_reg_remove(KEY, 5);
+        else if (c == 'c') { /* chunks freed; the next allocation's chunk gets fd 7 again, and
+                              * on NVIDIA the same inode (/dev/nvidiactl) */
+            byval_reg_remove(KEY + 1, 0);
+            byval_reg_add(KEY + 2, 9, 7, 0);
+        }
         else if (c == 'e')
             execl("/bin/sleep", "sleep", "5", (char *)NULL);
         else
@@ -196,32 +202,70 @@ static void test_no_registry_no_view(void **state)
     close(out[0]);
 }
 
+/* The proof the pipeline asks for (proof.c): fd, inode and key listed. */
+static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t fd,
+                             uint32_t ino, byval_proof_t *proof, char *msg, size_t len)
+{
+    /* A record whose own fd is fd names it by key (byval_record_key). */
+    byval_record_t r = *rec;
+    r.kind = (uint8_t)(key >> 56);
+    r.alloc_id = key & BYVAL_WIRE_MAX_ALLOC_ID;
+    r.fd = fd;
+    assert_int_equal(byval_record_key(&r, fd), key);
+    return byval_reg_prover.prove(&r, pidfd, rec->pid, fd, ino, proof, msg, len);
+}
+
 /* Issue 15 item 4: a forged record naming an fd its process did not
  * export (a memfd of the right kind and inode) is refused before any
- * duplicate; the same fd once published is accepted. */
+ * duplicate; the same fd once published is accepted. Issue 22 defect 0:
+ * a chunk's number reused by another allocation, with the same inode (as
+ * every /dev/nvidiactl fd has), is not the export the record names. */
 static void test_evidence_before_duplicating(void **state)
 {
     BYVAL_NEED(no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec;
+    byval_proof_t p, q;
     pid_t pid = exporter(cmd, out, 1); /* publishes KEY for fd 3, inode 5 */
     assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
     pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec.pid, 0);
     assert_true(pidfd >= 0);
     char msg[512] = "";
-    /* fd 3 with inode 5 is what it published; anything else is not. */
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 5, msg, sizeof(msg)), BYVAL_OK);
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 4, 5, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    /* fd 3 with inode 5 under KEY is what it published; anything else is not. */
+    assert_int_equal(proven(&rec, pidfd, KEY, 3, 5, &p, msg, sizeof(msg)), BYVAL_OK);
+    byval_reg_prover.done(&p);
+    assert_int_equal(proven(&rec, pidfd, KEY, 4, 5, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
     printf("refused: %s\n", msg);
     assert_non_null(strstr(msg, "does not list fd 4"));
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 6, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_int_equal(proven(&rec, pidfd, KEY, 3, 6, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_int_equal(proven(&rec, pidfd, KEY + 1, 3, 5, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
     /* Every chunk fd of one key and inode is listed (only the first was). */
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 7, 9, msg, sizeof(msg)), BYVAL_OK);
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 8, 9, msg, sizeof(msg)), BYVAL_OK);
-    char c = 'r'; /* withdrawn: no longer evidence */
+    assert_int_equal(proven(&rec, pidfd, KEY + 1, 7, 9, &q, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(proven(&rec, pidfd, KEY + 1, 8, 9, &p, msg, sizeof(msg)), BYVAL_OK);
+    byval_reg_prover.done(&p);
+    /* The chunks are freed and fd 7 (same inode) now holds another
+     * allocation's chunk: the proof taken before no longer holds, and a
+     * new one for the freed allocation is refused. */
+    char c = 'c';
     assert_int_equal(write(cmd[1], &c, 1), 1);
     assert_int_equal(read(out[0], &c, 1), 1);
-    assert_int_equal(byval_reg_evidence(&rec, pidfd, 3, 5, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    /* (A manifest's chunks are listed under the key its exporter uses,
+     * shim/cu_export.c's chunks_key of the manifest's key.) */
+    byval_record_t man = rec;
+    man.kind = BYVAL_KIND_CU_VMM_MANIFEST;
+    man.alloc_id = 0x123456789aULL;
+    assert_int_equal(byval_record_key(&man, man.fd + 1),
+                     BYVAL_REG_KEY(BYVAL_KIND_CU_VMM,
+                                   BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, man.alloc_id)));
+    assert_int_not_equal(__atomic_load_n(q.word, __ATOMIC_ACQUIRE), q.serial);
+    byval_reg_prover.done(&q);
+    assert_int_equal(proven(&rec, pidfd, KEY + 1, 7, 9, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
+    assert_int_equal(proven(&rec, pidfd, KEY + 2, 7, 9, &p, msg, sizeof(msg)), BYVAL_OK);
+    byval_reg_prover.done(&p);
+    c = 'r'; /* withdrawn: no longer evidence */
+    assert_int_equal(write(cmd[1], &c, 1), 1);
+    assert_int_equal(read(out[0], &c, 1), 1);
+    assert_int_equal(proven(&rec, pidfd, KEY, 3, 5, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
     c = 'x';
     assert_int_equal(write(cmd[1], &c, 1), 1);
     waitpid(pid, NULL, 0);

@@ -52,7 +52,7 @@ static void on_event(byval_reg_view_t *v, int gone)
     uint64_t serial;
     (void)gone;
     (void)byval_reg_find(v, KEY, 0, &serial); /* reads the page, as the cache does */
-    (void)byval_reg_lists(v, 12345, 6789);
+    (void)byval_reg_find_fd(v, KEY, 12345, 6789, &serial);
     __atomic_add_fetch(&events, 1, __ATOMIC_RELEASE);
 }
 
@@ -242,7 +242,7 @@ static void test_forger_of_another_uid(void **state)
     byval_reg_slot_t slot;
     (void)byval_reg_find(v, KEY, 0, &serial);
     (void)byval_reg_find_serial(v, 7, &slot);
-    assert_false(byval_reg_lists(v, 1, 2));
+    assert_null(byval_reg_find_fd(v, KEY, 1, 2, &serial));
     assert_int_equal(peer_forger_cmd(&f, 't'), 0); /* refused by the seals */
     long cpu0 = peer_watcher_cpu_ms();
     assert_int_equal(peer_forger_cmd(&f, 's'), 0); /* 1 s of pipe spam */

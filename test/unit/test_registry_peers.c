@@ -43,6 +43,7 @@ static void exporter_main(int sock)
 {
     byval_self_t self;
     peer_exporter_t me = {0};
+    byval_self_reset(); /* a fork child: as the library's fork handler does */
     byval_self_get(&self);
     byval_record_set_exporter(&me.rec, &self);
     uint64_t serial;

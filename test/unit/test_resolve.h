@@ -49,5 +49,6 @@ void test_out_of_fds(void **state);
 void test_invalid_records(void **state);
 void test_getfd_more_errors(void **state);
 void test_self_threads(void **state);
+void test_proof_held_across_getfd(void **state);
 
 #endif

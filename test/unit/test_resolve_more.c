@@ -3,7 +3,7 @@
  * test_resolve_more.c - the start-time identity flavour end to end, the
  * /proc/<pid>/stat parser against a hostile comm, a record whose identity
  * cannot be verified, fd exhaustion at each syscall, out-of-range records
- * and arguments, byval_getfd_more's errors, and byval_self_get racing
+ * and arguments, byval_getfd_obj's errors, and byval_self_get racing
  * threads after a reset.
  */
 #include <errno.h>
@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "handles/registry.h"
 #include "handles/resolve_internal.h"
 #include "test/unit/test_resolve.h"
 
@@ -223,21 +224,26 @@ void test_getfd_more_errors(void **state)
     exporter_start(&x, EXP_PLAIN);
     assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, &pidfd, msg, sizeof(msg)), BYVAL_OK);
     int before = nfds();
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, 1000, 0, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, 1000, 0, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg, sizeof(msg)),
                      BYVAL_E_BADFD);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "fd 1000 is not open in pid"));
     assert_int_equal(more, -1);
-    assert_int_equal(byval_getfd_more(-1, x.rec.pid, x.rec.fd, 0, 0, &more, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(-1, x.rec.pid, x.rec.fd, 0, 0, BYVAL_OBJ_MEMORY,
+                                     &more, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, 0, &more, msg,
-                                      sizeof(msg)), BYVAL_E_INVALID);
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, 0, 0, NULL, msg, sizeof(msg)),
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, (uint32_t)INT32_MAX + 1, 0, 0,
+                                     BYVAL_OBJ_MEMORY, &more, msg, sizeof(msg)),
+                     BYVAL_E_INVALID);
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, 0, 0, BYVAL_OBJ_MEMORY,
+                                     NULL, msg, sizeof(msg)),
                      BYVAL_E_INVALID);
     assert_int_equal(nfds(), before);
     exporter_stop(&x, 0); /* reaped: getfd through the old pidfd is ESRCH */
-    assert_int_equal(byval_getfd_more(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0, &more, msg,
-                                      sizeof(msg)), BYVAL_E_GONE);
+    assert_int_equal(byval_getfd_obj(pidfd, x.rec.pid, x.rec.fd, x.rec.fd_ino, 0,
+                                     BYVAL_OBJ_MEMORY, &more, msg, sizeof(msg)),
+                     BYVAL_E_GONE);
     printf("    %s\n", msg);
     assert_non_null(strstr(msg, "exited"));
     assert_int_equal(nfds(), before - 1); /* exporter_stop closed the go pipe */
@@ -286,4 +292,70 @@ void test_self_threads(void **state)
     assert_int_equal(byval_self_get(&s), 0);
     assert_true(s.pid == ref.pid && s.identity == ref.identity && s.boot == ref.boot);
     assert_int_equal(byval_self_get(NULL), -1);
+}
+
+/* ---- the proof of export, as the pipeline uses it (resolve.c) -------- */
+
+/* A stand-in for the registry's proof: "listed" under the record's key or
+ * not, and, to play the race, withdrawn (the word changed) right after it
+ * was read, as an exporter freeing the export during pidfd_getfd does. */
+static uint64_t stub_word;
+static int stub_mode; /* 0 listed, 1 listed then withdrawn, 2 not listed */
+static int stub_done;
+static uint64_t stub_key;
+
+static byval_status_t stub_prove(const byval_record_t *rec, int pidfd, uint32_t pid,
+                                 uint32_t fd, uint32_t ino, byval_proof_t *proof, char *msg,
+                                 size_t msglen)
+{
+    (void)pidfd, (void)ino;
+    stub_key = byval_record_key(rec, fd); /* the record's own fd: its kind and id */
+    if (stub_mode == 2) {
+        snprintf(msg, msglen, "pid %u's registry does not list fd %u", pid, fd);
+        return BYVAL_E_FDKIND;
+    }
+    stub_word = 41;
+    proof->word = &stub_word;
+    proof->serial = 41;
+    proof->hold = &stub_done;
+    if (stub_mode == 1)
+        __atomic_store_n(&stub_word, 0, __ATOMIC_RELEASE); /* withdrawn */
+    return BYVAL_OK;
+}
+
+static void stub_release(byval_proof_t *proof)
+{
+    (*(int *)proof->hold)++;
+}
+
+static const byval_prover_t stub = {stub_prove, stub_release};
+
+void test_proof_held_across_getfd(void **state)
+{
+    exporter_t x;
+    char msg[512];
+    int fd = -1;
+    NEED_GETFD();
+    exporter_start(&x, EXP_PLAIN);
+    byval_resolve_set_prover(&stub);
+    int before = nfds();
+    stub_mode = 0;
+    stub_done = 0;
+    assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, NULL, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(stub_key, BYVAL_REG_KEY(x.rec.kind, x.rec.alloc_id));
+    assert_int_equal(stub_done, 1); /* what prove() held is dropped */
+    check_mapping(fd);
+    close(fd);
+    stub_mode = 1; /* the export ended while it was duplicated: not used */
+    assert_int_equal(byval_resolve_fd(&x.rec, &self, &fd, NULL, msg, sizeof(msg)),
+                     BYVAL_E_BADFD);
+    printf("    %s\n", msg);
+    assert_non_null(strstr(msg, "withdrawn"));
+    assert_int_equal(fd, -1);
+    assert_int_equal(stub_done, 2);
+    stub_mode = 2; /* never listed: nothing duplicated */
+    expect_fail(&x.rec, BYVAL_E_FDKIND, "does not list");
+    assert_int_equal(nfds(), before);
+    byval_resolve_set_prover(NULL);
+    exporter_stop(&x, 0);
 }
