@@ -224,10 +224,18 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
                                      fd_p, msg, msglen);
 }
 
+static __thread int last_socket __attribute__((tls_model("initial-exec")));
+
+int byval_transport_last_socket(void)
+{
+    return last_socket;
+}
+
 byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
                                          uint32_t fd, uint32_t fd_ino, uint64_t size,
                                          byval_obj_t obj, int *fd_p, char *msg, size_t msglen)
 {
+    last_socket = 0;
     int sock = mode == BYVAL_MODE_SOCKET ||
                (mode == BYVAL_MODE_AUTO && (pidfd < 0 || peer_get(rec).via == BYVAL_VIA_SOCKET));
     if (!sock) {
@@ -244,6 +252,7 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
         if (mode != BYVAL_MODE_AUTO || (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS))
             return st;
     }
+    last_socket = 1;
     byval_status_t st = byval_broker_fetch(rec, fd, fd_ino, fd_p, msg, msglen);
     if (st != BYVAL_OK)
         return st;

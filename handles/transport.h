@@ -67,4 +67,9 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
 /* Forget what auto learnt (tests). */
 void byval_transport_forget(void);
 
+/* 1 when this thread's last byval_transport_fetch_obj (or fetch_more_fd)
+ * went to the exporter's socket, 0 when pidfd_getfd served it: what the
+ * per-open log line and the statistics name. */
+int byval_transport_last_socket(void);
+
 #endif

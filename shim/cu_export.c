@@ -353,6 +353,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         return r;
     }
     BYVAL_STAT_INC(exports);
+    byval_log_export("", 0, (const void *)(uintptr_t)ptr, -1);
     return CUDA_SUCCESS;
 }
 
@@ -372,6 +373,8 @@ void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
     size_t n = byval_lru_remove_if(export_cache, overlaps, range);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
+    if (n)
+        byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);
 }
 
 static int holds_handle(void *ctx, const void *key, void *value)
@@ -393,4 +396,6 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
         byval_cu_fast_forget_all();
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
+    if (n)
+        byval_log_export("the reservation of CUDA memory handle ", 1, (const void *)(uintptr_t)h, -1);
 }

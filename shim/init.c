@@ -60,7 +60,8 @@ static void init_run(void)
     pthread_atfork(NULL, NULL, init_atfork_child);
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
-    BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
+    if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
+        BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
                    init_enabled ? "enabled" : "disabled: pure pass-through", byval_cfg.ze,
                    byval_cfg.cuda, byval_cfg.cache_size, byval_cfg.export_cache_size);
     __atomic_store_n(&init_done, 1, __ATOMIC_RELEASE);
@@ -115,8 +116,8 @@ __attribute__((constructor)) static void init_print_config(void)
     int doctor = d && strcmp(d, "1") == 0;
     if (!print && !check && !doctor)
         return;
-    byval_init();
     init_quiet_exit = 1; /* this run does nothing else */
+    byval_init();
     if (print) {
         byval_config_print(stdout);
         fflush(stdout);

@@ -159,10 +159,14 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
                      const void *ptr, unsigned long long t0)
 {
     static const char *const served[] = {"hit", "miss via pidfd", "miss via socket",
-                                         "miss via rendezvous", "miss rescued"};
+                                         "miss via rendezvous", "miss rescued",
+                                         "miss opened by the driver"};
     int r = route >= 0 && route < (int)(sizeof(served) / sizeof(served[0])) ? route : 0;
-    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: exporter pid %u, %llu bytes at %p, %.1f us",
-              what, served[r], pid, bytes, ptr, log_us(t0));
+    char who[32] = "exporter not named by the handle";
+    if (pid)
+        snprintf(who, sizeof(who), "exporter pid %u", pid);
+    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
+              served[r], who, bytes, ptr, log_us(t0));
 }
 
 void byval_log_close_(const char *what, const void *ptr, const char *outcome,
@@ -172,13 +176,14 @@ void byval_log_close_(const char *what, const void *ptr, const char *outcome,
               log_us(t0));
 }
 
-void byval_log_export_(const char *what, int withdrawn, int fd, unsigned long long bytes,
-                       const void *ptr)
+void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
 {
+    char f[24] = "";
+    if (fd >= 0)
+        snprintf(f, sizeof(f), " (fd %d)", fd);
     if (withdrawn)
-        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export withdrawn: %s%p (fd %d, %llu bytes): "
-                  "importers release their closed mappings", what, ptr, fd, bytes);
+        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export withdrawn: %s%p%s: freed; importers "
+                  "release their closed mappings", what, ptr, f);
     else
-        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value (fd %d, %llu bytes)", what,
-                  ptr, fd, bytes);
+        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value%s", what, ptr, f);
 }

@@ -61,6 +61,7 @@ enum byval_route {
     BYVAL_ROUTE_SOCKET,     /* the exporter's socket (broker) */
     BYVAL_ROUTE_RENDEZVOUS, /* the rendezvous directory */
     BYVAL_ROUTE_RESCUED,    /* a refused pidfd_getfd served by the broker */
+    BYVAL_ROUTE_DRIVER,     /* nothing to fetch: the driver opened it (CUDA legacy) */
 };
 
 /* The clock a logged operation starts from: 0 (not read) unless debug
@@ -72,8 +73,7 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
                      const void *ptr, unsigned long long t0);
 void byval_log_close_(const char *what, const void *ptr, const char *outcome,
                       unsigned long long t0);
-void byval_log_export_(const char *what, int withdrawn, int fd, unsigned long long bytes,
-                       const void *ptr);
+void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd);
 #define BYVAL_LOG_IF_DEBUG_(call)                                        \
     do {                                                                 \
         if (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0)) \
@@ -81,7 +81,8 @@ void byval_log_export_(const char *what, int withdrawn, int fd, unsigned long lo
     } while (0)
 #define byval_log_open(...) BYVAL_LOG_IF_DEBUG_(byval_log_open_(__VA_ARGS__))
 #define byval_log_close(...) BYVAL_LOG_IF_DEBUG_(byval_log_close_(__VA_ARGS__))
-/* An export (withdrawn 0) or its withdrawal (1): fd is the exporter's. */
+/* An export (withdrawn 0) or its withdrawal (1) of ptr; fd: the exported
+ * fd, -1 when not known there. */
 #define byval_log_export(...) BYVAL_LOG_IF_DEBUG_(byval_log_export_(__VA_ARGS__))
 
 #endif

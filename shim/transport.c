@@ -32,6 +32,13 @@ static void evidence_init(void)
     byval_resolve_set_evidence(byval_reg_evidence);
 }
 
+static __thread int fetch_route __attribute__((tls_model("initial-exec")));
+
+int byval_fetch_route(void)
+{
+    return fetch_route;
+}
+
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
@@ -43,16 +50,25 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
         byval_exporter_id_t id = exporter_of(rec);
         int kept = byval_exporters_hold(&id);
         if (kept >= 0) {
-            BYVAL_STAT_INC(open_kept_pidfd);
             *pidfd_p = kept;
             *fd_p = -1;
-            return byval_transport_fetch_more_fd(rec, byval_cfg.transport, kept, rec->fd,
-                                                 rec->fd_ino, rec->size, fd_p, msg, msglen);
+            byval_status_t st = byval_transport_fetch_more_fd(rec, byval_cfg.transport, kept,
+                                                              rec->fd, rec->fd_ino, rec->size,
+                                                              fd_p, msg, msglen);
+            /* Counted by what served it: the kept pidfd's pidfd_getfd, or
+             * the socket of an exporter only the socket reaches. */
+            fetch_route = byval_transport_last_socket() ? BYVAL_ROUTE_SOCKET : BYVAL_ROUTE_PIDFD;
+            if (st == BYVAL_OK && fetch_route == BYVAL_ROUTE_SOCKET)
+                BYVAL_STAT_INC(open_kept_socket);
+            else if (st == BYVAL_OK)
+                BYVAL_STAT_INC(open_kept_pidfd);
+            return st;
         }
     }
     byval_fetch_info_t info;
     byval_status_t st = byval_transport_fetch_fd(rec, self, byval_cfg.transport, fd_p, pidfd_p,
                                                  &info, msg, msglen);
+    fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET : BYVAL_ROUTE_PIDFD;
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
     else if (st == BYVAL_OK)

@@ -201,6 +201,7 @@ static void forget(ze_event_pool_handle_t pool)
         return;
     withdraw(e);
     BYVAL_STAT_INC(frees);
+    byval_log_export("event pool ", 1, (void *)pool, -1);
     free(e);
 }
 
@@ -267,6 +268,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         return r;
     }
     BYVAL_STAT_INC(pool_exports);
+    byval_log_export("event pool ", 0, (void *)pool, -1);
     return r;
 }
 

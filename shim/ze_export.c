@@ -198,6 +198,7 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
         return 0;
     }
     BYVAL_STAT_INC(exports);
+    byval_log_export("", 0, ptr, (int)byval_ze_handle_fd(h));
     return 1;
 }
 
@@ -379,8 +380,10 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
     if (byval_registry_live() && byval_ze_alloc_props((ze_context_handle_t)ctx, ptr, &id, &dev) == 0)
         byval_export_unpublish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id), 0);
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
-    if (byval_lru_remove(export_cache, &key) == BYVAL_LRU_OK)
+    if (byval_lru_remove(export_cache, &key) == BYVAL_LRU_OK) {
         BYVAL_STAT_INC(frees);
+        byval_log_export("", 1, ptr, -1);
+    }
 }
 
 ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *ptr)
