@@ -71,14 +71,21 @@ typedef struct env {
     byval_probe_t p;
 } env_t;
 
+/* "EPERM" rather than a sentence: the lines stay short. */
+static const char *errname(int err)
+{
+    const char *n = strerrorname_np(err);
+    return n ? n : "error";
+}
+
 static const char *yama_words(int y)
 {
     switch (y) {
-    case 0: return "0 (a process may ptrace any other of its uid)";
-    case 1: return "1 (only descendants or declared ptracers: sibling ranks are refused)";
-    case 2: return "2 (only with CAP_SYS_PTRACE)";
+    case 0: return "0 (any process of the uid)";
+    case 1: return "1 (descendants only: sibling ranks refused)";
+    case 2: return "2 (CAP_SYS_PTRACE only)";
     case 3: return "3 (no ptrace at all)";
-    default: return "not enabled";
+    default: return "off";
     }
 }
 
@@ -88,7 +95,7 @@ static const char *denial(const env_t *e)
     if (e->p.sibling_getfd_err == ENOSYS || e->p.pidfd_open_err == ENOSYS)
         return "this kernel or sandbox has no pidfd_open/pidfd_getfd (ENOSYS)";
     if (e->p.child_getfd_err && e->seccomp == 2)
-        return "denied by this process's seccomp filter (a container's default profile)";
+        return "denied by the seccomp filter (a container's default profile)";
     if (e->yama == 3)
         return "denied by Yama ptrace_scope 3";
     if (e->yama == 2 && !e->cap_ptrace)
@@ -162,9 +169,11 @@ static void gpu_ze(int *found)
     /* The drivers the loader will look for: ZE_ENABLE_ALT_DRIVERS, else
      * Intel's GPU and NPU drivers by their usual names. */
     const char *alt = getenv("ZE_ENABLE_ALT_DRIVERS");
+    if (alt && !*alt)
+        alt = NULL;
     char list[1024];
     snprintf(list, sizeof(list), "%s",
-             alt && *alt ? alt : "libze_intel_gpu.so.1,libze_intel_gpu_legacy1.so.1,libze_intel_vpu.so.1");
+             alt ? alt : "libze_intel_gpu.so.1,libze_intel_gpu_legacy1.so.1,libze_intel_vpu.so.1");
     size_t n = 0;
     for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
         void *dh = dlopen(d, RTLD_LAZY | RTLD_LOCAL);
@@ -177,7 +186,7 @@ static void gpu_ze(int *found)
             break;
     }
     LINE("level zero", "%s; drivers: %s%s", real, drivers[0] ? drivers : "none found",
-         alt && *alt ? " (ZE_ENABLE_ALT_DRIVERS)" : "");
+         alt ? " (ZE_ENABLE_ALT_DRIVERS)" : "");
 }
 
 static void rendezvous(void)
@@ -214,38 +223,37 @@ int byval_doctor(void)
     e.cap_ptrace = (int)((strtoull(buf, NULL, 16) >> 19) & 1); /* CAP_SYS_PTRACE */
     byval_probe_run(&e.p, byval_cfg.set_ptracer);
 
-    printf("ipcbyval doctor: what ipcbyval will do on %s (uid %d), and why\n", u.nodename,
-           (int)getuid());
-    LINE("kernel", "Linux %s; pidfd_open %s; pidfs: %s", u.release,
-         e.p.pidfd_open_err ? strerror(e.p.pidfd_open_err) : "works",
-         e.p.pidfs ? "yes (a pidfd's inode names the process: no pid-reuse window)"
-                   : "no (identity from the start time, Linux < 6.9)");
+    printf("ipcbyval doctor: what ipcbyval will do on %s (uid %d)\n", u.nodename, (int)getuid());
+    LINE("kernel", "Linux %s; pidfd_open %s; pidfs %s", u.release,
+         e.p.pidfd_open_err ? errname(e.p.pidfd_open_err) : "works",
+         e.p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
     LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(e.yama),
-         e.seccomp == 2 ? "filter (mode 2)" : e.seccomp == 1 ? "strict (mode 1)" : "off (mode 0)",
+         e.seccomp == 2 ? "filter (mode 2)" : e.seccomp == 1 ? "strict (mode 1)" : "off",
          e.cap_ptrace ? "yes" : "no");
-    LINE("pidfd_getfd", "own child: %s; sibling (rank to rank): %s%s%s",
-         e.p.child_getfd_err ? strerror(e.p.child_getfd_err) : "allowed",
-         e.p.sibling_getfd_err ? strerror(e.p.sibling_getfd_err) : "allowed",
-         e.p.sibling_getfd_err ? ", " : "", e.p.sibling_getfd_err ? denial(&e) : "");
+    LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
+         e.p.child_getfd_err ? errname(e.p.child_getfd_err) : "allowed",
+         e.p.sibling_getfd_err ? errname(e.p.sibling_getfd_err) : "allowed",
+         e.p.sibling_getfd_err ? ": " : "", e.p.sibling_getfd_err ? denial(&e) : "");
     status_field("NSpid", buf, sizeof(buf));
     int depth = 0;
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t"))
         depth++;
-    LINE("namespaces", "pid:[%lu] (%s), net:[%lu]: ranks must share the pid namespace for "
-         "pidfd_getfd, the network namespace for the socket", ns_inode("pid"),
+    LINE("namespaces", "pid:[%lu] (%s), net:[%lu]", ns_inode("pid"),
          depth > 1 ? "nested: a container's" : "the host's", ns_inode("net"));
-    LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings: %s%s",
-         e.p.socket_err ? strerror(e.p.socket_err) : "works",
-         e.p.socket_err ? "" : e.p.peerpidfd ? " (SO_PEERPIDFD: the listener is proven)"
+    LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
+         e.p.socket_err ? errname(e.p.socket_err) : "works",
+         e.p.socket_err ? "" : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
                                              : " (no SO_PEERPIDFD: Linux < 6.5)");
     rendezvous();
     int gpu = 0;
     gpu_cuda(&gpu);
     gpu_ze(&gpu);
     Dl_info self;
+    char path[PATH_MAX] = "?";
+    if (dladdr((void *)byval_doctor, &self) && self.dli_fname && !realpath(self.dli_fname, path))
+        snprintf(path, sizeof(path), "%s", self.dli_fname);
     byval_config_changed(buf, sizeof(buf));
-    LINE("ipcbyval", "%s at %s; config: %s (ipcbyval-run --print-config)", BYVAL_VERSION,
-         dladdr((void *)byval_doctor, &self) && self.dli_fname ? self.dli_fname : "?",
+    LINE("ipcbyval", "%s at %s; config: %s (--print-config lists all)", BYVAL_VERSION, path,
          buf[0] ? buf : "defaults");
 
     int pidfd_ok = !e.p.sibling_getfd_err, sock_ok = !e.p.socket_err, mode = byval_cfg.transport;
@@ -276,17 +284,17 @@ int byval_doctor(void)
         fix = fixbuf;
     }
     if (how) {
-        LINE("transport", "IPCBYVAL_TRANSPORT=%s: same-node pairs use %s%s%s", transport_names[mode],
-             how, !pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET ? "; for pidfd_getfd: " : "",
-             !pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET ? pidfd_fix(&e) : "");
-        LINE("other ranks", "in another pid namespace: the socket%s; on another node: refused",
-             sock_ok ? ", when they share this network namespace" : " (not working here)");
+        LINE("transport", "IPCBYVAL_TRANSPORT=%s: same-node pairs use %s", transport_names[mode],
+             how);
+        if (!pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET)
+            LINE("for pidfd", "%s", pidfd_fix(&e));
+        LINE("other ranks", "another pid namespace: the socket%s; another node: refused",
+             sock_ok ? " (same network namespace only)" : " (not working here)");
     }
     if (!gpu)
-        LINE("note", "no GPU library found (libcuda.so.1, libze_loader.so.1): ipcbyval has "
-             "nothing to do until the program loads one (LD_LIBRARY_PATH?)");
+        LINE("note", "no GPU library found: nothing for ipcbyval to do (LD_LIBRARY_PATH?)");
     if (how)
-        printf("verdict: by-value works here: same-node ranks exchange handles through %s\n", how);
+        printf("verdict: by-value works here, through %s\n", how);
     else
         printf("verdict: by-value will NOT work here: %s\nfix: %s\n", why, fix);
     fflush(stdout);
