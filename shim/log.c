@@ -162,9 +162,11 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
                                          "miss via rendezvous", "miss rescued",
                                          "miss opened by the driver"};
     int r = route >= 0 && route < (int)(sizeof(served) / sizeof(served[0])) ? route : 0;
-    char who[32] = "exporter not named by the handle";
+    char who[32];
     if (pid)
         snprintf(who, sizeof(who), "exporter pid %u", pid);
+    else /* CUDA legacy: the driver's bytes; ipcbyval does not read them */
+        snprintf(who, sizeof(who), "exporter not named");
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
               served[r], who, bytes, ptr, log_us(t0));
 }

@@ -42,6 +42,26 @@ if [ -x "$DENY" ]; then
     routes "pidfd_getfd denied (auto falls back)" "$log" socket
 fi
 
+# CUDA on the driver double: VMM opens name their route and exporter,
+# legacy ones say the driver opened them.
+CU="$BUILD/test/cudadrv"
+if [ -x "$CU/cu_pair" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle; then
+    log="$L/logs-cuda.log"
+    LD_LIBRARY_PATH="$CU" timeout 60 "$RUN" --log=debug "$CU/cu_pair" --mem vmm-multi --route symbol --iters 3 --reopen >"$log" 2>&1
+    exporter=$(sed -nE 's/^\[ipcbyval ([0-9]+) [^]]*\] debug: export: 0x[0-9a-f]+ by value$/\1/p' "$log" | sort -u)
+    m=$(grep -caE "\] debug: open: miss via pidfd: exporter pid $exporter, [0-9]+ bytes at 0x[0-9a-f]+, [0-9.]+ us$" "$log")
+    h=$(grep -caE "\] debug: open: hit: exporter pid $exporter, " "$log")
+    grep -qa '^OK' "$log" && [ -n "$exporter" ] && [ "$m" -eq 1 ] && [ "$h" -eq 3 ] &&
+        pass "CUDA VMM: 1 miss via pidfd and 3 hits of exporter $exporter" || fail "CUDA VMM lines" "miss $m hit $h: $(why "$log")"
+    log="$L/logs-cuda-legacy.log"
+    LD_LIBRARY_PATH="$CU" timeout 60 "$RUN" --log=debug "$CU/cu_pair" --mem legacy --route symbol --iters 3 --reopen >"$log" 2>&1
+    grep -qaE '\] debug: open: legacy miss opened by the driver: exporter not named, [0-9]+ bytes at 0x[0-9a-f]+, [0-9.]+ us$' "$log" &&
+        [ "$(grep -caE '\] debug: open: legacy hit: exporter not named, ' "$log")" -eq 3 ] &&
+        pass "CUDA legacy: opened by the driver, then 3 hits" || fail "CUDA legacy lines" "$(grep -a 'debug: open' "$log" | head -2 | tr '\n' '|')"
+else
+    skip "CUDA lines" "the library has no CUDA part or the driver double is not built"
+fi
+
 # No line names a C function of ipcbyval ("debug: import_miss: ...").
 bad=$(cat "$L"/logs-*.log | grep -E '\] [a-z]+: [a-z0-9]+_[a-z0-9_]+: ' | head -3)
 [ -z "$bad" ] && pass "no log line is prefixed with a function name" || fail "function names" "$bad"
