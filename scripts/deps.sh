@@ -100,13 +100,15 @@ if [ -n "$missing" ]; then
 fi
 if [ $envmod = 1 ]; then
     # Unpacked beside Lmod, not installed (the packages conflict).
+    # Not fatal: without it only the Environment Modules test is skipped.
     dl=$(mktemp -d)
     chown _apt "$dl" 2>/dev/null || true # apt downloads as its own user
-    (cd "$dl" && apt_run apt-get download environment-modules) || {
-        apt_run apt-get update && (cd "$dl" && apt_run apt-get download environment-modules)
-    }
-    mkdir -p "$ENVMOD_ROOT"
-    dpkg-deb -x "$dl"/environment-modules_*.deb "$ENVMOD_ROOT"
+    if (cd "$dl" && { apt_run apt-get download environment-modules ||
+        { apt_run apt-get update && apt_run apt-get download environment-modules; }; }) &&
+        mkdir -p "$ENVMOD_ROOT" && dpkg-deb -x "$dl"/environment-modules_*.deb "$ENVMOD_ROOT"; then
+        echo "ipcbyval: Environment Modules unpacked into $ENVMOD_ROOT (tested with tclsh, not installed)"
+    else
+        echo "ipcbyval: could not fetch environment-modules: its test is skipped" >&2
+    fi
     rm -rf "$dl"
-    echo "ipcbyval: Environment Modules unpacked into $ENVMOD_ROOT (tested with tclsh, not installed)"
 fi

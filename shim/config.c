@@ -217,7 +217,7 @@ static int is_launcher_variable(const char *name, size_t len)
 {
     static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
                                         "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
-                                        "IPCBYVAL_RUN_CHECKED"};
+                                        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
             return 1;
