@@ -282,8 +282,9 @@ int byval_config_load(void)
             continue;
         if (parse_value(e, val) != 0) {
             (void)parse_value(e, e->defval);
-            BYVAL_LOG_(problem_level(), "invalid value %s='%s' (expected %s); using the default '%s'",
-                       e->name, val, type_hint(e->type), e->defval);
+            BYVAL_LOG_(problem_level(),
+                       "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
+                       val, type_hint(e->type), e->defval);
         }
     }
     byval_log_level = byval_cfg.log_level;

@@ -397,5 +397,6 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
     if (n)
-        byval_log_export("the reservation of CUDA memory handle ", 1, (const void *)(uintptr_t)h, -1);
+        byval_log_export("the reservation of CUDA memory handle ", 1,
+                         (const void *)(uintptr_t)h, -1);
 }

@@ -69,7 +69,8 @@ static int log_fd(void)
                              "open %s: %s; logging to stderr\n", (int)pid, byval_log_rank(),
                              path, strerror(errno));
             if (n > 0 && __atomic_exchange_n(&warned, pid, __ATOMIC_RELAXED) != pid) {
-                ssize_t wr = write(STDERR_FILENO, w, (size_t)n < sizeof(w) ? (size_t)n : sizeof(w) - 1);
+                size_t len = (size_t)n < sizeof(w) ? (size_t)n : sizeof(w) - 1;
+                ssize_t wr = write(STDERR_FILENO, w, len);
                 (void)wr;
             }
         }
