@@ -67,7 +67,8 @@ enum byval_route {
 /* The clock a logged operation starts from: 0 (not read) unless debug
  * lines are on, so a cache hit pays one compare for its log line. */
 unsigned long long byval_log_clock(void);
-#define BYVAL_LOG_T0() (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0) ? byval_log_clock() : 0)
+#define BYVAL_LOG_T0() \
+    (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0) ? byval_log_clock() : 0)
 
 void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
                      const void *ptr, unsigned long long t0);
