@@ -234,12 +234,17 @@ int byval_doctor(void)
          e.p.child_getfd_err ? errname(e.p.child_getfd_err) : "allowed",
          e.p.sibling_getfd_err ? errname(e.p.sibling_getfd_err) : "allowed",
          e.p.sibling_getfd_err ? ": " : "", e.p.sibling_getfd_err ? denial(&e) : "");
+    /* Nested: NSpid lists several levels (where /proc is an ancestor's),
+     * or the namespace is not the initial one, whose inode the kernel
+     * fixes (PROC_PID_INIT_INO), as a container's /proc shows it. */
     status_field("NSpid", buf, sizeof(buf));
     int depth = 0;
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t"))
         depth++;
-    LINE("namespaces", "pid:[%lu] (%s), net:[%lu]", ns_inode("pid"),
-         depth > 1 ? "nested: a container's" : "the host's", ns_inode("net"));
+    unsigned long pidns = ns_inode("pid");
+    LINE("namespaces", "pid:[%lu] (%s), net:[%lu]", pidns,
+         depth > 1 || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's" : "the host's",
+         ns_inode("net"));
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
          e.p.socket_err ? errname(e.p.socket_err) : "works",
          e.p.socket_err ? "" : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"

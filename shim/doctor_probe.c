@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "handles/resolve_internal.h"
@@ -55,17 +56,20 @@ static int probe_getfd(pid_t pid, int fd, ino_t want, int *pidfd_err)
     return err;
 }
 
-static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent)
+/* The socket's name: the parent's pid and a nonce, so that two doctors
+ * in containers sharing a network namespace (pids may repeat) differ. */
+static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent, unsigned long nonce)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-doctor-%d", (int)parent);
+    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-doctor-%d-%lx",
+                     (int)parent, nonce);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 /* The exporter: report (memfd number, inode) on out, serve the memfd to
  * one connection, then wait for the parent to close `hold`. */
-static void exporter(int out, int hold, int set_ptracer, pid_t parent)
+static void exporter(int out, int hold, int set_ptracer, pid_t parent, unsigned long nonce)
 {
     alarm(10); /* whatever happens, never outlive the doctor by much */
     if (set_ptracer)
@@ -75,7 +79,7 @@ static void exporter(int out, int hold, int set_ptracer, pid_t parent)
     if (mfd >= 0)
         fstat(mfd, &st);
     struct sockaddr_un a;
-    socklen_t alen = probe_addr(&a, parent);
+    socklen_t alen = probe_addr(&a, parent, nonce);
     int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int ok = ls >= 0 && bind(ls, (struct sockaddr *)&a, alen) == 0 && listen(ls, 1) == 0;
     long msg[3] = {mfd, (long)st.st_ino, ok ? 0 : errno};
@@ -107,10 +111,10 @@ static void exporter(int out, int hold, int set_ptracer, pid_t parent)
 }
 
 /* The importer's socket try: the exporter's fd, checked by inode. */
-static int socket_fetch(pid_t parent, ino_t want, int *peerpidfd)
+static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peerpidfd)
 {
     struct sockaddr_un a;
-    socklen_t alen = probe_addr(&a, parent);
+    socklen_t alen = probe_addr(&a, parent, nonce);
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return errno;
@@ -155,13 +159,16 @@ void byval_probe_run(byval_probe_t *p, int set_ptracer)
         return;
     }
     pid_t parent = getpid();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long nonce = (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec << 30;
     pid_t e = fork();
     if (e == 0) {
         close(info[0]);
         close(hold[1]);
         close(res[0]);
         close(res[1]);
-        exporter(info[1], hold[0], set_ptracer, parent);
+        exporter(info[1], hold[0], set_ptracer, parent, nonce);
     }
     close(info[1]);
     close(hold[0]);
@@ -188,7 +195,7 @@ void byval_probe_run(byval_probe_t *p, int set_ptracer)
         int r[3] = {0, msg[2] ? (int)msg[2] : 0, 0};
         r[0] = probe_getfd(e, mfd, ino, NULL);
         if (!r[1])
-            r[1] = socket_fetch(parent, ino, &r[2]);
+            r[1] = socket_fetch(parent, nonce, ino, &r[2]);
         if (write(res[1], r, sizeof(r)) != (ssize_t)sizeof(r))
             _exit(1);
         _exit(0);

@@ -95,6 +95,21 @@ else
     skip "no GPU library" "no libze_loader.so.1 to hide, or unshare -m not allowed (needs root)"
 fi
 
+# In a pid namespace of its own (a container's): said so, still works.
+log="$L/doctor-pidns.log"
+if unshare -pf true 2>/dev/null; then
+    timeout 60 unshare -pf --mount-proc "$RUN" --doctor >"$log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && has "$log" '^  namespaces +pid:\[[0-9]+\] \(nested: a container.s\)' &&
+        pass "own pid namespace: named nested, exit 0" || fail "pid namespace" "rc $rc: $(why "$log")"
+    # The initial pid namespace's inode is fixed by the kernel (PROC_PID_INIT_INO).
+    [ "$(stat -L -c %i /proc/self/ns/pid)" = 4026531836 ] && want="the host's" || want="nested: a container's"
+    has "$L/doctor-plain.log" "^  namespaces +pid:\[[0-9]+\] \($want\)" &&
+        pass "plain: the pid namespace named as it is ($want)" || fail "plain pid namespace" "$(grep namespaces "$L/doctor-plain.log")"
+else
+    skip "pid namespace" "unshare -p not allowed (needs root)"
+fi
+
 log="$L/doctor-rendezvous.log"
 rdir=$(mktemp -d)
 doctor "$log" IPCBYVAL_RENDEZVOUS_DIR="$rdir" --
