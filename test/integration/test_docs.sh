@@ -88,4 +88,13 @@ m=$(grep -oE -- '-artifact_prefix=build/[^ ]+/fuzz_[a-z_]+-' <<<"$fz" | wc -l)
 [ "$n" -ge 3 ] && [ "$m" -eq "$n" ] && grep -qx 'build/' "$ROOT/.gitignore" &&
     pass "make fuzz: every target's artifacts under build/ ($m targets), ignored by git" ||
     fail "make fuzz artifacts" "$n targets, $m with -artifact_prefix under build/"
+# The --doctor transcript in the README and ipcbyval-run(1): the lines the
+# doctor prints today, by label.
+labels() { sed -nE 's/^  ([a-z_]+( [a-z]+)?) {2,}.*/\1/p; s/^(verdict):.*/\1/p'; }
+now=$(ZE_ENABLE_ALT_DRIVERS= "$RUN" --doctor 2>/dev/null | labels | xargs)
+readme=$(sed -n '/^\$ ipcbyval-run --doctor$/,/^```$/p' "$ROOT/README.md" | labels | xargs)
+page=$(sed -n '/^ipcbyval doctor: /,/^\.Ed$/p' "$ROOT/man/ipcbyval-run.1" | labels | xargs)
+[ -n "$now" ] && [ "$readme" = "$now" ] && [ "$page" = "$now" ] &&
+    pass "--doctor transcripts in the README and ipcbyval-run(1) have today's lines" ||
+    fail "--doctor transcripts" "now: $now | README: $readme | man: $page"
 finish
