@@ -52,7 +52,7 @@ if [ -x "$DENY" ]; then
     log="$L/doctor-deny-pidfd.log"
     doctor "$log" IPCBYVAL_TRANSPORT=pidfd -- "$DENY"
     [ $rc -ne 0 ] && has "$log" '^verdict: by-value will NOT work here: IPCBYVAL_TRANSPORT=pidfd' &&
-        has "$log" '^fix: IPCBYVAL_TRANSPORT=auto' &&
+        has "$log" '^fix: IPCBYVAL_TRANSPORT=auto' && has "$log" '^  ipcbyval .*config: IPCBYVAL_TRANSPORT=pidfd \(' &&
         pass "deny_getfd with IPCBYVAL_TRANSPORT=pidfd: exit $rc, the fix named" ||
         fail "deny_getfd, pidfd only" "rc $rc: $(why "$log")"
     log="$L/doctor-enosys.log"
