@@ -371,8 +371,7 @@ void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
     uint64_t range[2] = {ptr, size ? size : 1};
     byval_cu_fast_forget_range(ptr, size);
     size_t n = byval_lru_remove_if(export_cache, overlaps, range);
-    for (size_t i = 0; i < n; i++)
-        BYVAL_STAT_INC(frees);
+    BYVAL_STAT_ADD(frees, n);
     if (n)
         byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);
 }
@@ -394,9 +393,7 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
     size_t n = byval_lru_remove_if(export_cache, holds_handle, &h);
     if (n) /* pointers into it may sit in the fast map: start it afresh */
         byval_cu_fast_forget_all();
-    for (size_t i = 0; i < n; i++)
-        BYVAL_STAT_INC(frees);
+    BYVAL_STAT_ADD(frees, n);
     if (n)
-        byval_log_export("the reservation of CUDA memory handle ", 1,
-                         (const void *)(uintptr_t)h, -1);
+        byval_log_export("the reservation of CUDA memory handle ", 1, (void *)(uintptr_t)h, -1);
 }
