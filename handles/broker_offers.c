@@ -84,7 +84,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
     struct stat st;
     int32_t status = -EBADF;
     if (req->magic == BROKER_MAGIC_RESCUE)
-        return byval_registry_dup_fd((int)req->fd, dup_p);
+        return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();
     if (req->fd <= INT32_MAX && offered_locked((int)req->fd) && fstat((int)req->fd, &st) == 0) {
         if ((uint32_t)st.st_ino != req->fd_ino)
