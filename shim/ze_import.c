@@ -71,7 +71,6 @@ static void ze_release(byval_import_t *b)
     ze_import_t *m = (ze_import_t *)b;
     if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
         import_close_mapping(m->ctx, m->ptr);
-    free(m);
 }
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
@@ -185,6 +184,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
     m->base.bytes = rec->size;
     m->base.ctx = (uintptr_t)ctx;
+    m->base.addr = (uintptr_t)p;
     m->base.pidns = rec->pidns;
     m->base.pid = rec->pid;
     m->base.identity = rec->identity;
@@ -294,6 +294,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (byval_init() && byval_cfg.ze) {
+        byval_ze_exports_ctx_gone(ctx);
         byval_ze_pools_ctx_gone(ctx);
         /* The driver would close our mappings of ctx with it; closing them
          * later with a dead context handle (or one reused by a new
