@@ -2,9 +2,10 @@
 /*
  * init.c - once-only initialisation, the re-entry guard, fork and exit.
  *
- * Nothing runs at load time except one getenv() for --print-config: a
- * process that never calls a GPU API (a shell, mpirun) gets no threads, no
- * files and no output from ipcbyval.
+ * Nothing runs at load time except one getenv() for --print-config and
+ * the one pthread_atfork (cache/locks.c): a process that never calls a GPU
+ * API (a shell, mpirun) gets no threads, no files and no output from
+ * ipcbyval.
  */
 #include "shim/init.h"
 
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/doctor.h"
@@ -28,15 +30,16 @@ static int init_done; /* init_run finished (read atomically) */
  * __tls_get_addr each time; a preloaded library gets static TLS. */
 static __thread int init_depth __attribute__((tls_model("initial-exec")));
 
-static void init_atfork_child(void)
+static void init_fork_child(void)
 {
     /* The child has a new pid: its exporter identity must be recomputed.
-     * The caches empty themselves (cache/lru.c registers its own handler),
-     * and the counters start from zero: each process reports its own calls
-     * (a job's table adds them up). */
+     * The caches empty themselves (cache/lru_fork.c), and the counters
+     * start from zero: each process reports its own calls (a job's table
+     * adds them up). */
     byval_self_reset();
     memset(byval_stats, 0, sizeof(byval_stats));
 }
+BYVAL_FORK_CHILD(init, init_fork_child);
 
 static int init_quiet_exit; /* --print-config: print nothing else */
 
@@ -57,7 +60,6 @@ static void init_run(void)
     init_depth++;
     init_problems = byval_config_load();
     init_enabled = byval_cfg.enable;
-    pthread_atfork(NULL, NULL, init_atfork_child);
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
