@@ -73,7 +73,7 @@ include shim/module.mk
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
 .PHONY: all lib tests check check-all check-asan check-tsan demo demo-bins demo-run bench bench-gpu check-gpu gpu-deps check-faults torture \
-        fuzz install uninstall deb clean deps help
+        fuzz install uninstall deb rpm clean deps help
 
 all: lib
 
@@ -95,6 +95,7 @@ help:
 	@echo "  make install      library, ipcbyval-run, man pages, docs, modulefile (PREFIX=$(PREFIX) DESTDIR=)"
 	@echo "  make uninstall    remove what make install put there (same PREFIX)"
 	@echo "  make deb          build/ipcbyval_$(VERSION)_$(DEB_ARCH).deb (dpkg-deb; install with apt-get install ./FILE)"
+	@echo "  make rpm          build/ipcbyval-$(VERSION)-1.$(RPM_ARCH).rpm, the same files for RHEL (rpmbuild)"
 	@echo "  make clean        remove the build trees"
 	@echo "On a GPU machine (CUDA, Open MPI, no package registry):"
 	@echo "  make gpu-deps     run on Debian first: copy the Level Zero and uthash headers to .gpu-deps/"
@@ -188,8 +189,10 @@ gpu-deps:
 	@if [ -n "$(BASELINE)" ]; then rm -rf .gpu-deps/baseline && mkdir -p .gpu-deps/baseline && \
 	    git archive "$(BASELINE)" | tar -x -C .gpu-deps/baseline && echo "baseline $(BASELINE) in .gpu-deps/baseline"; fi
 
-# ipcbyval-run and the modulefile learn where the library is installed.
+# ipcbyval-run and the modulefile learn where the library is installed;
+# the modulefile puts BINDIR on PATH unless it is /usr/bin (there already).
 SUBST = sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+SUBST_MODULE = $(SUBST) $(if $(filter /usr/bin,$(BINDIR)),-e '/^@PATH@$$/d',-e 's|^@PATH@$$|prepend-path PATH $(BINDIR)|')
 MODULEFILE := $(MODULEDIR)/ipcbyval/$(VERSION)
 
 install: lib
@@ -202,7 +205,7 @@ install: lib
 	$(INSTALL) -m 0644 man/ipcbyval-run.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 man/ipcbyval.7 $(DESTDIR)$(MANDIR)/man7/
 	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/
-	$(SUBST) scripts/ipcbyval.modulefile > $(DESTDIR)$(MODULEFILE)
+	$(SUBST_MODULE) scripts/ipcbyval.modulefile > $(DESTDIR)$(MODULEFILE)
 	chmod 0644 $(DESTDIR)$(MODULEFILE)
 
 uninstall:
@@ -221,6 +224,19 @@ DEB       = $(BUILD)/ipcbyval_$(VERSION)_$(DEB_ARCH).deb
 deb: lib
 	$(call say,DEB,$(DEB))BUILD=$(BUILD) VERSION=$(VERSION) DEB_ARCH=$(DEB_ARCH) MULTIARCH=$(MULTIARCH) \
 	    MAKE="$(MAKE)" scripts/mkdeb.sh $(DEB)
+
+# The RPM (RHEL-family sites): scripts/ipcbyval.spec runs make install
+# into rpmbuild's tree; on Debian, rpmbuild comes from the rpm package.
+RPM_ARCH = $(shell rpm --eval '%{_arch}' 2>/dev/null || uname -m)
+RPM      = $(BUILD)/ipcbyval-$(VERSION)-1.$(RPM_ARCH).rpm
+
+rpm: lib
+	@command -v rpmbuild >/dev/null || { echo "make rpm: rpmbuild not found (Debian: apt-get install rpm; scripts/deps.sh)" >&2; exit 1; }
+	$(call say,RPM,$(RPM))rm -rf $(BUILD)/rpm && rpmbuild -bb --quiet \
+	    --define "_topdir $(abspath $(BUILD))/rpm" --define "srcdir $(CURDIR)" \
+	    --define "build_tree $(abspath $(BUILD))" --define "ipcbyval_version $(VERSION)" \
+	    scripts/ipcbyval.spec && cp $(BUILD)/rpm/RPMS/$(RPM_ARCH)/$(notdir $(RPM)) $(RPM)
+	@echo "  built $(RPM):"; rpm -qlp $(RPM) 2>/dev/null | sed 's/^/    /'
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz $(CLEAN_EXTRA)

@@ -55,6 +55,8 @@ FUZZ_SRC_fuzz_broker_req := handles/broker_proto.c
 FUZZ_SRC_fuzz_manifest := handles/manifest.c handles/wire.c
 FUZZ_OPTS_fuzz_manifest := -max_len=24700 # up to a 1024-chunk manifest
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
+# A crash's input goes here, not into the folder make was run from.
+FUZZ_ARTIFACTS := build/fuzz-artifacts/
 
 $(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/manifest.h \
                handles/module.mk
@@ -68,5 +70,6 @@ $(FUZZ_DIR)/fuzz_manifest: handles/manifest.c handles/wire.c
 fuzz:
 	@scripts/deps.sh fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	@mkdir -p $(FUZZ_ARTIFACTS)
 	$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/$(t) -max_total_time=$(FUZZ_SECONDS) \
-	    -print_final_stats=1 $(FUZZ_OPTS_$(t)) $(FUZZ_DIR)/corpus-$(t) &&) true
+	    -artifact_prefix=$(FUZZ_ARTIFACTS)$(t)- -print_final_stats=1 $(FUZZ_OPTS_$(t)) $(FUZZ_DIR)/corpus-$(t) &&) true

@@ -42,6 +42,12 @@ else
     row "cross-GPU cu_pair" SKIP "one GPU on this machine"
 fi
 
+echo "== ipcbyval-run --doctor and the per-open debug lines, real driver"
+run "doctor: the real libcuda with its driver version; by-value works" ok \
+    "libcuda .*CUDA driver API [0-9][0-9]*\.[0-9]" "$RUN" --doctor
+IPCBYVAL_LOG=debug run "cu_pair vmm: debug line per open (miss via pidfd, then hits)" ok \
+    "open: hit: exporter pid [0-9]*, [0-9]* bytes" "$RUN" "$P" --mem vmm --route cudart --iters 3 --reopen
+
 echo "== pidfd_getfd rescue: fdshare (PyTorch's pattern, its own pidfd_getfd) under a denial"
 FSP=(test/transport/fdshare_pair.sh "$BUILD/test/transport/fdshare")
 DENY="$BUILD/test/transport/deny_getfd"

@@ -73,6 +73,6 @@ if [ -r /usr/share/lmod/lmod/init/bash ]; then
         pass "Lmod: module use PREFIX/share/modulefiles after make install" || fail "make install module" "$out"
     rm -rf "$prefix"
 else
-    skip "Lmod" "lmod is not installed (scripts/deps.sh lmod)"
+    skip "Lmod" "lmod is not installed (scripts/deps.sh installs it unless environment-modules is)"
 fi
 finish

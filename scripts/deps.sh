@@ -6,40 +6,56 @@
 # exact command and fail.
 #   scripts/deps.sh            everything make check and make demo need
 #                              (compilers, Level Zero loader, Open MPI,
-#                              MPICH, cmocka, mandoc, Slurm and munge)
+#                              MPICH, cmocka, mandoc, Slurm and munge, rpm
+#                              for make rpm, Lmod and Environment Modules
+#                              for the modulefile's tests)
 #   scripts/deps.sh bench      plus gnuplot (the README plot)
 #   scripts/deps.sh fuzz       plus clang's libFuzzer runtime
 #   scripts/deps.sh valgrind   plus valgrind
-#   scripts/deps.sh lmod       plus Lmod (CI loads the modulefile with it)
+#   scripts/deps.sh lmod       accepted for older callers (Lmod is in the
+#                              default set now)
+# Debian's lmod and environment-modules packages conflict (both provide
+# `module`): Lmod is installed, and Environment Modules' modulecmd.tcl is
+# only unpacked (apt-get download, dpkg-deb -x) into ENVMOD_ROOT, where the
+# tests run it with tclsh. A machine that has environment-modules installed
+# keeps it: Lmod is not installed there (the Lmod test is then skipped).
 # Another apt-get or dpkg holding the package lock is waited for, up to
 # IPCBYVAL_APT_WAIT seconds (default 600), with a message.
 set -eu
 
 PKGS="gcc make libc6-dev pkg-config libze1 libze-dev openmpi-bin libopenmpi-dev \
 mpich libmpich-dev libcmocka-dev uthash-dev mandoc util-linux procps \
-slurm-wlm munge"
+slurm-wlm munge rpm tcl"
+ENVMOD_ROOT=${IPCBYVAL_ENVMOD_ROOT:-/var/cache/ipcbyval/environment-modules}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+installed environment-modules || PKGS="$PKGS lmod"
 for extra in "$@"; do
     case "$extra" in
     bench) PKGS="$PKGS gnuplot-nox" ;;
     fuzz) PKGS="$PKGS clang libclang-rt-14-dev" ;;
     valgrind) PKGS="$PKGS valgrind" ;;
-    lmod) PKGS="$PKGS lmod" ;;
+    lmod) ;;
     *) echo "deps.sh: unknown group '$extra' (bench, fuzz, valgrind, lmod)" >&2; exit 2 ;;
     esac
 done
 
 missing=""
 for p in $PKGS; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing="$missing $p"
-    fi
+    installed "$p" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+envmod=0
+installed environment-modules || ls "$ENVMOD_ROOT"/usr/lib/*/modulecmd.tcl >/dev/null 2>&1 || envmod=1
+[ -z "$missing" ] && [ $envmod = 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "ipcbyval: missing Debian packages:$missing" >&2
-    echo "install them with: sudo apt-get update && sudo apt-get install -y --no-install-recommends$missing" >&2
-    exit 1
+    [ -n "$missing" ] && {
+        echo "ipcbyval: missing Debian packages:$missing" >&2
+        echo "install them with: sudo apt-get update && sudo apt-get install -y --no-install-recommends$missing" >&2
+    }
+    [ $envmod = 1 ] && echo "ipcbyval: Environment Modules not unpacked: as root, scripts/deps.sh unpacks" \
+        "it into $ENVMOD_ROOT (its test is skipped meanwhile)" >&2
+    [ -n "$missing" ] && exit 1
+    exit 0
 fi
 
 wait_max=${IPCBYVAL_APT_WAIT:-600}
@@ -74,9 +90,25 @@ apt_run() {
     done
 }
 
-echo "ipcbyval: installing:$missing"
 export DEBIAN_FRONTEND=noninteractive
-apt_run apt-get update
-# shellcheck disable=SC2086
-apt_run apt-get install -y --no-install-recommends $missing
-echo "ipcbyval: installed:$missing"
+if [ -n "$missing" ]; then
+    echo "ipcbyval: installing:$missing"
+    apt_run apt-get update
+    # shellcheck disable=SC2086
+    apt_run apt-get install -y --no-install-recommends $missing
+    echo "ipcbyval: installed:$missing"
+fi
+if [ $envmod = 1 ]; then
+    # Unpacked beside Lmod, not installed (the packages conflict).
+    # Not fatal: without it only the Environment Modules test is skipped.
+    dl=$(mktemp -d)
+    chown _apt "$dl" 2>/dev/null || true # apt downloads as its own user
+    if (cd "$dl" && { apt_run apt-get download environment-modules ||
+        { apt_run apt-get update && apt_run apt-get download environment-modules; }; }) &&
+        mkdir -p "$ENVMOD_ROOT" && dpkg-deb -x "$dl"/environment-modules_*.deb "$ENVMOD_ROOT"; then
+        echo "ipcbyval: Environment Modules unpacked into $ENVMOD_ROOT (tested with tclsh, not installed)"
+    else
+        echo "ipcbyval: could not fetch environment-modules: its test is skipped" >&2
+    fi
+    rm -rf "$dl"
+fi

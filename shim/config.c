@@ -216,11 +216,25 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
 static int is_launcher_variable(const char *name, size_t len)
 {
     static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
-                                        "IPCBYVAL_APT_WAIT"};
+                                        "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
+                                        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
             return 1;
     return 0;
+}
+
+/* Warnings about the environment: at warn level, unless ipcbyval-run
+ * checked it already and said so once for the whole job
+ * (IPCBYVAL_RUN_CHECKED=1): then at debug level, so that N ranks do not
+ * print N copies. Counted for IPCBYVAL_PRINT_CONFIG=check. */
+static int cfg_problems;
+
+static int problem_level(void)
+{
+    cfg_problems++;
+    const char *c = getenv("IPCBYVAL_RUN_CHECKED");
+    return c && strcmp(c, "1") == 0 ? BYVAL_LOG_LVL_DEBUG : BYVAL_LOG_LVL_WARN;
 }
 
 static void warn_unknown(void)
@@ -242,16 +256,18 @@ static void warn_unknown(void)
                 best = cfg_table[i].name;
             }
         }
+        int lvl = problem_level();
         if (best)
-            BYVAL_LOG_WARN("unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
+            BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
         else
-            BYVAL_LOG_WARN("unknown variable %.*s (ipcbyval-run --print-config lists them)",
-                           (int)len, *env);
+            BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)",
+                       (int)len, *env);
     }
 }
 
-void byval_config_load(void)
+int byval_config_load(void)
 {
+    cfg_problems = 0;
     /* Defaults first, so every later error keeps them. */
     for (size_t i = 0; i < CFG_COUNT; i++)
         (void)parse_value(&cfg_table[i], cfg_table[i].defval);
@@ -266,12 +282,14 @@ void byval_config_load(void)
             continue;
         if (parse_value(e, val) != 0) {
             (void)parse_value(e, e->defval);
-            BYVAL_LOG_WARN("invalid value %s='%s' (expected %s); using the default '%s'",
-                           e->name, val, type_hint(e->type), e->defval);
+            BYVAL_LOG_(problem_level(),
+                       "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
+                       val, type_hint(e->type), e->defval);
         }
     }
     byval_log_level = byval_cfg.log_level;
     warn_unknown();
+    return cfg_problems;
 }
 
 static void format_value(const cfg_entry_t *e, char *buf, size_t len)
@@ -306,5 +324,34 @@ void byval_config_print(FILE *out)
         format_value(&cfg_table[i], val, sizeof(val));
         fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
                 cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
+    }
+}
+
+int byval_config_get(const char *name, char *buf, size_t len)
+{
+    const cfg_entry_t *e = find_entry(name, strlen(name));
+    if (!e)
+        return -1;
+    format_value(e, buf, len);
+    return 0;
+}
+
+void byval_config_changed(char *buf, size_t len)
+{
+    char val[300], def[300];
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < CFG_COUNT && n < len; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        format_value(e, val, sizeof(val));
+        /* The default as this table stores it, formatted the same way. */
+        byval_config_t saved = byval_cfg;
+        (void)parse_value(e, e->defval);
+        format_value(e, def, sizeof(def));
+        byval_cfg = saved;
+        if (strcmp(val, def) != 0) {
+            int m = snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
+            n += m > 0 ? (size_t)m : 0;
+        }
     }
 }

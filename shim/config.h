@@ -37,8 +37,18 @@ typedef struct byval_config {
 extern byval_config_t byval_cfg;
 
 /* Parse the environment into byval_cfg; warn about invalid values (the
- * default is kept) and unknown IPCBYVAL_* names (closest name suggested). */
-void byval_config_load(void);
+ * default is kept) and unknown IPCBYVAL_* names (closest name suggested).
+ * With IPCBYVAL_RUN_CHECKED=1 (ipcbyval-run reported them once for the
+ * job) those warnings are debug lines. Returns how many there were. */
+int byval_config_load(void);
+
+/* The current value of variable name, formatted as --print-config shows
+ * it, into buf; -1 when the table has no such variable. */
+int byval_config_get(const char *name, char *buf, size_t len);
+
+/* "NAME=value NAME=value" for every variable not at its default ("" when
+ * none is), into buf. */
+void byval_config_changed(char *buf, size_t len);
 
 /* Exporter side, before a by-value export: with IPCBYVAL_SET_PTRACER=1
  * declare every process a permitted ptracer of this one (Yama

@@ -344,6 +344,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         return r;
     }
     BYVAL_STAT_INC(exports);
+    byval_log_export("", 0, (const void *)(uintptr_t)ptr, -1);
     return CUDA_SUCCESS;
 }
 
@@ -362,8 +363,9 @@ void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
     uint64_t range[2] = {ptr, size ? size : 1};
     byval_cu_fast_forget_range(ptr, size);
     size_t n = byval_exports_end_if(x, overlaps, range);
-    for (size_t i = 0; i < n; i++)
-        BYVAL_STAT_INC(frees);
+    BYVAL_STAT_ADD(frees, n);
+    if (n)
+        byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);
 }
 
 static int holds_handle(void *arg, const byval_export_t *core)
@@ -384,6 +386,5 @@ void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
     size_t n = byval_exports_end_if(x, holds_handle, &h);
     if (n) /* pointers into it may sit in the fast map: start it afresh */
         byval_cu_fast_forget_all();
-    for (size_t i = 0; i < n; i++)
-        BYVAL_STAT_INC(frees);
+    BYVAL_STAT_ADD(frees, n);
 }

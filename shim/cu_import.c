@@ -234,6 +234,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     uint64_t chunk_off;
     memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
 
+    unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
     cu_mapping_t *m = (cu_mapping_t *)byval_imports_get(vmm_cache, &key, &ref);
@@ -248,8 +249,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
-            BYVAL_LOG_DEBUG("open: hit, pid %u, %llu bytes at 0x%llx", m->core.pid,
-                            (unsigned long long)m->size, (unsigned long long)*pdptr);
+            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid, m->size,
+                           (const void *)(uintptr_t)*pdptr, t_open);
         }
         return r;
     }
@@ -307,10 +308,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
                         (unsigned long long)((cu_mapping_t *)out)->base);
     r = vmm_hand_out((cu_mapping_t *)out, ref, chunk_off, pdptr);
     if (r == CUDA_SUCCESS)
-        BYVAL_LOG_DEBUG("open: miss, pid %u, %u chunks, %llu bytes at 0x%llx", rec->pid,
-                        ((cu_mapping_t *)out)->nchunks,
-                        (unsigned long long)((cu_mapping_t *)out)->size,
-                        (unsigned long long)*pdptr);
+        byval_log_open("", byval_fetch_route(), rec->pid, ((cu_mapping_t *)out)->size,
+                       (const void *)(uintptr_t)*pdptr, t_open);
     return r;
 }
 
@@ -341,9 +340,12 @@ CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda)
         return next(ptr);
+    unsigned long long t_close = BYVAL_LOG_T0();
     switch (byval_imports_close((uintptr_t)ptr)) {
     case BYVAL_IMPORTS_CLOSED:
         BYVAL_STAT_INC(closes);
+        byval_log_close("", (const void *)(uintptr_t)ptr,
+                        "closed (the mapping stays cached until its exporter frees it)", t_close);
         return CUDA_SUCCESS;
     case BYVAL_IMPORTS_NOT_OPEN:
         /* As the driver answers a pointer that is not open; the cached

@@ -100,12 +100,15 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     memcpy(key.u.legacy, h.reserved, sizeof(key.u.legacy));
 
     BYVAL_STAT_INC(opens);
+    unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref;
     cu_legacy_t *e = (cu_legacy_t *)byval_imports_get(legacy_cache, &key, &ref);
     if (e) {
         if (byval_imports_open(legacy_cache, &e->core, ref, (uintptr_t)e->ptr) < 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
         BYVAL_STAT_INC(open_hits);
+        byval_log_open("legacy ", BYVAL_ROUTE_HIT, 0, e->core.bytes, (void *)(uintptr_t)e->ptr,
+                       t_open);
         *pdptr = e->ptr;
         return CUDA_SUCCESS;
     }
@@ -141,6 +144,8 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     e = (cu_legacy_t *)out;
     if (byval_imports_open(legacy_cache, out, ref, (uintptr_t)e->ptr) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    byval_log_open("legacy ", BYVAL_ROUTE_DRIVER, 0, e->core.bytes, (void *)(uintptr_t)e->ptr,
+                   t_open);
     *pdptr = e->ptr;
     return CUDA_SUCCESS;
 }

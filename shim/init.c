@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
+#include "shim/doctor.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 
@@ -51,16 +53,20 @@ static void init_at_exit(void)
         byval_stats_write_file(byval_cfg.stats_dir);
 }
 
+static int init_problems; /* warnings about the environment's values */
+
 static void init_run(void)
 {
     init_depth++;
-    byval_config_load();
+    init_problems = byval_config_load();
     init_enabled = byval_cfg.enable;
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
-    BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
-                   init_enabled ? "enabled" : "disabled: pure pass-through", byval_cfg.ze,
-                   byval_cfg.cuda, byval_cfg.cache_size, byval_cfg.export_cache_size);
+    if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
+        BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)",
+                       BYVAL_VERSION, init_enabled ? "enabled" : "disabled: pure pass-through",
+                       byval_cfg.ze, byval_cfg.cuda, byval_cfg.cache_size,
+                       byval_cfg.export_cache_size);
     __atomic_store_n(&init_done, 1, __ATOMIC_RELEASE);
     init_depth--;
 }
@@ -99,15 +105,31 @@ void byval_leave(void)
     init_depth--;
 }
 
-/* `ipcbyval-run --print-config` loads the library into /bin/true with
- * IPCBYVAL_PRINT_CONFIG=1; that is the only work done at load time. */
+/* ipcbyval-run loads the library into /bin/true for what it asks of it;
+ * that is the only work ever done at load time:
+ *   IPCBYVAL_PRINT_CONFIG=1      print every variable (--print-config);
+ *   IPCBYVAL_PRINT_CONFIG=check  only parse them: the warnings, once for
+ *                                the whole job, and exit 1 if any;
+ *   IPCBYVAL_DOCTOR=1            the --doctor report and its exit status. */
 __attribute__((constructor)) static void init_print_config(void)
 {
     const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
-    if (!p || p[0] != '1')
+    const char *d = getenv("IPCBYVAL_DOCTOR");
+    int print = p && strcmp(p, "1") == 0, check = p && strcmp(p, "check") == 0;
+    int doctor = d && strcmp(d, "1") == 0;
+    if (!print && !check && !doctor)
         return;
+    init_quiet_exit = 1; /* this run does nothing else */
     byval_init();
-    init_quiet_exit = 1; /* printing the configuration is all this run does */
-    byval_config_print(stdout);
-    fflush(stdout);
+    if (print) {
+        byval_config_print(stdout);
+        fflush(stdout);
+    }
+    if (check)
+        _exit(init_problems ? 1 : 0);
+    if (doctor) {
+        init_depth++; /* the probes' dlopen and dlsym are ours, not the program's */
+        int rc = byval_doctor();
+        _exit(rc);
+    }
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim/config.h"
@@ -59,6 +60,20 @@ static int log_fd(void)
         else
             snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            /* Said once per process (racing threads too), on the
+             * stderr every later line goes to. */
+            static pid_t warned;
+            char w[480];
+            int n = snprintf(w, sizeof(w), "[ipcbyval %d %s] warn: IPCBYVAL_LOG_FILE: cannot "
+                             "open %s: %s; logging to stderr\n", (int)pid, byval_log_rank(),
+                             path, strerror(errno));
+            if (n > 0 && __atomic_exchange_n(&warned, pid, __ATOMIC_RELAXED) != pid) {
+                size_t len = (size_t)n < sizeof(w) ? (size_t)n : sizeof(w) - 1;
+                ssize_t wr = write(STDERR_FILENO, w, len);
+                (void)wr;
+            }
+        }
     }
     /* First line of this process (or of a forked child, which closes what
      * its parent opened: it writes to its own file). Racing threads: one
@@ -126,4 +141,52 @@ void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, c
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     byval_log(lvl, NULL, "%s: %s", api, msg);
+}
+
+unsigned long long byval_log_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* Microseconds since t0 (0: the caller did not time it). */
+static double log_us(unsigned long long t0)
+{
+    return t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0;
+}
+
+void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
+                     const void *ptr, unsigned long long t0)
+{
+    static const char *const served[] = {"hit", "miss via pidfd", "miss via socket",
+                                         "miss via rendezvous", "miss rescued",
+                                         "miss opened by the driver"};
+    int r = route >= 0 && route < (int)(sizeof(served) / sizeof(served[0])) ? route : 0;
+    char who[32];
+    if (pid)
+        snprintf(who, sizeof(who), "exporter pid %u", pid);
+    else /* CUDA legacy: the driver's bytes; ipcbyval does not read them */
+        snprintf(who, sizeof(who), "exporter not named");
+    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
+              served[r], who, bytes, ptr, log_us(t0));
+}
+
+void byval_log_close_(const char *what, const void *ptr, const char *outcome,
+                      unsigned long long t0)
+{
+    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "close: %s%p: %s, %.1f us", what, ptr, outcome,
+              log_us(t0));
+}
+
+void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
+{
+    char f[24] = "";
+    if (fd >= 0)
+        snprintf(f, sizeof(f), " (fd %d)", fd);
+    if (withdrawn)
+        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export withdrawn: %s%p%s: freed; importers "
+                  "release their closed mappings", what, ptr, f);
+    else
+        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value%s", what, ptr, f);
 }

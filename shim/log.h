@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* log.h - leveled logging: "[ipcbyval <pid> <rank>] <level>: message"
- * ("<level>: <function>: message" for debug lines). */
+/* log.h - leveled logging: "[ipcbyval <pid> <rank>] <level>: message".
+ * Every level reads the same: what happened, in the user's words (debug
+ * lines start with what they are about: "open:", "close:", "export:"),
+ * never the name of a function inside ipcbyval. */
 #ifndef BYVAL_SHIM_LOG_H
 #define BYVAL_SHIM_LOG_H
 
@@ -25,13 +27,10 @@ void byval_log(int level, const char *func, const char *fmt, ...)
  * PMI_RANK, PMIX_RANK, SLURM_PROCID), "-" when there is none. */
 const char *byval_log_rank(void);
 
-/* Users read error, warn and info lines: they say what happened, not
- * where in ipcbyval; debug lines name the function too. */
 #define BYVAL_LOG_(lvl, ...)                                                      \
     do {                                                                          \
         if (__builtin_expect(byval_log_level >= (lvl), 0))                        \
-            byval_log((lvl), (lvl) >= BYVAL_LOG_LVL_DEBUG ? __func__ : NULL,      \
-                      __VA_ARGS__);                                               \
+            byval_log((lvl), NULL, __VA_ARGS__);                                  \
     } while (0)
 #define BYVAL_LOG_ERROR(...) BYVAL_LOG_(BYVAL_LOG_LVL_ERROR, __VA_ARGS__)
 #define BYVAL_LOG_WARN(...) BYVAL_LOG_(BYVAL_LOG_LVL_WARN, __VA_ARGS__)
@@ -49,5 +48,42 @@ void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, c
  * error is returned and the cached mapping left alone. One warning per
  * process, then debug lines: a loop must not flood the job's output. */
 void byval_log_double_close(const char *api, const void *ptr);
+
+/* ---- one debug line per open, close, export and withdrawal ---------------
+ * "open: hit: exporter pid 4242, 4096 bytes at 0x7f.., 0.4 us"
+ * "open: miss via pidfd: exporter pid 4242, 4096 bytes at 0x7f.., 15.1 us"
+ * what: "" for memory, else what was opened ("event pool "). */
+
+/* What served an open. */
+enum byval_route {
+    BYVAL_ROUTE_HIT = 0,    /* the import cache */
+    BYVAL_ROUTE_PIDFD,      /* pidfd_getfd on the exporter */
+    BYVAL_ROUTE_SOCKET,     /* the exporter's socket (broker) */
+    BYVAL_ROUTE_RENDEZVOUS, /* the rendezvous directory */
+    BYVAL_ROUTE_RESCUED,    /* a refused pidfd_getfd served by the broker */
+    BYVAL_ROUTE_DRIVER,     /* nothing to fetch: the driver opened it (CUDA legacy) */
+};
+
+/* The clock a logged operation starts from: 0 (not read) unless debug
+ * lines are on, so a cache hit pays one compare for its log line. */
+unsigned long long byval_log_clock(void);
+#define BYVAL_LOG_T0() \
+    (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0) ? byval_log_clock() : 0)
+
+void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
+                     const void *ptr, unsigned long long t0);
+void byval_log_close_(const char *what, const void *ptr, const char *outcome,
+                      unsigned long long t0);
+void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd);
+#define BYVAL_LOG_IF_DEBUG_(call)                                        \
+    do {                                                                 \
+        if (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0)) \
+            call;                                                        \
+    } while (0)
+#define byval_log_open(...) BYVAL_LOG_IF_DEBUG_(byval_log_open_(__VA_ARGS__))
+#define byval_log_close(...) BYVAL_LOG_IF_DEBUG_(byval_log_close_(__VA_ARGS__))
+/* An export (withdrawn 0) or its withdrawal (1) of ptr; fd: the exported
+ * fd, -1 when not known there. */
+#define byval_log_export(...) BYVAL_LOG_IF_DEBUG_(byval_log_export_(__VA_ARGS__))
 
 #endif

@@ -56,16 +56,18 @@ void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
     byval_imports_bytes(&held, &peak);
     byval_reg_fd_counts(&served, &refused);
     byval_exports_counts(&published, &offered, &registered);
-    fn(ctx, "cache_bytes_held", held, "sum", "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
+    fn(ctx, "cache_bytes_held", held, "max",
+       "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
     fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
     fn(ctx, "rescue_served", served, "sum",
        "exported fds served to peers whose own pidfd_getfd the kernel refused");
     fn(ctx, "rescue_denied", refused, "sum",
        "such requests refused (fd never exported, or closed/reused since)");
-    fn(ctx, "export_entries", published, "sum",
+    /* Gauges of one process now: a job's total is its largest process. */
+    fn(ctx, "export_entries", published, "max",
        "registry entries the exports hold now (withdrawn when each export ends)");
-    fn(ctx, "export_offers", offered, "sum", "fds offered to the socket fallback now");
-    fn(ctx, "export_rescuable", registered, "sum",
+    fn(ctx, "export_offers", offered, "max", "fds offered to the socket fallback now");
+    fn(ctx, "export_rescuable", registered, "max",
        "fds registered for the pidfd_getfd rescue by the exports now");
 }
 

@@ -17,8 +17,9 @@
     X(opens, "by-value handles opened")                                   \
     X(pool_opens, "by-value event-pool handles opened")                   \
     X(open_hits, "import-cache hits")                                     \
-    X(open_misses, "import-cache misses (pidfd resolution)")              \
-    X(open_kept_pidfd, "misses served through an exporter's kept pidfd")  \
+    X(open_misses, "import-cache misses (the exporter's fd fetched)")     \
+    X(open_kept_pidfd, "misses of an exporter met before, pidfd_getfd on its kept pidfd") \
+    X(open_kept_socket, "misses of an exporter met before, served by its socket") \
     X(open_passthrough, "opens passed through to the driver unchanged")   \
     X(open_errors, "opens refused")                                       \
     X(closes, "closes of by-value mappings")                              \
@@ -27,7 +28,7 @@
     X(released_freed, "cached mappings released because the exporter freed them") \
     X(double_closes, "closes of a pointer not open (the API's error returned)") \
     X(via_pidfd, "exporters reached with pidfd_getfd (first contact)")   \
-    X(via_socket, "exporters reached through the socket fallback")       \
+    X(via_socket, "exporters reached through their socket (first contact)") \
     X(rescued, "other libraries' pidfd_getfd the kernel refused, served by the exporter's broker") \
     X(rescue_failed, "refused pidfd_getfd no broker served (the kernel's error returned)") \
     X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \

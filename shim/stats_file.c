@@ -87,10 +87,12 @@ static void cache_fields(void *ctx, const char *name, byval_lru_t *lru)
     field(b, prefix, "misses", s.misses, "sum", "cache misses");
     field(b, prefix, "evictions", s.evictions, "sum", "entries evicted for room");
     field(b, prefix, "removals", s.removals, "sum", "entries removed (free, exit, context)");
-    field(b, prefix, "entries", s.size, "sum", "entries held at exit");
-    field(b, prefix, "high_water", s.high_water, "sum", "most entries held at once");
-    field(b, prefix, "capacity", s.capacity, "sum", "entries it may hold");
-    field(b, prefix, "memory_bytes", now, "sum", "memory of the cache's structures at exit");
+    /* Per-process gauges: a job's sum of them means nothing (every rank
+     * has its own capacity); the largest process is what to size for. */
+    field(b, prefix, "entries", s.size, "max", "entries held at exit");
+    field(b, prefix, "high_water", s.high_water, "max", "most entries held at once");
+    field(b, prefix, "capacity", s.capacity, "max", "entries it may hold");
+    field(b, prefix, "memory_bytes", now, "max", "memory of the cache's structures at exit");
     field(b, prefix, "bytes_per_entry_full", full, "max",
           "memory per entry when full at capacity");
 }

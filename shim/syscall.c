@@ -96,11 +96,12 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
         errno = err;
         return -1;
     }
+    unsigned long long t0 = BYVAL_LOG_T0();
     byval_status_t st = byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg));
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(rescue_failed);
-        BYVAL_LOG_DEBUG("pidfd_getfd(pid %u, fd %d) refused (%s), not rescued: %s", pid, fd,
-                        denial(err), msg);
+        BYVAL_LOG_DEBUG("open: not rescued: another library's pidfd_getfd(pid %u, fd %d) was "
+                        "refused (%s): %s", pid, fd, denial(err), msg);
         errno = err;
         return -1;
     }
@@ -112,7 +113,9 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
                        "them)",
                        pid, fd, denial(err));
     else
-        BYVAL_LOG_DEBUG("pidfd_getfd(pid %u, fd %d) rescued", pid, fd);
+        BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
+                        "that process's socket, %.1f us", pid, fd,
+                        t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0);
     errno = saved;
     return got;
 }

@@ -33,6 +33,13 @@ static void prover_init(void)
     byval_resolve_set_prover(&byval_reg_prover);
 }
 
+static __thread int fetch_route __attribute__((tls_model("initial-exec")));
+
+int byval_fetch_route(void)
+{
+    return fetch_route;
+}
+
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
@@ -44,12 +51,17 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     if (rec->boot == self->boot) {
         byval_exporter_id_t id = exporter_of(rec);
         kept = byval_exporters_hold(&id);
-        if (kept >= 0)
-            BYVAL_STAT_INC(open_kept_pidfd);
     }
     byval_fetch_info_t info;
     byval_status_t st = byval_transport_fetch(rec, self, byval_cfg.transport, kept, fd_p, pidfd_p,
                                               &info, msg, msglen);
+    /* Counted by what served it: pidfd_getfd (directly, or on a kept
+     * pidfd), or the exporter's socket. */
+    fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET : BYVAL_ROUTE_PIDFD;
+    if (st == BYVAL_OK && kept >= 0 && fetch_route == BYVAL_ROUTE_SOCKET)
+        BYVAL_STAT_INC(open_kept_socket);
+    else if (st == BYVAL_OK && kept >= 0)
+        BYVAL_STAT_INC(open_kept_pidfd);
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
     else if (st == BYVAL_OK)

@@ -23,6 +23,10 @@
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen);
 
+/* What served this thread's last byval_fetch_fd (enum byval_route,
+ * shim/log.h): pidfd_getfd or the socket. */
+int byval_fetch_route(void);
+
 /* Return or keep the pidfd byval_fetch_fd gave for rec's exporter. */
 void byval_fetch_done(const byval_record_t *rec, int pidfd);
 

@@ -253,6 +253,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
                             (unsigned)r2);
     }
     BYVAL_STAT_INC(pool_exports);
+    byval_log_export("event pool ", 0, (void *)pool, -1);
     return r;
 }
 
@@ -278,7 +279,9 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
         return r;
     /* Everything naming its fd withdrawn before the driver closes it. */
     byval_exports_t *x = __atomic_load_n(&pools, __ATOMIC_ACQUIRE);
-    if (byval_exports_live(x) && byval_exports_end(x, &pool))
+    if (byval_exports_live(x) && byval_exports_end(x, &pool)) {
         BYVAL_STAT_INC(frees);
+        byval_log_export("event pool ", 1, (void *)pool, -1);
+    }
     return next(pool);
 }

@@ -198,8 +198,6 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     pool = ((pool_import_t *)out)->pool;
     if (byval_imports_open(imports, out, ref, POOL_TAG(pool)) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    BYVAL_LOG_DEBUG("event pool open: miss, pid %u fd %u serial %u: %p", rec.pid, rec.fd,
-                    s->serial, (void *)pool);
     *pool_p = pool;
     return ZE_RESULT_SUCCESS;
 }
@@ -235,6 +233,7 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     key.id32 = s.id32;
     key.serial = s.serial;
     key.ctx = (uintptr_t)ctx;
+    unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     pool_import_t *m = (pool_import_t *)byval_imports_get(imports, &key, &ref);
     if (m && memcmp(m->handle, handle.data, sizeof(m->handle)) != 0) {
@@ -247,18 +246,26 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
         if (byval_imports_open(imports, &m->base, ref, POOL_TAG(m->pool)) < 0)
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(open_hits);
+        byval_log_open("event pool ", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes,
+                       (void *)m->pool, t_open);
         *pool_p = m->pool;
         return ZE_RESULT_SUCCESS;
     }
     BYVAL_STAT_INC(open_misses);
-    return import_miss(next, ctx, handle, &s, &self, &key, pool_p);
+    ze_result_t r = import_miss(next, ctx, handle, &s, &self, &key, pool_p);
+    if (r == ZE_RESULT_SUCCESS)
+        byval_log_open("event pool ", byval_fetch_route(), s.pid, 0, (void *)*pool_p, t_open);
+    return r;
 }
 
 int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p)
 {
+    unsigned long long t_close = BYVAL_LOG_T0();
     switch (byval_imports_close(POOL_TAG(pool))) {
     case BYVAL_IMPORTS_CLOSED:
         BYVAL_STAT_INC(closes);
+        byval_log_close("event pool ", (void *)pool, "closed (kept until its exporter destroys it)",
+                        t_close);
         *r_p = ZE_RESULT_SUCCESS;
         return 1;
     case BYVAL_IMPORTS_NOT_OPEN:

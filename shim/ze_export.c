@@ -165,6 +165,7 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
         return 0;
     }
     BYVAL_STAT_INC(exports);
+    byval_log_export("", 0, ptr, (int)byval_ze_handle_fd(h));
     return 1;
 }
 
@@ -340,8 +341,10 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
     if (!ptr || !byval_exports_live(x))
         return;
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
-    if (byval_exports_end(x, &key))
+    if (byval_exports_end(x, &key)) {
         BYVAL_STAT_INC(frees);
+        byval_log_export("", 1, ptr, -1);
+    }
     /* Other exports of it (another context's get, zexMemGetIpcHandles, a
      * handle made from its fd) are found by the allocation's id: one
      * driver query, only while one of its registry entries is held. */

@@ -152,6 +152,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
                                const ze_import_key_t *key, void **pptr)
 {
     int fd;
+    unsigned long long t_open = BYVAL_LOG_T0();
     ze_result_t rr = byval_ze_resolve(rec, &fd);
     if (rr != ZE_RESULT_SUCCESS)
         return rr;
@@ -195,8 +196,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     p = ((ze_import_t *)out)->ptr;
     if (byval_imports_open(imports, out, ref, (uintptr_t)p) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    BYVAL_LOG_DEBUG("open: miss, pid %u fd %u, %llu bytes at %p", rec->pid, rec->fd,
-                    (unsigned long long)rec->size, p);
+    byval_log_open("", byval_fetch_route(), rec->pid, rec->size, p, t_open);
     *pptr = p;
     return ZE_RESULT_SUCCESS;
 }
@@ -238,6 +238,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     key.ctx = (uintptr_t)ctx;
     key.dev = (uintptr_t)dev;
 
+    unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     ze_import_t *m = (ze_import_t *)byval_imports_get(imports, &key, &ref);
     if (m && memcmp(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
@@ -250,8 +251,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(opens);
         BYVAL_STAT_INC(open_hits);
-        BYVAL_LOG_DEBUG("open: hit, pid %u, %llu bytes at %p", m->base.pid,
-                        (unsigned long long)m->base.bytes, m->ptr);
+        byval_log_open("", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes, m->ptr, t_open);
         *pptr = m->ptr;
         return ZE_RESULT_SUCCESS;
     }
@@ -271,9 +271,12 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, ptr);
+    unsigned long long t_close = BYVAL_LOG_T0();
     switch (byval_imports_close((uintptr_t)ptr)) {
     case BYVAL_IMPORTS_CLOSED:
         BYVAL_STAT_INC(closes);
+        byval_log_close("", ptr, "closed (the mapping stays cached until its exporter frees it)",
+                        t_close);
         return ZE_RESULT_SUCCESS;
     case BYVAL_IMPORTS_NOT_OPEN:
         /* The driver would refuse a pointer that is not open; the cached

@@ -55,4 +55,36 @@ out=$(IPCBYVAL_LOG=info "$RUN" --stats --log debug --disable \
 [ "$out" = "dir debug 0" ] && pass "--stats --log --disable set the variables" || fail "options" "$out"
 out=$("$RUN" --log=info sh -c 'echo "$IPCBYVAL_LOG"')
 [ "$out" = "info" ] && pass "--log=LEVEL" || fail "--log=LEVEL" "$out"
+
+# Messages: a program that is not there, as a shell says it; a level that
+# is not one, refused before anything runs.
+out=$("$RUN" --stats nosuchprog 2>&1)
+rc=$?
+[ $rc -eq 127 ] && [ "$out" = "ipcbyval-run: nosuchprog: command not found" ] &&
+    pass "--stats nosuchprog: 'command not found', exit 127" || fail "missing program" "rc $rc: $out"
+out=$("$RUN" ./no/such/prog 2>&1)
+rc=$?
+[ $rc -eq 127 ] && grep -q 'no/such/prog: No such file or directory' <<<"$out" &&
+    pass "a missing path: exit 127" || fail "missing path" "rc $rc: $out"
+out=$("$RUN" --log=loud sh -c 'echo ran' 2>&1)
+rc=$?
+[ $rc -eq 2 ] && ! grep -q ran <<<"$out" &&
+    grep -q 'ipcbyval-run: --log=loud: not a level (none, error, warn, info, debug or 0-4)' <<<"$out" &&
+    pass "--log=loud refused up front (exit 2)" || fail "--log=loud" "rc $rc: $out"
+out=$("$RUN" --log Debug sh -c 'echo ran' 2>&1)
+[ "$out" = "ran" ] && pass "--log Debug accepted (the library's own parser)" || fail "--log Debug" "$out"
+
+# Every IPCBYVAL_* value checked once for the job: an N-rank job prints
+# one warning, not N.
+if [ -n "$MPIRUN_OMPI" ] && [ -x "$APPS/ze_mpi_exchange_ompi" ]; then
+    log="$BUILD/test-logs/config-once.log"
+    IPCBYVAL_CACHE_SIZE=lots IPCBYVAL_TRANSPROT=pidfd timeout 120 "${OMPI[@]}" -np 4 \
+        -x IPCBYVAL_CACHE_SIZE -x IPCBYVAL_TRANSPROT "$RUN" "$APPS/ze_mpi_exchange_ompi" --allocs 2 >"$log" 2>&1
+    inv=$(grep -c "invalid value IPCBYVAL_CACHE_SIZE='lots'" "$log")
+    unk=$(grep -c "unknown variable IPCBYVAL_TRANSPROT (did you mean IPCBYVAL_TRANSPORT?)" "$log")
+    grep -q 'rank 0: OK' "$log" && [ "$inv" -eq 1 ] && [ "$unk" -eq 1 ] &&
+        pass "4 ranks: each warning printed once" || fail "warnings once" "invalid x$inv, unknown x$unk: $(tail -3 "$log" | tr '\n' '|')"
+else
+    skip "warnings once" "Open MPI or ze_mpi_exchange_ompi missing"
+fi
 finish

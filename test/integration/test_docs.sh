@@ -70,4 +70,31 @@ for t in $phony $readme; do
 done
 [ -n "$listed" ] && [ -z "$missing" ] && pass "make help names every target ($(xargs <<<"$listed"))" ||
     fail "make help" "$missing"
+
+# Repository: the license at the root, the same MIT text the package
+# ships; no libFuzzer artifact tracked, and make fuzz writes them under
+# build/ (ignored by git), never into the folder it was run from.
+lic=$(sed -n '/^ Permission is hereby granted/,$p' "$ROOT/scripts/debian/copyright" | sed 's/^ //; s/^\.$//')
+[ -f "$ROOT/LICENSE" ] && grep -q '^MIT License$' "$ROOT/LICENSE" &&
+    [ "$(tail -n +5 "$ROOT/LICENSE")" = "$lic" ] &&
+    pass "LICENSE at the root: the MIT text of debian/copyright" || fail "LICENSE" "missing or different"
+if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    tracked=$(git -C "$ROOT" ls-files | grep -E '(^|/)(crash|leak|timeout|oom)-[0-9a-f]+$' | xargs)
+    [ -z "$tracked" ] && pass "no libFuzzer artifact tracked" || fail "fuzz artifacts tracked" "$tracked"
+fi
+fz=$(make -n -s -C "$ROOT" --no-print-directory fuzz FUZZ_SECONDS=1 2>/dev/null | grep -E 'build-fuzz/fuzz_[a-z_]+ -max_total_time')
+n=$(grep -o 'build-fuzz/fuzz_[a-z_]* ' <<<"$fz" | wc -l)
+m=$(grep -oE -- '-artifact_prefix=build/[^ ]+/fuzz_[a-z_]+-' <<<"$fz" | wc -l)
+[ "$n" -ge 3 ] && [ "$m" -eq "$n" ] && grep -qx 'build/' "$ROOT/.gitignore" &&
+    pass "make fuzz: every target's artifacts under build/ ($m targets), ignored by git" ||
+    fail "make fuzz artifacts" "$n targets, $m with -artifact_prefix under build/"
+# The --doctor transcript in the README and ipcbyval-run(1): the lines the
+# doctor prints today, by label.
+labels() { sed -nE 's/^  ([a-z_]+( [a-z]+)?) {2,}.*/\1/p; s/^(verdict):.*/\1/p'; }
+now=$(ZE_ENABLE_ALT_DRIVERS= "$RUN" --doctor 2>/dev/null | labels | xargs)
+readme=$(sed -n '/^\$ ipcbyval-run --doctor$/,/^```$/p' "$ROOT/README.md" | labels | xargs)
+page=$(sed -n '/^ipcbyval doctor: /,/^\.Ed$/p' "$ROOT/man/ipcbyval-run.1" | labels | xargs)
+[ -n "$now" ] && [ "$readme" = "$now" ] && [ "$page" = "$now" ] &&
+    pass "--doctor transcripts in the README and ipcbyval-run(1) have today's lines" ||
+    fail "--doctor transcripts" "now: $now | README: $readme | man: $page"
 finish

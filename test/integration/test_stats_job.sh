@@ -86,6 +86,24 @@ else
     fail "ze_pair table" "$(head -3 "$log" | tr '\n' ' ')"
 fi
 
+# Under IPCBYVAL_TRANSPORT=socket misses are labelled by what served them
+# (no "pidfd resolution", no open_kept_pidfd), and per-process gauges
+# (capacities, high-water marks, bytes held) total as the largest process.
+dir=$(mktemp -d)
+log="$L/stats-socket.log"
+IPCBYVAL_TRANSPORT=socket IPCBYVAL_STATS_DIR="$dir" timeout 120 "$RUN" --stats "$APPS/ze_pair" "${A[@]}" >"$log" 2>&1
+kept=$(row "$log" open_kept_socket | awk '{ print $NF }')
+if ! grep -q 'pidfd resolution' "$log" && ! grep -qE '^open_kept_pidfd ' "$log" && [ "${kept:-0}" -ge 1 ]; then
+    pass "socket transport: misses labelled by what served them (open_kept_socket $kept, no pidfd wording)"
+else
+    fail "socket transport labels" "$(grep -E 'open_|pidfd' "$log" | tr '\n' '|')"
+fi
+bad=$(cat "$dir"/*.stats 2>/dev/null | awk -F'\t' '$1 ~ /\.(capacity|high_water|entries|memory_bytes)$|^(cache_bytes_held|export_(entries|offers|rescuable))$/ && $3 != "max" { print $1 }')
+n=$(cat "$dir"/*.stats 2>/dev/null | grep -cE '^ze_(import|export)\.capacity'$'\t')
+[ "$n" -ge 1 ] && [ -z "$bad" ] && pass "per-process gauges total as max, not a sum ($n capacity rows)" ||
+    fail "gauges" "summed: $bad ($n capacity rows)"
+rm -rf "$dir"
+
 # The files carry every counter by name: the same names as the exit block.
 dir=$(mktemp -d)
 IPCBYVAL_STATS=1 IPCBYVAL_STATS_DIR="$dir" timeout 120 "$RUN" "$APPS/ze_pair" "${A[@]}" >"$L/stats-names.log" 2>&1
