@@ -28,6 +28,7 @@
 
 #include "handles/broker_internal.h"
 #include "handles/registry.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 
 #define BROKER_MAX_FDS 65536
 
@@ -83,6 +84,8 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
 {
     struct stat st;
     int32_t status = -EBADF;
+    if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
+        return byval_rendezvous_registry_dup(dup_p); /* rendezvous hook */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return byval_registry_dup_fd((int)req->fd, dup_p);
     of_lock();

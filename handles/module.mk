@@ -5,12 +5,15 @@
 # registry_watch.c their watcher thread, registry_short.c from a short record
 # to the exporter's registry); broker*.c and nsxlate.c are the socket
 # fallback and the pid translation, transport.c the policy over all;
-# rescue.c asks a broker for another library's refused pidfd_getfd.
+# rescue.c asks a broker for another library's refused pidfd_getfd;
+# rendezvous*.c put the broker's socket in a directory shared across
+# pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c handles/registry_view.c handles/registry_watch.c handles/registry_short.c \
-                 handles/rescue.c
+                 handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
+                 handles/rendezvous_registry.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 

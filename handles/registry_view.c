@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "handles/registry_internal.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
@@ -206,7 +207,12 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     uint32_t rfd, rino;
     int pid = pidfd >= 0 ? pidfd_local_pid(pidfd) : -1;
-    if (pid <= 0 || find_registry_fd(pid, &rfd, &rino) != 0) {
+    rec_fetch_t f = {rec, mode, pidfd};
+    int mfd = -1;
+    if (pid == 0 && byval_rendezvous_enabled()) { /* rendezvous hook: no /proc of it here */
+        if ((*st_p = byval_rendezvous_registry(rec, &mfd, msg, msglen)) != BYVAL_OK)
+            return NULL;
+    } else if (pid <= 0 || find_registry_fd(pid, &rfd, &rino) != 0) {
         *st_p = errno == EACCES || errno == EPERM ? BYVAL_E_PERM : BYVAL_E_FDKIND;
         if (*st_p == BYVAL_E_PERM)
             byval_msg(msg, msglen,
@@ -218,11 +224,10 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
             byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
                       rec->pid);
         return NULL;
-    }
-    rec_fetch_t f = {rec, mode, pidfd};
-    int mfd = -1;
-    if ((*st_p = fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
+    } else if ((*st_p = fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) !=
+               BYVAL_OK) {
         return NULL;
+    }
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
     if (v)
         v = byval_reg_publish(v, msg, msglen);

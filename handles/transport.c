@@ -101,13 +101,15 @@ void byval_transport_forget(void)
 }
 
 /* The socket, with the same fd-kind check (inode and size) as pidfd. */
-static byval_status_t via_socket(const byval_record_t *rec, int *fd_p, int *pidfd_p, char *msg,
-                                 size_t msglen)
+static byval_status_t via_socket(const byval_record_t *rec, int *fd_p, int *pidfd_p,
+                                 byval_fetch_info_t *info, char *msg, size_t msglen)
 {
+    int via_dir = 0;
     byval_status_t st =
-        byval_broker_fetch_pidfd(rec, rec->fd, rec->fd_ino, fd_p, pidfd_p, msg, msglen);
+        byval_broker_fetch_via(rec, rec->fd, rec->fd_ino, fd_p, pidfd_p, &via_dir, msg, msglen);
     if (st != BYVAL_OK)
         return st;
+    info->via = via_dir ? BYVAL_VIA_RENDEZVOUS : BYVAL_VIA_SOCKET; /* rendezvous hook */
     /* Nothing was checked before the exporter sent it: all of it now. */
     st = byval_check_fd_kind(*fd_p, rec->pid, rec->fd, rec->fd_ino, rec->size,
                              byval_record_obj(rec, rec->fd), NULL, msg, msglen);
@@ -190,7 +192,7 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
     peer_t known = peer_get(rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
-        return via_socket(rec, fd_p, pidfd_p, msg, msglen);
+        return via_socket(rec, fd_p, pidfd_p, info, msg, msglen);
     }
     byval_status_t st = via_pidfd(rec, self, &known, fd_p, pidfd_p, info, msg, msglen);
     if (mode != BYVAL_MODE_AUTO ||
@@ -198,10 +200,11 @@ byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_s
         return st;
     char why[512];
     snprintf(why, sizeof(why), "%s", msg ? msg : byval_status_str(st));
-    byval_status_t st2 = via_socket(rec, fd_p, pidfd_p, msg, msglen);
+    byval_fetch_info_t got = *info;
+    byval_status_t st2 = via_socket(rec, fd_p, pidfd_p, &got, msg, msglen);
     if (st2 == BYVAL_OK) {
         peer_put(rec, BYVAL_VIA_SOCKET, info->local_pid);
-        info->via = BYVAL_VIA_SOCKET;
+        info->via = got.via;
         info->fell_back = 1;
         memcpy(info->why, why, sizeof(why));
         return BYVAL_OK;

@@ -25,6 +25,7 @@ typedef enum byval_via {
     BYVAL_VIA_PIDFD = 1,  /* pidfd_getfd, the record's own pid */
     BYVAL_VIA_XLATED = 2, /* pidfd_getfd, the pid translated into our namespace */
     BYVAL_VIA_SOCKET = 3, /* the exporter's socket */
+    BYVAL_VIA_RENDEZVOUS = 4, /* its socket in the rendezvous directory (rendezvous.h) */
 } byval_via_t;
 
 /* What a fetch did, for the caller's log. */

@@ -15,6 +15,7 @@
 
 #include "handles/resolve.h"
 #include "shim/config.h"
+#include "shim/rendezvous.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 
@@ -53,6 +54,8 @@ static void init_run(void)
     init_depth++;
     byval_config_load();
     init_enabled = byval_cfg.enable;
+    if (init_enabled)
+        byval_rendezvous_configure(); /* rendezvous hook */
     pthread_atfork(NULL, NULL, init_atfork_child);
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);

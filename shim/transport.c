@@ -13,6 +13,7 @@
 #include "shim/config.h"
 #include "shim/exporters.h"
 #include "shim/log.h"
+#include "shim/rendezvous.h"
 #include "shim/stats.h"
 
 _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
@@ -55,11 +56,14 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
                                                  &info, msg, msglen);
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
+    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS) /* rendezvous hook */
+        BYVAL_STAT_INC(via_rendezvous);
     else if (st == BYVAL_OK)
         BYVAL_STAT_INC(via_pidfd);
     if (st == BYVAL_OK && info.fell_back)
-        BYVAL_LOG_INFO("pid %u: %s; using the socket fallback for this exporter", rec->pid,
-                       info.why);
+        BYVAL_LOG_INFO("pid %u: %s; using the socket fallback%s for this exporter", rec->pid,
+                       info.why,
+                       info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)" : "");
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);
@@ -81,7 +85,9 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd)
 
 void byval_export_offer(int fd)
 {
-    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD || byval_broker_offer(fd) == 0)
+    int rc = byval_cfg.transport == BYVAL_TRANSPORT_PIDFD ? 0 : byval_broker_offer(fd);
+    byval_rendezvous_report(); /* rendezvous hook */
+    if (rc == 0)
         return;
     /* Someone else bound our name first: importers that need the socket
      * would be talking to it, so say so loudly (once is enough). */
@@ -106,6 +112,7 @@ void byval_export_register_fd(int fd)
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
+    byval_rendezvous_report(); /* rendezvous hook */
 }
 
 void byval_export_withdraw(int fd)
