@@ -41,7 +41,7 @@ static byval_status_t impostor(const byval_record_t *rec, const char *name, cons
                                unsigned long long got, char *msg, size_t msglen)
 {
     byval_msg(msg, msglen,
-              "the socket @%s of exporter pid %u is held by another process (%s %llu, the "
+              "the socket %s of exporter pid %u is held by another process (%s %llu, the "
               "exporter's is %llu): nothing asked of it",
               name, rec->pid, what, got, (unsigned long long)rec->identity);
     return BYVAL_E_IDENTITY;
@@ -110,7 +110,8 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
         return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
     }
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
-    const char *name = a.sun_path + 1;
+    char name[300]; /* as shown: "@abstract", or the rendezvous path */
+    snprintf(name, sizeof(name), "@%s", a.sun_path + 1);
     byval_broker_until(s, SO_SNDTIMEO, deadline);
     int rc, err = 0;
     /* An interrupted connect on a Unix socket leaves it unconnected (the
@@ -133,6 +134,9 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
             goto err_sock;
         *via_dir_p = 1;
         rc = 0;
+        char file[64];
+        byval_rendezvous_name(file, sizeof(file), rec->boot, rec->identity);
+        snprintf(name, sizeof(name), "%s/%s", byval_rendezvous_dir(), file);
     }
     if (rc != 0) {
         st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
@@ -143,7 +147,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
                       "network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
                       rec->pid);
         else
-            byval_msg(msg, msglen, "connect to @%s (exporter pid %u) failed: %s%s", name,
+            byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name,
                       rec->pid, strerror(err),
                       err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
         goto err_sock;
@@ -172,7 +176,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
      * already (EPIPE), and its answer still waits in our queue. */
     st = byval_broker_receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
     if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
-        byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
+        byval_msg(msg, msglen, "send to %s (exporter pid %u) failed: %s", name, rec->pid,
                   send_err ? strerror(send_err) : "short write");
         st = BYVAL_E_SYS;
     }

@@ -97,6 +97,15 @@ int32_t byval_rendezvous_registry_dup(int *dup_p);
 byval_status_t byval_rendezvous_registry(const byval_record_t *rec, int *mfd_p, char *msg,
                                          size_t msglen);
 
+/* Importer: the exporter of a short record (event pools) from another
+ * pid namespace, found in the directory by its identity's 32 bits and
+ * proven as for any fetch; as byval_reg_attach_short (registry_view.h). */
+struct byval_reg_view;
+byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval_self_t *self,
+                                             int mode, struct byval_reg_view **v_p,
+                                             byval_record_t *rec_p, int *pidfd_p, char *msg,
+                                             size_t msglen);
+
 /* The socket name of an exporter (boot, pidfs inode) into buf. */
 void byval_rendezvous_name(char *buf, size_t len, uint32_t boot, uint64_t identity);
 

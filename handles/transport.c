@@ -91,6 +91,11 @@ static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_
     pthread_mutex_unlock(&mem.lock);
 }
 
+void byval_transport_remember_socket(const byval_record_t *rec) /* rendezvous hook */
+{
+    peer_put(rec, BYVAL_VIA_SOCKET, 0);
+}
+
 void byval_transport_forget(void)
 {
     pthread_once(&mem_once, mem_init);

@@ -65,6 +65,11 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
                                          uint32_t fd, uint32_t fd_ino, uint64_t size,
                                          byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
 
+/* Remember that rec's exporter is reached through its socket (found in
+ * the rendezvous directory, rendezvous_short.c): its pid names nothing
+ * here, so no pidfd_getfd is tried on it. */
+void byval_transport_remember_socket(const byval_record_t *rec);
+
 /* Forget what auto learnt (tests). */
 void byval_transport_forget(void);
 
