@@ -112,6 +112,12 @@ static int exporter(const struct rdv_ops *ops, int hfd, int afd)
             return 1;
         }
         acked += ack == 1;
+        if (ack != 1 && !strcmp(kase, "free")) {
+            /* Nothing opened holds nothing: the release would prove nothing. */
+            printf("FAILED rdv free: round %u: the importer's open %s\n", r,
+                   ack == 0 ? "mapped wrong data" : "failed");
+            return 1;
+        }
         if (!strcmp(kase, "exit"))
             break; /* exit without freeing: the importer watches */
         if (pools ? ops->pool_wait(alloc) : ops->free_one(alloc))
