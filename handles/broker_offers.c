@@ -87,7 +87,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
     if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
         return byval_rendezvous_registry_dup(dup_p); /* rendezvous hook */
     if (req->magic == BROKER_MAGIC_RESCUE)
-        return byval_registry_dup_fd((int)req->fd, dup_p);
+        return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();
     if (req->fd <= INT32_MAX && offered_locked((int)req->fd) && fstat((int)req->fd, &st) == 0) {
         if ((uint32_t)st.st_ino != req->fd_ino)

@@ -2,8 +2,9 @@
 # handles/: the by-value record (wire.c, pure), who we are (self.c), and
 # pidfd resolution (resolve.c, fdcheck.c), the exporter registry (registry.c;
 # registry_fds.c the same by fd number; registry_view.c the importers' reader,
-# registry_watch.c their watcher thread, registry_short.c from a short record
-# to the exporter's registry); broker*.c and nsxlate.c are the socket
+# registry_views.c their list of views, registry_watch.c their watcher
+# thread, registry_short.c from a short record to the exporter's
+# registry); broker*.c and nsxlate.c are the socket
 # fallback and the pid translation, transport.c the policy over all;
 # rescue.c asks a broker for another library's refused pidfd_getfd;
 # rendezvous*.c put the broker's socket in a directory shared across
@@ -11,7 +12,7 @@
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
-                 handles/transport.c handles/registry_view.c handles/registry_watch.c handles/registry_short.c \
+                 handles/transport.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
                  handles/rendezvous_registry.c handles/rendezvous_short.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)

@@ -2,36 +2,73 @@
 /*
  * registry.c - the exporter's side of the registry (see registry.h).
  *
- * One lock for adds and removes (both come with a driver export or free
- * that costs microseconds); importers only read the shared page. Slots are
- * found by a linear scan of [0, high): exports in flight are bounded by
- * the export caches (4096 by default), and a free of memory that was never
- * exported returns before the scan (nothing published yet).
+ * Who owns what (issue 22, defects 4 and 5):
+ * - The bookkeeping is ours alone: a private array of slots (`mine`) and
+ *   a private `high`, under one lock. The shared page is a copy we only
+ *   ever write: nothing we decide is read back from memory another
+ *   process can reach, so whatever a peer does to the page cannot steer
+ *   our scans (a `high` of 0xffffffff once crashed the next free).
+ * - The page is a memfd sealed against shrinking and growth before it is
+ *   mapped (no SIGBUS for any reader, whoever holds it), then against new
+ *   writes (F_SEAL_FUTURE_WRITE: our one writable mapping stays, write(2)
+ *   and new writable mappings are refused to everyone) and further seals.
+ *   What stays in our fd table, and what the broker and pidfd_getfd hand
+ *   out, is a read-only open file of it. A same-uid process that reopened
+ *   the page through /proc in the microseconds between memfd_create and
+ *   the seals keeps a writable mapping: importers read every value as
+ *   hostile anyway (registry_view.c), and we never read the page.
+ * - The wake-up pipe: its read end is handed to importers (and to anyone
+ *   the broker serves), so its open file and O_NONBLOCK are anyone's to
+ *   change, and F_SETPIPE_SZ can shrink it. We therefore never read or
+ *   write that open file ourselves. We write into the write end, an open
+ *   file no peer holds (never offered; pidfd_getfd of it needs ptrace
+ *   rights over us, which are total control anyway), O_NONBLOCK on it is
+ *   ours; a full pipe is emptied through `drain_rd`, a second open file of
+ *   the read end (reopened through /proc/self/fd, O_NONBLOCK, ours alone),
+ *   then written once more. So a free never blocks, whatever peers set.
+ *   RWF_NOWAIT (preadv2/pwritev2) would give per-call non-blocking on the
+ *   shared files, but pipes honour it only from Linux 6.4 (FMODE_NOWAIT,
+ *   c04fe8e32f90); Debian bookworm runs 6.1. An eventfd or a channel per
+ *   importer would need the exporter to reach each importer's file, which
+ *   it cannot without importer-side cooperation; private open files of the
+ *   one pipe need nothing new from either side.
+ * - A peer that can open the pipe (same uid) can also write it: that can
+ *   wake importers (each bounds what one exporter costs it, see
+ *   registry_watch.c) and delay, never block, our wake-ups.
+ *
+ * Slots are found by a linear scan of [0, high): exports in flight are
+ * bounded by the export caches (4096 by default), and a free of memory
+ * that was never exported returns before the scan (nothing published yet).
  */
 #include "handles/registry.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "handles/registry_internal.h"
 #include "handles/resolve.h"
-
-#define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
 
 static struct {
     pthread_mutex_t lock;
-    int tried;  /* creation attempted (once per process image or fork) */
-    int memfd;
-    int pipe_rd, pipe_wr;
-    byval_reg_header_t *hdr;
+    int tried;   /* creation attempted (once per process image or fork) */
+    int offered; /* its fds were handed out to be offered (once per registry) */
+    int page_fd; /* a read-only open file of the sealed page: what peers get */
+    int pipe_rd; /* the read end peers get: never read here (see above) */
+    int pipe_wr, drain_rd; /* ours alone */
+    byval_reg_header_t *hdr; /* the shared page: written, never read */
     byval_reg_slot_t *slot;
-    uint64_t next_serial;
+    byval_reg_slot_t *mine; /* the truth: BYVAL_REG_SLOTS private slots */
+    uint32_t high;
+    uint64_t seq, next_serial;
     uint32_t live;
-} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .memfd = -1, .pipe_rd = -1, .pipe_wr = -1};
-
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1,
+         .drain_rd = -1};
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
 {
     /* FNV-1a 64: the key only has to tell a process's handles apart. */
@@ -42,19 +79,28 @@ uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
     return h | UINT64_C(1) << 63; /* never a BYVAL_REG_KEY of a kind < 128 */
 }
 
+static void close_fd(int *fd_p)
+{
+    if (*fd_p >= 0)
+        close(*fd_p);
+    *fd_p = -1;
+}
+
 static void destroy_locked(void)
 {
     if (reg.hdr)
-        munmap(reg.hdr, REG_BYTES);
-    if (reg.memfd >= 0)
-        close(reg.memfd);
-    if (reg.pipe_rd >= 0)
-        close(reg.pipe_rd);
-    if (reg.pipe_wr >= 0)
-        close(reg.pipe_wr);
+        munmap(reg.hdr, BYVAL_REG_BYTES);
+    /* `mine` stays for the next registry (a fork child's): no free() in a
+     * fork child, whose allocator a sanitizer may have left locked. Only
+     * [0, high) of it is ever read. */
+    close_fd(&reg.page_fd);
+    close_fd(&reg.pipe_rd);
+    close_fd(&reg.pipe_wr);
+    close_fd(&reg.drain_rd);
     reg.hdr = NULL;
     reg.slot = NULL;
-    reg.memfd = reg.pipe_rd = reg.pipe_wr = -1;
+    reg.high = 0;
+    reg.seq = 0;
 }
 
 static void atfork_prepare(void)
@@ -71,12 +117,75 @@ static void atfork_child(void)
 {
     /* The forking thread held the lock across fork (prepare). Closing our
      * copies of the pipe's write end matters: importers see the parent's
-     * exit as the hang-up only when every write end is closed. */
+     * exit as the hang-up only when every write end is closed. The child's
+     * own exports make a new registry, offered anew (`offered`). */
     pthread_mutex_init(&reg.lock, NULL);
     destroy_locked();
     reg.tried = 0;
+    reg.offered = 0;
     reg.live = 0;
     reg.next_serial = 0;
+}
+
+int byval_reg_page_seals(void)
+{
+    /* 0 unknown, else the seals + 1 (seals of this kernel, probed once). */
+    static int cached;
+    int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (c)
+        return c - 1;
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+    int fd = memfd_create("ipcbyval-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0 && errno == EINVAL)
+        seals &= ~F_SEAL_FUTURE_WRITE; /* before Linux 5.1 */
+    if (fd < 0)
+        return seals; /* out of fds: ask again next time */
+    close(fd);
+    __atomic_store_n(&cached, seals + 1, __ATOMIC_RELAXED);
+    return seals;
+}
+
+int byval_reg_reopen(int fd, int flags)
+{
+    char path[40];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return open(path, flags | O_CLOEXEC);
+}
+
+/* The sealed page, mapped writable for us alone; the read-only open file
+ * of it in reg.page_fd. 0, or -1 (nothing kept). */
+static int page_create_locked(void)
+{
+    int mfd = memfd_create(BYVAL_REG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd < 0)
+        return -1;
+    void *m = MAP_FAILED;
+    if (ftruncate(mfd, BYVAL_REG_BYTES) != 0 ||
+        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0 ||
+        (m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)) ==
+            MAP_FAILED ||
+        /* Our mapping exists: from now on nobody (us included) can write
+         * the page any other way (Linux 5.1 and later: before, peers of
+         * our uid can write it, which importers survive), nor seal it
+         * further (F_SEAL_WRITE would fail while we hold the mapping). */
+        fcntl(mfd, F_ADD_SEALS,
+              (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0) {
+        if (m != MAP_FAILED)
+            munmap(m, BYVAL_REG_BYTES);
+        close(mfd);
+        return -1;
+    }
+    /* What stays in our table (and is found and served) is read-only;
+     * without /proc the read-write one stays, sealed all the same. */
+    int ro = byval_reg_reopen(mfd, O_RDONLY);
+    if (ro >= 0) {
+        close(mfd);
+        mfd = ro;
+    }
+    reg.page_fd = mfd;
+    reg.hdr = m;
+    reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);
+    return 0;
 }
 
 static int create_locked(void)
@@ -88,21 +197,17 @@ static int create_locked(void)
     reg.tried = 1;
     if (byval_self_get(&self) != 0)
         return -1;
-    reg.memfd = memfd_create(BYVAL_REG_NAME, MFD_CLOEXEC);
-    if (reg.memfd < 0 || ftruncate(reg.memfd, REG_BYTES) != 0 ||
+    if ((!reg.mine && !(reg.mine = calloc(BYVAL_REG_SLOTS, sizeof(*reg.mine)))) ||
+        page_create_locked() != 0 ||
         pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
         destroy_locked();
         return -1;
     }
     reg.pipe_rd = p[0];
     reg.pipe_wr = p[1];
-    void *m = mmap(NULL, REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, reg.memfd, 0);
-    if (m == MAP_FAILED) {
-        destroy_locked();
-        return -1;
-    }
-    reg.hdr = m;
-    reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);
+    /* Without it (no /proc) a full pipe stays full until an importer
+     * drains it: wake-ups are then late, never blocking. */
+    reg.drain_rd = byval_reg_reopen(p[0], O_RDONLY | O_NONBLOCK);
     reg.hdr->version = BYVAL_REG_VERSION;
     reg.hdr->nslots = BYVAL_REG_SLOTS;
     reg.hdr->pid = self.pid;
@@ -115,16 +220,16 @@ static int create_locked(void)
 }
 
 /* A live slot of key (and ino, and fd, where not 0: a VMM reservation's
- * chunk fds share a key and, being /dev/nvidiactl files, an inode). */
-static byval_reg_slot_t *find_locked(uint64_t key, uint32_t ino, uint32_t fd)
+ * chunk fds share a key and, being /dev/nvidiactl files, an inode): its
+ * index, or -1. Private memory only. */
+static int find_locked(uint64_t key, uint32_t ino, uint32_t fd)
 {
-    uint32_t high = reg.hdr->high;
-    for (uint32_t i = 0; i < high; i++) {
-        byval_reg_slot_t *s = &reg.slot[i];
+    for (uint32_t i = 0; i < reg.high; i++) {
+        const byval_reg_slot_t *s = &reg.mine[i];
         if (s->serial && s->key == key && (!ino || s->ino == ino) && (!fd || s->fd == fd))
-            return s;
+            return (int)i;
     }
-    return NULL;
+    return -1;
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -145,44 +250,49 @@ static void reg_lock(void)
     pthread_mutex_lock(&reg.lock);
 }
 
-int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
+/* Slot i's new serial (0: freed) into our copy and the page's. */
+static void set_serial_locked(uint32_t i, uint64_t serial)
 {
-    return byval_registry_add_serial(key, ino, fd, size, NULL);
+    reg.mine[i].serial = serial;
+    __atomic_store_n(&reg.slot[i].serial, serial, __ATOMIC_RELEASE);
 }
 
-int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
-                              uint64_t *serial_p)
+int byval_reg_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
+{
+    return byval_reg_add_serial(key, ino, fd, size, NULL);
+}
+
+int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
+                         uint64_t *serial_p)
 {
     int rc = -1;
     reg_lock();
     if (create_locked() != 0)
         goto out;
-    byval_reg_slot_t *live = find_locked(key, ino, fd);
-    if (live) {
+    int live = find_locked(key, ino, fd);
+    if (live >= 0) {
         if (serial_p)
-            *serial_p = live->serial;
+            *serial_p = reg.mine[live].serial;
         rc = 0;
         goto out;
     }
-    byval_reg_slot_t *s = NULL;
-    uint32_t high = reg.hdr->high;
-    for (uint32_t i = 0; i < high && !s; i++) /* a freed slot first */
-        if (!reg.slot[i].serial)
-            s = &reg.slot[i];
-    if (!s && high < BYVAL_REG_SLOTS) {
-        s = &reg.slot[high];
-        __atomic_store_n(&reg.hdr->high, high + 1, __ATOMIC_RELEASE);
-    }
-    if (!s)
+    uint32_t i = 0;
+    while (i < reg.high && reg.mine[i].serial) /* a freed slot first */
+        i++;
+    if (i == BYVAL_REG_SLOTS)
         goto out;
+    if (i == reg.high)
+        __atomic_store_n(&reg.hdr->high, ++reg.high, __ATOMIC_RELEASE);
     /* Importers read (key, ino) only after a serial they noted: a slot is
      * rewritten while its serial is 0, and the new serial is published
      * last. */
+    byval_reg_slot_t *s = &reg.slot[i];
+    reg.mine[i] = (byval_reg_slot_t){.key = key, .ino = ino, .fd = fd, .size = size};
     __atomic_store_n(&s->key, key, __ATOMIC_RELAXED);
     __atomic_store_n(&s->ino, ino, __ATOMIC_RELAXED);
     __atomic_store_n(&s->fd, fd, __ATOMIC_RELAXED);
     __atomic_store_n(&s->size, size, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->serial, ++reg.next_serial, __ATOMIC_RELEASE);
+    set_serial_locked(i, ++reg.next_serial);
     __atomic_add_fetch(&reg.live, 1, __ATOMIC_RELAXED);
     if (serial_p)
         *serial_p = reg.next_serial;
@@ -193,29 +303,30 @@ out:
 }
 
 /* Wake every importer: a byte into the pipe (each write wakes every
- * edge-triggered watcher). Full pipe (no importer drains it): drain it
- * ourselves, then write, so that the write is a wake-up again. */
+ * edge-triggered watcher). Only our own open files are used, each
+ * O_NONBLOCK (see the top): a full pipe, shrunk by a peer or undrained,
+ * is emptied through ours and written once more; never a wait. */
 static void wake_locked(void)
 {
     static const char b = 'f';
-    __atomic_fetch_add(&reg.hdr->seq, 1, __ATOMIC_RELEASE);
-    if (write(reg.pipe_wr, &b, 1) == 1 || errno != EAGAIN)
+    __atomic_store_n(&reg.hdr->seq, ++reg.seq, __ATOMIC_RELEASE);
+    if (write(reg.pipe_wr, &b, 1) == 1 || errno != EAGAIN || reg.drain_rd < 0)
         return;
     char sink[256];
-    while (read(reg.pipe_rd, sink, sizeof(sink)) > 0)
+    for (int n = 0; n < 1024 && read(reg.drain_rd, sink, sizeof(sink)) > 0; n++)
         ;
     (void)!write(reg.pipe_wr, &b, 1);
 }
 
-void byval_registry_remove(uint64_t key, uint32_t ino)
+void byval_reg_remove(uint64_t key, uint32_t ino)
 {
     if (!__atomic_load_n(&reg.live, __ATOMIC_RELAXED))
         return;
     reg_lock();
     if (reg.hdr) {
         int any = 0;
-        for (byval_reg_slot_t *s; (s = find_locked(key, ino, 0)) != NULL; any = 1) {
-            __atomic_store_n(&s->serial, 0, __ATOMIC_RELEASE);
+        for (int i; (i = find_locked(key, ino, 0)) >= 0; any = 1) {
+            set_serial_locked((uint32_t)i, 0);
             __atomic_sub_fetch(&reg.live, 1, __ATOMIC_RELAXED);
         }
         if (any)
@@ -224,17 +335,33 @@ void byval_registry_remove(uint64_t key, uint32_t ino)
     pthread_mutex_unlock(&reg.lock);
 }
 
-unsigned byval_registry_live(void)
+unsigned byval_reg_exports_live(void)
 {
     return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
 }
 
-int byval_registry_fds(int *memfd_p, int *pipe_rd_p)
+int32_t byval_reg_dup_page(int *dup_p) /* rendezvous hook */
 {
     reg_lock();
-    *memfd_p = reg.memfd;
-    *pipe_rd_p = reg.pipe_rd;
+    int32_t st = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
+    if (st == 0 && (*dup_p = fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        st = -errno;
     pthread_mutex_unlock(&reg.lock);
-    return *memfd_p >= 0 ? 0 : -1;
+    return st;
 }
 
+int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)
+{
+    if (__atomic_load_n(&reg.offered, __ATOMIC_ACQUIRE))
+        return -1; /* the common case: no lock */
+    reg_lock();
+    int rc = -1;
+    if (reg.hdr && !reg.offered) {
+        *page_fd_p = reg.page_fd;
+        *pipe_rd_p = reg.pipe_rd;
+        __atomic_store_n(&reg.offered, 1, __ATOMIC_RELEASE);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&reg.lock);
+    return rc;
+}

@@ -23,6 +23,19 @@
  * opens nothing) and fetch it and the pipe's read end through the same
  * transport as the exported fds (both are offered to the socket broker).
  *
+ * Trust (issue 22): the exporter owns the page and the pipe. It keeps its
+ * own bookkeeping in private memory and only writes the page; the page is
+ * sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+ * and reachable only as a read-only open file, so a peer can neither
+ * resize it (no SIGBUS for anyone) nor write it. An importer refuses a
+ * page without those seals, maps it PROT_READ, and reads every field as
+ * written by a hostile exporter (which its own exporter may be): counts
+ * are clamped to the table, nothing read indexes anything unchecked. The
+ * pipe's read end is shared by every holder, so neither side reads or
+ * writes that open file: each uses an open file of its own (registry.c,
+ * registry_view.c say how). A peer that can open the pipe can write it:
+ * what that costs an importer is bounded per exporter (registry_watch.c).
+ *
  * No GPU API here: keys are whatever the shim names an allocation by.
  */
 #ifndef BYVAL_HANDLES_REGISTRY_H
@@ -62,6 +75,9 @@ typedef struct byval_reg_slot {
 _Static_assert(sizeof(byval_reg_header_t) == 64, "registry header is 64 bytes");
 _Static_assert(sizeof(byval_reg_slot_t) == 32, "registry slot is 32 bytes");
 
+/* The page's size: what the seals fix it at. */
+#define BYVAL_REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
+
 /* Registry keys: what an allocation is named by in both processes. */
 #define BYVAL_REG_KEY(kind, alloc_id) ((uint64_t)(kind) << 56 | ((alloc_id) & BYVAL_WIRE_MAX_ALLOC_ID))
 /* A legacy CUDA handle names itself: a hash of its 64 bytes. */
@@ -73,24 +89,31 @@ uint64_t byval_reg_key_bytes(const void *bytes, size_t len);
  * or -1 (no memfd/pipe/slot: importers will not track this export and
  * keep it only within their byte budget). Adding a live (key, ino) again
  * is a no-op. */
-int byval_registry_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
+int byval_reg_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
 
 /* The same, with the export's serial (the live entry's when it was
  * published already) in *serial_p: what a short record names
  * (handles/wire.h). */
-int byval_registry_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
-                              uint64_t *serial_p);
+int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
+                         uint64_t *serial_p);
 
 /* The allocation behind (key, ino) is gone: mark it and wake importers.
  * ino 0 matches any. Cheap when the key was never published. */
-void byval_registry_remove(uint64_t key, uint32_t ino);
+void byval_reg_remove(uint64_t key, uint32_t ino);
 
 /* Exports published and not withdrawn (a relaxed read: a hint). */
-unsigned byval_registry_live(void);
+unsigned byval_reg_exports_live(void);
 
-/* The registry's and the pipe's fds (-1 when none yet), to offer them to
- * the socket broker. */
-int byval_registry_fds(int *memfd_p, int *pipe_rd_p);
+/* The registry page's read-only fd and the pipe's read end, to offer them
+ * to the socket broker: 0 once per registry (the first call after it was
+ * made; a fork child's exports make a new one), else -1. */
+int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p);
+
+/* A duplicate (O_CLOEXEC) of the page's read-only fd, what peers get, for
+ * an importer that cannot find its number in our /proc (another pid
+ * namespace: handles/rendezvous_registry.c). 0, -EBADF (no registry yet)
+ * or -errno. */
+int32_t byval_reg_dup_page(int *dup_p);
 
 /* ---- exporter side, by fd (registry_fds.c) ------------------------------
  * fd was handed out as exported GPU memory (ours or the application's):
@@ -100,16 +123,16 @@ int byval_registry_fds(int *memfd_p, int *pipe_rd_p);
  * its inode (see registry_fds.c), ENOSPC when the table is full of live
  * exports. Registering a number again is a no-op (or a new export when the
  * number now holds another file). */
-int byval_registry_add_fd(int fd);
+int byval_reg_add_fd(int fd);
 
 /* Broker: *dup_p = a duplicate (O_CLOEXEC) of fd when it is registered and
  * still the exported open file; returns 0, -EBADF (never registered),
  * -ESTALE (closed or reused since: dropped), or -errno of the duplicate. */
-int byval_registry_dup_fd(int fd, int *dup_p);
+int byval_reg_dup_fd(int fd, int *dup_p);
 
 /* Registered numbers (tests), and requests served and refused. */
-unsigned byval_registry_fds_live(void);
-void byval_registry_fd_counts(uint64_t *served_p, uint64_t *refused_p);
+unsigned byval_reg_fds_live(void);
+void byval_reg_fd_counts(uint64_t *served_p, uint64_t *refused_p);
 
 /* fork(): the registry holds its lock across fork; the child forgets the
  * parent's registry (its own exports start a new one). */

@@ -172,7 +172,7 @@ static void sweep_locked(void)
     rf.sweep_at = rf.n * 2 > 64 ? rf.n * 2 : 64;
 }
 
-int byval_registry_add_fd(int fd)
+int byval_reg_add_fd(int fd)
 {
     struct stat st;
     int fl;
@@ -219,7 +219,7 @@ out:
     return rc;
 }
 
-int byval_registry_dup_fd(int fd, int *dup_p)
+int byval_reg_dup_fd(int fd, int *dup_p)
 {
     int status = -EBADF;
     *dup_p = -1;
@@ -247,7 +247,7 @@ int byval_registry_dup_fd(int fd, int *dup_p)
     return status;
 }
 
-unsigned byval_registry_fds_live(void)
+unsigned byval_reg_fds_live(void)
 {
     rf_lock();
     unsigned n = rf.n;
@@ -255,7 +255,7 @@ unsigned byval_registry_fds_live(void)
     return n;
 }
 
-void byval_registry_fd_counts(uint64_t *served_p, uint64_t *refused_p)
+void byval_reg_fd_counts(uint64_t *served_p, uint64_t *refused_p)
 {
     rf_lock();
     *served_p = rf.served;

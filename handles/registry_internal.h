@@ -5,13 +5,20 @@
 #define BYVAL_HANDLES_REGISTRY_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/epoll.h>
 
 #include "handles/registry_view.h"
 
-#define REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
+/* Reports of one exporter's frees at most once per this (a burst, or a
+ * peer writing its pipe in a loop, coalesces into one rescan). */
+#define BYVAL_REG_RESCAN_NS 5000000u
 
-/* What an epoll event points at: a view, or a pidfd watched for exit. */
-enum { WATCH_VIEW = 1, WATCH_PIDFD = 2 };
+/* What a view's pipe is watched for (edge-triggered: every write). */
+#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
+
+/* What an epoll event points at: a view, a pidfd watched for exit, or the
+ * watcher's own kick (an eventfd: views to evict). */
+enum { WATCH_VIEW = 1, WATCH_PIDFD = 2, WATCH_KICK = 3 };
 
 typedef struct pidfd_watch {
     int kind; /* WATCH_PIDFD */
@@ -26,12 +33,51 @@ struct byval_reg_view {
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
     int gone;
-    int pipe_fd;
+    int pipe_fd;   /* the pipe: our own open file of it where drain is set */
+    int drain;     /* pipe_fd is ours alone (O_NONBLOCK nobody else can clear) */
+    uint64_t used; /* LRU tick (w.lock) */
+    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS). */
+    uint64_t last_ns, due_ns;
+    int held; /* disarmed until due_ns */
     uint32_t pidns, pid;
     uint64_t identity;
     const byval_reg_header_t *hdr;
     const byval_reg_slot_t *slot;
 };
+
+/* The list of views and the watcher's state (registry_views.c). */
+struct byval_reg_watch {
+    pthread_mutex_t lock;
+    byval_reg_view_t *head;
+    pidfd_watch_t *pidfds;
+    unsigned count;
+    uint64_t tick; /* LRU clock */
+    int epfd;
+    int kick_fd; /* our eventfd: views to evict */
+    int kick_kind;
+    int started;
+    byval_reg_event_fn on_event;
+};
+extern struct byval_reg_watch byval_reg_w;
+
+/* byval_reg_w.lock (its fork handlers registered first). */
+void byval_reg_w_lock(void);
+
+/* (locked) The epoll set and the thread, once per process: 0, or -1
+ * (msg says why). */
+int byval_reg_watch_start(char *msg, size_t msglen);
+
+/* (locked, started) Wake the watcher to evict views beyond the bound. */
+void byval_reg_watch_kick(void);
+
+/* The seals a registry page must carry on this kernel: F_SEAL_SHRINK |
+ * F_SEAL_GROW, and F_SEAL_FUTURE_WRITE where the kernel knows it (5.1
+ * and later; exporter and importer share the kernel). Probed once. */
+int byval_reg_page_seals(void);
+
+/* A second open file of fd (through /proc/self/fd) with flags: one whose
+ * flags no other process can change. -1 with errno. */
+int byval_reg_reopen(int fd, int flags);
 
 /* A view with the list's reference (not listed yet): registry_view.c
  * makes it, byval_reg_publish lists and watches it. */

@@ -5,6 +5,14 @@
  * nothing), fetching it and its wake-up pipe through the transport,
  * checking that it describes the exporter, reading its slots. The list of
  * views and the watcher thread are registry_watch.c's.
+ *
+ * What we assume of the page (registry.h, "Trust"): nothing but its seals
+ * and its size, which the kernel enforces. Every value in it is the
+ * exporter's to write, and the exporter may be hostile (of another uid,
+ * for a root importer): `high` is clamped to the table, the header only
+ * selects what we fetch next (checked again by the transport), slots are
+ * only compared. The seals (checked before mapping) mean no peer can
+ * shrink it under us (no SIGBUS) or write it but its exporter.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -93,7 +101,8 @@ static int pidfd_local_pid(int pidfd)
 }
 
 /* Its registry's fd number and inode: the fd whose link names our memfd
- * (readlink opens nothing; the stat that follows is of a memfd). */
+ * (readlink opens nothing; the stat that follows is of a memfd). 0, or
+ * an errno: ENOENT (none), EACCES/EPERM (ptrace rules), EMFILE... */
 static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 {
     char dir[64], link[128];
@@ -101,8 +110,8 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
     snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
     DIR *d = opendir(dir);
     if (!d)
-        return -1;
-    int rc = -1;
+        return errno;
+    int rc = ENOENT;
     for (struct dirent *e; rc != 0 && (e = readdir(d)) != NULL;) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
@@ -110,7 +119,8 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
         if (n != (ssize_t)sizeof(want) - 1 || memcmp(link, want, (size_t)n) != 0)
             continue;
         struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)REG_BYTES)
+        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_size != (off_t)BYVAL_REG_BYTES)
             continue;
         *fd_p = (uint32_t)atoi(e->d_name);
         *ino_p = (uint32_t)st.st_ino;
@@ -126,10 +136,35 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                    int *fd_p, char *msg, size_t msglen);
 
+/* Our own open file of the pipe behind pfd (closed here when we have
+ * one): reads on it never block, whatever another holder sets on the
+ * shared one. Without /proc (or the right to reopen it) we keep the shared
+ * one and never read it: every write wakes an edge-triggered watcher
+ * anyway, and the exporter empties a full pipe itself. */
+static void own_pipe(byval_reg_view_t *v, int pfd)
+{
+    int own = byval_reg_reopen(pfd, O_RDONLY | O_NONBLOCK);
+    v->drain = own >= 0;
+    if (own >= 0)
+        close(pfd);
+    v->pipe_fd = own >= 0 ? own : pfd;
+}
+
 static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
 {
-    void *m = mmap(NULL, REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
+    struct stat st;
+    int seals = fcntl(mfd, F_GET_SEALS), need = byval_reg_page_seals();
+    if (seals < 0 || (seals & need) != need || fstat(mfd, &st) != 0 ||
+        st.st_size != (off_t)BYVAL_REG_BYTES) {
+        byval_msg(msg, msglen,
+                  "pid %u's registry is not sealed against resizing and writes (seals 0x%x): "
+                  "refused (any holder could make its readers fault)",
+                  pid, seals < 0 ? 0 : seals);
+        close(mfd);
+        return NULL;
+    }
+    void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
     close(mfd);
     if (m == MAP_FAILED) {
         byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
@@ -153,9 +188,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
         close(pfd);
         goto fail;
     }
-    /* The exporter made the pipe O_NONBLOCK: so is our duplicate (one
-     * open file), and the watcher never blocks draining it. */
-    v->pipe_fd = pfd;
+    own_pipe(v, pfd);
     v->pidns = pidns;
     v->pid = pid;
     v->identity = h->identity;
@@ -165,7 +198,7 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
     v->refs = 1; /* the list's */
     return v;
 fail:
-    munmap(m, REG_BYTES);
+    munmap(m, BYVAL_REG_BYTES);
     return NULL;
 }
 
@@ -206,15 +239,22 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     uint32_t rfd, rino;
+    errno = 0;
     int pid = pidfd >= 0 ? pidfd_local_pid(pidfd) : -1;
-    rec_fetch_t f = {rec, mode, pidfd};
-    int mfd = -1;
-    if (pid == 0 && byval_rendezvous_enabled()) { /* rendezvous hook: no /proc of it here */
-        if ((*st_p = byval_rendezvous_registry(rec, &mfd, msg, msglen)) != BYVAL_OK)
-            return NULL;
-    } else if (pid <= 0 || find_registry_fd(pid, &rfd, &rino) != 0) {
-        *st_p = errno == EACCES || errno == EPERM ? BYVAL_E_PERM : BYVAL_E_FDKIND;
-        if (*st_p == BYVAL_E_PERM)
+    /* rendezvous hook: an exporter outside our pid namespace, reached
+     * through the directory, is asked for its registry instead */
+    int rdv = pid == 0 && byval_rendezvous_enabled();
+    int e = rdv ? 0 : pid > 0 ? find_registry_fd(pid, &rfd, &rino)
+            : errno == EMFILE || errno == ENFILE ? errno /* its fdinfo not opened */
+                                                 : ENOENT;
+    if (e) {
+        *st_p = e == EACCES || e == EPERM                ? BYVAL_E_PERM
+                : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
+                                                           : BYVAL_E_FDKIND;
+        if (*st_p == BYVAL_E_NOFD)
+            byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s",
+                      rec->pid, strerror(e));
+        else if (*st_p == BYVAL_E_PERM)
             byval_msg(msg, msglen,
                       "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
                       "(hint: ptrace access denied: it needs the exporter's uid or "
@@ -224,10 +264,12 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
             byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
                       rec->pid);
         return NULL;
-    } else if ((*st_p = fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) !=
-               BYVAL_OK) {
-        return NULL;
     }
+    rec_fetch_t f = {rec, mode, pidfd};
+    int mfd = -1;
+    if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
+                     : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
+        return NULL;
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
     if (v)
         v = byval_reg_publish(v, msg, msglen);

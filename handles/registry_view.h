@@ -16,6 +16,13 @@
 
 typedef struct byval_reg_view byval_reg_view_t;
 
+/* Views listed at once (each costs an fd and a 256 KiB mapping): beyond
+ * it the least recently used is evicted; its closed mappings are released
+ * and its open ones at their last close (registry_watch.c), and the next
+ * open of one of its handles attaches again. A GPU node's peers are a
+ * few dozen at most. */
+#define BYVAL_REG_VIEWS_MAX 32u
+
 /* What the watcher reports: the exporter freed something (gone = 0: look
  * again at the slots of this view), or its process image is gone (exit or
  * exec: everything of this view is freed). Runs on the watcher thread, no

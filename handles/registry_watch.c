@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry_watch.c - the importer's list of registry views and the one
- * thread that watches them (see registry_view.h).
+ * registry_watch.c - the one thread that watches the importer's registry
+ * views (see registry_view.h; the list is registry_views.c's).
  *
  * Why a thread: an importer that holds a closed mapping and makes no
  * further call (it computes while the producer re-allocates) must still
@@ -11,6 +11,22 @@
  * write wakes every importer; a hang-up means the exporter's image is
  * gone) and costs nothing while nothing is freed. It only reports; what
  * to release is the cache's business (byval_reg_event_fn).
+ *
+ * Bounds (issue 22, defect 6): what one exporter can make us do is
+ * bounded, whatever writes its pipe (any holder of the pipe can): after a
+ * report, a view's further wake-ups within BYVAL_REG_RESCAN_NS disarm it
+ * (EPOLL_CTL_MOD without EPOLLIN: a hang-up is still reported) and one
+ * report follows at the end of the interval, so a pipe written in a loop
+ * costs at most one wake-up and one rescan per interval. What the views
+ * cost is bounded too: at most BYVAL_REG_VIEWS_MAX are listed (one fd
+ * and a 256 KiB mapping each); publishing one more kicks this thread,
+ * which evicts the least recently used (one no import tracks, where there
+ * is one). An evicted view loses its pipe and its mapping is replaced by
+ * zero pages: every export of it reads as freed from then on, so its
+ * closed mappings are released at once (the eviction is reported as a
+ * free) and its open ones at their last close. No later free of that
+ * exporter can be missed, because nothing of it stays cached; the next
+ * open of one of its handles attaches afresh.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,173 +35,201 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "handles/bgthread.h"
 #include "handles/registry_internal.h"
 #include "handles/resolve_internal.h"
 
-static struct {
-    pthread_mutex_t lock;
-    byval_reg_view_t *head;
-    pidfd_watch_t *pidfds;
-    unsigned count;
-    int epfd;
-    int started;
-    byval_reg_event_fn on_event;
-} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
-
-void byval_reg_on_event(byval_reg_event_fn fn)
-{
-    __atomic_store_n(&w.on_event, fn, __ATOMIC_RELEASE);
-}
-
-void byval_reg_view_free(byval_reg_view_t *v)
-{
-    munmap((void *)v->hdr, REG_BYTES);
-    close(v->pipe_fd); /* also takes it out of the epoll set */
-    free(v);
-}
-
-static void w_lock(void);
-
-void byval_reg_view_get(byval_reg_view_t *v)
-{
-    w_lock();
-    v->refs++;
-    pthread_mutex_unlock(&w.lock);
-}
-
-void byval_reg_view_put(byval_reg_view_t *v)
-{
-    if (!v)
-        return;
-    w_lock();
-    int last = --v->refs == 0;
-    pthread_mutex_unlock(&w.lock);
-    if (last)
-        byval_reg_view_free(v);
-}
-
-void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
-                       uint64_t *identity_p)
-{
-    *pidns_p = v->pidns;
-    *pid_p = v->pid;
-    *identity_p = v->identity;
-}
-
-int byval_reg_view_gone(const byval_reg_view_t *v)
-{
-    return __atomic_load_n(&v->gone, __ATOMIC_ACQUIRE);
-}
-
-unsigned byval_reg_views(void)
-{
-    return __atomic_load_n(&w.count, __ATOMIC_RELAXED);
-}
-
 /* ---- the watcher -------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void report(byval_reg_view_t *v, int gone)
+{
+    byval_reg_event_fn fn = __atomic_load_n(&byval_reg_w.on_event, __ATOMIC_ACQUIRE);
+    if (fn)
+        fn(v, gone);
+}
+
+static void arm(byval_reg_view_t *v, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = v};
+    epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_MOD, v->pipe_fd, &ev);
+}
+
+/* Unlist v (no new attach finds it) and drop the list's reference. */
+static void unlist(byval_reg_view_t *v)
+{
+    int listed = 0;
+    byval_reg_w_lock();
+    for (byval_reg_view_t **pp = &byval_reg_w.head; *pp; pp = &(*pp)->next)
+        if (*pp == v) {
+            *pp = v->next;
+            __atomic_store_n(&byval_reg_w.count, byval_reg_w.count - 1, __ATOMIC_RELAXED);
+            listed = 1;
+            break;
+        }
+    if (listed && v->pipe_fd >= 0) {
+        epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
+        close(v->pipe_fd);
+        v->pipe_fd = -1;
+    }
+    pthread_mutex_unlock(&byval_reg_w.lock);
+    if (listed)
+        byval_reg_view_put(v);
+}
+
+/* A wake-up of v: drain our own file of its pipe, then report now, or
+ * once at the end of its interval when it reported less than
+ * BYVAL_REG_RESCAN_NS ago. */
+static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
+{
+    char sink[256];
+    for (int n = 0; v->drain && n < 64 && read(v->pipe_fd, sink, sizeof(sink)) > 0; n++)
+        ;
+    if (events & (EPOLLHUP | EPOLLERR)) {
+        __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+        report(v, 1);
+        unlist(v);
+        return;
+    }
+    if (v->held)
+        return;
+    if (now - v->last_ns < BYVAL_REG_RESCAN_NS) {
+        v->held = 1;
+        v->due_ns = v->last_ns + BYVAL_REG_RESCAN_NS;
+        arm(v, EPOLLET | EPOLLRDHUP); /* hang-ups only */
+        return;
+    }
+    v->last_ns = now;
+    report(v, 0);
+}
+
+/* Held views whose interval ended: report and re-arm (an edge-triggered
+ * re-arm reports data already waiting: a pipe still written is held again
+ * at once). The time until the next one is due, in ms (-1: none). */
+static int due_views(uint64_t now)
+{
+    int timeout = -1;
+    for (;;) {
+        byval_reg_view_t *v = NULL;
+        byval_reg_w_lock();
+        for (byval_reg_view_t *x = byval_reg_w.head; x && !v; x = x->next) {
+            if (!x->held)
+                continue;
+            if (x->due_ns <= now) {
+                v = x;
+                v->refs++;
+            } else {
+                int ms = (int)((x->due_ns - now) / 1000000u) + 1;
+                timeout = timeout < 0 || ms < timeout ? ms : timeout;
+            }
+        }
+        pthread_mutex_unlock(&byval_reg_w.lock);
+        if (!v)
+            return timeout;
+        v->held = 0;
+        v->last_ns = now;
+        report(v, 0);
+        if (v->pipe_fd >= 0)
+            arm(v, VIEW_EVENTS);
+        byval_reg_view_put(v);
+    }
+}
+
+/* Evict down to BYVAL_REG_VIEWS_MAX listed views (see the top). */
+static void evict_views(void)
+{
+    for (;;) {
+        byval_reg_view_t *victim = NULL;
+        byval_reg_w_lock();
+        /* One no import tracks first, the least recently used of a kind;
+         * never the one used last (just published: the open that made it
+         * has yet to track it). */
+        if (byval_reg_w.count > BYVAL_REG_VIEWS_MAX)
+            for (byval_reg_view_t *x = byval_reg_w.head; x; x = x->next)
+                if (x->used != byval_reg_w.tick &&
+                    (!victim || (x->refs == 1) > (victim->refs == 1) ||
+                     ((x->refs == 1) == (victim->refs == 1) && x->used < victim->used)))
+                    victim = x;
+        if (victim)
+            victim->refs++;
+        pthread_mutex_unlock(&byval_reg_w.lock);
+        if (!victim)
+            return;
+        unlist(victim);
+        /* Zero pages where the registry was: every serial reads 0 (freed)
+         * to the hit path, atomically for a concurrent reader (the range
+         * stays mapped throughout). A raw call: a sanitizer's mmap
+         * counts as a write of the range, which is exactly the race this
+         * replacement is made to win. */
+        syscall(SYS_mmap, victim->hdr, BYVAL_REG_BYTES, PROT_READ,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        report(victim, 0);
+        byval_reg_view_put(victim);
+    }
+}
 
 static void *watch_main(void *arg)
 {
     (void)arg;
     struct epoll_event ev[16];
+    int timeout = -1;
     for (;;) {
-        int n = epoll_wait(w.epfd, ev, 16, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
+        int n = epoll_wait(byval_reg_w.epfd, ev, 16, timeout);
+        if (n < 0 && errno != EINTR)
             return NULL;
-        }
+        uint64_t now = mono_ns();
         for (int i = 0; i < n; i++) {
-            if (*(int *)ev[i].data.ptr == WATCH_PIDFD) {
-                pidfd_watch_t *pw = ev[i].data.ptr;
-                w_lock();
-                for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
-                    if (*pp == pw) {
-                        *pp = pw->next;
-                        break;
-                    }
-                epoll_ctl(w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
-                pthread_mutex_unlock(&w.lock);
-                close(pw->fd);
-                pw->fn(pw->arg);
-                free(pw);
+            int kind = *(int *)ev[i].data.ptr;
+            if (kind == WATCH_KICK) {
+                uint64_t k;
+                /* ours alone; set before its first event (atomic: TSan
+                 * does not see epoll order them) */
+                (void)!read(__atomic_load_n(&byval_reg_w.kick_fd, __ATOMIC_ACQUIRE), &k,
+                            sizeof(k));
                 continue;
             }
-            byval_reg_view_t *v = ev[i].data.ptr;
-            char sink[256];
-            while (read(v->pipe_fd, sink, sizeof(sink)) > 0) /* others may drain it too */
-                ;
-            int gone = (ev[i].events & (EPOLLHUP | EPOLLERR)) != 0;
-            if (gone)
-                __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-            byval_reg_event_fn fn = __atomic_load_n(&w.on_event, __ATOMIC_ACQUIRE);
-            if (fn)
-                fn(v, gone);
-            if (gone) { /* unlist: no new attach finds it, the list's reference goes */
-                w_lock();
-                for (byval_reg_view_t **pp = &w.head; *pp; pp = &(*pp)->next)
-                    if (*pp == v) {
-                        *pp = v->next;
-                        w.count--;
-                        epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
-                        break;
-                    }
-                pthread_mutex_unlock(&w.lock);
-                byval_reg_view_put(v);
+            if (kind == WATCH_VIEW) {
+                on_view(ev[i].data.ptr, ev[i].events, now);
+                continue;
             }
+            pidfd_watch_t *pw = ev[i].data.ptr;
+            byval_reg_w_lock();
+            for (pidfd_watch_t **pp = &byval_reg_w.pidfds; *pp; pp = &(*pp)->next)
+                if (*pp == pw) {
+                    *pp = pw->next;
+                    break;
+                }
+            epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
+            pthread_mutex_unlock(&byval_reg_w.lock);
+            close(pw->fd);
+            pw->fn(pw->arg);
+            free(pw);
         }
+        /* Between batches only: a batch's events may name a view. */
+        evict_views();
+        timeout = due_views(mono_ns());
     }
 }
 
-static void atfork_prepare(void)
+int byval_reg_watch_start(char *msg, size_t msglen)
 {
-    pthread_mutex_lock(&w.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&w.lock);
-}
-
-static void atfork_child(void)
-{
-    /* The child has no watcher and imports nothing yet (its caches empty
-     * themselves at fork). The epoll instance is shared with the parent:
-     * touching its interest list would change the parent's, so only our
-     * copies of the fds go. The list's memory is the child's own. */
-    pthread_mutex_init(&w.lock, NULL);
-    for (byval_reg_view_t *v = w.head, *nx; v; v = nx) {
-        nx = v->next;
-        munmap((void *)v->hdr, REG_BYTES);
-        close(v->pipe_fd);
-        free(v);
-    }
-    w.head = NULL;
-    w.count = 0;
-    for (pidfd_watch_t *pw = w.pidfds, *nx; pw; pw = nx) {
-        nx = pw->next;
-        close(pw->fd);
-        free(pw);
-    }
-    w.pidfds = NULL;
-    if (w.epfd >= 0)
-        close(w.epfd);
-    w.epfd = -1;
-    w.started = 0;
-}
-
-/* (locked) the epoll set and the thread, once per process. */
-static int watch_start_locked(char *msg, size_t msglen)
-{
-    if (w.started)
+    if (byval_reg_w.started)
         return 0;
-    if (w.epfd < 0)
-        w.epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (w.epfd < 0) {
+    if (byval_reg_w.epfd < 0)
+        byval_reg_w.epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (byval_reg_w.epfd < 0) {
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
     }
@@ -196,83 +240,26 @@ static int watch_start_locked(char *msg, size_t msglen)
         return -1;
     }
     pthread_setname_np(t, "ipcbyval-watch");
-    w.started = 1;
+    byval_reg_w.started = 1;
     return 0;
 }
 
-byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
+void byval_reg_watch_kick(void)
 {
-    byval_reg_view_t *found = NULL;
-    w_lock();
-    for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && v->identity == identity) {
-            v->refs++;
-            found = v;
+    /* Made at the first need: most importers never meet 32 exporters, and
+     * an fd of ours is one fewer for the application. Without it the
+     * bound waits for the watcher's next wake-up. */
+    if (byval_reg_w.kick_fd < 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &byval_reg_w.kick_kind};
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd >= 0 && epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            fd = -1;
         }
-    pthread_mutex_unlock(&w.lock);
-    return found;
-}
-
-byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
-                                        uint64_t *identity_p)
-{
-    byval_reg_view_t *found = NULL;
-    w_lock();
-    for (byval_reg_view_t *v = w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32) {
-            v->refs++;
-            *identity_p = v->identity;
-            found = v;
-        }
-    pthread_mutex_unlock(&w.lock);
-    return found;
-}
-
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under w.lock: fork() holds glibc's handler lock while it runs
-     * the prepare handlers, and ours takes w.lock. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Our lock, the fork handlers registered first: a fork between a first
- * lock and a later registration would leave the child the lock held by a
- * thread it does not have. */
-static void w_lock(void)
-{
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&w.lock);
-}
-
-/* List v and watch it (or use a twin another thread listed meanwhile). */
-byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msglen)
-{
-    w_lock();
-    for (byval_reg_view_t *o = w.head; o; o = o->next)
-        if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
-            o->identity == v->identity) {
-            o->refs++;
-            pthread_mutex_unlock(&w.lock);
-            byval_reg_view_free(v);
-            return o;
-        }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLRDHUP, .data.ptr = v};
-    if (watch_start_locked(msg, msglen) != 0 ||
-        epoll_ctl(w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
-        if (msg && !msg[0])
-            byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
-        pthread_mutex_unlock(&w.lock);
-        byval_reg_view_free(v);
-        return NULL;
+        __atomic_store_n(&byval_reg_w.kick_fd, fd, __ATOMIC_RELEASE);
     }
-    v->next = w.head;
-    w.head = v;
-    w.count++;
-    v->refs++; /* the caller's */
-    pthread_mutex_unlock(&w.lock);
-    return v;
+    if (byval_reg_w.kick_fd >= 0)
+        (void)!write(byval_reg_w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
 }
 
 int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
@@ -282,13 +269,15 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
         return -1;
     *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
-    w_lock();
-    int rc = pw->fd >= 0 && w.started ? epoll_ctl(w.epfd, EPOLL_CTL_ADD, pw->fd, &ev) : -1;
+    byval_reg_w_lock();
+    int rc = pw->fd >= 0 && byval_reg_w.started
+                 ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev)
+                 : -1;
     if (rc == 0) {
-        pw->next = w.pidfds;
-        w.pidfds = pw;
+        pw->next = byval_reg_w.pidfds;
+        byval_reg_w.pidfds = pw;
     }
-    pthread_mutex_unlock(&w.lock);
+    pthread_mutex_unlock(&byval_reg_w.lock);
     if (rc != 0) {
         if (pw->fd >= 0)
             close(pw->fd);

@@ -25,12 +25,7 @@
 
 int32_t byval_rendezvous_registry_dup(int *dup_p)
 {
-    int memfd, pipe_rd;
-    if (byval_registry_fds(&memfd, &pipe_rd) != 0)
-        return -EBADF; /* nothing published yet */
-    if ((*dup_p = fcntl(memfd, F_DUPFD_CLOEXEC, 0)) < 0)
-        return -errno;
-    return 0;
+    return byval_reg_dup_page(dup_p);
 }
 
 byval_status_t byval_rendezvous_registry(const byval_record_t *rec, int *mfd_p, char *msg,

@@ -52,7 +52,7 @@ void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
 {
     uint64_t held, peak, served, refused;
     byval_imports_bytes(&held, &peak);
-    byval_registry_fd_counts(&served, &refused);
+    byval_reg_fd_counts(&served, &refused);
     fn(ctx, "cache_bytes_held", held, "sum", "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
     fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
     fn(ctx, "rescue_served", served, "sum",

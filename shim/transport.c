@@ -103,7 +103,7 @@ void byval_export_register_fd(int fd)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return; /* no broker: nothing will ever be served */
-    if (byval_registry_add_fd(fd) != 0) {
+    if (byval_reg_add_fd(fd) != 0) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             BYVAL_LOG_INFO("exported fd %d cannot be served to peers whose pidfd_getfd is "
@@ -128,18 +128,17 @@ void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size
 
 uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
-    static int offered;
     uint64_t serial = 0;
-    if (byval_registry_add_serial(key, ino, fd, size, &serial) != 0) {
+    if (byval_reg_add_serial(key, ino, fd, size, &serial) != 0) {
         BYVAL_LOG_DEBUG("export registry full or unavailable: importers keep fd %u's mappings "
                         "within their byte budget", fd);
         return 0;
     }
-    int memfd, pipe_rd;
-    /* Importers that cannot use pidfd_getfd fetch these from the broker. */
-    if (!__atomic_load_n(&offered, __ATOMIC_ACQUIRE) && byval_registry_fds(&memfd, &pipe_rd) == 0 &&
-        !__atomic_exchange_n(&offered, 1, __ATOMIC_ACQ_REL)) {
-        byval_export_offer(memfd);
+    int page_fd, pipe_rd;
+    /* Importers that cannot use pidfd_getfd fetch these from the broker:
+     * offered once per registry (a fork child's exports make its own). */
+    if (byval_reg_fds_to_offer(&page_fd, &pipe_rd) == 0) {
+        byval_export_offer(page_fd);
         byval_export_offer(pipe_rd);
     }
     return serial;
@@ -147,5 +146,5 @@ uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, ui
 
 void byval_export_unpublish(uint64_t key, uint32_t ino)
 {
-    byval_registry_remove(key, ino);
+    byval_reg_remove(key, ino);
 }

@@ -376,7 +376,7 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
      * something is published. */
     uint64_t id;
     ze_device_handle_t dev = NULL;
-    if (byval_registry_live() && byval_ze_alloc_props((ze_context_handle_t)ctx, ptr, &id, &dev) == 0)
+    if (byval_reg_exports_live() && byval_ze_alloc_props((ze_context_handle_t)ctx, ptr, &id, &dev) == 0)
         byval_export_unpublish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id), 0);
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
     if (byval_lru_remove(export_cache, &key) == BYVAL_LRU_OK)

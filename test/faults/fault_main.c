@@ -234,6 +234,8 @@ void fault_fdlimit(unsigned handles);
 void fault_threads_fork(void);
 void fault_perm(void);
 void fault_pidreuse(void);
+void fault_forkoffer(void);
+void fault_exporters100(void);
 int fault_xns_export(const char *file);
 int fault_xns_import(const char *file, int expect_fail);
 
@@ -257,6 +259,8 @@ int main(int argc, char **argv)
     RUN_IF("fdlimit", fault_fdlimit(10000 / scale));
     RUN_IF("threads", fault_threads_fork());
     RUN_IF("perm", fault_perm());
+    RUN_IF("forkoffer", fault_forkoffer());
+    RUN_IF("exporters100", fault_exporters100());
     if (!strcmp(what, "xns-export") && argc > 2)
         return fault_xns_export(argv[2]);
     if (!strcmp(what, "xns-import") && argc > 2)

@@ -2,7 +2,7 @@
 # The fault and abuse suite (make check-faults; part of make check).
 FAULT_BIN := $(BUILD)/test/faults/fault_main
 FAULT_SRC := test/faults/fault_main.c test/faults/fault_more.c test/faults/fault_exporter.c \
-             test/faults/fault_xns.c \
+             test/faults/fault_xns.c test/faults/fault_registry.c \
              test/mpi/zeapp.c test/mpi/zeapp_events.c
 TEST_BINS += $(FAULT_BIN)
 FAULT_TESTS += test/faults/test_faults.sh

@@ -37,6 +37,13 @@ done
 grep -qE 'stats: exporter_exits +[1-9]' "$L/fault-exit-after.log" &&
     pass "exporter exit seen on its pidfd, cache entry released" ||
     fail "exporter exit seen" "$(grep -E 'exporter_exits|removals' "$L/fault-exit-after.log" | tr '\n' ' ')"
+# A fork child's registry reached through its broker only (issue 22).
+IPCBYVAL_TRANSPORT=socket run_case forkoffer "$RUN" "$F" forkoffer
+if [ "${SAN:-}" != tsan ]; then
+    run_case exporters100 "$RUN" "$F" exporters100
+else # 100 processes starting TSan's runtime: 100 s (2 s under ASan)
+    skip "100 live exporters under RLIMIT_NOFILE 256" "too slow under TSan; plain and ASan run it"
+fi
 IPCBYVAL_CACHE_SIZE=64 run_case fdlimit "$RUN" "$F" fdlimit
 # Threads and fork on the CUDA path (the driver double): first wrapped
 # calls on one thread, forks on another; then with the log blocking in a

@@ -14,7 +14,8 @@ TRANSPORT_TEST_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)
 XFER := $(BUILD)/test/transport/xfer
 TEST_BINS += $(XFER)
 UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \
-              $(BUILD)/test/unit/test_registry $(BUILD)/test/unit/test_registry_fds
+              $(BUILD)/test/unit/test_registry $(BUILD)/test/unit/test_registry_fds \
+              $(BUILD)/test/unit/test_registry_hostile
 INTEG_TESTS += test/transport/test_xfer.sh
 
 $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
@@ -26,6 +27,13 @@ $(BUILD)/test/unit/test_registry_fds: \
 		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
+
+# Hostile peers of the registry page and pipe (issue 22): its helpers'
+# processes in test_registry_peers.c.
+$(BUILD)/test/unit/test_registry_hostile: test/unit/test_registry_hostile.c \
+		test/unit/test_registry_peers.c test/unit/test_registry_peers.h $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
 
 # fdshare: PyTorch's expandable-segment pattern (its own pidfd_getfd) on
 # the CUDA double, for the pidfd_getfd rescue (test_rescue.sh).

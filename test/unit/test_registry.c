@@ -73,18 +73,18 @@ static pid_t exporter(int cmd[2], int out[2], int publish)
     byval_record_set_exporter(&rec, &self);
     uint64_t serial = 0;
     if (publish) {
-        byval_registry_add_serial(KEY, 5, 3, 4096, &serial);
+        byval_reg_add_serial(KEY, 5, 3, 4096, &serial);
         /* A VMM reservation's chunks: one key, and on a real GPU one
          * inode for every fd (/dev/nvidiactl). */
-        byval_registry_add(KEY + 1, 9, 7, 0);
-        byval_registry_add(KEY + 1, 9, 8, 0);
+        byval_reg_add(KEY + 1, 9, 7, 0);
+        byval_reg_add(KEY + 1, 9, 8, 0);
     }
     (void)!write(out[1], &rec, sizeof(rec));
     if (publish == 2) /* the short-record test wants the serial too */
         (void)!write(out[1], &serial, sizeof(serial));
     for (char c; read(cmd[0], &c, 1) == 1;) {
         if (c == 'r')
-            byval_registry_remove(KEY, 5);
+            byval_reg_remove(KEY, 5);
         else if (c == 'e')
             execl("/bin/sleep", "sleep", "5", (char *)NULL);
         else

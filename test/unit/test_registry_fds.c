@@ -73,9 +73,9 @@ static void test_eventfd_served_while_same(void **state)
     (void)state;
     int e = fresh(eventfd(0, EFD_CLOEXEC)), d = -1;
     struct stat st;
-    assert_int_equal(byval_registry_add_fd(e), 0);
-    assert_int_equal(byval_registry_add_fd(e), 0); /* again: a no-op */
-    assert_int_equal(byval_registry_dup_fd(e, &d), 0);
+    assert_int_equal(byval_reg_add_fd(e), 0);
+    assert_int_equal(byval_reg_add_fd(e), 0); /* again: a no-op */
+    assert_int_equal(byval_reg_dup_fd(e, &d), 0);
     assert_true(d >= 0 && d != e && same_file(d, e));
     assert_true(fcntl(d, F_GETFD) & FD_CLOEXEC);
     close(d);
@@ -85,15 +85,15 @@ static void test_eventfd_served_while_same(void **state)
     replace_at(e, eventfd(0, EFD_CLOEXEC));
     fstat(e, &st);
     assert_true(st.st_ino == ino);
-    assert_int_equal(byval_registry_dup_fd(e, &d), -ESTALE);
+    assert_int_equal(byval_reg_dup_fd(e, &d), -ESTALE);
     assert_int_equal(d, -1);
-    assert_int_equal(byval_registry_dup_fd(e, &d), -EBADF); /* dropped */
+    assert_int_equal(byval_reg_dup_fd(e, &d), -EBADF); /* dropped */
     /* Exported anew: served again. */
-    assert_int_equal(byval_registry_add_fd(e), 0);
-    assert_int_equal(byval_registry_dup_fd(e, &d), 0);
+    assert_int_equal(byval_reg_add_fd(e), 0);
+    assert_int_equal(byval_reg_dup_fd(e, &d), 0);
     close(d);
     close(e);
-    assert_int_equal(byval_registry_dup_fd(e, &d), -ESTALE); /* closed */
+    assert_int_equal(byval_reg_dup_fd(e, &d), -ESTALE); /* closed */
 }
 
 static void test_same_file_elsewhere_is_not_the_export(void **state)
@@ -102,15 +102,15 @@ static void test_same_file_elsewhere_is_not_the_export(void **state)
     /* The exported open file still lives at another number (a dup), and
      * its number holds a new file: refused, the live dup does not help. */
     int e = fresh(eventfd(0, EFD_CLOEXEC)), keep = dup(e), d = -1;
-    assert_int_equal(byval_registry_add_fd(e), 0);
+    assert_int_equal(byval_reg_add_fd(e), 0);
     replace_at(e, eventfd(0, EFD_CLOEXEC));
-    assert_int_equal(byval_registry_dup_fd(e, &d), -ESTALE);
+    assert_int_equal(byval_reg_dup_fd(e, &d), -ESTALE);
     /* The exported file put back at its number: it was exported there,
      * so it may be served (what is served was always exported at that
      * number: the epoll key is the pair). */
-    assert_int_equal(byval_registry_add_fd(e), 0); /* the new file, exported too */
+    assert_int_equal(byval_reg_add_fd(e), 0); /* the new file, exported too */
     replace_at(e, dup(keep));
-    assert_int_equal(byval_registry_dup_fd(e, &d), 0);
+    assert_int_equal(byval_reg_dup_fd(e, &d), 0);
     assert_true(same_file(d, keep));
     close(d);
     close(e);
@@ -121,8 +121,8 @@ static void test_never_registered(void **state)
 {
     (void)state;
     int e = fresh(eventfd(0, EFD_CLOEXEC)), d = -1;
-    assert_int_equal(byval_registry_dup_fd(e, &d), -EBADF);
-    assert_int_equal(byval_registry_dup_fd(-1, &d), -EBADF);
+    assert_int_equal(byval_reg_dup_fd(e, &d), -EBADF);
+    assert_int_equal(byval_reg_dup_fd(-1, &d), -EBADF);
     close(e);
 }
 
@@ -132,8 +132,8 @@ static void test_memfd_by_inode_and_mode(void **state)
     int m = fresh(memfd_create("rf-test", MFD_CLOEXEC)), d = -1;
     char path[64];
     assert_int_equal(ftruncate(m, 4096), 0);
-    assert_int_equal(byval_registry_add_fd(m), 0);
-    assert_int_equal(byval_registry_dup_fd(m, &d), 0);
+    assert_int_equal(byval_reg_add_fd(m), 0);
+    assert_int_equal(byval_reg_dup_fd(m, &d), 0);
     assert_true(same_file(d, m));
     close(d);
     snprintf(path, sizeof(path), "/proc/self/fd/%d", m);
@@ -142,15 +142,15 @@ static void test_memfd_by_inode_and_mode(void **state)
     /* The same memory at the same number through another open, same mode:
      * the same object (a regular file's inode is the object). */
     replace_at(m, rw);
-    assert_int_equal(byval_registry_dup_fd(m, &d), 0);
+    assert_int_equal(byval_reg_dup_fd(m, &d), 0);
     close(d);
     /* Read-only where read-write was exported: not what was exported. */
     replace_at(m, ro);
-    assert_int_equal(byval_registry_dup_fd(m, &d), -ESTALE);
+    assert_int_equal(byval_reg_dup_fd(m, &d), -ESTALE);
     /* Another memfd: another inode. */
-    assert_int_equal(byval_registry_add_fd(m), 0);
+    assert_int_equal(byval_reg_add_fd(m), 0);
     replace_at(m, memfd_create("rf-other", MFD_CLOEXEC));
-    assert_int_equal(byval_registry_dup_fd(m, &d), -ESTALE);
+    assert_int_equal(byval_reg_dup_fd(m, &d), -ESTALE);
     close(m);
 }
 
@@ -162,47 +162,47 @@ static void test_unprovable_refused(void **state)
     int n = open("/dev/null", O_RDWR | O_CLOEXEC);
     assert_true(n >= 0);
     errno = 0;
-    assert_int_equal(byval_registry_add_fd(n), -1);
+    assert_int_equal(byval_reg_add_fd(n), -1);
     assert_int_equal(errno, ENOTSUP);
     close(n);
-    assert_int_equal(byval_registry_add_fd(-1), -1);
+    assert_int_equal(byval_reg_add_fd(-1), -1);
 }
 
 static void test_closed_entries_swept(void **state)
 {
     (void)state;
-    unsigned before = byval_registry_fds_live();
+    unsigned before = byval_reg_fds_live();
     for (int round = 0; round < 20; round++) {
         int fds[100];
         for (int i = 0; i < 100; i++) {
             fds[i] = eventfd(0, EFD_CLOEXEC);
-            assert_int_equal(byval_registry_add_fd(fds[i]), 0);
+            assert_int_equal(byval_reg_add_fd(fds[i]), 0);
         }
         for (int i = 0; i < 100; i++)
             close(fds[i]);
     }
     /* 2000 exports, all closed: the table holds what the last sweep could
      * not know yet, not all of them. */
-    assert_true(byval_registry_fds_live() < before + 400);
+    assert_true(byval_reg_fds_live() < before + 400);
 }
 
 static void test_fork_child_starts_empty(void **state)
 {
     (void)state;
     int a = fresh(eventfd(0, EFD_CLOEXEC)), b = fresh(eventfd(0, EFD_CLOEXEC)), d = -1;
-    assert_int_equal(byval_registry_add_fd(a), 0);
+    assert_int_equal(byval_reg_add_fd(a), 0);
     pid_t pid = fork();
     if (pid == 0) {
-        int ok = byval_registry_dup_fd(a, &d) == -EBADF && /* the parent's export */
-                 byval_registry_add_fd(b) == 0 && byval_registry_dup_fd(b, &d) == 0;
+        int ok = byval_reg_dup_fd(a, &d) == -EBADF && /* the parent's export */
+                 byval_reg_add_fd(b) == 0 && byval_reg_dup_fd(b, &d) == 0;
         _exit(ok ? 0 : 1);
     }
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* The child's registration went to its own epoll instance. */
-    assert_int_equal(byval_registry_dup_fd(b, &d), -EBADF);
-    assert_int_equal(byval_registry_dup_fd(a, &d), 0);
+    assert_int_equal(byval_reg_dup_fd(b, &d), -EBADF);
+    assert_int_equal(byval_reg_dup_fd(a, &d), 0);
     close(d);
     close(a);
     close(b);
@@ -217,7 +217,7 @@ static void test_rescue_through_broker(void **state)
     int e = fresh(eventfd(0, EFD_CLOEXEC)), other = fresh(eventfd(0, EFD_CLOEXEC));
     uint64_t v = 4242;
     assert_int_equal(write(e, &v, sizeof(v)), (ssize_t)sizeof(v));
-    assert_int_equal(byval_registry_add_fd(e), 0);
+    assert_int_equal(byval_reg_add_fd(e), 0);
     BYVAL_NEED(byval_broker_serve() != 0 ? "the broker cannot listen here" : NULL);
     pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
@@ -248,7 +248,7 @@ static void test_rescue_through_broker(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     uint64_t served, refused;
-    byval_registry_fd_counts(&served, &refused);
+    byval_reg_fd_counts(&served, &refused);
     assert_true(served >= 1 && refused >= 1);
     close(e);
     close(other);

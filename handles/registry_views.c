@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * registry_views.c - the importer's list of registry views (see
+ * registry_view.h): references, lookups, publishing a new view (and
+ * kicking the watcher when that makes one too many), fork. The thread
+ * that watches them is registry_watch.c's.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "handles/registry_internal.h"
+#include "handles/resolve_internal.h"
+
+struct byval_reg_watch byval_reg_w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1,
+                                      .kick_fd = -1, .kick_kind = WATCH_KICK};
+
+void byval_reg_on_event(byval_reg_event_fn fn)
+{
+    __atomic_store_n(&byval_reg_w.on_event, fn, __ATOMIC_RELEASE);
+}
+
+void byval_reg_view_free(byval_reg_view_t *v)
+{
+    munmap((void *)v->hdr, BYVAL_REG_BYTES);
+    if (v->pipe_fd >= 0)
+        close(v->pipe_fd); /* also takes it out of the epoll set */
+    free(v);
+}
+
+void byval_reg_view_get(byval_reg_view_t *v)
+{
+    byval_reg_w_lock();
+    v->refs++;
+    pthread_mutex_unlock(&byval_reg_w.lock);
+}
+
+void byval_reg_view_put(byval_reg_view_t *v)
+{
+    if (!v)
+        return;
+    byval_reg_w_lock();
+    int last = --v->refs == 0;
+    pthread_mutex_unlock(&byval_reg_w.lock);
+    if (last)
+        byval_reg_view_free(v);
+}
+
+void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
+                       uint64_t *identity_p)
+{
+    *pidns_p = v->pidns;
+    *pid_p = v->pid;
+    *identity_p = v->identity;
+}
+
+int byval_reg_view_gone(const byval_reg_view_t *v)
+{
+    return __atomic_load_n(&v->gone, __ATOMIC_ACQUIRE);
+}
+
+unsigned byval_reg_views(void)
+{
+    return __atomic_load_n(&byval_reg_w.count, __ATOMIC_RELAXED);
+}
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&byval_reg_w.lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&byval_reg_w.lock);
+}
+
+static void atfork_child(void)
+{
+    /* The child has no watcher and imports nothing yet (its caches empty
+     * themselves at fork). The epoll instance is shared with the parent:
+     * touching its interest list would change the parent's, so only our
+     * copies of the fds go. The list's memory is the child's own. */
+    pthread_mutex_init(&byval_reg_w.lock, NULL);
+    for (byval_reg_view_t *v = byval_reg_w.head, *nx; v; v = nx) {
+        nx = v->next;
+        munmap((void *)v->hdr, BYVAL_REG_BYTES);
+        if (v->pipe_fd >= 0)
+            close(v->pipe_fd);
+        free(v);
+    }
+    byval_reg_w.head = NULL;
+    byval_reg_w.count = 0;
+    for (pidfd_watch_t *pw = byval_reg_w.pidfds, *nx; pw; pw = nx) {
+        nx = pw->next;
+        close(pw->fd);
+        free(pw);
+    }
+    byval_reg_w.pidfds = NULL;
+    if (byval_reg_w.epfd >= 0)
+        close(byval_reg_w.epfd);
+    if (byval_reg_w.kick_fd >= 0)
+        close(byval_reg_w.kick_fd);
+    byval_reg_w.epfd = byval_reg_w.kick_fd = -1;
+    byval_reg_w.started = 0;
+}
+
+/* (locked) the epoll set and the thread, once per process. */
+byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
+{
+    byval_reg_view_t *found = NULL;
+    byval_reg_w_lock();
+    for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
+            v->identity == identity) {
+            v->refs++;
+            v->used = ++byval_reg_w.tick;
+            found = v;
+        }
+    pthread_mutex_unlock(&byval_reg_w.lock);
+    return found;
+}
+
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p)
+{
+    byval_reg_view_t *found = NULL;
+    byval_reg_w_lock();
+    for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
+        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
+            (uint32_t)v->identity == id32) {
+            v->refs++;
+            v->used = ++byval_reg_w.tick;
+            *identity_p = v->identity;
+            found = v;
+        }
+    pthread_mutex_unlock(&byval_reg_w.lock);
+    return found;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+    /* Never under the lock: fork() holds glibc's handler lock while it
+     * runs the prepare handlers, and ours takes the lock. */
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* Our lock, the fork handlers registered first: a fork between a first
+ * lock and a later registration would leave the child the lock held by a
+ * thread it does not have. */
+void byval_reg_w_lock(void)
+{
+    pthread_once(&atfork_once, atfork_register);
+    pthread_mutex_lock(&byval_reg_w.lock);
+}
+
+/* List v and watch it (or use a twin another thread listed meanwhile). */
+byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msglen)
+{
+    byval_reg_w_lock();
+    for (byval_reg_view_t *o = byval_reg_w.head; o; o = o->next)
+        if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
+            o->identity == v->identity) {
+            o->refs++;
+            o->used = ++byval_reg_w.tick;
+            pthread_mutex_unlock(&byval_reg_w.lock);
+            byval_reg_view_free(v);
+            return o;
+        }
+    struct epoll_event ev = {.events = VIEW_EVENTS, .data.ptr = v};
+    if (byval_reg_watch_start(msg, msglen) != 0 ||
+        epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
+        if (msg && !msg[0])
+            byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
+        pthread_mutex_unlock(&byval_reg_w.lock);
+        byval_reg_view_free(v);
+        return NULL;
+    }
+    v->next = byval_reg_w.head;
+    byval_reg_w.head = v;
+    v->used = ++byval_reg_w.tick;
+    unsigned n = byval_reg_w.count + 1; /* read lock-free by byval_reg_views */
+    __atomic_store_n(&byval_reg_w.count, n, __ATOMIC_RELAXED);
+    int over = n > BYVAL_REG_VIEWS_MAX;
+    v->refs++; /* the caller's */
+    if (over) /* the watcher evicts, between its batches */
+        byval_reg_watch_kick();
+    pthread_mutex_unlock(&byval_reg_w.lock);
+    return v;
+}
