@@ -22,3 +22,9 @@ $(RDV_CU): test/transport/rdv_cu.c test/transport/rdv_pair.c test/transport/rdv_
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ test/transport/rdv_cu.c \
 	    test/transport/rdv_pair.c $(BUILD)/test/cudadrv/cu_pair_drv.o -ldl
 endif
+
+# The directory's checks, connect and listen in one process.
+UNIT_TESTS += $(BUILD)/test/unit/test_rendezvous
+$(BUILD)/test/unit/test_rendezvous: test/unit/test_rendezvous.c test/unit/test_skip.h $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
