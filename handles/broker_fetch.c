@@ -143,8 +143,8 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
         if (st == BYVAL_E_GONE)
             byval_msg(msg, msglen,
                       "exporter pid %u serves no fds over the socket fallback (is it running "
-                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? Across "
-                      "network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
+                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
+                      "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
                       rec->pid);
         else
             byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name,

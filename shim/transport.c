@@ -63,7 +63,8 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     if (st == BYVAL_OK && info.fell_back)
         BYVAL_LOG_INFO("pid %u: %s; using the socket fallback%s for this exporter", rec->pid,
                        info.why,
-                       info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)" : "");
+                       info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)"
+                                                        : "");
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);

@@ -31,7 +31,8 @@ static int option(int argc, char **argv, int i)
 
 static int init(int exporter)
 {
-    zeapp_init(&app, route < 0 ? ZEAPP_DEFAULT_ROUTE : (enum zeapp_route)route, exporter ? "exporter" : "importer", zeapp_exit);
+    zeapp_init(&app, route < 0 ? ZEAPP_DEFAULT_ROUTE : (enum zeapp_route)route,
+               exporter ? "exporter" : "importer", zeapp_exit);
     return 0;
 }
 
