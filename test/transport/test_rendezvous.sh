@@ -159,8 +159,16 @@ IPCBYVAL_RENDEZVOUS_DIR=$D side "$L/rdv-stale-imp.log" "$T/rdv_ze" import "$D" -
 ip=$!
 if wait_sock; then
     sleep 0.2 # the handle is with the importer (it holds before opening)
+    cpid=$(cat "/proc/$ep/task/$ep/children" 2>/dev/null | tr -d ' ')
     kill -KILL $ep 2>/dev/null
     wait $ep 2>/dev/null
+    # --kill-child kills the exporter once unshare is gone: wait until it
+    # has exited (a zombie has closed its sockets), else it may still answer.
+    for _ in $(seq 500); do
+        [ -n "$cpid" ] && [ -e "/proc/$cpid" ] && ! grep -q '^State:.*Z' "/proc/$cpid/status" 2>/dev/null ||
+            break
+        sleep 0.01
+    done
     stale=$S
     [ -S "$stale" ] || fail "stale socket" "the killed exporter's socket is gone: nothing tested"
     t0=$(date +%s%N)
