@@ -115,6 +115,10 @@ static int import_one(const uint8_t h[RDV_HANDLE], size_t size, uint64_t seed, i
     *right_p = rdv_check(buf, size, seed);
     free(buf);
     CU(IpcCloseMemHandle, p);
+    if (rdv_double_close && d.IpcCloseMemHandle(p) == CUDA_SUCCESS) {
+        fprintf(stderr, "rdv_cu: importer: a second close succeeded\n");
+        *right_p = 0;
+    }
     return 0;
 }
 

@@ -24,6 +24,7 @@ struct rdv_msg {
 static const char *kase = "rounds";
 static unsigned rounds = 20;
 static size_t size = (1 << 20) + 4096;
+int rdv_double_close;
 static const char *hold; /* wait for this file before sending (exporter) or opening (importer) */
 
 static void hold_on(void)
@@ -241,6 +242,8 @@ int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
             size = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
             hold = argv[++i];
+        else if (!strcmp(argv[i], "--double-close"))
+            rdv_double_close = 1;
         else if (ops->option && (k = ops->option(argc, argv, i)) > 0)
             i += k - 1;
         else {

@@ -24,6 +24,9 @@
  *           memory held at all: "OK rdv exit: released X ms after".
  *   pools   (Level Zero) N rounds of event pools: the exporter signals,
  *           the importer opens, checks, signals back, closes.
+ * --double-close: the importer closes each mapping twice; the second
+ * close must fail (the driver's error) and change nothing: the next
+ * round's open must still verify.
  * --hold FILE: wait (30 s at most) for FILE before each send (exporter)
  * or open (importer), so that the script can act in between.
  *   PROG plant PATH UID SECONDS: an impostor: listen at PATH (owned by
@@ -58,6 +61,9 @@ struct rdv_ops {
     int (*pool_wait)(void *pool); /* the importer's signal arrived; destroy */
     int (*pool_import)(const uint8_t h[RDV_HANDLE]);
 };
+
+/* --double-close given (the backends' import_one closes twice). */
+extern int rdv_double_close;
 
 /* The whole program (rdv_pair.c). */
 int rdv_main(int argc, char **argv, const struct rdv_ops *ops);

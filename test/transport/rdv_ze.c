@@ -80,6 +80,10 @@ static int import_one(const uint8_t h[RDV_HANDLE], size_t size, uint64_t seed, i
         fprintf(stderr, "rdv_ze: importer: close failed: %s\n", zeapp_result_name(r));
         return 1;
     }
+    if (rdv_double_close && (r = zeapp_ipc_close(&app, p)) == ZE_RESULT_SUCCESS) {
+        fprintf(stderr, "rdv_ze: importer: a second close succeeded\n");
+        *right_p = 0;
+    }
     return 0;
 }
 

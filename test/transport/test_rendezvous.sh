@@ -6,7 +6,8 @@
 # directory. Without the directory this is 0 opens of 20 (pidfd_open cannot
 # name the exporter, its abstract socket is in another network namespace).
 #   rounds: 20 verified on the Level Zero test driver, on the CUDA double
-#     (VMM), event pools on the test driver
+#     (VMM), event pools on the test driver; a double close refused and
+#     harmless; allocation ids that repeat never give stale data
 #   lifetimes: the exporter's frees release an idle importer's mappings;
 #     its exit releases them (both on the drivers' shared ledger)
 #   trust: a socket planted by another uid, or held by another process of
@@ -70,6 +71,10 @@ pair "Level Zero: 20 rounds across pid+net+mount namespaces" imp "$T/rdv_ze" --r
     pass "the importer's stats count the exporter reached via the rendezvous directory" ||
     fail "stats via_rendezvous" "$(grep via_ "$LAST_IMP" | tr '\n' ' ')"; }
 pair "Level Zero event pools: 20 rounds across namespaces" imp "$T/rdv_ze" --case pools --rounds 20
+pair "Level Zero: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_ze" \
+    --rounds 10 --double-close
+ZEDRV_ALLOC_ID=address pair "Level Zero: allocation ids that repeat (by address), never stale (20 rounds)" \
+    imp "$T/rdv_ze" --rounds 20
 export ZEDRV_TOTAL_MEM=64M
 ZEDRV_LEDGER="$top/ze.ledger" pair "Level Zero: frees release an idle importer's mappings (10 x 16 MiB of 64 MiB)" \
     exp "$T/rdv_ze" --case free --rounds 10 --size 16777216
@@ -80,6 +85,8 @@ unset ZEDRV_TOTAL_MEM
 if [ -x "$T/rdv_cu" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle; then
     export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     pair "CUDA VMM (double): 20 rounds across namespaces" imp "$T/rdv_cu" --mem vmm --rounds 20
+    pair "CUDA VMM: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_cu" \
+        --mem vmm --rounds 10 --double-close
     export CUDADRV_TOTAL_MEM=64M
     CUDADRV_LEDGER="$top/cu.ledger" pair "CUDA VMM: frees release an idle importer's mappings" \
         exp "$T/rdv_cu" --mem vmm --case free --rounds 10 --size 16777216
