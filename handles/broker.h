@@ -23,19 +23,26 @@
 
 #include "handles/resolve.h"
 
-/* Exporter: serve fd (an exported object) from now on. 0, or -1 with errno
- * when the server cannot start (EADDRINUSE: another process holds our
- * name) or 65536 fds are offered already (ENOSPC); then only pidfd_getfd
- * can reach the fd. */
+/* Exporter: serve the object fd refers to now (an exported object), and
+ * only that object, under fd's number from now on: a request must name its
+ * inode, and the number must still refer to it (handles/fdproof.h). 0, or
+ * -1 with errno when the server cannot start (EADDRINUSE: another process
+ * holds our name), 65536 fds are offered already (ENOSPC) or the file can
+ * be proven neither by epoll nor by its inode (ENOTSUP); then only
+ * pidfd_getfd can reach the fd. Offering a number again is a no-op (a new
+ * offer when the number now refers to another object). Owner: the export
+ * core (cache/exports.h) for exports, the registry for its memfd and
+ * pipe. */
 int byval_broker_offer(int fd);
 
 /* Exporter: make sure the server runs (for the fds the registry lists,
  * registry.h), offering nothing. 0, or -1 with errno as above. */
 int byval_broker_serve(void);
 
-/* Exporter: stop serving fd. Call before closing it: a request already
- * past the check gets the object offered at that time (a duplicate made
- * under the lock), never whatever reuses the number. */
+/* Exporter: stop serving fd. Called with the export's end, before the fd
+ * can be closed (cache/exports.h); a request already past the check gets
+ * the object offered (a duplicate proven under the lock), never whatever
+ * reuses the number. */
 void byval_broker_withdraw(int fd);
 
 /* Exporter: the one uid served (default: our effective uid at each

@@ -10,10 +10,17 @@
  * the open file itself (registry_fds.c): never from the offers, which
  * include files that are not GPU memory.
  *
- * An offered fd is withdrawn before it is closed, and the fd sent is a
- * duplicate made under the lock that checked it, so a withdraw+close+reuse
- * racing the request can never make us send an object that was not
- * offered.
+ * Only the object recorded when the fd was offered is ever served: its
+ * inode must be the one the request names, and the number must still
+ * refer to that object, proven before and after the duplicate is made
+ * (handles/fdproof.c: the same open file for files that poll, the same
+ * inode for regular files), under the lock. What sits at an offered
+ * number now is never compared with the request alone: a driver may
+ * close an exported fd behind our back (zeContextDestroy may) and the
+ * exporter's own socket or pipe land on the number, whose inode any
+ * same-uid peer reads in /proc/PID/fd. The export core (cache/exports.h)
+ * withdraws an offer before the driver can close the fd; the proof covers
+ * what it cannot see.
  *
  * fork(): prepare takes the lock; the child forgets the offers (they are
  * the parent's exports) and its counters.
@@ -21,12 +28,13 @@
 #include "handles/broker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <sys/stat.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
+#include "handles/fdproof.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h" /* rendezvous hook */
 
@@ -38,8 +46,9 @@ static struct {
     uid_t uid;
     uint32_t n;
     uint64_t served, refused;
-    int fds[BROKER_MAX_FDS];
-} of = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    int epfd;             /* the offers' own proofs (-1 until the first) */
+    byval_fdproof_t *fds; /* BROKER_MAX_FDS, allocated at the first offer */
+} of = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
 static pthread_once_t of_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
@@ -54,6 +63,11 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    /* The parent's epoll instance is shared through the inherited fd: an
+     * EPOLL_CTL there would change the parent's proofs. */
+    if (of.epfd >= 0)
+        close(of.epfd);
+    of.epfd = -1;
     of.n = 0;
     of.served = of.refused = 0;
     pthread_mutex_init(&of.lock, NULL);
@@ -72,32 +86,38 @@ static void of_lock(void)
     pthread_mutex_lock(&of.lock);
 }
 
-static int offered_locked(int fd)
+static byval_fdproof_t *offered_locked(int fd)
 {
     for (uint32_t i = 0; i < of.n; i++)
-        if (of.fds[i] == fd)
-            return 1;
-    return 0;
+        if (of.fds[i].fd == fd)
+            return &of.fds[i];
+    return NULL;
+}
+
+static void drop_locked(byval_fdproof_t *x)
+{
+    byval_fdproof_drop(of.epfd, x);
+    *x = of.fds[--of.n];
 }
 
 int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
 {
-    struct stat st;
     int32_t status = -EBADF;
+    *dup_p = -1;
     if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
         return byval_rendezvous_registry_dup(dup_p); /* rendezvous hook */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();
-    if (req->fd <= INT32_MAX && offered_locked((int)req->fd) && fstat((int)req->fd, &st) == 0) {
-        if ((uint32_t)st.st_ino != req->fd_ino)
-            status = -ESTALE;
-        else if ((*dup_p = fcntl((int)req->fd, F_DUPFD_CLOEXEC, 0)) < 0)
-            status = -errno;
-        else
-            status = 0;
-        of.served += status == 0;
+    byval_fdproof_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
+    if (x && (uint32_t)x->ino != req->fd_ino) {
+        status = -ESTALE; /* not the object offered under that number */
+    } else if (x) {
+        status = byval_fdproof_dup(of.epfd, x, dup_p);
+        if (status == -ESTALE)
+            drop_locked(x); /* closed or reused behind the offer: never again */
     }
+    of.served += status == 0;
     pthread_mutex_unlock(&of.lock);
     return status;
 }
@@ -116,16 +136,33 @@ int byval_broker_offer(int fd)
     if (byval_broker_serve() != 0)
         return -1;
     of_lock();
-    int rc = 0;
-    if (!offered_locked(fd)) {
-        if (of.n < BROKER_MAX_FDS) {
-            of.fds[of.n++] = fd;
-        } else {
-            rc = -1; /* said, not silently left unserved */
-            errno = ENOSPC;
-        }
+    int rc = -1, err = 0;
+    if (!of.fds && !(of.fds = calloc(BROKER_MAX_FDS, sizeof(*of.fds)))) {
+        err = ENOMEM;
+        goto out;
     }
-    int err = errno;
+    if (of.epfd < 0 && (of.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        err = errno;
+        goto out;
+    }
+    byval_fdproof_t *x = offered_locked(fd);
+    if (x && byval_fdproof_same(of.epfd, x)) {
+        rc = 0; /* offered already */
+        goto out;
+    }
+    if (x)
+        drop_locked(x); /* closed behind its offer: this is another object */
+    if (of.n == BROKER_MAX_FDS) {
+        err = ENOSPC; /* said, not silently left unserved */
+        goto out;
+    }
+    if (byval_fdproof_take(of.epfd, fd, &of.fds[of.n]) != 0) {
+        err = errno; /* cannot be proven at a request: not served */
+        goto out;
+    }
+    of.n++;
+    rc = 0;
+out:
     pthread_mutex_unlock(&of.lock);
     errno = err;
     return rc;
@@ -134,12 +171,9 @@ int byval_broker_offer(int fd)
 void byval_broker_withdraw(int fd)
 {
     of_lock();
-    for (uint32_t i = 0; i < of.n; i++) {
-        if (of.fds[i] == fd) {
-            of.fds[i] = of.fds[--of.n];
-            break;
-        }
-    }
+    byval_fdproof_t *x = of.fds ? offered_locked(fd) : NULL;
+    if (x)
+        drop_locked(x);
     pthread_mutex_unlock(&of.lock);
 }
 

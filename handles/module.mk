@@ -10,7 +10,7 @@
 # rendezvous*.c put the broker's socket in a directory shared across
 # pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/resolve.c handles/fdcheck.c handles/manifest.c \
-               handles/registry.c handles/registry_fds.c
+               handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \

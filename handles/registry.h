@@ -83,7 +83,12 @@ _Static_assert(sizeof(byval_reg_slot_t) == 32, "registry slot is 32 bytes");
 /* A legacy CUDA handle names itself: a hash of its 64 bytes. */
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len);
 
-/* ---- exporter side ---------------------------------------------------- */
+/* ---- exporter side ----------------------------------------------------
+ * Who owns an export's entry: the export core (cache/exports.h, through
+ * the shim's sink) adds it when the export starts and removes it when the
+ * export ends (free, context or event-pool destroy, eviction), before the
+ * driver can close the fd it names; entries of one (key, ino) held by
+ * several exports are removed with the last. */
 
 /* Publish a live export (created on first use, with its pipe). Returns 0,
  * or -1 (no memfd/pipe/slot: importers will not track this export and
@@ -124,6 +129,10 @@ int32_t byval_reg_dup_page(int *dup_p);
  * exports. Registering a number again is a no-op (or a new export when the
  * number now holds another file). */
 int byval_reg_add_fd(int fd);
+
+/* The export that handed out fd ends (the export core, before the driver
+ * can close fd): the number is served no more. No-op when not registered. */
+void byval_reg_drop_fd(int fd);
 
 /* Broker: *dup_p = a duplicate (O_CLOEXEC) of fd when it is registered and
  * still the exported open file; returns 0, -EBADF (never registered),

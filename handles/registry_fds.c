@@ -7,83 +7,32 @@
  * whose own pidfd_getfd the kernel refused (see registry.h).
  *
  * The rule this file enforces: serve fd N only while N still refers to the
- * open file that was exported. Numbers are reused after close, and every
- * CUDA VMM fd is a /dev/nvidiactl file: one inode shared by every open of
- * the device, including the driver's own control fds that were never
- * exported. An inode comparison cannot tell those apart, and kcmp (the
- * kernel's own answer) is denied by the same container profiles that deny
- * pidfd_getfd. Holding a duplicate would prove it but would keep the
- * memory alive after the application freed it and closed its fd (a change
- * of lifetime, which ipcbyval must never cause).
+ * open file that was exported (handles/fdproof.c: the private epoll
+ * interest list for files that poll, the inode for regular files; any
+ * other file cannot be proven and is not registered). Served under one
+ * lock, checked both before and after the duplicate is made, so a close
+ * and reuse racing the request is refused rather than served.
  *
- * The proof used: an epoll interest list is keyed by (open file, fd
- * number), holds no reference on the file, and drops the key when the
- * file is released (eventpoll_release at the last close). We add the
- * exported fd to a private epoll instance at export time (no events asked,
- * and we never wait on it); later EPOLL_CTL_MOD on N succeeds only if N
- * refers to the same open file as then (ENOENT for any other file at N,
- * EBADF when N is closed). So: an exact, reference-free check that needs
- * neither kcmp nor /proc, and costs the kernel one small item per export.
- * Both files that matter poll: /dev/nvidiactl (nvidia_poll) and dma-bufs.
- *
- * Files that do not poll (regular files: memfds, the test drivers' memory)
- * have an inode that is the object itself: the same (device, inode) and
- * access mode is the same memory whatever the open, so that is what is
- * compared. Any other file that does not poll (a character device without
- * poll, say) cannot be proven and is not registered.
- *
- * Served under one lock, checked both before and after the duplicate is
- * made, so a close and reuse racing the request is refused rather than
- * served.
+ * Who registers and withdraws: the export core (cache/exports.h) for
+ * ipcbyval's own exports, withdrawn with the export before the driver can
+ * close the fd; the shim for the application's own exports (opaque layout
+ * handles, cuMemExportToShareableHandle, zeMemGetFileDescriptor...),
+ * whose closes ipcbyval does not see: those entries go when the proof
+ * fails (at a request or a sweep).
  */
 #include "handles/registry.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "handles/fdproof.h"
 
 #define FDS_MAX 16384 /* registered numbers at once: at most one per fd */
 
-/* The application's fds are read by number here (on the broker's thread)
- * while the application may close or reuse them at any moment: that race
- * is what the checks are for, and every decision is checked again after
- * the duplicate is made. Raw system calls, so that a sanitizer's model of
- * fds as memory (ThreadSanitizer counts a close as a write) does not
- * report the race this file exists to handle. */
-static int fd_stat(int fd, struct stat *st)
-{
-#ifdef SYS_fstat
-    return (int)syscall(SYS_fstat, fd, st);
-#else
-    return (int)syscall(SYS_newfstatat, fd, "", st, AT_EMPTY_PATH);
-#endif
-}
-
-static int fd_ctl(int fd, int cmd, long arg)
-{
-    return (int)syscall(SYS_fcntl, fd, cmd, arg);
-}
-
-static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
-{
-    return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
-}
-
-typedef enum { PROOF_EPOLL = 1, PROOF_INODE = 2 } proof_t;
-
-typedef struct fd_entry {
-    int fd;
-    int accmode; /* O_ACCMODE bits at export */
-    dev_t dev;
-    ino_t ino;
-    proof_t proof;
-} fd_entry_t;
+typedef byval_fdproof_t fd_entry_t;
 
 static struct {
     pthread_mutex_t lock;
@@ -144,18 +93,9 @@ static void drop_locked(fd_entry_t *x)
     *x = rf.e[--rf.n];
 }
 
-/* Does fd still refer to what x recorded at export? */
-static int same_locked(const fd_entry_t *x, int fd)
+static int same_locked(const fd_entry_t *x)
 {
-    struct stat st;
-    if (fd_stat(fd, &st) != 0 || st.st_dev != x->dev || st.st_ino != x->ino)
-        return 0;
-    if (x->proof == PROOF_EPOLL) {
-        struct epoll_event ev = {.events = 0, .data.fd = fd};
-        return ep_ctl(rf.epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
-    }
-    int fl = fd_ctl(fd, F_GETFL, 0);
-    return fl >= 0 && (fl & O_ACCMODE) == x->accmode;
+    return byval_fdproof_same(rf.epfd, x);
 }
 
 /* Forget entries whose fd was closed or reused: they can never be served
@@ -164,7 +104,7 @@ static int same_locked(const fd_entry_t *x, int fd)
 static void sweep_locked(void)
 {
     for (uint32_t i = 0; i < rf.n;) {
-        if (!same_locked(&rf.e[i], rf.e[i].fd))
+        if (!same_locked(&rf.e[i]))
             drop_locked(&rf.e[i]);
         else
             i++;
@@ -174,10 +114,10 @@ static void sweep_locked(void)
 
 int byval_reg_add_fd(int fd)
 {
-    struct stat st;
-    int fl;
-    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0)
+    if (fd < 0) {
+        errno = EBADF;
         return -1;
+    }
     rf_lock();
     int rc = -1, err = 0;
     if (!rf.e && !(rf.e = calloc(FDS_MAX, sizeof(*rf.e)))) {
@@ -189,7 +129,7 @@ int byval_reg_add_fd(int fd)
         goto out;
     }
     fd_entry_t *x = find_locked(fd);
-    if (x && same_locked(x, fd)) {
+    if (x && same_locked(x)) {
         rc = 0; /* exported again: nothing new */
         goto out;
     }
@@ -201,14 +141,9 @@ int byval_reg_add_fd(int fd)
         err = ENOSPC;
         goto out;
     }
-    fd_entry_t e = {.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
-    struct epoll_event ev = {.events = 0, .data.fd = fd};
-    if (ep_ctl(rf.epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
-        e.proof = PROOF_EPOLL;
-    else if (errno == EPERM && S_ISREG(st.st_mode))
-        e.proof = PROOF_INODE; /* does not poll, and its inode is the object */
-    else {
-        err = errno == EPERM ? ENOTSUP : errno; /* cannot be proven later */
+    fd_entry_t e;
+    if (byval_fdproof_take(rf.epfd, fd, &e) != 0) {
+        err = errno; /* cannot be proven later */
         goto out;
     }
     rf.e[rf.n++] = e;
@@ -219,27 +154,27 @@ out:
     return rc;
 }
 
+void byval_reg_drop_fd(int fd)
+{
+    rf_lock();
+    fd_entry_t *x = rf.e ? find_locked(fd) : NULL;
+    if (x) {
+        byval_fdproof_drop(rf.epfd, x);
+        drop_locked(x);
+    }
+    pthread_mutex_unlock(&rf.lock);
+}
+
 int byval_reg_dup_fd(int fd, int *dup_p)
 {
     int status = -EBADF;
     *dup_p = -1;
     rf_lock();
     fd_entry_t *x = rf.e ? find_locked(fd) : NULL;
-    if (x && !same_locked(x, fd)) {
-        drop_locked(x); /* closed, or its number reused: never again */
-        status = -ESTALE;
-    } else if (x) {
-        int d = fd_ctl(fd, F_DUPFD_CLOEXEC, 0);
-        if (d < 0) {
-            status = -errno;
-        } else if (!same_locked(x, fd)) {
-            close(d); /* changed under us: what we hold may be the new file */
-            drop_locked(x);
-            status = -ESTALE;
-        } else {
-            *dup_p = d;
-            status = 0;
-        }
+    if (x) {
+        status = byval_fdproof_dup(rf.epfd, x, dup_p);
+        if (status == -ESTALE)
+            drop_locked(x); /* closed, or its number reused: never again */
     }
     rf.served += status == 0;
     rf.refused += status != 0;

@@ -7,8 +7,10 @@
  * costs up to ~1 ms and returns a new fd every call. We export every chunk
  * of the pointer's reservation once, write a manifest (cu_manifest.h) into
  * a sealed memfd, and put a by-value record naming that memfd in the
- * handle. The export cache (keyed by reservation and buffer id) makes
- * repeated gets a lookup; unmap/release/free drop the entry and its fds.
+ * handle. One export per reservation (cache/exports.h, keyed by the
+ * reservation, validated by buffer id) makes repeated gets a lookup;
+ * unmap/release/free end it: registry entries and broker offers of the
+ * manifest and every chunk withdrawn, then their fds closed.
  * Legacy memory never gets here: the driver's own handle is returned.
  */
 #include <fcntl.h>
@@ -18,7 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cache/lru.h"
+#include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -36,6 +38,7 @@ typedef struct cu_export_key {
 } cu_export_key_t;
 
 typedef struct cu_export {
+    byval_export_t core; /* first: cache/exports.h */
     CUipcMemHandle handle;
     uint64_t reserve_start, reserve_size;
     int manifest_fd;
@@ -43,13 +46,11 @@ typedef struct cu_export {
     int *fds;                              /* chunk fds, nchunks */
     CUmemGenericAllocationHandle *handles; /* chunk allocations, nchunks */
     uint64_t *ids;                         /* chunk buffer ids, nchunks */
-    uint64_t reg_key;                      /* in the registry (0: not published) */
-    uint32_t reg_ino;
+    byval_export_item_t *items;            /* the manifest's, then each chunk's */
 } cu_export_t;
 
-static byval_lru_t *export_cache;
+static byval_exports_t *exports;
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
-static size_t export_live; /* entries, to skip scans on every cuMemFree */
 
 /* The registry key of a reservation's chunk fds (manifest key, chunk kind):
  * importers need them listed before they duplicate them. */
@@ -58,43 +59,39 @@ static uint64_t chunks_key(uint64_t manifest_key)
     return BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, manifest_key);
 }
 
-static void export_release(cu_export_t *e)
+/* Close what e holds and free it (withdrawn first, if it was started). */
+static void export_free(cu_export_t *e)
 {
     if (!e)
         return;
-    if (e->reg_key) { /* importers release their closed mappings of it */
-        byval_export_unpublish(e->reg_key, e->reg_ino);
-        byval_export_unpublish(chunks_key(e->reg_key), 0);
-    }
-    for (uint32_t i = 0; i < e->nchunks; i++) {
-        if (e->fds[i] >= 0) {
-            byval_export_withdraw(e->fds[i]);
+    for (uint32_t i = 0; e->fds && i < e->nchunks; i++)
+        if (e->fds[i] >= 0)
             close(e->fds[i]);
-        }
-    }
-    if (e->manifest_fd >= 0) {
-        byval_export_withdraw(e->manifest_fd);
+    if (e->manifest_fd >= 0)
         close(e->manifest_fd);
-    }
     free(e->fds);
     free(e->handles);
     free(e->ids);
+    free(e->items);
     free(e);
 }
 
-static void export_evicted(void *ctx, const void *key, void *value)
+/* The export ended, everything naming its fds withdrawn: the handles
+ * remembered for its pointers go, then its fds. */
+static void export_end(byval_export_t *core)
 {
-    __atomic_fetch_sub(&export_live, 1, __ATOMIC_RELAXED);
-    export_release(value);
+    cu_export_t *e = (cu_export_t *)core;
+    byval_cu_fast_forget_range(e->reserve_start, e->reserve_size);
+    export_free(e);
 }
+
+static const byval_exports_ops_t export_ops = {"cuda export", sizeof(cu_export_key_t), export_end};
 
 static void export_init(void)
 {
-    export_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(cu_export_key_t),
-                                    export_evicted, NULL);
+    /* Read without the once by the free paths: published with a release. */
+    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
     byval_cu_fast_init(byval_cfg.export_cache_size);
-    if (export_cache)
-        byval_stats_register_cache("cuda export", export_cache);
 }
 
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
@@ -148,7 +145,6 @@ static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr 
         if (r != CUDA_SUCCESS)
             return -1;
         e->fds[e->nchunks] = fd;
-        byval_export_offer(fd);
         e->handles[e->nchunks] = gh;
         if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
             e->ids[e->nchunks] = 0;
@@ -194,7 +190,6 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
         return -1;
     }
     e->manifest_fd = fd;
-    byval_export_offer(fd);
     return 0;
 }
 
@@ -237,7 +232,8 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     e->fds = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(int));
     e->handles = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->handles));
     e->ids = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->ids));
-    if (!e->fds || !e->handles || !e->ids || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
+    e->items = calloc(BYVAL_MANIFEST_MAX_CHUNKS + 1, sizeof(*e->items));
+    if (!e->fds || !e->handles || !e->ids || !e->items || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
         write_manifest(e, reserve_start, (uint32_t)device) != 0)
         goto err;
 
@@ -258,34 +254,41 @@ static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
         BYVAL_WIRE_OK)
         goto err;
     *h = e->handle;
-    cu_export_key_t key = {reserve_start, reserve_size};
-    void *existing;
-    /* Published before a racing free can evict it; a handle that is not
-     * kept is withdrawn with its fds (export_release). */
-    e->reg_key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id);
-    e->reg_ino = rec.fd_ino;
-    byval_export_publish(e->reg_key, e->reg_ino, rec.fd, reserve_size);
+    /* Started before a racing free can end it: the manifest, then each
+     * chunk, listed and offered. */
+    uint64_t reg_key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id);
+    e->items[0] = (byval_export_item_t){.key = reg_key, .fd = e->manifest_fd, .ino = rec.fd_ino,
+                                        .size = reserve_size, .flags = BYVAL_EXPORT_OFFER};
     for (uint32_t i = 0; i < e->nchunks; i++)
-        byval_export_publish(chunks_key(e->reg_key), (uint32_t)byval_fd_inode(e->fds[i]),
-                             (uint32_t)e->fds[i], 0);
+        e->items[1 + i] = (byval_export_item_t){.key = chunks_key(reg_key), .fd = e->fds[i],
+                                                .ino = (uint32_t)byval_fd_inode(e->fds[i]),
+                                                .flags = BYVAL_EXPORT_OFFER};
+    e->core.nitems = 1 + e->nchunks;
+    e->core.items = e->items;
+    if (byval_exports_start(exports, &e->core) != 0) {
+        byval_exports_discard(&e->core);
+        return -1;
+    }
+    cu_export_key_t key = {reserve_start, reserve_size};
+    byval_export_t *existing = NULL;
     byval_lru_ref_t ref = 0;
-    int ins = byval_lru_insert_ref(export_cache, &key, e, &existing, &ref);
-    if (ins == BYVAL_LRU_OK) {
-        __atomic_fetch_add(&export_live, 1, __ATOMIC_RELAXED);
+    int ins = byval_exports_insert(exports, &key, &e->core, &existing, &ref);
+    if (ins == 0) {
         byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_lru_put_ref(export_cache, ref);
+        byval_exports_unget(exports, ref);
         return 0;
     }
-    /* Not kept: its fds go with it, so the handle must be the entry's that
-     * a racing thread exported first (the handle we built would name
+    /* Not kept: its fds go with it, so the handle must be the export's
+     * that a racing thread kept first (the handle we built would name
      * closed fds). */
-    int ok = ins == BYVAL_LRU_EXISTS && handle_from_entry(rl, existing, ptr, buffer_id, h);
-    if (ins == BYVAL_LRU_EXISTS)
-        byval_lru_put_ref(export_cache, ref);
-    export_release(e);
+    int ok = ins == BYVAL_LRU_EXISTS && handle_from_entry(rl, (cu_export_t *)existing, ptr, buffer_id, h);
+    if (ins == BYVAL_LRU_EXISTS) {
+        byval_exports_unget(exports, ref);
+        byval_exports_discard(&e->core);
+    }
     return ok ? 0 : -1;
 err:
-    export_release(e);
+    export_free(e);
     return -1;
 }
 
@@ -294,7 +297,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     if (!byval_init() || !byval_cfg.cuda || !h)
         return next(h, ptr);
     const byval_cu_real_t *rl = byval_cu_real();
-    if (rl && __atomic_load_n(&export_live, __ATOMIC_RELAXED)) {
+    if (rl && byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE))) {
         byval_enter();
         int hit = byval_cu_fast_lookup(rl, ptr, h);
         byval_leave();
@@ -321,26 +324,25 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
         return r;
     pthread_once(&export_once, export_init);
-    if (!export_cache)
+    if (!exports)
         return r;
 
     cu_export_key_t key = {start, size};
-    void *v;
     byval_lru_ref_t ref;
-    if (byval_lru_get_ref(export_cache, &key, &v, &ref)) {
-        cu_export_t *e = v;
+    cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
+    if (e) {
         byval_enter();
         int ok = handle_from_entry(rl, e, ptr, buffer_id, h);
         byval_leave();
         if (ok)
             byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_lru_put_ref(export_cache, ref);
+        byval_exports_unget(exports, ref);
         if (ok) {
             BYVAL_STAT_INC(export_hits);
             return CUDA_SUCCESS;
         }
         /* The reservation was remapped behind our back: export it anew. */
-        byval_lru_remove(export_cache, &key);
+        byval_exports_end(exports, &key);
     }
     byval_ptracer_allow();
     byval_enter();
@@ -356,28 +358,29 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     return CUDA_SUCCESS;
 }
 
-static int overlaps(void *ctx, const void *key, void *value)
+static int overlaps(void *arg, const byval_export_t *core)
 {
-    const uint64_t *range = ctx;
-    const cu_export_t *e = value;
+    const uint64_t *range = arg;
+    const cu_export_t *e = (const cu_export_t *)core;
     return e->reserve_start < range[0] + range[1] && range[0] < e->reserve_start + e->reserve_size;
 }
 
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
 {
-    if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!byval_exports_live(x))
         return;
     uint64_t range[2] = {ptr, size ? size : 1};
     byval_cu_fast_forget_range(ptr, size);
-    size_t n = byval_lru_remove_if(export_cache, overlaps, range);
+    size_t n = byval_exports_end_if(x, overlaps, range);
     for (size_t i = 0; i < n; i++)
         BYVAL_STAT_INC(frees);
 }
 
-static int holds_handle(void *ctx, const void *key, void *value)
+static int holds_handle(void *arg, const byval_export_t *core)
 {
-    const CUmemGenericAllocationHandle *h = ctx;
-    const cu_export_t *e = value;
+    const CUmemGenericAllocationHandle *h = arg;
+    const cu_export_t *e = (const cu_export_t *)core;
     for (uint32_t i = 0; i < e->nchunks; i++)
         if (e->handles[i] == *h)
             return 1;
@@ -386,9 +389,10 @@ static int holds_handle(void *ctx, const void *key, void *value)
 
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
 {
-    if (!export_cache || !__atomic_load_n(&export_live, __ATOMIC_RELAXED))
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!byval_exports_live(x))
         return;
-    size_t n = byval_lru_remove_if(export_cache, holds_handle, &h);
+    size_t n = byval_exports_end_if(x, holds_handle, &h);
     if (n) /* pointers into it may sit in the fast map: start it afresh */
         byval_cu_fast_forget_all();
     for (size_t i = 0; i < n; i++)

@@ -4,7 +4,9 @@
  * pointer, validated by one BUFFER_ID query (the driver gives a reused
  * address a new id), so a repeated cuIpcGetMemHandle on VMM memory costs
  * a lookup instead of the driver's failing call and a reservation walk.
- * Unmap/release/free invalidate it with the export entries.
+ * A memo, not an export table: it holds no fd and nothing shared; the
+ * export core's end of a reservation's export (cu_export.c) clears its
+ * pointers, so a hit never hands out a handle of an ended export.
  */
 #include <stdlib.h>
 

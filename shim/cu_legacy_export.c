@@ -11,9 +11,8 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "cache/lru.h"
+#include "cache/exports.h"
 #include "handles/registry.h"
 #include "shim/config.h"
 #include "shim/cu.h"
@@ -21,36 +20,37 @@
 #include "shim/transport.h"
 
 typedef struct legacy_export {
-    uint64_t key; /* the registry's: a hash of the handle bytes */
+    byval_export_t core; /* first: cache/exports.h */
+    byval_export_item_t item; /* its registry entry: a hash of the handle bytes */
 } legacy_export_t;
 
-static byval_lru_t *published;
+static byval_exports_t *published;
 static pthread_once_t published_once = PTHREAD_ONCE_INIT;
-static size_t published_live;
 
-static void unpublished(void *ctx, const void *key, void *value)
+/* Withdrawn already; the driver's handle needs nothing back. */
+static void legacy_end(byval_export_t *core)
 {
-    legacy_export_t *e = value;
-    __atomic_fetch_sub(&published_live, 1, __ATOMIC_RELAXED);
-    byval_export_unpublish(e->key, 0);
-    free(e);
+    free(core);
 }
+
+static const byval_exports_ops_t legacy_ops = {"cuda legacy export", sizeof(uint64_t), legacy_end};
 
 static void published_init(void)
 {
-    published = byval_lru_create(byval_cfg.export_cache_size, sizeof(uint64_t), unpublished, NULL);
+    /* Read without the once by the free path: published with a release. */
+    __atomic_store_n(&published, byval_export_table(&legacy_ops), __ATOMIC_RELEASE);
 }
 
-/* Is (start -> key) published? The entry is read under a reference: a
- * racing free may remove it. */
+/* Is (start -> key) published? The export is read under a reference: a
+ * racing free may end it. */
 static int published_has(uint64_t start, uint64_t key)
 {
-    void *v;
     byval_lru_ref_t ref;
-    if (!byval_lru_get_ref(published, &start, &v, &ref))
+    legacy_export_t *e = (legacy_export_t *)byval_exports_get(published, &start, &ref);
+    if (!e)
         return 0;
-    int same = ((legacy_export_t *)v)->key == key;
-    byval_lru_put_ref(published, ref);
+    int same = e->item.key == key;
+    byval_exports_unget(published, ref);
     return same;
 }
 
@@ -70,24 +70,39 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
         return;
     if (start != ptr && published_has(start, key))
         return; /* published already */
-    legacy_export_t *e = malloc(sizeof(*e));
+    legacy_export_t *e = calloc(1, sizeof(*e));
     if (!e)
         return;
-    e->key = key;
-    byval_export_publish(key, 0, 0, size);
-    byval_lru_remove(published, &start); /* another allocation at that start before */
-    void *existing;
-    if (byval_lru_insert(published, &start, e, 0, &existing) == BYVAL_LRU_OK) {
-        __atomic_fetch_add(&published_live, 1, __ATOMIC_RELAXED);
-    } else {
-        byval_export_unpublish(key, 0);
-        free(e);
+    e->item = (byval_export_item_t){.key = key, .fd = -1, .size = size};
+    e->core.nitems = 1;
+    e->core.items = &e->item;
+    if (byval_exports_start(published, &e->core) != 0) {
+        byval_exports_discard(&e->core);
+        return;
     }
+    for (int tries = 0; tries < 2; tries++) {
+        byval_export_t *other = NULL;
+        byval_lru_ref_t ref;
+        int rc = byval_exports_insert(published, &start, &e->core, &other, &ref);
+        if (rc != BYVAL_LRU_EXISTS) {
+            byval_exports_unget(published, ref);
+            return; /* kept, or not kept and withdrawn */
+        }
+        int same = ((legacy_export_t *)other)->item.key == key;
+        byval_exports_unget(published, ref);
+        if (same) { /* a racing get published it first: share it */
+            byval_exports_discard(&e->core);
+            return;
+        }
+        byval_exports_end(published, &start); /* another allocation at that start before */
+    }
+    byval_exports_discard(&e->core);
 }
 
 void byval_cu_legacy_freed(CUdeviceptr ptr)
 {
     uint64_t start = ptr;
-    if (published && __atomic_load_n(&published_live, __ATOMIC_RELAXED))
-        byval_lru_remove(published, &start);
+    byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+    if (byval_exports_live(x))
+        byval_exports_end(x, &start);
 }

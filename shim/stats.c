@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "cache/exports.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "shim/log.h"
@@ -26,7 +27,7 @@ uint64_t byval_stats_sum(size_t offset)
     return sum;
 }
 
-#define STATS_MAX_CACHES 8
+#define STATS_MAX_CACHES 12
 /* Registered caches: a slot is claimed by one atomic increment and
  * published by a release store of its cache pointer. No lock (issue 15: a
  * lock held by a registering thread at fork() would hang the child's exit
@@ -51,14 +52,21 @@ void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
                             void *ctx)
 {
     uint64_t held, peak, served, refused;
+    size_t published, offered, registered;
     byval_imports_bytes(&held, &peak);
     byval_reg_fd_counts(&served, &refused);
+    byval_exports_counts(&published, &offered, &registered);
     fn(ctx, "cache_bytes_held", held, "sum", "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
     fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
     fn(ctx, "rescue_served", served, "sum",
        "exported fds served to peers whose own pidfd_getfd the kernel refused");
     fn(ctx, "rescue_denied", refused, "sum",
        "such requests refused (fd never exported, or closed/reused since)");
+    fn(ctx, "export_entries", published, "sum",
+       "registry entries the exports hold now (withdrawn when each export ends)");
+    fn(ctx, "export_offers", offered, "sum", "fds offered to the socket fallback now");
+    fn(ctx, "export_rescuable", registered, "sum",
+       "fds registered for the pidfd_getfd rescue by the exports now");
 }
 
 static void print_gauge(void *ctx, const char *name, uint64_t v, const char *total,

@@ -84,12 +84,16 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd)
     byval_exporters_release(&id, pidfd);
 }
 
-void byval_export_offer(int fd)
+/* ---- the export core's sink (cache/exports.h) -------------------------- */
+
+static int sink_offer(int fd)
 {
-    int rc = byval_cfg.transport == BYVAL_TRANSPORT_PIDFD ? 0 : byval_broker_offer(fd);
+    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
+        return -1; /* no socket route: nothing offered, nothing to withdraw */
+    int rc = byval_broker_offer(fd);
     byval_rendezvous_report(); /* rendezvous hook */
     if (rc == 0)
-        return;
+        return 0;
     /* Someone else bound our name first: importers that need the socket
      * would be talking to it, so say so loudly (once is enough). */
     static int warned;
@@ -98,36 +102,32 @@ void byval_export_offer(int fd)
                        "importers that cannot use pidfd_getfd will be refused (%m)");
     else
         BYVAL_LOG_DEBUG("socket fallback unavailable for fd %d: %m", fd);
+    return -1;
 }
 
-void byval_export_register_fd(int fd)
+static void sink_withdraw(int fd)
+{
+    byval_broker_withdraw(fd);
+}
+
+static int enlist(int fd)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
-        return; /* no broker: nothing will ever be served */
+        return -1; /* no broker: nothing will ever be served */
     if (byval_reg_add_fd(fd) != 0) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             BYVAL_LOG_INFO("exported fd %d cannot be served to peers whose pidfd_getfd is "
                            "refused: %m (said once)", fd);
-        return;
+        return -1;
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
     byval_rendezvous_report(); /* rendezvous hook */
+    return 0;
 }
 
-void byval_export_withdraw(int fd)
-{
-    if (byval_cfg.transport != BYVAL_TRANSPORT_PIDFD)
-        byval_broker_withdraw(fd);
-}
-
-void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
-{
-    (void)byval_export_publish_serial(key, ino, fd, size);
-}
-
-uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
+static uint64_t sink_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 {
     uint64_t serial = 0;
     if (byval_reg_add_serial(key, ino, fd, size, &serial) != 0) {
@@ -137,15 +137,36 @@ uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, ui
     }
     int page_fd, pipe_rd;
     /* Importers that cannot use pidfd_getfd fetch these from the broker:
-     * offered once per registry (a fork child's exports make its own). */
+     * offered once per registry (a fork child's exports make its own).
+     * The registry's own, not an export's: never withdrawn. */
     if (byval_reg_fds_to_offer(&page_fd, &pipe_rd) == 0) {
-        byval_export_offer(page_fd);
-        byval_export_offer(pipe_rd);
+        sink_offer(page_fd);
+        sink_offer(pipe_rd);
     }
     return serial;
 }
 
-void byval_export_unpublish(uint64_t key, uint32_t ino)
+static const byval_exports_sink_t sink = {
+    .publish = sink_publish,
+    .unpublish = byval_reg_remove,
+    .offer = sink_offer,
+    .withdraw = sink_withdraw,
+    .enlist = enlist,
+    .delist = byval_reg_drop_fd,
+};
+
+byval_exports_t *byval_export_table(const byval_exports_ops_t *ops)
 {
-    byval_reg_remove(key, ino);
+    byval_exports_set_sink(&sink);
+    byval_exports_t *x = byval_exports_create(ops, byval_cfg.export_cache_size);
+    if (x)
+        byval_stats_register_cache(ops->name, byval_exports_lru(x));
+    else
+        BYVAL_LOG_ERROR("cannot allocate the %s cache: those exports pass through", ops->name);
+    return x;
+}
+
+void byval_export_register_fd(int fd)
+{
+    (void)enlist(fd);
 }

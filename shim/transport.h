@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/exports.h"
 #include "handles/resolve.h"
 
 /* Like byval_resolve_fd, through the configured transport
@@ -30,27 +31,19 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd);
 byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
                                    uint32_t fd_ino, int *fd_p, char *msg, size_t msglen);
 
-/* Exporter side: offer an exported fd to the socket fallback (unless the
- * transport is pidfd only), and withdraw it before closing. */
-void byval_export_offer(int fd);
-void byval_export_withdraw(int fd);
+/* Exporter side: a table of exports (cache/exports.h) whose registry
+ * entries, broker offers and rescue registrations go through this
+ * transport (the pidfd-only transport offers and registers nothing),
+ * IPCBYVAL_EXPORT_CACHE_SIZE exports at most, in the statistics under
+ * ops->name. NULL when it cannot be allocated (logged). */
+byval_exports_t *byval_export_table(const byval_exports_ops_t *ops);
 
-/* Exporter side: fd (ours or the application's) was handed out as
- * exported GPU memory: a peer whose own pidfd_getfd the kernel refuses may
- * get it from our broker while it stays the same open file (the
- * pidfd_getfd rescue, handles/registry_fds.c). Starts the broker. */
+/* Exporter side: fd is the application's own export (an opaque-layout
+ * handle, cuMemExportToShareableHandle, an fd from an IPC handle): a peer
+ * whose own pidfd_getfd the kernel refuses may get it from our broker
+ * while it stays the same open file (the pidfd_getfd rescue,
+ * handles/registry_fds.c). Starts the broker. Its close is the
+ * application's: the proof drops the registration then. */
 void byval_export_register_fd(int fd);
-
-/* Exporter side: publish a live export in this process's registry
- * (handles/registry.h), so that importers can tell when it is freed; the
- * registry's fds are offered to the broker with the first one. */
-void byval_export_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
-
-/* The same, returning the export's registry serial (0: not published). */
-uint64_t byval_export_publish_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
-
-/* The export's allocation is freed (or its export withdrawn): importers
- * release their closed mappings of it. */
-void byval_export_unpublish(uint64_t key, uint32_t ino);
 
 #endif

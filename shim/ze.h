@@ -109,11 +109,23 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
  */
 struct byval_record;
 
-/* Export helpers shared with the zex extension path. */
+/* Export helpers shared with the zex extension path (ze_export_record.c):
+ * fill bytes 17..63 with the pattern, tell whether the driver left it
+ * (the classic layout), recognise the opaque layout, and write the
+ * record into a classic handle (0, or -1). */
 void byval_ze_pattern_fill(uint8_t *handle64);
-/* 1 when the driver wrote the classic layout and the record was added. */
+int byval_ze_pattern_intact(const uint8_t *handle64);
+int byval_ze_layout_is_opaque(const uint8_t *handle64);
+int byval_ze_write_record(uint8_t *handle64, uint64_t alloc_id, ze_device_handle_t dev);
+/* 1 when the driver wrote the classic layout, the record was added and
+ * the export started (cache/exports.h; kept until the allocation is freed,
+ * its context destroyed or the table needs room). index: the handle's
+ * place among zexMemGetIpcHandles'; ptr NULL: a handle made from the fd. */
 int byval_ze_describe(uint8_t *handle64, ze_context_handle_t ctx, const void *ptr,
-                      uint64_t alloc_id, ze_device_handle_t dev);
+                      uint64_t alloc_id, ze_device_handle_t dev, unsigned index);
+/* zeContextDestroy: every export of ctx ends first (a driver may close
+ * the context's exported fds with it). */
+void byval_ze_exports_ctx_gone(ze_context_handle_t ctx);
 /* Allocation id and device of ptr; -1 if the driver does not know it. */
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
                          ze_device_handle_t *dev_p);

@@ -35,18 +35,24 @@
  * What it costs: the first open of an exporter's pool attaches its
  * registry (once per exporter, shared with the memory imports' tracking).
  *
- * The pool's fd lives as long as the pool (the driver's peekInternalHandle),
- * so an export is published at the first get and withdrawn at
- * zeEventPoolDestroy, which also wakes importers to release their closed
- * imports of it. Gets and puts go to the driver as they come (drivers
- * that count references, 26.31 on, count the program's gets and puts); a
- * get that finds another fd than the one published publishes it anew.
+ * The pool's fd lives as long as the pool in classic drivers (the
+ * driver's peekInternalHandle); drivers that count references (26.31 on)
+ * may close it at the last put. So an export (cache/exports.h) starts at
+ * the first get, which takes one more reference of the driver's for
+ * itself (a second get; classic drivers ignore it): no put of the
+ * program's can close a published fd. The export ends at
+ * zeEventPoolDestroy, everything naming its fd withdrawn before the
+ * driver closes it, which also wakes importers to release their closed
+ * imports of it. The program's gets and puts go to the driver as they
+ * come (return codes as natively); a get that finds another fd than the
+ * one published starts a new export.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "handles/wire.h"
@@ -58,37 +64,28 @@
 #include "shim/ze.h"
 
 typedef struct pool_export {
-    struct pool_export *next;
+    byval_export_t core; /* first: cache/exports.h */
+    byval_export_item_t item;
     ze_event_pool_handle_t pool;
-    uint64_t key; /* registry key: kind | pool id */
-    uint32_t fd, ino;
-    uint64_t serial;
 } pool_export_t;
 
-static struct {
-    pthread_mutex_t lock;
-    pool_export_t *head;
-    size_t count;
-    uint64_t next_id;
-} ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static byval_exports_t *pools;
+static pthread_once_t pools_once = PTHREAD_ONCE_INIT;
+static uint64_t next_id;
 
-/* A fork child exports nothing yet: its registry is its own (the parent's
- * entries name the parent's serials). The list is dropped, not freed: no
- * prepare handler holds the lock across fork (publish() takes the
- * registry's lock under it, whose own prepare handler runs first), so it
- * may be mid-change in the child. */
-static void atfork_child(void)
+/* Withdrawn already: the driver's fd is the pool's, closed with it. */
+static void pool_end(byval_export_t *core)
 {
-    pthread_mutex_init(&ex.lock, NULL);
-    ex.head = NULL;
-    ex.count = 0;
+    free(core);
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static const byval_exports_ops_t pool_ops = {"ze pool export", sizeof(ze_event_pool_handle_t),
+                                             pool_end};
 
-static void atfork_register(void)
+static void pools_init(void)
 {
-    pthread_atfork(NULL, NULL, atfork_child);
+    /* Read without the once by zeEventPoolDestroy: published with a release. */
+    __atomic_store_n(&pools, byval_export_table(&pool_ops), __ATOMIC_RELEASE);
 }
 
 static uint8_t pattern_byte(size_t i)
@@ -128,91 +125,70 @@ int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p)
            BYVAL_WIRE_OK;
 }
 
-/* (locked) The export entry of pool, or NULL. */
-static pool_export_t **find_locked(ze_event_pool_handle_t pool)
-{
-    for (pool_export_t **pp = &ex.head; *pp; pp = &(*pp)->next)
-        if ((*pp)->pool == pool)
-            return pp;
-    return NULL;
-}
-
-static void withdraw(const pool_export_t *e)
-{
-    /* Importers release their closed imports of it now. */
-    byval_export_unpublish(e->key, e->ino);
-    byval_export_withdraw((int)e->fd);
-}
-
-/* The registry serial of pool's export of fd, publishing it when new (or
- * when the driver hands out another fd than the one published). 0: not
- * published (registry full or unavailable, table full). */
-static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd)
+/* The registry serial of pool's export of fd, starting a new export
+ * (*fresh_p set) when there is none or the driver handed out another fd
+ * than the one published. 0: not published (registry full or
+ * unavailable). */
+static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
 {
     uint32_t ino = (uint32_t)byval_fd_inode((int)fd);
-    int64_t size = byval_fd_size((int)fd);
-    pool_export_t old = {0}, *e;
-    int had_old = 0;
-    uint64_t serial = 0;
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&ex.lock);
-    pool_export_t **pp = find_locked(pool);
-    e = pp ? *pp : NULL;
-    if (e && e->fd == fd && e->ino == ino) {
-        serial = e->serial;
-        pthread_mutex_unlock(&ex.lock);
-        return serial;
-    }
-    if (e) { /* the driver's fd changed (a put closed it): publish anew */
-        old = *e;
-        had_old = 1;
-    } else if (ex.count < byval_cfg.export_cache_size && (e = calloc(1, sizeof(*e))) != NULL) {
+    pthread_once(&pools_once, pools_init);
+    for (int tries = 0; pools && tries < 3; tries++) {
+        byval_lru_ref_t ref;
+        pool_export_t *e = (pool_export_t *)byval_exports_get(pools, &pool, &ref);
+        if (e && e->item.fd == (int)fd && e->item.ino == ino) {
+            uint64_t serial = e->item.serial;
+            byval_exports_unget(pools, ref);
+            return serial;
+        }
+        if (e) { /* the driver's fd changed (a put closed it): a new export */
+            byval_exports_unget(pools, ref);
+            byval_exports_end(pools, &pool);
+            continue;
+        }
+        int64_t size = byval_fd_size((int)fd);
+        if (!(e = calloc(1, sizeof(*e))))
+            return 0;
         e->pool = pool;
-        e->next = ex.head;
-        ex.head = e;
-        ex.count++;
+        e->item = (byval_export_item_t){
+            .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL,
+                                 __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED)),
+            .fd = (int)fd,
+            .ino = ino,
+            .size = size > 0 ? (uint64_t)size : 0,
+            .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
+        };
+        e->core.nitems = 1;
+        e->core.items = &e->item;
+        if (byval_exports_start(pools, &e->core) != 0) {
+            byval_exports_discard(&e->core);
+            return 0;
+        }
+        byval_export_t *other;
+        if (byval_exports_insert(pools, &pool, &e->core, &other, &ref) == 0) {
+            *fresh_p = 1;
+            uint64_t serial = e->item.serial;
+            byval_exports_unget(pools, ref);
+            return serial;
+        }
+        /* Not kept (a racing get kept one first: look again), discarded. */
+        if (ref) {
+            byval_exports_unget(pools, ref);
+            byval_exports_discard(&e->core);
+        }
     }
-    if (e) {
-        e->key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL, ++ex.next_id);
-        e->fd = fd;
-        e->ino = ino;
-        byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
-        byval_export_register_fd((int)fd); /* and for other libraries' own pidfd_getfd */
-        e->serial = byval_export_publish_serial(e->key, ino, fd, size > 0 ? (uint64_t)size : 0);
-        serial = e->serial;
-    }
-    pthread_mutex_unlock(&ex.lock);
-    if (had_old)
-        withdraw(&old);
-    return serial;
-}
-
-static void forget(ze_event_pool_handle_t pool)
-{
-    pthread_mutex_lock(&ex.lock);
-    pool_export_t **pp = find_locked(pool), *e = NULL;
-    if (pp) {
-        e = *pp;
-        *pp = e->next;
-        ex.count--;
-    }
-    pthread_mutex_unlock(&ex.lock);
-    if (!e)
-        return;
-    withdraw(e);
-    BYVAL_STAT_INC(frees);
-    free(e);
+    return 0;
 }
 
 /* Write the short record into a classic handle the driver just filled. */
-static int describe(uint8_t *h, ze_event_pool_handle_t pool)
+static int describe(uint8_t *h, ze_event_pool_handle_t pool, int *fresh_p)
 {
     byval_self_t self;
     uint64_t fd;
     memcpy(&fd, h, sizeof(fd));
     if (fd > INT32_MAX || byval_self_get(&self) != 0)
         return -1;
-    uint64_t serial = publish(pool, (uint32_t)fd);
+    uint64_t serial = publish(pool, (uint32_t)fd, fresh_p);
     if (!serial)
         return -1;
     byval_short_t s = {
@@ -255,7 +231,8 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         }
         return r;
     }
-    if (describe(h, pool) != 0) {
+    int fresh = 0;
+    if (describe(h, pool, &fresh) != 0) {
         static int warned;
         BYVAL_STAT_INC(export_passthrough);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
@@ -266,6 +243,15 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
                ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_POOL_RECORD_OFF);
         return r;
     }
+    if (fresh) { /* the export's own reference (see the top) */
+        ze_ipc_event_pool_handle_t own;
+        byval_enter();
+        ze_result_t r2 = next(pool, &own);
+        byval_leave();
+        if (r2 != ZE_RESULT_SUCCESS)
+            BYVAL_LOG_DEBUG("event pool %p: the export's own get returned 0x%x", (void *)pool,
+                            (unsigned)r2);
+    }
     BYVAL_STAT_INC(pool_exports);
     return r;
 }
@@ -274,9 +260,8 @@ ze_result_t byval_ze_pool_put_ipc(byval_ze_pool_put_fn next, ze_context_handle_t
                                   ze_ipc_event_pool_handle_t handle)
 {
     /* The driver reads its own 40 bytes; the record behind them is ours
-     * and changes nothing there. A pool stays published until destroyed:
-     * its fd lives that long in classic drivers, and a driver that closes
-     * it at the last put gets it published anew by the next get. */
+     * and changes nothing there. The export holds a reference of its own
+     * (see the top): no put of the program's closes its fd. */
     if (!next)
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     return next(ctx, handle);
@@ -291,6 +276,9 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
     ze_result_t r;
     if (byval_ze_pool_close_import(pool, &r))
         return r;
-    forget(pool);
+    /* Everything naming its fd withdrawn before the driver closes it. */
+    byval_exports_t *x = __atomic_load_n(&pools, __ATOMIC_ACQUIRE);
+    if (byval_exports_live(x) && byval_exports_end(x, &pool))
+        BYVAL_STAT_INC(frees);
     return next(pool);
 }

@@ -9,17 +9,19 @@
  * Anything else (the opaque layout of newer drivers, which resolves pids
  * itself, or a layout we do not know) passes through untouched.
  *
- * One exported handle per live allocation (export cache keyed by context
- * and pointer, validated with the allocation id): repeated gets cost a
- * lookup, the application's puts are absorbed, and the driver's put runs
- * when the allocation is freed or the entry is evicted.
+ * One exported handle per live allocation (an export of cache/exports.h
+ * keyed by context and pointer, validated with the allocation id):
+ * repeated gets cost a lookup, the application's puts are absorbed, and
+ * the export ends (registry entry, broker offer and rescue registration
+ * withdrawn, then the driver's put) when the allocation is freed, its
+ * context destroyed, or the table needs room.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/lru.h"
+#include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -29,169 +31,134 @@
 #include "shim/transport.h"
 #include "shim/ze.h"
 
+/* One export per (context, pointer, route): route 0 is zeMemGetIpcHandle,
+ * 1 + i the i-th handle of zexMemGetIpcHandles, ZE_ROUTE_FD | fd a handle
+ * made from the driver's fd (ze_fdconv.c). */
 typedef struct ze_export_key {
     uintptr_t ctx;
     uintptr_t ptr;
+    uint64_t route;
 } ze_export_key_t;
 
+#define ZE_ROUTE_FD (UINT64_C(1) << 32)
+
 typedef struct ze_export {
+    byval_export_t core; /* first: cache/exports.h */
+    byval_export_item_t item;
     uint64_t alloc_id;
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
+    int put; /* the driver's reference is the export's: its put at the end */
 } ze_export_t;
 
-static byval_lru_t *export_cache;
+static byval_exports_t *exports;
 static pthread_once_t export_once = PTHREAD_ONCE_INIT;
 
 static ze_pfnMemGetAllocProperties_t real_get_props;
 static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
-static ze_pfnDriverGet_t real_driver_get;
-static ze_pfnDeviceGet_t real_device_get;
 
-/* What the registry names an export by (handles/registry.h). */
-static int export_reg_key(const ze_export_t *e, uint64_t *key_p, uint32_t *ino_p)
+/* The export ended (freed, evicted, its context destroyed), everything
+ * that names its fd withdrawn: give the driver its handle back. Without
+ * zeMemPutIpcHandle (loader < 1.6) the driver keeps it until zeMemFree,
+ * as it would without us. */
+static void export_end(byval_export_t *core)
 {
-    byval_record_t rec;
-    if (!byval_ze_decode(e->handle.data, &rec))
-        return -1;
-    *key_p = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id);
-    *ino_p = rec.fd_ino;
-    return 0;
-}
-
-static void export_evicted(void *ctx, const void *key, void *value)
-{
-    ze_export_t *e = value;
-    uint64_t rkey;
-    uint32_t ino;
-    /* Freed (or evicted, its fd given back): importers drop their closed
-     * mappings of it now, as they would natively after their close. */
-    if (export_reg_key(e, &rkey, &ino) == 0)
-        byval_export_unpublish(rkey, ino);
-    byval_export_withdraw((int)byval_ze_handle_fd(e->handle.data));
-    /* Give the driver its fd back. Without zeMemPutIpcHandle (loader < 1.6)
-     * the driver keeps it until zeMemFree, as it would without us. */
-    if (real_put) {
+    ze_export_t *e = (ze_export_t *)core;
+    if (__atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
         byval_enter();
         ze_result_t r = real_put(e->ctx, e->handle);
         byval_leave();
         if (r != ZE_RESULT_SUCCESS)
-            BYVAL_LOG_DEBUG("zeMemPutIpcHandle on eviction returned 0x%x", (unsigned)r);
+            BYVAL_LOG_DEBUG("zeMemPutIpcHandle at the export's end returned 0x%x", (unsigned)r);
     }
     free(e);
 }
+
+static const byval_exports_ops_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end};
 
 static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
     real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
-    real_driver_get = (ze_pfnDriverGet_t)byval_ze_sym("zeDriverGet");
-    real_device_get = (ze_pfnDeviceGet_t)byval_ze_sym("zeDeviceGet");
-    export_cache = byval_lru_create(byval_cfg.export_cache_size, sizeof(ze_export_key_t),
-                                    export_evicted, NULL);
-    if (export_cache)
-        byval_stats_register_cache("ze export", export_cache);
-    else
-        BYVAL_LOG_ERROR("cannot allocate the export cache: exports pass through");
+    /* Read without the once by the free and destroy paths: published with
+     * a release. */
+    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
 }
 
-/* Pattern for bytes 17..63: position-dependent so that a driver that
- * zero-fills or copies a constant is noticed. */
-static uint8_t pattern_byte(size_t i)
+/* Start the export of the handle h describes and keep it under key (one
+ * that a racing thread kept first with the same fd is shared instead;
+ * one with another fd is stale and replaced). Importers duplicate only
+ * what the registry lists, and hear of its end from it. 0, or -1 when it
+ * could not be published (the handle must not be handed out by value). */
+static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_handle_t ctx,
+                       uint64_t alloc_id, int put)
 {
-    return (uint8_t)(0xA5u ^ (i * 29u));
-}
-
-void byval_ze_pattern_fill(uint8_t *h)
-{
-    for (size_t i = BYVAL_ZE_RECORD_OFF; i < ZE_MAX_IPC_HANDLE_SIZE; i++)
-        h[i] = pattern_byte(i);
-}
-
-static int pattern_intact(const uint8_t *h)
-{
-    for (size_t i = BYVAL_ZE_RECORD_OFF; i < ZE_MAX_IPC_HANDLE_SIZE; i++)
-        if (h[i] != pattern_byte(i))
-            return 0;
-    return 1;
-}
-
-/* Opaque layout (driver 25.35+): exporter pid @16, fd copy @22. */
-static int layout_is_opaque(const uint8_t *h)
-{
-    uint32_t pid, fd0, fd22;
-    memcpy(&pid, h + 16, 4);
-    memcpy(&fd0, h, 4);
-    memcpy(&fd22, h + 22, 4);
-    return pid == (uint32_t)getpid() && fd0 == fd22;
-}
-
-/* Device ordinal of dev within its driver (record field, diagnostics). */
-static uint8_t device_ordinal(ze_device_handle_t dev)
-{
-    ze_pfnDriverGet_t drv_get = real_driver_get;
-    ze_pfnDeviceGet_t dev_get = real_device_get;
-    if (!dev || !drv_get || !dev_get)
-        return 0;
-    ze_driver_handle_t drivers[8];
-    uint32_t nd = 8;
-    if (drv_get(&nd, drivers) != ZE_RESULT_SUCCESS)
-        return 0;
-    for (uint32_t d = 0; d < nd && d < 8; d++) {
-        ze_device_handle_t devs[64];
-        uint32_t n = 64;
-        if (dev_get(drivers[d], &n, devs) != ZE_RESULT_SUCCESS)
-            continue;
-        for (uint32_t i = 0; i < n && i < 64; i++)
-            if (devs[i] == dev)
-                return (uint8_t)i;
+    byval_record_t rec;
+    ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
+    if (!e || !byval_ze_decode(h, &rec)) {
+        free(e);
+        return -1;
     }
-    return 0;
+    e->alloc_id = alloc_id;
+    e->ctx = ctx;
+    /* Until it is kept, the driver's reference stays the application's:
+     * a handle that passes through is put by the application. */
+    e->put = 0;
+    memcpy(e->handle.data, h, ZE_MAX_IPC_HANDLE_SIZE);
+    e->item = (byval_export_item_t){
+        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
+        .fd = (int)rec.fd,
+        .ino = rec.fd_ino,
+        .size = rec.size,
+        /* for importers pidfd_getfd cannot serve, and for other
+         * libraries' own pidfd_getfd */
+        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
+    };
+    e->core.ctx = (uintptr_t)ctx;
+    e->core.nitems = 1;
+    e->core.items = &e->item;
+    if (byval_exports_start(exports, &e->core) != 0) {
+        byval_exports_discard(&e->core);
+        return -1;
+    }
+    for (int tries = 0; tries < 2; tries++) {
+        byval_export_t *other = NULL;
+        byval_lru_ref_t ref;
+        int rc = byval_exports_insert(exports, key, &e->core, &other, &ref);
+        if (rc == 0) /* kept: the application's puts are absorbed from now on */
+            __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
+        if (rc != BYVAL_LRU_EXISTS) {
+            byval_exports_unget(exports, ref);
+            return rc == 0 ? 0 : -1; /* not kept: withdrawn already */
+        }
+        int same = byval_ze_handle_fd(((ze_export_t *)other)->handle.data) == rec.fd;
+        byval_exports_unget(exports, ref);
+        if (same) { /* a racing get of the same export: share it, ours put */
+            e->put = put;
+            byval_exports_discard(&e->core);
+            return 0;
+        }
+        byval_exports_end(exports, key); /* another fd under the key: stale */
+    }
+    byval_exports_discard(&e->core);
+    return -1;
 }
 
-/* Write the record into a classic handle the driver just filled. */
-static int export_write_record(uint8_t *h, ze_context_handle_t ctx, const void *ptr,
-                               uint64_t alloc_id, ze_device_handle_t dev)
+static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
+                    ze_device_handle_t dev, uint64_t route)
 {
-    byval_self_t self;
-    byval_record_t rec = {0};
-    uint64_t fd = byval_ze_handle_fd(h);
-    if (fd > INT32_MAX || byval_self_get(&self) != 0)
-        return -1;
-    byval_record_set_exporter(&rec, &self);
-    rec.kind = BYVAL_KIND_ZE_MEM;
-    rec.fd = (uint32_t)fd;
-    byval_export_offer((int)fd); /* for importers pidfd_getfd cannot serve */
-    byval_export_register_fd((int)fd); /* and for other libraries' own pidfd_getfd */
-    rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
-    rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
-    /* The object's own size (a pool's dma-buf is larger than the
-     * allocation), checked by the importer against its duplicate. */
-    int64_t size = byval_fd_size((int)fd);
-    if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
-        rec.size = (uint64_t)size;
-    rec.device = device_ordinal(dev);
-    if (byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK)
-        return -1;
-    /* Importers duplicate only what the registry lists, and hear of its
-     * free from it: withdrawn at eviction or zeMemFree. */
-    byval_export_publish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino, rec.fd,
-                         rec.size);
-    return 0;
-}
-
-int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
-                      ze_device_handle_t dev)
-{
-    if (!pattern_intact(h)) {
+    if (!byval_ze_pattern_intact(h)) {
         BYVAL_STAT_INC(export_passthrough);
-        if (!layout_is_opaque(h))
+        if (!byval_ze_layout_is_opaque(h))
             BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
         else /* the importer's driver fetches fd @0 with its own pidfd_getfd */
             byval_export_register_fd((int)byval_ze_handle_fd(h));
         return 0;
     }
-    if (export_write_record(h, ctx, ptr, alloc_id, dev) != 0) {
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
+    if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
+        export_keep(&key, h, ctx, alloc_id, route == 0) != 0) {
+        memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
         BYVAL_STAT_INC(export_passthrough);
         BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
                        (unsigned long long)byval_ze_handle_fd(h), ptr);
@@ -199,6 +166,14 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
     }
     BYVAL_STAT_INC(exports);
     return 1;
+}
+
+int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
+                      ze_device_handle_t dev, unsigned index)
+{
+    pthread_once(&export_once, export_init);
+    return describe(h, ctx, ptr, alloc_id, dev,
+                    ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h));
 }
 
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
@@ -237,7 +212,7 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
     if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
         return call_get(next, ctx, ptr, handle);
     pthread_once(&export_once, export_init);
-    if (!export_cache || !real_get_props)
+    if (!exports || !real_get_props)
         return call_get(next, ctx, ptr, handle);
 
     uint64_t alloc_id;
@@ -245,21 +220,20 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
     if (byval_ze_alloc_props(ctx, ptr, &alloc_id, &dev) != 0)
         return call_get(next, ctx, ptr, handle); /* the driver reports the error */
 
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
-    void *v;
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
     byval_lru_ref_t ref;
-    if (byval_lru_get_ref(export_cache, &key, &v, &ref)) {
-        ze_export_t *e = v;
+    ze_export_t *e = (ze_export_t *)byval_exports_get(exports, &key, &ref);
+    if (e) {
         int valid = e->alloc_id == alloc_id;
         if (valid)
             *handle = e->handle;
-        byval_lru_put_ref(export_cache, ref);
+        byval_exports_unget(exports, ref);
         if (valid) {
             BYVAL_STAT_INC(export_hits);
             return ZE_RESULT_SUCCESS;
         }
-        /* Freed behind our back and the address reused: drop the stale one. */
-        byval_lru_remove(export_cache, &key);
+        /* Freed behind our back and the address reused: end the stale one. */
+        byval_exports_end(exports, &key);
     }
 
     byval_ptracer_allow();
@@ -270,17 +244,7 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
     byval_leave();
     if (r != ZE_RESULT_SUCCESS)
         return r;
-    if (!byval_ze_describe(h, ctx, ptr, alloc_id, dev))
-        return r;
-    ze_export_t *e = malloc(sizeof(*e));
-    if (!e)
-        return r; /* handle is valid, just not cached */
-    e->alloc_id = alloc_id;
-    e->ctx = ctx;
-    e->handle = *handle;
-    void *existing;
-    if (byval_lru_insert(export_cache, &key, e, 0, &existing) != BYVAL_LRU_OK)
-        free(e); /* another thread exported it first, or cache full: zeMemFree withdraws it */
+    describe(h, ctx, ptr, alloc_id, dev, 0);
     return r;
 }
 
@@ -327,32 +291,27 @@ ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle
 
 typedef struct by_fd {
     uint64_t fd;
-    int found;
     ze_ipc_mem_handle_t handle;
 } by_fd_t;
 
-static int by_fd_visit(void *arg, const void *key, void *value)
+static int by_fd_visit(void *arg, const byval_export_t *core)
 {
     by_fd_t *b = arg;
-    const ze_export_t *e = value;
-    (void)key;
-    if (!b->found && byval_ze_handle_fd(e->handle.data) == b->fd) {
-        b->handle = e->handle;
-        b->found = 1;
-    }
-    return 0; /* a visit: nothing is removed */
+    const ze_export_t *e = (const ze_export_t *)core;
+    if (byval_ze_handle_fd(e->handle.data) != b->fd)
+        return 0;
+    b->handle = e->handle;
+    return 1;
 }
 
 int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
 {
     pthread_once(&export_once, export_init);
-    if (!export_cache || fd < 0)
-        return 0;
     by_fd_t b = {.fd = (uint64_t)fd};
-    byval_lru_remove_if(export_cache, by_fd_visit, &b);
-    if (b.found)
-        *handle = b.handle;
-    return b.found;
+    if (fd < 0 || !byval_exports_visit(exports, by_fd_visit, &b))
+        return 0;
+    *handle = b.handle;
+    return 1;
 }
 
 ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
@@ -367,20 +326,38 @@ ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
     return ZE_RESULT_SUCCESS;
 }
 
+static int of_alloc(void *arg, const byval_export_t *core)
+{
+    return ((const ze_export_t *)core)->alloc_id == *(const uint64_t *)arg;
+}
+
+/* The allocation at (ctx, ptr) is being freed: its exports end first, and
+ * everything that names their fds is withdrawn before the driver closes
+ * them. */
 static void export_forget(ze_context_handle_t ctx, const void *ptr)
 {
-    if (!export_cache || !ptr)
+    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
+    if (!ptr || !byval_exports_live(x))
         return;
-    /* Exports the cache does not hold (zexMemGetIpcHandles, a lost race)
-     * are withdrawn by the allocation's id: one driver query, only while
-     * something is published. */
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
+    if (byval_exports_end(x, &key))
+        BYVAL_STAT_INC(frees);
+    /* Other exports of it (another context's get, zexMemGetIpcHandles, a
+     * handle made from its fd) are found by the allocation's id: one
+     * driver query, only while one of its registry entries is held. */
     uint64_t id;
     ze_device_handle_t dev = NULL;
-    if (byval_reg_exports_live() && byval_ze_alloc_props((ze_context_handle_t)ctx, ptr, &id, &dev) == 0)
-        byval_export_unpublish(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id), 0);
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr};
-    if (byval_lru_remove(export_cache, &key) == BYVAL_LRU_OK)
-        BYVAL_STAT_INC(frees);
+    if (byval_exports_live(x) && byval_ze_alloc_props(ctx, ptr, &id, &dev) == 0 &&
+        byval_exports_key_held(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id)))
+        byval_exports_end_if(x, of_alloc, &id);
+}
+
+void byval_ze_exports_ctx_gone(ze_context_handle_t ctx)
+{
+    size_t n = byval_exports_end_ctx(__atomic_load_n(&exports, __ATOMIC_ACQUIRE), (uintptr_t)ctx);
+    if (n)
+        BYVAL_LOG_DEBUG("zeContextDestroy(%p): ended %zu export%s of it first", (void *)ctx, n,
+                        n == 1 ? "" : "s");
 }
 
 ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *ptr)

@@ -185,6 +185,6 @@ ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle
     /* Exported another way (the export cache full, zex): describe the
      * object alone; importers then release their mapping at its close. */
     uint64_t id = BYVAL_ZE_FD_ALLOC_BIT | (uint32_t)byval_fd_inode((int)fd);
-    byval_ze_describe((uint8_t *)handle->data, ctx, NULL, id, NULL);
+    byval_ze_describe((uint8_t *)handle->data, ctx, NULL, id, NULL, 0);
     return r;
 }

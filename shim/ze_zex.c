@@ -4,7 +4,8 @@
  * handle per tile of an implicitly scaled allocation). Every handle the
  * driver writes in the classic layout is made by-value; opens resolve each
  * handle's fd. The driver keeps these exports itself (same fds on repeated
- * gets) and the multi-handle open is not cached: these calls are rare.
+ * gets: no put at their end, which is the allocation's free) and the
+ * multi-handle open is not cached: these calls are rare.
  */
 #include <string.h>
 #include <unistd.h>
@@ -35,7 +36,7 @@ ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_
     if (r != ZE_RESULT_SUCCESS || byval_ze_alloc_props(ctx, ptr, &id, &dev) != 0)
         return r;
     for (uint32_t i = 0; i < *count && i < n; i++)
-        byval_ze_describe((uint8_t *)handles[i].data, ctx, ptr, id, dev);
+        byval_ze_describe((uint8_t *)handles[i].data, ctx, ptr, id, dev, i);
     return r;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -113,6 +114,69 @@ static void test_unknown_withdrawn_reused(void **state)
     byval_broker_withdraw(fd);
     close(fd);
     close(other);
+}
+
+/* Issue 22 defect 3: the offered object was closed without a withdraw
+ * (a driver may close exported fds at zeContextDestroy) and the
+ * exporter's own socket landed on its number. A peer asking for that
+ * number with the inode of what sits there now (readable in
+ * /proc/PID/fd) must be refused: only the object recorded at the offer
+ * is ever served, never the exporter's private socket. */
+static void test_stale_number_never_serves_newcomer(void **state)
+{
+    char msg[512];
+    int fd = new_memfd(), sv[2], got = 7;
+    assert_int_equal(byval_broker_offer(fd), 0);
+    close(fd); /* closed behind the offer */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    if (sv[0] != fd) {
+        assert_int_equal(dup2(sv[0], fd), fd);
+        close(sv[0]);
+        sv[0] = fd;
+    }
+    byval_record_t rec = rec_of(&me, fd); /* fd_ino: the socket's, as /proc shows */
+    assert_int_not_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(got, -1);
+    /* The same with a pipe on the number. */
+    int p[2];
+    close(sv[0]);
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    if (p[0] != fd) {
+        assert_int_equal(dup2(p[0], fd), fd);
+        close(p[0]);
+    }
+    rec = rec_of(&me, fd);
+    assert_int_not_equal(fetch(&rec, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(got, -1);
+    byval_broker_withdraw(fd);
+    close(fd);
+    close(p[1]);
+    close(sv[1]);
+}
+
+/* A number offered again after its object was closed behind the offer
+ * names the new object from then on: served with the new inode, never
+ * with the old one. */
+static void test_reoffer_records_new_object(void **state)
+{
+    char msg[512];
+    int fd = new_memfd(), got = -1;
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t old = rec_of(&me, fd);
+    int other = new_memfd();
+    assert_int_equal(dup2(other, fd), fd); /* closed behind the offer */
+    close(other);
+    assert_int_equal(byval_broker_offer(fd), 0);
+    byval_record_t now = rec_of(&me, fd);
+    assert_int_not_equal(old.fd_ino, now.fd_ino);
+    assert_int_not_equal(fetch(&old, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_int_equal(got, -1);
+    assert_int_equal(fetch(&now, &got, msg, sizeof(msg)), BYVAL_OK);
+    assert_true(got >= 0);
+    close(got);
+    byval_broker_withdraw(fd);
+    assert_int_not_equal(fetch(&now, &got, msg, sizeof(msg)), BYVAL_OK); /* withdrawn */
+    close(fd);
 }
 
 static void test_refused_uid_counted(void **state)
@@ -691,6 +755,8 @@ int main(void)
         cmocka_unit_test(test_request_parser),
         cmocka_unit_test(test_roundtrip_and_pidfd),
         cmocka_unit_test(test_unknown_withdrawn_reused),
+        cmocka_unit_test(test_stale_number_never_serves_newcomer),
+        cmocka_unit_test(test_reoffer_records_new_object),
         cmocka_unit_test(test_refused_uid_counted),
         cmocka_unit_test(test_no_listener_fast_and_clear),
         cmocka_unit_test(test_fork_child_drops_parents_socket),
