@@ -65,6 +65,7 @@ typedef struct conn {
     uint32_t gen;      /* tells a reused slot from the one an event named */
     uint32_t have;     /* request bytes received */
     int64_t deadline;  /* ms, CLOCK_MONOTONIC */
+    uint8_t via_dir;   /* rendezvous hook: accepted on the directory's socket */
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
@@ -180,6 +181,8 @@ static void conn_read(int i)
         }
         int dup = -1;
         int32_t status = byval_broker_lookup(&req, &dup);
+        if (status == 0 && c->via_dir)
+            byval_rendezvous_served(); /* rendezvous hook */
         answer(c->fd, status, dup);
         conn_drop(i, 0);
         return;
@@ -255,6 +258,7 @@ static void accept_some(int lfd, int efd, int via_dir)
         pthread_mutex_lock(&br.lock);
         c->fd = fd;
         c->pid = cred.pid;
+        c->via_dir = (uint8_t)via_dir;
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         pthread_mutex_unlock(&br.lock);

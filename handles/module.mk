@@ -14,7 +14,8 @@ HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/resolve.
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/transport.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
-                 handles/rendezvous_registry.c handles/rendezvous_short.c
+                 handles/rendezvous_registry.c handles/rendezvous_short.c \
+                 handles/rendezvous_stats.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC))
 

@@ -70,6 +70,11 @@ void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int
  * reason in msg), for the shim's log; 0 when there is nothing (new) to say. */
 int byval_rendezvous_take_error(char *msg, size_t msglen);
 
+/* Exporter: one fd served through the directory's socket (the broker);
+ * how many so far (stats). */
+void byval_rendezvous_served(void);
+uint64_t byval_rendezvous_served_count(void);
+
 /* Exporter: is the peer on a connection accepted from the directory's
  * socket served? Our uid as for the abstract socket
  * (byval_broker_uid_allowed), or, with a group, a peer whose primary or

@@ -222,10 +222,31 @@ static void on_signal(int sig)
     _exit(124);
 }
 
+/* "stale PATH": exit 0 once nobody listens at PATH (ECONNREFUSED), within
+ * 5 s; 1 otherwise. */
+static int stale(int argc, char **argv)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (argc < 3 || strlen(argv[2]) >= sizeof(a.sun_path))
+        return 2;
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", argv[2]);
+    for (int i = 0; i < 500; i++) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        int refused = connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 && errno == ECONNREFUSED;
+        close(s);
+        if (refused)
+            return 0;
+        usleep(10000);
+    }
+    return 1;
+}
+
 int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
 {
     if (argc >= 2 && !strcmp(argv[1], "plant"))
         return plant(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "stale"))
+        return stale(argc, argv);
     if (argc < 3 || (strcmp(argv[1], "export") && strcmp(argv[1], "import"))) {
         fprintf(stderr, "usage: %s export|import DIR [--case rounds|free|exit|pools] "
                         "[--rounds N] [--size BYTES]\n", argv[0]);

@@ -31,6 +31,7 @@
  * or open (importer), so that the script can act in between.
  *   PROG plant PATH UID SECONDS: an impostor: listen at PATH (owned by
  *   UID) for SECONDS, then print "plant: N connections".
+ *   PROG stale PATH: wait (5 s at most) until nobody listens at PATH.
  * The ledger is the test drivers' (test/devmem): ZEDRV_LEDGER or
  * CUDADRV_LEDGER in DIR, shared by both sides.
  */

@@ -51,14 +51,14 @@ pair() {
     local name=$1 okside=$2 prog=$3; shift 3
     local tag; tag=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-' | cut -c1-40)
     newdir
-    IPCBYVAL_RENDEZVOUS_DIR=$D side "$L/rdv-$tag-exp.log" "$prog" export "$D" "$@" &
+    IPCBYVAL_RENDEZVOUS_DIR=$D IPCBYVAL_STATS=1 side "$L/rdv-$tag-exp.log" "$prog" export "$D" "$@" &
     local ep=$!
     IPCBYVAL_RENDEZVOUS_DIR=$D IPCBYVAL_STATS=1 side "$L/rdv-$tag-imp.log" "$prog" import "$D" "$@"
     wait $ep
     local log="$L/rdv-$tag-$okside.log"
     if grep -q '^OK rdv' "$log"; then
         pass "$name ($(grep -h '^OK rdv' "$log" | sed 's/^OK rdv [a-z]*: //'))"
-        LAST_IMP="$L/rdv-$tag-imp.log"
+        LAST_IMP="$L/rdv-$tag-imp.log" LAST_EXP="$L/rdv-$tag-exp.log"
     else
         fail "$name" "$(grep -hv '^\[ipcbyval.*stats' "$L/rdv-$tag-imp.log" "$L/rdv-$tag-exp.log" |
             grep -E 'FAILED|error|warn|failed' | head -3 | tr '\n' ' ')"
@@ -69,7 +69,11 @@ pair() {
 pair "Level Zero: 20 rounds across pid+net+mount namespaces" imp "$T/rdv_ze" --rounds 20
 [ -n "$LAST_IMP" ] && { grep -qE 'stats: via_rendezvous +1 ' "$LAST_IMP" &&
     pass "the importer's stats count the exporter reached via the rendezvous directory" ||
-    fail "stats via_rendezvous" "$(grep via_ "$LAST_IMP" | tr '\n' ' ')"; }
+    fail "stats via_rendezvous" "$(grep via_ "$LAST_IMP" | tr '\n' ' ')"
+    served=$(sed -n 's/.*stats: rendezvous_served *\([0-9]*\) .*/\1/p' "$LAST_EXP")
+    [ "${served:-0}" -ge 20 ] &&
+        pass "the exporter's stats count the fds it served through the directory ($served)" ||
+        fail "stats rendezvous_served" "${served:-none} (20 opens at least)"; }
 pair "Level Zero event pools: 20 rounds across namespaces" imp "$T/rdv_ze" --case pools --rounds 20
 pair "Level Zero: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_ze" \
     --rounds 10 --double-close
@@ -166,16 +170,11 @@ IPCBYVAL_RENDEZVOUS_DIR=$D side "$L/rdv-stale-imp.log" "$T/rdv_ze" import "$D" -
 ip=$!
 if wait_sock; then
     sleep 0.2 # the handle is with the importer (it holds before opening)
-    cpid=$(cat "/proc/$ep/task/$ep/children" 2>/dev/null | tr -d ' ')
     kill -KILL $ep 2>/dev/null
     wait $ep 2>/dev/null
-    # --kill-child kills the exporter once unshare is gone: wait until it
-    # has exited (a zombie has closed its sockets), else it may still answer.
-    for _ in $(seq 500); do
-        [ -n "$cpid" ] && [ -e "/proc/$cpid" ] && ! grep -q '^State:.*Z' "/proc/$cpid/status" 2>/dev/null ||
-            break
-        sleep 0.01
-    done
+    # --kill-child kills the exporter once unshare is gone, and with it its
+    # namespace: wait until nobody listens, else it may still answer.
+    "$T/rdv_ze" stale "$S" || fail "stale socket" "the killed exporter still listens after 5 s"
     stale=$S
     [ -S "$stale" ] || fail "stale socket" "the killed exporter's socket is gone: nothing tested"
     t0=$(date +%s%N)
