@@ -60,6 +60,7 @@ UNIT_TESTS  :=
 TEST_BINS   :=
 BENCH_BINS  :=
 FAULT_TESTS :=
+TORTURE_TESTS :=
 INTEG_TESTS :=
 CLEAN_EXTRA :=
 
@@ -70,7 +71,7 @@ include shim/module.mk
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 
-.PHONY: all lib tests check check-all check-asan check-tsan demo demo-bins demo-run bench bench-gpu check-gpu gpu-deps check-faults \
+.PHONY: all lib tests check check-all check-asan check-tsan demo demo-bins demo-run bench bench-gpu check-gpu gpu-deps check-faults torture \
         fuzz install uninstall deb clean deps help
 
 all: lib
@@ -86,6 +87,7 @@ help:
 	@echo "  make check-asan   the same under ASan/UBSan (build-asan/)"
 	@echo "  make check-tsan   the same under TSan (build-tsan/)"
 	@echo "  make check-faults the fault and abuse suite alone"
+	@echo "  make torture      the stress workload 90 s a variant and the demo 100 times (plain, ASan, TSan)"
 	@echo "  make bench        benchmark table (test drivers, this machine)"
 	@echo "  make fuzz         libFuzzer: decoder, manifest reader, broker requests (FUZZ_SECONDS=60 each)"
 	@echo "  make deps         install the Debian packages the targets need"
@@ -134,6 +136,17 @@ check-all: tests
 check-faults: deps
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-checks.sh -- $(FAULT_TESTS)
+
+# The long runs of the stress workload and of the quiet demo, in the
+# plain build and under each sanitizer (minutes: not part of make check).
+TORTURE_ENV := STRESS_SECONDS=90 STRESS_SETTLE=5 DEMO_RUNS=100
+torture: deps
+	@$(MAKE) --no-print-directory tests
+	@$(TORTURE_ENV) BUILD=$(BUILD) scripts/run-checks.sh -- $(TORTURE_TESTS)
+	@$(MAKE) --no-print-directory SAN=asan OPT=-O1 tests
+	@$(TORTURE_ENV) BUILD=build-asan SAN=asan scripts/run-checks.sh -- $(TORTURE_TESTS)
+	@$(MAKE) --no-print-directory SAN=tsan OPT=-O1 tests
+	@$(TORTURE_ENV) BUILD=build-tsan SAN=tsan scripts/run-checks.sh -- $(TORTURE_TESTS)
 
 # Benchmarks: a table of medians and ratios measured in one run.
 bench: deps

@@ -6,8 +6,12 @@
  * - One open-pointer map for every API: close gets only a pointer. It
  *   keeps each pointer with the cache reference it came with; a pointer
  *   closed as often as opened stays (count 0) until its mapping is
- *   released, and is dropped from the map BEFORE the driver unmaps it,
- *   so a new mapping at the same address never meets a stale record.
+ *   released. A release marks it closed before the driver unmaps it (a
+ *   close then fails as natively: the application closed it; it never
+ *   reaches the driver, which would close our mapping) and drops it
+ *   after; a new mapping at the same address meanwhile replaces the
+ *   closed record. A close of a pointer inside a mapping we hold fails
+ *   too (a driver's close takes interior pointers: it would release ours).
  * - The byte budget counts a mapping's bytes from its first close until
  *   it is released, also while it is open again: an over-estimate of what
  *   closed mappings hold (never an under-estimate), which keeps the hit
@@ -19,35 +23,22 @@
  *   is what it held when tracked (at the first close, when a mapping
  *   starts to live on borrowed time); a hit compares them (one load) and
  *   the registry watcher's events remove freed ones at once.
- * - Releases run under a shared gate; a context purge takes it exclusive
- *   after purging, so that no release of that context is still running on
- *   another thread (the watcher's) when the driver destroys the context.
+ * - Releases run under a shared gate, which a fork takes exclusive; a
+ *   context's purge waits for every release of that context, also those
+ *   other threads started (imports_life.c).
  */
 #include "cache/imports.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "cache/imports_internal.h"
 #include "cache/ptrmap.h"
 
-#define IMPORTS_MAX 8
-
-struct byval_imports {
-    const byval_imports_ops_t *ops;
-    byval_lru_t *lru;
-};
-
-static struct {
-    pthread_mutex_t lock; /* the list of caches, the uncached list */
-    byval_imports_t *caches[IMPORTS_MAX];
-    unsigned ncaches;
-    byval_import_t *uncached;
-    byval_ptrmap_t *open_ptrs;
-    pthread_rwlock_t gate;
-    uint64_t closed, peak, budget;
-} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .budget = UINT64_MAX};
-
-#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+byval_imports_global_t byval_imports_g = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                          .released = PTHREAD_COND_INITIALIZER,
+                                          .budget = UINT64_MAX};
+#define g byval_imports_g
 
 static int alive(const byval_import_t *m)
 {
@@ -68,20 +59,7 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
     __atomic_store_n(&m->live, word, __ATOMIC_RELEASE); /* after the serial */
 }
 
-/* Give m to the driver: every path that ends a mapping comes here once. */
-static void release(byval_import_t *m)
-{
-    const byval_imports_ops_t *ops = m->home->ops;
-    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
-    byval_ptrmap_drop_value(g.open_ptrs, m);
-    if (LD(&m->counted))
-        __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
-    pthread_rwlock_rdlock(&g.gate);
-    ops->release(m);
-    pthread_rwlock_unlock(&g.gate);
-    if (tracker && ops->untrack)
-        ops->untrack(tracker);
-}
+#define release byval_imports_release
 
 static void evicted(void *ctx, const void *key, void *value)
 {
@@ -125,6 +103,7 @@ static void atfork_child(void)
      * themselves, without driver calls): forget the opens too. */
     pthread_mutex_init(&g.lock, NULL);
     gate_init();
+    byval_imports_life_child();
     byval_ptrmap_clear(g.open_ptrs);
     g.uncached = NULL;
     __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
@@ -214,7 +193,7 @@ byval_import_t *byval_imports_get(byval_imports_t *c, const void *key, byval_lru
     if (!byval_lru_get_ref(c->lru, key, &v, ref_p))
         return NULL;
     byval_import_t *m = v;
-    if (!alive(m)) {
+    if (!alive(m) && !byval_imports_open_shared(m)) {
         /* The exporter freed it: out of the cache (released when its last
          * user closes it, maybe now), and this open imports afresh. */
         byval_lru_remove_ref(c->lru, *ref_p);
@@ -258,11 +237,13 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
                          byval_import_t **out_p, byval_lru_ref_t *ref_p)
 {
     m->home = c;
+    byval_imports_list(m);
     for (int tries = 0; tries < 8; tries++) {
         void *ex = NULL;
         byval_lru_ref_t ref = 0;
         int rc = byval_lru_insert_ref(c->lru, key, m, &ex, &ref);
         if (rc == BYVAL_LRU_OK) {
+            __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE); /* a purge finds it now */
             *out_p = m;
             *ref_p = ref;
             return 0;
@@ -270,7 +251,7 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
         if (rc != BYVAL_LRU_EXISTS)
             break;
         byval_import_t *e = ex;
-        if (c->ops->same(e, m) && alive(e)) {
+        if (c->ops->same(e, m) && (alive(e) || c->ops->shared_ptr)) {
             /* A racing thread imported the same record first. */
             release(m);
             *out_p = e;
@@ -285,6 +266,7 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
     }
     /* Every cached mapping is open (or no memory): hand m out uncached. */
     keep_uncached(m);
+    __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE);
     *out_p = m;
     *ref_p = 0;
     return 0;
@@ -294,6 +276,12 @@ int byval_imports_open(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
 {
     if (byval_ptrmap_ref_value(g.open_ptrs, ptr, &ref, m) > 0)
         return 0;
+    /* ptr is open from another mapping (a driver that hands out the same
+     * pointer again: the other one left its cache while open), or no
+     * memory: an entry nobody has open goes, or it would stay unopened,
+     * so never tracked, for good. */
+    if (ref && byval_ptrmap_count_value(g.open_ptrs, ptr, m) <= 0)
+        byval_lru_remove_ref(c->lru, ref);
     if (ref)
         byval_lru_put_ref(c->lru, ref);
     else if (unlist_uncached(m))
@@ -336,7 +324,7 @@ static void shed(void)
 
 /* A mapping's first close (we still hold the reference being closed):
  * track it, count its bytes. Returns 1 when the budget must shed. */
-static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref)
+static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, int left)
 {
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL,
@@ -344,7 +332,7 @@ static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
         return 0; /* another thread's close was first */
     if (c->ops->track && !LD(&m->live))
         c->ops->track(m);
-    if (!alive(m)) /* freed before we looked: no reason to keep it */
+    if (!alive(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
     uint64_t held = __atomic_add_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
     uint64_t peak = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
@@ -363,8 +351,8 @@ int byval_imports_close(uintptr_t ptr)
     int left = byval_ptrmap_unref_value(g.open_ptrs, ptr, &ref, &v);
     if (left == BYVAL_PTRMAP_CLOSED)
         return BYVAL_IMPORTS_NOT_OPEN;
-    if (left < 0)
-        return BYVAL_IMPORTS_NOT_OURS;
+    if (left < 0) /* inside a mapping of ours: the driver would release it under us */
+        return byval_imports_holds(ptr) ? BYVAL_IMPORTS_NOT_OPEN : BYVAL_IMPORTS_NOT_OURS;
     byval_import_t *m = v;
     if (!ref) { /* uncached: the driver's close at the last one */
         if (left == 0) {
@@ -375,91 +363,11 @@ int byval_imports_close(uintptr_t ptr)
         return BYVAL_IMPORTS_CLOSED;
     }
     byval_imports_t *c = m->home;
-    int over = LD(&m->counted) ? 0 : first_close(c, m, ref);
+    int over = LD(&m->counted) ? 0 : first_close(c, m, ref, left);
+    if (c->ops->shared_ptr && !left && !alive(m)) /* kept while open (imports.h) */
+        byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
     if (over)
         shed();
     return BYVAL_IMPORTS_CLOSED;
-}
-
-/* ---- releases by rule ----------------------------------------------------- */
-
-typedef struct pred_adapter {
-    int (*pred)(void *, const byval_import_t *);
-    void *ctx;
-} pred_adapter_t;
-
-static int adapt(void *ctx, const void *key, void *value)
-{
-    const pred_adapter_t *a = ctx;
-    (void)key;
-    return a->pred(a->ctx, value);
-}
-
-size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx)
-{
-    pred_adapter_t a = {pred, ctx};
-    size_t n = 0;
-    unsigned nc = LD(&g.ncaches);
-    for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_remove_if(LD(&g.caches[i])->lru, adapt, &a);
-    return n;
-}
-
-typedef struct ctx_match {
-    uintptr_t ctx;
-    int dead;
-} ctx_match_t;
-
-static int of_ctx(void *arg, const byval_import_t *m)
-{
-    const ctx_match_t *c = arg;
-    if (m->ctx != c->ctx)
-        return 0;
-    if (c->dead) /* under the cache lock: the release comes after */
-        __atomic_store_n(&((byval_import_t *)m)->dead, 1, __ATOMIC_RELAXED);
-    return 1;
-}
-
-static size_t purge_ctx(uintptr_t ctx, int dead)
-{
-    ctx_match_t match = {ctx, dead};
-    pred_adapter_t a = {of_ctx, &match};
-    size_t n = 0;
-    unsigned nc = LD(&g.ncaches);
-    for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_purge_if(LD(&g.caches[i])->lru, adapt, &a);
-    /* Uncached mappings of ctx, too. */
-    byval_import_t *gone = NULL;
-    pthread_mutex_lock(&g.lock);
-    for (byval_import_t **pp = &g.uncached; *pp;) {
-        byval_import_t *m = *pp;
-        if (m->ctx == ctx) {
-            m->dead = dead;
-            *pp = m->unext;
-            m->unext = gone;
-            gone = m;
-        } else {
-            pp = &m->unext;
-        }
-    }
-    pthread_mutex_unlock(&g.lock);
-    for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
-        nx = m->unext;
-        release(m);
-    }
-    /* Releases of ctx that other threads started before the purge. */
-    pthread_rwlock_wrlock(&g.gate);
-    pthread_rwlock_unlock(&g.gate);
-    return n;
-}
-
-size_t byval_imports_purge_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 0);
-}
-
-size_t byval_imports_forget_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 1);
 }

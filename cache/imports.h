@@ -31,6 +31,7 @@ typedef struct byval_import {
     /* Filled by the API before byval_imports_insert. */
     uint64_t bytes;  /* memory the mapping holds (the byte budget) */
     uintptr_t ctx;   /* local context it lives in (byval_imports_purge_ctx) */
+    uintptr_t addr;  /* where it is mapped (0: not memory); [addr, addr + bytes) */
     uint32_t pidns, pid; /* exporter; all zero: not known */
     uint64_t identity;
     /* Liveness: while *live == serial the exporter's allocation lives;
@@ -45,13 +46,16 @@ typedef struct byval_import {
     uint32_t counted; /* its bytes count as closed (first close on) */
     uint32_t uncached;
     uint32_t dead; /* its context is gone: release without driver calls */
+    uint32_t inserting; /* listed, not in its cache yet */
+    struct byval_import *lnext, *lprev; /* the live list (imports_life.c) */
 } byval_import_t;
 
 typedef struct byval_imports_ops {
     const char *name; /* for statistics: "ze import" */
     size_t key_len;
-    /* Give the mapping back to the driver and free it. Never under a
-     * cache lock, never in a fork child, at most once per mapping. */
+    /* Give the mapping back to the driver (the core frees it after).
+     * Never under a cache lock, never in a fork child, at most once per
+     * mapping. */
     void (*release)(byval_import_t *m);
     /* 1 when cached mapping a serves an open of b's record. */
     int (*same)(const byval_import_t *a, const byval_import_t *b);
@@ -60,6 +64,13 @@ typedef struct byval_imports_ops {
     void (*track)(byval_import_t *m);
     /* Optional: drop what track() set (m->tracker), after release. */
     void (*untrack)(void *tracker);
+    /* 1 when the driver hands out the same pointer for a re-open of a
+     * mapping while it is open, counting opens (CUDA legacy). Such a
+     * mapping stays in its cache while the application has it open,
+     * whatever its exporter did: a re-open must find it (natively the
+     * driver's re-open succeeds), as a second mapping cannot be recorded
+     * under the same pointer. */
+    int shared_ptr;
 } byval_imports_ops_t;
 
 /* For ops->track: m lives while *word == serial; tracker is the
@@ -111,7 +122,8 @@ int byval_imports_close(uintptr_t ptr);
 /* Release every mapping of local context ctx now, open or not (the
  * context is being destroyed: its mappings die with it). The pointers
  * are forgotten: a later close of one goes to the driver. Returns how
- * many mappings. Waits for releases running on other threads. */
+ * many mappings. Returns only when no release of ctx runs on any thread
+ * (those other threads started before it too). */
 size_t byval_imports_purge_ctx(uintptr_t ctx);
 
 /* The same for a context already destroyed: the mappings died with it,

@@ -220,6 +220,34 @@ size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
     return n;
 }
 
+int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value)
+{
+    if (!m || !ptr)
+        return -1;
+    byval_spin_lock(&m->lock);
+    slot_t *s = slot_at(m, find(m, ptr));
+    int n = s->ptr && s->value == value ? (int)s->count : -1;
+    byval_spin_unlock(&m->lock);
+    return n;
+}
+
+size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value)
+{
+    size_t n = 0;
+    if (!m)
+        return 0;
+    byval_spin_lock(&m->lock);
+    for (size_t i = 0; i < m->nslots; i++) {
+        slot_t *s = slot_at(m, i);
+        if (s->ptr && s->value == value && s->count) {
+            s->count = 0;
+            n++;
+        }
+    }
+    byval_spin_unlock(&m->lock);
+    return n;
+}
+
 size_t byval_ptrmap_size(byval_ptrmap_t *m)
 {
     if (!m)

@@ -43,6 +43,12 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr);
 /* Forget every pointer recorded with value (O(size)). Returns how many. */
 size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value);
 
+/* Mark every pointer recorded with value closed (count 0, kept: a close
+ * of it is BYVAL_PTRMAP_CLOSED, a new ref with another value replaces it).
+ * Returns how many were open. */
+size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value);
+/* The open count of ptr when it is recorded with value, else -1. */
+int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value);
 /* Entries now (kept closed pointers included). */
 size_t byval_ptrmap_size(byval_ptrmap_t *m);
 

@@ -67,6 +67,17 @@ done
 run "rt_vmm_ipc legacy native" ok OK "$R" --mem legacy --iters 3
 run "rt_vmm_ipc legacy under ipcbyval" ok OK "$RUN" "$R" --mem legacy --iters 3 --reopen
 
+echo "== stress workload (test/stress): threads, context destroys, double closes; no forks"
+S="$OUT/stress_cu"
+# The real driver maps a legacy handle in one context of a process only:
+# every importer thread shares one context (so no destroys there).
+run "stress cuda-legacy native, one context, 20 s" ok "^PASS" "$S" cuda-legacy-native --native \
+    --no-forks --one-context --seconds 20
+run "stress cuda-legacy under ipcbyval, one context, 20 s" ok "^PASS" "$RUN" "$S" cuda-legacy \
+    --no-forks --one-context --seconds 20
+CUDA_VISIBLE_DEVICES=0 STRESS_CU_VMM=1 run "stress cuda-vmm under ipcbyval, one device, 30 s" ok "^PASS" \
+    "$RUN" "$S" cuda-vmm --no-forks --seconds 30
+
 echo "== MPI (unmodified, 2 ranks)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe -np 2 -x IPCBYVAL_LIB -x LD_LIBRARY_PATH)

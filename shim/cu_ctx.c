@@ -61,8 +61,12 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
 {
     unsigned flags = 0;
     int on = 1;
-    if (dev >= 0 && dev < MAX_DEVICES && __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) > 0)
-        __atomic_sub_fetch(&retains[dev], 1, __ATOMIC_RELAXED);
+    if (dev >= 0 && dev < MAX_DEVICES) { /* one decrement, never below 0, under races */
+        int n = __atomic_load_n(&retains[dev], __ATOMIC_RELAXED);
+        while (n > 0 && !__atomic_compare_exchange_n(&retains[dev], &n, n - 1, 1, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED))
+            ;
+    }
     if (purged || !ctx || !rl->primary_get_state)
         return;
     byval_enter();

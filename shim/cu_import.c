@@ -46,7 +46,8 @@ typedef struct cu_mapping {
 static byval_imports_t *vmm_cache;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
 
-static void mapping_release(cu_mapping_t *m)
+/* Gives the mapping back to the driver; the caller frees m. */
+static void mapping_unmap(cu_mapping_t *m)
 {
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && m->base && !__atomic_load_n(&m->core.dead, __ATOMIC_RELAXED)) {
@@ -61,12 +62,11 @@ static void mapping_release(cu_mapping_t *m)
         byval_cu_ctx_pop(saved);
         byval_leave();
     }
-    free(m);
 }
 
 static void vmm_release(byval_import_t *b)
 {
-    mapping_release((cu_mapping_t *)b);
+    mapping_unmap((cu_mapping_t *)b);
 }
 
 static int vmm_same(const byval_import_t *a, const byval_import_t *b)
@@ -170,7 +170,8 @@ static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval
     *m_p = m;
     return CUDA_SUCCESS;
 err:
-    mapping_release(m);
+    mapping_unmap(m);
+    free(m);
     return r;
 }
 
@@ -294,6 +295,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     memcpy(m->rec, rb, BYVAL_WIRE_LEN);
     m->core.bytes = m->size;
     m->core.ctx = (uintptr_t)ctx;
+    m->core.addr = (uintptr_t)m->base;
     m->core.pidns = rec->pidns;
     m->core.pid = rec->pid;
     m->core.identity = rec->identity;

@@ -51,7 +51,6 @@ static void legacy_release(byval_import_t *b)
             BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
                             (unsigned long long)e->ptr, byval_cu_err(r));
     }
-    free(e);
 }
 
 /* The key holds all 64 handle bytes: one key, one record. */
@@ -75,6 +74,7 @@ static byval_imports_ops_t legacy_ops = {
     .release = legacy_release,
     .same = legacy_same,
     .track = legacy_track,
+    .shared_ptr = 1,
 };
 
 static void legacy_init(void)
@@ -133,6 +133,7 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
     memcpy(e->handle, h.reserved, sizeof(e->handle));
     e->core.bytes = size;
     e->core.ctx = (uintptr_t)ctx;
+    e->core.addr = (uintptr_t)p;
     byval_import_t *out;
     /* A racing thread's open of the same handle got the same pointer
      * (the driver counts opens): the core keeps one and closes ours. */

@@ -68,7 +68,6 @@ static void pool_release(byval_import_t *b)
             BYVAL_LOG_WARN("zeEventPoolCloseIpcHandle(%p) on release returned 0x%x",
                            (void *)m->pool, (unsigned)r);
     }
-    free(m);
 }
 
 static int pool_same(const byval_import_t *a, const byval_import_t *b)

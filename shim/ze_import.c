@@ -71,7 +71,6 @@ static void ze_release(byval_import_t *b)
     ze_import_t *m = (ze_import_t *)b;
     if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
         import_close_mapping(m->ctx, m->ptr);
-    free(m);
 }
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
@@ -184,6 +183,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
     m->base.bytes = rec->size;
     m->base.ctx = (uintptr_t)ctx;
+    m->base.addr = (uintptr_t)p;
     m->base.pidns = rec->pidns;
     m->base.pid = rec->pid;
     m->base.identity = rec->identity;

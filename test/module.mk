@@ -10,3 +10,4 @@
 -include test/bench/module.mk
 -include test/faults/module.mk
 -include test/transport/module.mk
+-include test/stress/module.mk

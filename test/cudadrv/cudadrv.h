@@ -86,6 +86,8 @@ CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char uc, size_t n)
 
 /** Test-only: device memory statistics from the ledger (see above). */
 CUresult cudadrvMemStats(int device, struct devmem_stats *st);
+/** Test-only: IPC imports held now, closes on a destroyed context so far. */
+CUresult cudadrvIpcStats(uint64_t *live_p, uint64_t *dead_ctx_closes_p);
 
 /* One lock for every table of the double: it is a test tool, not a
  * performance target, and one lock keeps TSan runs of the shim quiet. */
@@ -183,6 +185,8 @@ struct cudadrv_alloc {
 
 /** Live allocation for a handle (refs > 0), or NULL. */
 struct cudadrv_alloc *cudadrv_alloc_lookup(CUmemGenericAllocationHandle h);
+/** Imported (not created) allocations alive; caller holds cudadrv_lock. */
+size_t cudadrv_alloc_imports(void);
 /** A mapping of a was removed; frees a once nothing refers to it. */
 void cudadrv_alloc_unmapped(struct cudadrv_alloc *a);
 

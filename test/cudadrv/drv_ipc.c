@@ -61,6 +61,7 @@ _Static_assert(sizeof(struct legacy_wire) == CU_IPC_HANDLE_SIZE, "legacy handle 
 _Static_assert(offsetof(struct legacy_wire, pid) == 8, "pid at bytes 8-11, as driver 580");
 
 static uint64_t process_value;
+static uint64_t dead_ctx_closes; /* cudadrvIpcStats */
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 
 static void process_value_init(void)
@@ -179,12 +180,13 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
         }
     }
     if (r) {
-        r->refs++;
+        unsigned refs = ++r->refs; /* r may go once unlocked */
+
         *pdptr = (CUdeviceptr)r->base;
         pthread_mutex_unlock(&cudadrv_lock);
         cudadrv_trace("cuIpcOpenMemHandle: pid %u alloc %llu again at 0x%llx (refs %u)",
                       w.pid, (unsigned long long)w.serial,
-                      (unsigned long long)*pdptr, r->refs);
+                      (unsigned long long)*pdptr, refs);
         return CUDA_SUCCESS;
     }
     fd = open_exporter_fd(&w, tag, sizeof(tag));
@@ -245,6 +247,8 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
         return rc;
     /* UCX saw "invalid device context" closing without a current context. */
     rc = cudadrv_need_ctx();
+    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED) /* counted for the tests */
+        __atomic_add_fetch(&dead_ctx_closes, 1, __ATOMIC_RELAXED);
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&cudadrv_lock);
@@ -260,4 +264,25 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     cudadrv_trace("cuIpcCloseMemHandle(0x%llx) = %d, refs left %u",
                   (unsigned long long)dptr, (int)rc, left);
     return rc;
+}
+
+/*
+ * Test-only: IPC imports this process holds now (legacy mappings and
+ * imported VMM allocations), and cuIpcCloseMemHandle calls made with a
+ * destroyed context current, since the process started.
+ */
+CUresult cudadrvIpcStats(uint64_t *live_p, uint64_t *dead_ctx_closes_p)
+{
+    uint64_t n = 0;
+
+    pthread_mutex_lock(&cudadrv_lock);
+    for (size_t i = 0; i < cudadrv_region_count(); i++)
+        n += cudadrv_region_get(i)->kind == CUDADRV_IPC;
+    n += cudadrv_alloc_imports();
+    pthread_mutex_unlock(&cudadrv_lock);
+    if (live_p)
+        *live_p = n;
+    if (dead_ctx_closes_p)
+        *dead_ctx_closes_p = __atomic_load_n(&dead_ctx_closes, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
 }

@@ -55,6 +55,15 @@ static void alloc_maybe_free(struct cudadrv_alloc *a)
     free(a);
 }
 
+size_t cudadrv_alloc_imports(void)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < nallocs; i++)
+        n += !allocs[i]->created;
+    return n;
+}
+
 void cudadrv_alloc_unmapped(struct cudadrv_alloc *a)
 {
     a->maps--;

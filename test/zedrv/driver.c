@@ -346,6 +346,7 @@ ze_result_t zedrv_context_destroy(ze_context_handle_t context)
      * (until a zeContextCreate reuses the slot). */
     if (__atomic_load_n(&context->magic, __ATOMIC_ACQUIRE) == ZEDRV_MAGIC_CONTEXT) {
         __atomic_store_n(&context->magic, 0, __ATOMIC_RELEASE);
+        context->gen++;
         ctx_free[ctx_nfree++] = (int)(context - contexts);
     }
     pthread_mutex_unlock(&zedrv_lock);

@@ -160,6 +160,8 @@ ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t context, const void *pt
     return ZE_RESULT_SUCCESS;
 }
 
+
+static uint64_t dead_ctx_closes; /* zedrvIpcStats */
 /* Fields the open and put paths read, whichever the layout. */
 struct handle_fields {
     uint64_t fd;
@@ -274,11 +276,39 @@ ze_result_t zedrv_mem_open_ipc_handle(ze_context_handle_t context, ze_device_han
  * and changes nothing; any other is released, whatever it is. */
 ze_result_t zedrv_mem_close_ipc_handle(ze_context_handle_t context, const void *ptr)
 {
-    if (!zedrv_context_ok(context))
+    struct zedrv_alloc *a;
+
+    if (!zedrv_context_ok(context)) {
+        /* On a real driver a use after free: counted for the tests. */
+        __atomic_add_fetch(&dead_ctx_closes, 1, __ATOMIC_RELAXED);
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    }
     if (ptr == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    pthread_mutex_lock(&zedrv_lock);
+    a = zedrv_alloc_find(ptr);
+    /* A mapping of an earlier incarnation of this context's slot: the
+     * caller holds a handle value that a new context reused. */
+    if (a != NULL && a->imported && a->context == context && a->ctx_gen != context->gen)
+        __atomic_add_fetch(&dead_ctx_closes, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&zedrv_lock);
     return zedrv_free_any(ptr, "zeMemCloseIpcHandle");
+}
+
+/*
+ * Test-only, exported by name: IPC mappings this process holds now, and
+ * zeMemCloseIpcHandle calls made on a destroyed context (its handle
+ * invalid, or reused by a newer context) since the process started.
+ */
+ZEDRV_EXPORT int zedrvIpcStats(uint64_t *live_p, uint64_t *dead_ctx_closes_p);
+
+int zedrvIpcStats(uint64_t *live_p, uint64_t *dead_ctx_closes_p)
+{
+    if (live_p != NULL)
+        *live_p = zedrv_alloc_count_imports();
+    if (dead_ctx_closes_p != NULL)
+        *dead_ctx_closes_p = __atomic_load_n(&dead_ctx_closes, __ATOMIC_RELAXED);
+    return 0;
 }
 
 ze_result_t zedrv_mem_put_ipc_handle(ze_context_handle_t context, ze_ipc_mem_handle_t handle)

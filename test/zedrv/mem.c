@@ -174,6 +174,7 @@ struct zedrv_alloc *zedrv_alloc_add_import(ze_context_handle_t context,
 
     if (a != NULL) {
         a->imported = true;
+        a->ctx_gen = context->gen; /* under zedrv_lock, as the destroy's ++ */
         /* Host memory is not the device's: only device memory is held. */
         if (type != ZE_MEMORY_TYPE_HOST) {
             fd_tag(fd, tag, sizeof(tag));
@@ -181,6 +182,17 @@ struct zedrv_alloc *zedrv_alloc_add_import(ze_context_handle_t context,
         }
     }
     return a;
+}
+
+uint64_t zedrv_alloc_count_imports(void)
+{
+    uint64_t n = 0;
+
+    pthread_mutex_lock(&zedrv_lock);
+    for (struct zedrv_alloc *a = alloc_list; a != NULL; a = a->next)
+        n += a->imported;
+    pthread_mutex_unlock(&zedrv_lock);
+    return n;
 }
 
 void zedrv_alloc_release(struct zedrv_alloc *alloc)

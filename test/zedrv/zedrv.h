@@ -97,6 +97,7 @@ struct _ze_device_handle_t {
  * freed memory, and handle values are reused, the last destroyed first. */
 struct _ze_context_handle_t {
     uint32_t magic;
+    uint32_t gen; /* destroys of this slot: tells its incarnations apart */
     struct _ze_driver_handle_t *driver;
 };
 
@@ -155,6 +156,7 @@ struct zedrv_alloc {
     ze_context_handle_t context;
     ze_device_handle_t device;
     bool imported;    /* mapping made by zeMemOpenIpcHandle */
+    uint32_t ctx_gen; /* import: its context's incarnation (context->gen) */
     int memfd;        /* owner: backing memfd; import: -1 */
     int export_fd;    /* fd in handed-out IPC handles; -1 if none */
     uint32_t export_refs; /* gets not yet matched by a put */
@@ -162,6 +164,8 @@ struct zedrv_alloc {
 };
 
 struct zedrv_alloc *zedrv_alloc_find(const void *ptr);
+/* IPC mappings held now (takes zedrv_lock). */
+uint64_t zedrv_alloc_count_imports(void);
 struct zedrv_alloc *zedrv_alloc_find_export(int fd);
 bool zedrv_fd_is_internal(int fd);
 /* Register a mapping made by an IPC open of memfd fd; returns NULL on

@@ -1,0 +1,44 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The import-lifecycle stress workload (test/stress/stress.h), natively as
+# the baseline (every counter 0 there too), then under ipcbyval: Level
+# Zero on the test driver with both context-destroy semantics (the
+# default and compute-runtime's keep), CUDA legacy and CUDA VMM on the
+# driver double. STRESS_SECONDS per run (make torture: 90, STRESS_SETTLE 5).
+. "$(dirname "$0")/../integration/lib.sh"
+SZ="$BUILD/test/stress/stress_ze"
+SC="$BUILD/test/stress/stress_cu"
+need "$LIB" "$ZEDRV" "$SZ"
+S=${STRESS_SECONDS:-2}
+# How long mappings may take to go after the exporter freed everything.
+SETTLE=${STRESS_SETTLE:-1}
+L="$BUILD/test-logs"
+# TSan: children of a multi-threaded process are what is tested.
+[ "${SAN:-}" = tsan ] && export TSAN_OPTIONS="${TSAN_OPTIONS:-}:die_after_fork=0"
+
+run() {
+    local name=$1; shift
+    local log="$L/stress-$name.log"
+    STRESS_LOG="$L/stress-$name.procs.log" timeout $((${S%.*} * 3 + 120)) "$@" --seconds "$S" --settle "$SETTLE" >"$log" 2>&1
+    local rc=$?
+    if grep -qE '^(PASS|FAIL): ' "$log"; then
+        grep -E '^(PASS|FAIL): ' "$log"
+        [ $rc -eq 0 ] || grep -q '^FAIL: ' "$log" || fail "stress $name" "exit $rc"
+    else
+        fail "stress $name" "exit $rc: $(tail -3 "$log" | tr '\n' ' ')"
+    fi
+}
+
+run ze-native "$SZ" ze-native --native
+run ze "$RUN" "$SZ" ze
+ZEDRV_CONTEXT_DESTROY=keep run ze-keep-native "$SZ" ze-keep-native --native
+ZEDRV_CONTEXT_DESTROY=keep run ze-keep "$RUN" "$SZ" ze-keep
+if [ -x "$SC" ]; then
+    export LD_LIBRARY_PATH="$BUILD/test/cudadrv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    run cuda-legacy-native "$SC" cuda-legacy-native --native
+    run cuda-legacy "$RUN" "$SC" cuda-legacy
+    STRESS_CU_VMM=1 run cuda-vmm "$RUN" "$SC" cuda-vmm
+else
+    skip "stress cuda" "built without the CUDA headers"
+fi
+finish
