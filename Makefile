@@ -36,7 +36,8 @@ BUILD       ?= build-asan
 SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 else ifeq ($(SAN),tsan)
 BUILD       ?= build-tsan
-SANFLAGS    := -fsanitize=thread -fno-omit-frame-pointer
+# and the lock order checked on every lock (cache/locks.h)
+SANFLAGS    := -fsanitize=thread -fno-omit-frame-pointer -DBYVAL_LOCK_DEBUG
 else
 BUILD       ?= build
 SANFLAGS    :=

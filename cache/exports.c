@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "cache/exports_internal.h"
+#include "cache/locks.h"
 
 #define EXPORT_TABLES 8
 
@@ -28,46 +29,37 @@ struct byval_exports {
 };
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     unsigned ntables;
     byval_exports_t *tables[EXPORT_TABLES];
-} core = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} core = {.lock = BYVAL_LOCK_INIT(EXPORTS)};
 
-/* fork(): no prepare handler holds the core's lock across fork. It is
- * taken before the sink's locks (registry, broker, rescue registry),
- * whose own prepare handlers hold them across fork and were registered
- * later (at their first use, under this lock), so they run first: a
- * prepare taking this lock after them would wait for a thread that holds
- * it and waits for theirs. The child needs none of the state it guards:
- * the caches empty themselves without callbacks (lru.h), and the child
- * ends nothing of the parent's and holds nothing, so everything is
- * dropped (not freed: it may be mid-change) and the lock made anew. */
+/* fork (cache/locks.h): the core's lock ranks before the sink's locks
+ * (registry, broker, rescue registry) that it is held across, so prepare
+ * holds it across fork like theirs. The child needs none of the state it
+ * guards: the caches empty themselves without callbacks (lru.h), and the
+ * child ends nothing of the parent's and holds nothing, so everything is
+ * dropped (not freed: no free() in a fork child). */
+BYVAL_LOCK_STATIC(exports, &core.lock);
+
 static void fork_child(void)
 {
-    pthread_mutex_init(&core.lock, NULL);
     for (unsigned t = 0; t < core.ntables && t < EXPORT_TABLES; t++) {
         core.tables[t]->head = NULL;
         __atomic_store_n(&core.tables[t]->live, 0, __ATOMIC_RELAXED);
     }
     byval_exports_items_forget();
 }
-
-static pthread_once_t core_once = PTHREAD_ONCE_INIT;
-
-static void core_init(void)
-{
-    pthread_atfork(NULL, NULL, fork_child);
-}
+BYVAL_FORK_CHILD(exports, fork_child);
 
 void byval_exports_lock(void)
 {
-    pthread_once(&core_once, core_init);
-    pthread_mutex_lock(&core.lock);
+    byval_lock(&core.lock);
 }
 
 void byval_exports_unlock(void)
 {
-    pthread_mutex_unlock(&core.lock);
+    byval_unlock(&core.lock);
 }
 
 static int is_withdrawn(const byval_export_t *e)

@@ -35,14 +35,15 @@
 #include "cache/imports_internal.h"
 #include "cache/ptrmap.h"
 
-byval_imports_global_t byval_imports_g = {.lock = PTHREAD_MUTEX_INITIALIZER,
+byval_imports_global_t byval_imports_g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
+                                          .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
                                           .released = PTHREAD_COND_INITIALIZER,
                                           .budget = UINT64_MAX};
 #define g byval_imports_g
 
 static int alive(const byval_import_t *m)
 {
-    const uint64_t *w = LD(&m->live);
+    const uint64_t *w = LD_ACQ(&m->live);
     return !w || __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial,
                                                                           __ATOMIC_RELAXED);
 }
@@ -68,57 +69,24 @@ static void evicted(void *ctx, const void *key, void *value)
     release(value);
 }
 
-static void atfork_prepare(void)
-{
-    /* No release may be inside the driver while fork copies the address
-     * space: the watcher thread's releases are ours, not the
-     * application's, and a driver lock they hold would stay locked in the
-     * child forever (a child that uses the driver would hang). */
-    pthread_rwlock_wrlock(&g.gate);
-    pthread_mutex_lock(&g.lock);
-    byval_ptrmap_fork_prepare(g.open_ptrs);
-}
+/* fork (cache/locks.h): the gate, so that no release is inside the
+ * driver while fork copies the address space (the watcher thread's
+ * releases are ours, not the application's, and a driver lock they hold
+ * would stay locked in the child forever), and the lists' lock. */
+BYVAL_RWLOCK_STATIC(imports_gate, &g.gate);
+BYVAL_LOCK_STATIC(imports, &g.lock);
 
-static void atfork_parent(void)
+/* The child holds none of the parent's mappings (its caches empty
+ * themselves, without driver calls): it forgets the opens too. */
+static void imports_fork_child(void)
 {
-    byval_ptrmap_fork_parent(g.open_ptrs);
-    pthread_mutex_unlock(&g.lock);
-    pthread_rwlock_unlock(&g.gate);
-}
-
-/* Writers first: a purge or a fork waits for the releases running, not
- * for every release queued behind them. */
-static void gate_init(void)
-{
-    pthread_rwlockattr_t a;
-    pthread_rwlockattr_init(&a);
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&g.gate, &a);
-    pthread_rwlockattr_destroy(&a);
-}
-
-static void atfork_child(void)
-{
-    /* The child holds none of the parent's mappings (its caches empty
-     * themselves, without driver calls): forget the opens too. */
-    pthread_mutex_init(&g.lock, NULL);
-    gate_init();
     byval_imports_life_child();
     byval_ptrmap_clear(g.open_ptrs);
     g.uncached = NULL;
     __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g.peak, 0, __ATOMIC_RELAXED);
 }
-
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Not under g.lock: fork() holds glibc's handler lock while it runs
-     * the prepare handlers, and ours takes g.lock. */
-    gate_init();
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
+BYVAL_FORK_CHILD(imports, imports_fork_child);
 
 byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t capacity)
 {
@@ -126,13 +94,11 @@ byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t cap
     if (!c)
         return NULL;
     c->ops = ops;
-    pthread_once(&atfork_once, atfork_register);
-    /* The cache is made outside g.lock: byval_lru_create takes the fork
-     * registry's lock (cache/lru_fork.c), whose prepare handler runs
-     * before ours, which takes g.lock (a lock-order inversion otherwise). */
+    /* The cache is made outside g.lock: nothing needs it held, and its
+     * list's lock (LRU_LIST) needs no order against ours. */
     c->lru = byval_lru_create(capacity, ops->key_len, evicted, c);
     int listed = 0;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     if (!g.open_ptrs)
         g.open_ptrs = byval_ptrmap_create_keep(sizeof(byval_lru_ref_t));
     unsigned n = g.ncaches;
@@ -143,7 +109,7 @@ byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t cap
         __atomic_store_n(&g.ncaches, n + 1, __ATOMIC_RELEASE);
         listed = 1;
     }
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
     if (!listed) {
         byval_lru_destroy(c->lru);
         free(c);
@@ -156,7 +122,7 @@ void byval_imports_destroy(byval_imports_t *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     unsigned n = g.ncaches;
     for (unsigned i = 0; i < n; i++)
         if (g.caches[i] == c) {
@@ -164,7 +130,7 @@ void byval_imports_destroy(byval_imports_t *c)
             __atomic_store_n(&g.ncaches, n - 1, __ATOMIC_RELEASE);
             break;
         }
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
     byval_lru_destroy(c->lru); /* releases what is left, open or not */
     free(c);
 }
@@ -212,24 +178,24 @@ void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref)
 static void keep_uncached(byval_import_t *m)
 {
     m->uncached = 1;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     m->unext = g.uncached;
     g.uncached = m;
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
 }
 
 /* Take m off the uncached list; 0 when it was not there (purged). */
 static int unlist_uncached(byval_import_t *m)
 {
     int found = 0;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     for (byval_import_t **pp = &g.uncached; *pp; pp = &(*pp)->unext)
         if (*pp == m) {
             *pp = m->unext;
             found = 1;
             break;
         }
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
     return found;
 }
 
@@ -302,7 +268,7 @@ static int shed_pred(void *ctx, const void *key, void *value)
     (void)key;
     if (!s->excess)
         return -1;
-    if (!LD(&m->counted))
+    if (!LD_ACQ(&m->counted))
         return 0;
     s->excess = m->bytes >= s->excess ? 0 : s->excess - m->bytes;
     return 1;
@@ -311,14 +277,14 @@ static int shed_pred(void *ctx, const void *key, void *value)
 /* Closed bytes over the budget: evict unreferenced counted mappings. */
 static void shed(void)
 {
-    unsigned n = LD(&g.ncaches);
+    unsigned n = LD_ACQ(&g.ncaches);
     for (unsigned i = 0; i < n; i++) {
         uint64_t held = __atomic_load_n(&g.closed, __ATOMIC_RELAXED);
         uint64_t budget = __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
         if (held <= budget)
             return;
         shed_t s = {held - budget};
-        byval_lru_evict_if(LD(&g.caches[i])->lru, shed_pred, &s);
+        byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &s);
     }
 }
 
@@ -330,7 +296,7 @@ static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
     if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED))
         return 0; /* another thread's close was first */
-    if (c->ops->track && !LD(&m->live))
+    if (c->ops->track && !LD_ACQ(&m->live))
         c->ops->track(m);
     if (!alive(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
@@ -346,7 +312,7 @@ int byval_imports_close(uintptr_t ptr)
 {
     byval_lru_ref_t ref = 0;
     void *v = NULL;
-    if (!LD(&g.open_ptrs))
+    if (!LD_ACQ(&g.open_ptrs))
         return BYVAL_IMPORTS_NOT_OURS;
     int left = byval_ptrmap_unref_value(g.open_ptrs, ptr, &ref, &v);
     if (left == BYVAL_PTRMAP_CLOSED)
@@ -363,7 +329,7 @@ int byval_imports_close(uintptr_t ptr)
         return BYVAL_IMPORTS_CLOSED;
     }
     byval_imports_t *c = m->home;
-    int over = LD(&m->counted) ? 0 : first_close(c, m, ref, left);
+    int over = LD_ACQ(&m->counted) ? 0 : first_close(c, m, ref, left);
     if (c->ops->shared_ptr && !left && !alive(m)) /* kept while open (imports.h) */
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */

@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "cache/imports.h"
+#include "cache/locks.h"
 #include "cache/ptrmap.h"
 
 #define IMPORTS_MAX 8
@@ -19,7 +20,7 @@ struct byval_imports {
 };
 
 typedef struct byval_imports_global {
-    pthread_mutex_t lock; /* the list of caches, the uncached and live lists */
+    byval_lock_t lock; /* the list of caches, the uncached and live lists */
     pthread_cond_t released; /* a listed mapping's release ended */
     byval_imports_t *caches[IMPORTS_MAX];
     unsigned ncaches;
@@ -29,13 +30,14 @@ typedef struct byval_imports_global {
      * cache while its release runs, on whichever thread. */
     byval_import_t *live;
     byval_ptrmap_t *open_ptrs;
-    pthread_rwlock_t gate;
+    byval_rwlock_t gate; /* releases shared, fork and purges exclusive */
     uint64_t closed, peak, budget;
 } byval_imports_global_t;
 
 extern byval_imports_global_t byval_imports_g;
 
-#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+/* An acquire load (LD, in lru_internal.h, is a relaxed one). */
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
 /* Give m to the driver and free it: every path that ends a mapping. */
 void byval_imports_release(byval_import_t *m);

@@ -25,18 +25,18 @@
 void byval_imports_list(byval_import_t *m)
 {
     m->inserting = 1; /* cleared once its cache has it (insert) */
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     m->lprev = NULL;
     m->lnext = g.live;
     if (g.live)
         g.live->lprev = m;
     g.live = m;
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
 }
 
 static void unlist(byval_import_t *m)
 {
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     if (m->lprev)
         m->lprev->lnext = m->lnext;
     else if (g.live == m)
@@ -44,16 +44,16 @@ static void unlist(byval_import_t *m)
     if (m->lnext)
         m->lnext->lprev = m->lprev;
     pthread_cond_broadcast(&g.released);
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
 }
 
 int byval_imports_holds(uintptr_t ptr)
 {
     int in = 0;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     for (byval_import_t *m = g.live; m && !in; m = m->lnext)
         in = m->addr && ptr >= m->addr && ptr - m->addr < m->bytes;
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
     return in;
 }
 
@@ -72,11 +72,11 @@ void byval_imports_release(byval_import_t *m)
     /* Closed for the application from here on, recorded until the driver
      * has unmapped it (imports.c, design notes). */
     byval_ptrmap_close_value(g.open_ptrs, m);
-    if (LD(&m->counted))
+    if (LD_ACQ(&m->counted))
         __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
-    pthread_rwlock_rdlock(&g.gate);
+    byval_rdlock(&g.gate);
     ops->release(m);
-    pthread_rwlock_unlock(&g.gate);
+    byval_rdunlock(&g.gate);
     byval_ptrmap_drop_value(g.open_ptrs, m);
     if (tracker && ops->untrack)
         ops->untrack(tracker);
@@ -118,9 +118,9 @@ size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), 
 {
     pred_adapter_t a = {pred, ctx};
     size_t n = 0;
-    unsigned nc = LD(&g.ncaches);
+    unsigned nc = LD_ACQ(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_remove_if(LD(&g.caches[i])->lru, adapt, &a);
+        n += byval_lru_remove_if(LD_ACQ(&g.caches[i])->lru, adapt, &a);
     return n;
 }
 
@@ -158,12 +158,12 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
     ctx_match_t match = {ctx, dead};
     pred_adapter_t a = {of_ctx, &match};
     size_t n = 0;
-    unsigned nc = LD(&g.ncaches);
+    unsigned nc = LD_ACQ(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_purge_if(LD(&g.caches[i])->lru, adapt_all, &a);
+        n += byval_lru_purge_if(LD_ACQ(&g.caches[i])->lru, adapt_all, &a);
     /* Uncached mappings of ctx, too. */
     byval_import_t *gone = NULL;
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     for (byval_import_t **pp = &g.uncached; *pp;) {
         byval_import_t *m = *pp;
         if (m->ctx == ctx) {
@@ -175,7 +175,7 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
             pp = &m->unext;
         }
     }
-    pthread_mutex_unlock(&g.lock);
+    byval_unlock(&g.lock);
     for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
         nx = m->unext;
         release(m);
@@ -185,10 +185,10 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
      * of a replaced entry): taken out of their cache, so the purge did
      * not see them, but listed until they return. The context outlives
      * them: the driver destroys it after this returns. */
-    pthread_mutex_lock(&g.lock);
+    byval_lock(&g.lock);
     while (in_flight(ctx, dead))
-        pthread_cond_wait(&g.released, &g.lock);
-    pthread_mutex_unlock(&g.lock);
+        pthread_cond_wait(&g.released, &g.lock.m);
+    byval_unlock(&g.lock);
     return n;
 }
 

@@ -69,16 +69,16 @@ void byval_lru_destroy(byval_lru_t *lru)
         return;
     byval_lru_unregister(lru);
     lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     for (uint32_t i = 1; i < lru->next_new; i++)
         if (!(LD(&byval_lru_slot(lru, i)->state) & ST_DEAD))
             byval_lru_chain_push(lru, &c, i);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     if (lru->evict)
         for (uint32_t i = c.head; i; i = LD(&byval_lru_slot(lru, i)->hnext))
             lru->evict(lru->ctx, byval_lru_slot(lru, i)->key, byval_lru_slot(lru, i)->value);
     byval_lru_slab_free(lru);
-    pthread_mutex_destroy(&lru->lock);
+    byval_lock_destroy(&lru->lock);
     free(lru);
 }
 
@@ -147,7 +147,7 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
     uint32_t gen = 0, i = get_fast(lru, h, w, take_ref, &v, &gen);
     if (!i) {
         /* Absent, or the probe raced a writer: ask under the lock. */
-        pthread_mutex_lock(&lru->lock);
+        byval_lock(&lru->lock);
         i = byval_lru_find_live(lru, h, w);
         uint32_t refs;
         if (i) {
@@ -162,7 +162,7 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
         }
         if (!i)
             lru->misses++;
-        pthread_mutex_unlock(&lru->lock);
+        byval_unlock(&lru->lock);
         if (!i)
             return 0;
     }
@@ -198,7 +198,7 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
     uint32_t h = byval_lru_hash(key, lru->key_len);
     lru_chain_t c = {0, 0};
     int rc;
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     for (;;) {
         uint32_t i = byval_lru_find_live(lru, h, w);
         if (i) {
@@ -241,7 +241,7 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
             break;
         }
     }
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     byval_lru_release(lru, &c);
     return rc;
 }
@@ -269,7 +269,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
         return;
     for (int i = 0; i < BYVAL_STRIPES; i++)
         st->hits += LD(&lru->stripes[i].hits);
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     st->misses = lru->misses;
     st->inserts = lru->inserts;
     st->evictions = lru->evictions;
@@ -288,7 +288,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
         bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
     for (lru_dir_t *d = lru->dir; d; d = d->retired)
         bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
     st->bytes_per_entry = st->size ? (bytes + st->size - 1) / st->size
                                    : lru->stride + sizeof(uint64_t);
@@ -301,7 +301,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
 void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 {
     size_t now = 0, full = 0;
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
     size_t chunk = lru->stride << lru->chunk_shift;
     now += lru->nchunks * chunk;
@@ -327,7 +327,7 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
     full += dirs;
     for (size_t c = lru->dir->cap; c < chunks_full; c *= 2)
         full += sizeof(lru_dir_t) + 2 * c * sizeof(unsigned char *);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
 
     *now_p = now;
     *full_per_entry_p = cap ? (full + cap / 2) / cap : 0;
@@ -338,9 +338,9 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
     if (!lru || capacity < 1)
         return;
     lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     ST(&lru->capacity, capacity);
     byval_lru_trim_locked(lru, &c);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     byval_lru_release(lru, &c);
 }

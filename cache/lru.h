@@ -146,11 +146,12 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity);
 
 /*
- * fork(): every cache registers itself (once, pthread_atfork installed on
- * the first create). prepare takes every cache lock, the parent releases
- * them, and the child re-initialises the locks and empties every cache
- * WITHOUT calling the eviction callbacks (no driver call in the child):
- * the child starts with consistent, empty caches and zeroed stats.
+ * fork(): every cache is listed at create (the class LRU of
+ * cache/locks.h, whose fork handler does the rest). prepare takes every
+ * cache lock, the parent and the child release them, and the child
+ * empties every cache WITHOUT calling the eviction
+ * callbacks (no driver call in the child): the child starts with
+ * consistent, empty caches and zeroed stats.
  */
 
 #endif

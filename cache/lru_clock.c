@@ -145,12 +145,12 @@ void byval_lru_release(byval_lru_t *lru, lru_chain_t *c)
             lru->evict(lru->ctx, s->key, LD(&s->value));
         }
     /* Only now may the slots be reused: the callbacks read their keys. */
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     for (uint32_t i = c->head, nx; i; i = nx) {
         nx = LD(&byval_lru_slot(lru, i)->hnext);
         byval_lru_slot_free(lru, i);
     }
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     c->head = c->tail = 0;
 }
 

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/locks.h"
 #include "cache/lru.h"
 #include "cache/stripe.h"
 
@@ -100,7 +101,7 @@ struct byval_lru {
     unsigned chunk_shift;
 
     /* Written under the lock only. */
-    pthread_mutex_t lock __attribute__((aligned(BYVAL_LRU_CACHELINE)));
+    byval_lock_t lock __attribute__((aligned(BYVAL_LRU_CACHELINE)));
     uint32_t next_new;  /* first never-used slot index */
     uint32_t free_head; /* free slots, chained through hnext */
     uint32_t hand;      /* the clock hand: next slot the sweep looks at */
@@ -114,7 +115,7 @@ struct byval_lru {
     lru_stripe_t stripes[BYVAL_STRIPES];
 };
 
-/* Registry for the at-fork handlers (lru_fork.c). */
+/* The list of caches, for fork (lru_fork.c). */
 void byval_lru_register(byval_lru_t *lru);
 void byval_lru_unregister(byval_lru_t *lru);
 void byval_lru_lock_init(byval_lru_t *lru);

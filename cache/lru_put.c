@@ -23,9 +23,9 @@
 static int put_finish(byval_lru_t *lru, int left, int zombie, lru_chain_t *c)
 {
     if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
-        pthread_mutex_lock(&lru->lock);
+        byval_lock(&lru->lock);
         byval_lru_trim_locked(lru, c);
-        pthread_mutex_unlock(&lru->lock);
+        byval_unlock(&lru->lock);
     }
     byval_lru_release(lru, c);
     return left;
@@ -43,11 +43,11 @@ int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
      * we hold a reference of can only become one), or a stale handle. */
     lru_chain_t c = {0, 0};
     int left = BYVAL_LRU_NOENT;
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     uint64_t st = LD(&s->state);
     if (ST_GEN(st) == gen && (st & ST_ZOMBIE) && !(st & ST_DEAD) && (ST_LOW(st) & ST_REFS))
         left = (int)byval_lru_zombie_put(lru, idx, st, &c);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     return put_finish(lru, left, 1, &c);
 }
 
@@ -115,9 +115,9 @@ static int lru_put(byval_lru_t *lru, const void *key, const void *value, int mat
     int left = match ? put_fast(lru, h, w, value) : -1, zombie = 0;
     lru_chain_t c = {0, 0};
     if (left < 0) {
-        pthread_mutex_lock(&lru->lock);
+        byval_lock(&lru->lock);
         left = put_locked(lru, h, w, value, match, &c, &zombie);
-        pthread_mutex_unlock(&lru->lock);
+        byval_unlock(&lru->lock);
     }
     return put_finish(lru, left, zombie, &c);
 }

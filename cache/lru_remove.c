@@ -20,11 +20,11 @@ int byval_lru_remove(byval_lru_t *lru, const void *key)
     byval_lru_key_words(lru, key, w);
     uint32_t h = byval_lru_hash(key, lru->key_len);
     lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     uint32_t i = byval_lru_find_live(lru, h, w);
     if (i)
         byval_lru_detach(lru, i, &c);
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     byval_lru_release(lru, &c);
     return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
@@ -37,13 +37,13 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref)
         return BYVAL_LRU_NOENT;
     lru_chain_t c = {0, 0};
     int rc = BYVAL_LRU_NOENT;
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     uint64_t st = LD(&s->state);
     if (ST_GEN(st) == gen && !(st & (ST_DEAD | ST_ZOMBIE))) {
         byval_lru_detach(lru, idx, &c);
         rc = BYVAL_LRU_OK;
     }
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     byval_lru_release(lru, &c);
     return rc;
 }
@@ -59,7 +59,7 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
     if (!lru || !pred)
         return 0;
     lru_chain_t c = {0, 0};
-    pthread_mutex_lock(&lru->lock);
+    byval_lock(&lru->lock);
     uint32_t n = lru->next_new, start = lru->hand >= 1 && lru->hand < n ? lru->hand : 1;
     for (uint32_t k = 1; k < n; k++) {
         uint32_t i = start + k - 1 < n ? start + k - 1 : start + k - n;
@@ -82,7 +82,7 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
             continue; /* referenced meanwhile */
         matched++;
     }
-    pthread_mutex_unlock(&lru->lock);
+    byval_unlock(&lru->lock);
     byval_lru_release(lru, &c);
     return matched;
 }

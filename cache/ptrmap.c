@@ -25,6 +25,7 @@ typedef struct slot {
 
 struct byval_ptrmap {
     byval_spin_t lock;
+    struct byval_ptrmap *next; /* the list of maps (fork), maps.lock */
     size_t key_len;
     size_t slot_size;
     size_t nslots; /* power of two */
@@ -34,6 +35,29 @@ struct byval_ptrmap {
 };
 
 #define PTRMAP_MIN_SLOTS 64
+
+/* Every map, for fork (the class PTRMAP of cache/locks.h): prepare holds
+ * every map's lock across fork, so the child's clear races nothing. */
+static struct {
+    byval_lock_t lock;
+    byval_ptrmap_t *head;
+} maps = {.lock = BYVAL_LOCK_INIT(PTRMAP_LIST)};
+
+static void maps_take(void)
+{
+    byval_lock_fork_take(&maps.lock);
+    for (byval_ptrmap_t *m = maps.head; m; m = m->next)
+        byval_spin_lock_raw(&m->lock);
+}
+
+static void maps_drop(void)
+{
+    for (byval_ptrmap_t *m = maps.head; m; m = m->next)
+        byval_spin_unlock_raw(&m->lock);
+    byval_lock_fork_drop(&maps.lock);
+}
+
+BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop);
 
 static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
 {
@@ -50,6 +74,7 @@ byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
     byval_ptrmap_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
+    m->lock.rank = BYVAL_RANK_PTRMAP;
     m->key_len = key_len;
     m->slot_size = (sizeof(slot_t) + key_len + 7) & ~(size_t)7;
     m->nslots = PTRMAP_MIN_SLOTS;
@@ -58,6 +83,10 @@ byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
         free(m);
         return NULL;
     }
+    byval_lock(&maps.lock);
+    m->next = maps.head;
+    maps.head = m;
+    byval_unlock(&maps.lock);
     return m;
 }
 
@@ -73,6 +102,13 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
 {
     if (!m)
         return;
+    byval_lock(&maps.lock);
+    for (byval_ptrmap_t **pp = &maps.head; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    byval_unlock(&maps.lock);
     free(m->slots);
     free(m);
 }
@@ -262,22 +298,7 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    /* Called in a fork child, where the forking thread holds the lock
-     * (byval_ptrmap_fork_prepare) or, without those handlers, a thread
-     * that does not exist here may: reset it rather than take it. */
-    byval_spin_reset(&m->lock);
+    /* Called in a fork child, after cache/locks.c released the lock. */
     memset(m->slots, 0, m->nslots * m->slot_size);
     m->used = 0;
-}
-
-void byval_ptrmap_fork_prepare(byval_ptrmap_t *m)
-{
-    if (m)
-        byval_spin_lock(&m->lock);
-}
-
-void byval_ptrmap_fork_parent(byval_ptrmap_t *m)
-{
-    if (m)
-        byval_spin_unlock(&m->lock);
 }

@@ -52,13 +52,11 @@ int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value
 /* Entries now (kept closed pointers included). */
 size_t byval_ptrmap_size(byval_ptrmap_t *m);
 
-/* Forget everything without callbacks (at-fork child). */
+/* Forget everything without callbacks (a fork child's owner). */
 void byval_ptrmap_clear(byval_ptrmap_t *m);
 
-/* fork(): prepare takes the map's lock in the forking thread, parent
- * releases it; the child then clears (no other thread is inside the map
- * at fork, so the child's clear races nothing). NULL m: no-op. */
-void byval_ptrmap_fork_prepare(byval_ptrmap_t *m);
-void byval_ptrmap_fork_parent(byval_ptrmap_t *m);
+/* fork(): every map is in the class PTRMAP of cache/locks.h: prepare
+ * takes each map's lock in the forking thread, the parent releases it,
+ * the child too (its owner clears the map, if it must). */
 
 #endif

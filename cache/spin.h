@@ -13,11 +13,12 @@
 
 #include <sched.h>
 
+#include "cache/locks.h"
+
 typedef struct byval_spin {
     int locked;
+    unsigned rank; /* cache/locks.h: checked in debug builds */
 } byval_spin_t;
-
-#define BYVAL_SPIN_INIT {0}
 
 static inline void byval_spin_relax(void)
 {
@@ -26,7 +27,8 @@ static inline void byval_spin_relax(void)
 #endif
 }
 
-static inline void byval_spin_lock(byval_spin_t *l)
+/* Without the rank check: for the fork handlers (cache/locks.h). */
+static inline void byval_spin_lock_raw(byval_spin_t *l)
 {
     for (unsigned spins = 0;; spins++) {
         if (!__atomic_load_n(&l->locked, __ATOMIC_RELAXED) &&
@@ -39,9 +41,21 @@ static inline void byval_spin_lock(byval_spin_t *l)
     }
 }
 
-static inline void byval_spin_unlock(byval_spin_t *l)
+static inline void byval_spin_unlock_raw(byval_spin_t *l)
 {
     __atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE);
+}
+
+static inline void byval_spin_lock(byval_spin_t *l)
+{
+    byval_rank_enter(l->rank);
+    byval_spin_lock_raw(l);
+}
+
+static inline void byval_spin_unlock(byval_spin_t *l)
+{
+    byval_spin_unlock_raw(l);
+    byval_rank_leave(l->rank);
 }
 
 /* A fork child: the holder may be a thread that does not exist there. */

@@ -33,6 +33,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/broker_internal.h"
 #include "handles/fdproof.h"
 #include "handles/registry.h"
@@ -41,25 +42,15 @@
 #define BROKER_MAX_FDS 65536
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int uid_set;
     uid_t uid;
     uint32_t n;
     uint64_t served, refused;
     int epfd;             /* the offers' own proofs (-1 until the first) */
     byval_fdproof_t *fds; /* BROKER_MAX_FDS, allocated at the first offer */
-} of = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
-static pthread_once_t of_once = PTHREAD_ONCE_INIT;
-
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&of.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&of.lock);
-}
+} of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS), .epfd = -1};
+BYVAL_LOCK_STATIC(broker_offers, &of.lock);
 
 static void fork_child(void)
 {
@@ -70,20 +61,12 @@ static void fork_child(void)
     of.epfd = -1;
     of.n = 0;
     of.served = of.refused = 0;
-    pthread_mutex_init(&of.lock, NULL);
 }
+BYVAL_FORK_CHILD(broker_offers, fork_child);
 
-static void offers_once(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-/* The lock, its fork handlers registered first (a fork between a first
- * lock and a later registration would leave the child the lock held). */
 static void of_lock(void)
 {
-    pthread_once(&of_once, offers_once);
-    pthread_mutex_lock(&of.lock);
+    byval_lock(&of.lock);
 }
 
 static byval_fdproof_t *offered_locked(int fd)
@@ -118,7 +101,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
             drop_locked(x); /* closed or reused behind the offer: never again */
     }
     of.served += status == 0;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     return status;
 }
 
@@ -127,7 +110,7 @@ int byval_broker_uid_allowed(uid_t uid)
     of_lock();
     int allowed = uid == (of.uid_set ? of.uid : geteuid());
     of.refused += !allowed;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     return allowed;
 }
 
@@ -163,7 +146,7 @@ int byval_broker_offer(int fd)
     of.n++;
     rc = 0;
 out:
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
     errno = err;
     return rc;
 }
@@ -174,7 +157,7 @@ void byval_broker_withdraw(int fd)
     byval_fdproof_t *x = of.fds ? offered_locked(fd) : NULL;
     if (x)
         drop_locked(x);
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }
 
 void byval_broker_set_allowed_uid(uid_t uid)
@@ -182,7 +165,7 @@ void byval_broker_set_allowed_uid(uid_t uid)
     of_lock();
     of.uid = uid;
     of.uid_set = 1;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }
 
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
@@ -190,5 +173,5 @@ void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
     of_lock();
     *served_p = of.served;
     *refused_p = of.refused;
-    pthread_mutex_unlock(&of.lock);
+    byval_unlock(&of.lock);
 }

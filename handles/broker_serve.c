@@ -27,6 +27,7 @@
  * exited, and importers would wait for an answer nobody gives): its own
  * first export starts its own server under its name.
  */
+#include "cache/locks.h"
 #include "handles/bgthread.h"
 #include "handles/broker.h"
 
@@ -70,26 +71,21 @@ typedef struct conn {
 } conn_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int listen_fd; /* -1 when not serving */
     int rdv_fd;    /* rendezvous hook: the directory's socket, or -1 */
     int epoll_fd;
+    int ready; /* conns initialised (broker_once) */
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-} br = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .rdv_fd = -1, .epoll_fd = -1};
+} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1,
+       .epoll_fd = -1};
 static pthread_once_t br_once = PTHREAD_ONCE_INIT;
-
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&br.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&br.lock);
-}
+BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
 static void fork_child(void)
 {
+    if (!br.ready)
+        return; /* never served: nothing inherited */
     if (br.listen_fd >= 0)
         close(br.listen_fd);
     if (br.epoll_fd >= 0)
@@ -103,14 +99,16 @@ static void fork_child(void)
         br.conns[i].fd = -1;
     }
     br.listen_fd = br.epoll_fd = -1;
-    pthread_mutex_init(&br.lock, NULL);
 }
+BYVAL_FORK_CHILD(broker_serve, fork_child);
 
 static void broker_once(void)
 {
+    byval_lock(&br.lock);
     for (int i = 0; i < BROKER_MAX_CONNS; i++)
         br.conns[i].fd = -1;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    br.ready = 1;
+    byval_unlock(&br.lock);
 }
 
 /* Answer on a connection that has never been written to: its send buffer
@@ -147,11 +145,11 @@ static void conn_drop(int i, int32_t status)
     conn_t *c = &br.conns[i];
     if (status)
         answer(c->fd, status, -1);
-    pthread_mutex_lock(&br.lock);
+    byval_lock(&br.lock);
     close(c->fd); /* also takes it out of the epoll set */
     c->fd = -1;
     c->gen++;
-    pthread_mutex_unlock(&br.lock);
+    byval_unlock(&br.lock);
 }
 
 /* Read what slot i's peer sent (never past one request, never waiting);
@@ -255,13 +253,13 @@ static void accept_some(int lfd, int efd, int via_dir)
             continue;
         }
         conn_t *c = &br.conns[i];
-        pthread_mutex_lock(&br.lock);
+        byval_lock(&br.lock);
         c->fd = fd;
         c->pid = cred.pid;
         c->via_dir = (uint8_t)via_dir;
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
-        pthread_mutex_unlock(&br.lock);
+        byval_unlock(&br.lock);
         /* A well-behaved importer has sent its request already: serve it
          * now, and watch only the connections that are not done. */
         conn_read(i);
@@ -299,14 +297,15 @@ static int expire(void)
 static void *broker_thread(void *arg)
 {
     int lfd = (int)(intptr_t)arg;
-    pthread_mutex_lock(&br.lock);
+    byval_lock(&br.lock);
     int efd = br.epoll_fd, rfd = br.rdv_fd;
-    pthread_mutex_unlock(&br.lock);
+    byval_unlock(&br.lock);
     for (;;) {
         struct epoll_event evs[32];
         int n = epoll_wait(efd, evs, 32, expire());
         if (n < 0 && errno != EINTR)
             return NULL;
+        byval_locks_test_point("broker");
         for (int k = 0; k < n; k++) {
             uint64_t d = evs[k].data.u64;
             if (d == BROKER_TAG_LISTEN) {
@@ -371,11 +370,11 @@ int byval_broker_serve(void)
 {
     int rc = 0;
     pthread_once(&br_once, broker_once);
-    pthread_mutex_lock(&br.lock);
+    byval_lock(&br.lock);
     if (br.listen_fd < 0 && broker_start_locked() != 0)
         rc = -1;
     int err = errno;
-    pthread_mutex_unlock(&br.lock);
+    byval_unlock(&br.lock);
     errno = err;
     return rc;
 }

@@ -51,11 +51,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/registry_internal.h"
 #include "handles/resolve.h"
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int tried;   /* creation attempted (once per process image or fork) */
     int offered; /* its fds were handed out to be offered (once per registry) */
     int page_fd; /* a read-only open file of the sealed page: what peers get */
@@ -67,8 +68,9 @@ static struct {
     uint32_t high;
     uint64_t seq, next_serial;
     uint32_t live;
-} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1,
+} reg = {.lock = BYVAL_LOCK_INIT(REGISTRY), .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1,
          .drain_rd = -1};
+
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
 {
     /* FNV-1a 64: the key only has to tell a process's handles apart. */
@@ -103,29 +105,21 @@ static void destroy_locked(void)
     reg.seq = 0;
 }
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&reg.lock);
-}
+BYVAL_LOCK_STATIC(registry, &reg.lock);
 
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&reg.lock);
-}
-
-static void atfork_child(void)
+static void fork_child(void)
 {
     /* The forking thread held the lock across fork (prepare). Closing our
      * copies of the pipe's write end matters: importers see the parent's
      * exit as the hang-up only when every write end is closed. The child's
      * own exports make a new registry, offered anew (`offered`). */
-    pthread_mutex_init(&reg.lock, NULL);
     destroy_locked();
     reg.tried = 0;
     reg.offered = 0;
     reg.live = 0;
     reg.next_serial = 0;
 }
+BYVAL_FORK_CHILD(registry, fork_child);
 
 int byval_reg_page_seals(void)
 {
@@ -232,22 +226,9 @@ static int find_locked(uint64_t key, uint32_t ino, uint32_t fd)
     return -1;
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under our lock: fork() holds glibc's handler lock while it
-     * runs prepare handlers, which take ours. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Our lock, the fork handlers registered first: a fork between a first
- * lock and a later registration would leave the child the lock held by a
- * thread it does not have. */
 static void reg_lock(void)
 {
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&reg.lock);
+    byval_lock(&reg.lock);
 }
 
 /* Slot i's new serial (0: freed) into our copy and the page's. */
@@ -298,7 +279,7 @@ int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
         *serial_p = reg.next_serial;
     rc = 0;
 out:
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
     return rc;
 }
 
@@ -332,7 +313,7 @@ void byval_reg_remove(uint64_t key, uint32_t ino)
         if (any)
             wake_locked();
     }
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
 }
 
 unsigned byval_reg_exports_live(void)
@@ -346,7 +327,7 @@ int32_t byval_reg_dup_page(int *dup_p) /* rendezvous hook */
     int32_t st = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
     if (st == 0 && (*dup_p = fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0)) < 0)
         st = -errno;
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
     return st;
 }
 
@@ -362,6 +343,6 @@ int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)
         __atomic_store_n(&reg.offered, 1, __ATOMIC_RELEASE);
         rc = 0;
     }
-    pthread_mutex_unlock(&reg.lock);
+    byval_unlock(&reg.lock);
     return rc;
 }

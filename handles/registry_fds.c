@@ -28,6 +28,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/fdproof.h"
 
 #define FDS_MAX 16384 /* registered numbers at once: at most one per fd */
@@ -35,29 +36,20 @@
 typedef byval_fdproof_t fd_entry_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     int epfd; /* -1 until the first registration */
     uint32_t n, sweep_at;
     uint64_t served, refused;
     fd_entry_t *e; /* FDS_MAX entries, allocated at the first registration */
-} rf = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .sweep_at = 64};
+} rf = {.lock = BYVAL_LOCK_INIT(REGISTRY_FDS), .epfd = -1, .sweep_at = 64};
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&rf.lock);
-}
+BYVAL_LOCK_STATIC(registry_fds, &rf.lock);
 
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&rf.lock);
-}
-
-static void atfork_child(void)
+static void fork_child(void)
 {
     /* The child shares the parent's epoll instance through the inherited
      * fd (an EPOLL_CTL there would change the parent's set) and exported
      * nothing itself: it starts with an empty registry. */
-    pthread_mutex_init(&rf.lock, NULL);
     if (rf.epfd >= 0)
         close(rf.epfd);
     rf.epfd = -1;
@@ -65,19 +57,11 @@ static void atfork_child(void)
     rf.sweep_at = 64;
     rf.served = rf.refused = 0;
 }
+BYVAL_FORK_CHILD(registry_fds, fork_child);
 
-static pthread_once_t rf_once = PTHREAD_ONCE_INIT;
-
-static void rf_init(void)
-{
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* The lock, its fork handlers registered first (see broker_offers.c). */
 static void rf_lock(void)
 {
-    pthread_once(&rf_once, rf_init);
-    pthread_mutex_lock(&rf.lock);
+    byval_lock(&rf.lock);
 }
 
 static fd_entry_t *find_locked(int fd)
@@ -149,7 +133,7 @@ int byval_reg_add_fd(int fd)
     rf.e[rf.n++] = e;
     rc = 0;
 out:
-    pthread_mutex_unlock(&rf.lock);
+    byval_unlock(&rf.lock);
     errno = err;
     return rc;
 }
@@ -162,7 +146,7 @@ void byval_reg_drop_fd(int fd)
         byval_fdproof_drop(rf.epfd, x);
         drop_locked(x);
     }
-    pthread_mutex_unlock(&rf.lock);
+    byval_unlock(&rf.lock);
 }
 
 int byval_reg_dup_fd(int fd, int *dup_p)
@@ -178,7 +162,7 @@ int byval_reg_dup_fd(int fd, int *dup_p)
     }
     rf.served += status == 0;
     rf.refused += status != 0;
-    pthread_mutex_unlock(&rf.lock);
+    byval_unlock(&rf.lock);
     return status;
 }
 
@@ -186,7 +170,7 @@ unsigned byval_reg_fds_live(void)
 {
     rf_lock();
     unsigned n = rf.n;
-    pthread_mutex_unlock(&rf.lock);
+    byval_unlock(&rf.lock);
     return n;
 }
 
@@ -195,5 +179,5 @@ void byval_reg_fd_counts(uint64_t *served_p, uint64_t *refused_p)
     rf_lock();
     *served_p = rf.served;
     *refused_p = rf.refused;
-    pthread_mutex_unlock(&rf.lock);
+    byval_unlock(&rf.lock);
 }

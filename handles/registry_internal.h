@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 
+#include "cache/locks.h"
 #include "handles/registry_view.h"
 
 /* Reports of one exporter's frees at most once per this (a burst, or a
@@ -47,7 +48,7 @@ struct byval_reg_view {
 
 /* The list of views and the watcher's state (registry_views.c). */
 struct byval_reg_watch {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     byval_reg_view_t *head;
     pidfd_watch_t *pidfds;
     unsigned count;
@@ -60,7 +61,7 @@ struct byval_reg_watch {
 };
 extern struct byval_reg_watch byval_reg_w;
 
-/* byval_reg_w.lock (its fork handlers registered first). */
+/* byval_reg_w.lock (rank REGISTRY_WATCH, cache/locks.h). */
 void byval_reg_w_lock(void);
 
 /* (locked) The epoll set and the thread, once per process: 0, or -1

@@ -13,11 +13,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/registry_internal.h"
 #include "handles/resolve_internal.h"
 
-struct byval_reg_watch byval_reg_w = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1,
+struct byval_reg_watch byval_reg_w = {.lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1,
                                       .kick_fd = -1, .kick_kind = WATCH_KICK};
+BYVAL_LOCK_STATIC(registry_watch, &byval_reg_w.lock);
 
 void byval_reg_on_event(byval_reg_event_fn fn)
 {
@@ -36,7 +38,7 @@ void byval_reg_view_get(byval_reg_view_t *v)
 {
     byval_reg_w_lock();
     v->refs++;
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
 }
 
 void byval_reg_view_put(byval_reg_view_t *v)
@@ -45,7 +47,7 @@ void byval_reg_view_put(byval_reg_view_t *v)
         return;
     byval_reg_w_lock();
     int last = --v->refs == 0;
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     if (last)
         byval_reg_view_free(v);
 }
@@ -68,23 +70,12 @@ unsigned byval_reg_views(void)
     return __atomic_load_n(&byval_reg_w.count, __ATOMIC_RELAXED);
 }
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&byval_reg_w.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&byval_reg_w.lock);
-}
-
-static void atfork_child(void)
+static void fork_child(void)
 {
     /* The child has no watcher and imports nothing yet (its caches empty
      * themselves at fork). The epoll instance is shared with the parent:
      * touching its interest list would change the parent's, so only our
      * copies of the fds go. The list's memory is the child's own. */
-    pthread_mutex_init(&byval_reg_w.lock, NULL);
     for (byval_reg_view_t *v = byval_reg_w.head, *nx; v; v = nx) {
         nx = v->next;
         munmap((void *)v->hdr, BYVAL_REG_BYTES);
@@ -107,6 +98,7 @@ static void atfork_child(void)
     byval_reg_w.epfd = byval_reg_w.kick_fd = -1;
     byval_reg_w.started = 0;
 }
+BYVAL_FORK_CHILD(registry_watch, fork_child);
 
 /* (locked) the epoll set and the thread, once per process. */
 byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
@@ -120,7 +112,7 @@ byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identi
             v->used = ++byval_reg_w.tick;
             found = v;
         }
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     return found;
 }
 
@@ -137,26 +129,13 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
             *identity_p = v->identity;
             found = v;
         }
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     return found;
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void atfork_register(void)
-{
-    /* Never under the lock: fork() holds glibc's handler lock while it
-     * runs the prepare handlers, and ours takes the lock. */
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Our lock, the fork handlers registered first: a fork between a first
- * lock and a later registration would leave the child the lock held by a
- * thread it does not have. */
 void byval_reg_w_lock(void)
 {
-    pthread_once(&atfork_once, atfork_register);
-    pthread_mutex_lock(&byval_reg_w.lock);
+    byval_lock(&byval_reg_w.lock);
 }
 
 /* List v and watch it (or use a twin another thread listed meanwhile). */
@@ -168,7 +147,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
             o->identity == v->identity) {
             o->refs++;
             o->used = ++byval_reg_w.tick;
-            pthread_mutex_unlock(&byval_reg_w.lock);
+            byval_unlock(&byval_reg_w.lock);
             byval_reg_view_free(v);
             return o;
         }
@@ -177,7 +156,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
         epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
         if (msg && !msg[0])
             byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
-        pthread_mutex_unlock(&byval_reg_w.lock);
+        byval_unlock(&byval_reg_w.lock);
         byval_reg_view_free(v);
         return NULL;
     }
@@ -190,6 +169,6 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     v->refs++; /* the caller's */
     if (over) /* the watcher evicts, between its batches */
         byval_reg_watch_kick();
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     return v;
 }

@@ -84,7 +84,7 @@ static void unlist(byval_reg_view_t *v)
         close(v->pipe_fd);
         v->pipe_fd = -1;
     }
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     if (listed)
         byval_reg_view_put(v);
 }
@@ -135,7 +135,7 @@ static int due_views(uint64_t now)
                 timeout = timeout < 0 || ms < timeout ? ms : timeout;
             }
         }
-        pthread_mutex_unlock(&byval_reg_w.lock);
+        byval_unlock(&byval_reg_w.lock);
         if (!v)
             return timeout;
         v->held = 0;
@@ -164,7 +164,7 @@ static void evict_views(void)
                     victim = x;
         if (victim)
             victim->refs++;
-        pthread_mutex_unlock(&byval_reg_w.lock);
+        byval_unlock(&byval_reg_w.lock);
         if (!victim)
             return;
         unlist(victim);
@@ -212,7 +212,7 @@ static void *watch_main(void *arg)
                     break;
                 }
             epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_DEL, pw->fd, NULL);
-            pthread_mutex_unlock(&byval_reg_w.lock);
+            byval_unlock(&byval_reg_w.lock);
             close(pw->fd);
             pw->fn(pw->arg);
             free(pw);
@@ -277,7 +277,7 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
         pw->next = byval_reg_w.pidfds;
         byval_reg_w.pidfds = pw;
     }
-    pthread_mutex_unlock(&byval_reg_w.lock);
+    byval_unlock(&byval_reg_w.lock);
     if (rc != 0) {
         if (pw->fd >= 0)
             close(pw->fd);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/broker.h"
 #include "handles/nsxlate.h"
 #include "handles/resolve_internal.h"
@@ -31,39 +32,18 @@ typedef struct peer {
 } peer_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     unsigned next;
     peer_t p[PEERS];
-} mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static pthread_once_t mem_once = PTHREAD_ONCE_INIT;
-
+} mem = {.lock = BYVAL_LOCK_INIT(TRANSPORT)};
 /* The table stays true in a fork child (same exporters, same host): only
  * the lock must not be inherited held. */
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&mem.lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&mem.lock);
-}
-
-static void fork_child(void)
-{
-    pthread_mutex_init(&mem.lock, NULL);
-}
-
-static void mem_init(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
+BYVAL_LOCK_STATIC(transport, &mem.lock);
 
 static peer_t peer_get(const byval_record_t *rec)
 {
     peer_t found = {0};
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     for (unsigned i = 0; i < PEERS; i++) {
         const peer_t *p = &mem.p[i];
         if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
@@ -72,14 +52,13 @@ static peer_t peer_get(const byval_record_t *rec)
             break;
         }
     }
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
     return found;
 }
 
 static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
 {
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     peer_t *slot = NULL;
     for (unsigned i = 0; i < PEERS && !slot; i++)
         if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
@@ -88,7 +67,7 @@ static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_
     if (!slot)
         slot = &mem.p[mem.next++ % PEERS];
     *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
 }
 
 void byval_transport_remember_socket(const byval_record_t *rec) /* rendezvous hook */
@@ -98,11 +77,10 @@ void byval_transport_remember_socket(const byval_record_t *rec) /* rendezvous ho
 
 void byval_transport_forget(void)
 {
-    pthread_once(&mem_once, mem_init);
-    pthread_mutex_lock(&mem.lock);
+    byval_lock(&mem.lock);
     memset(mem.p, 0, sizeof(mem.p));
     mem.next = 0;
-    pthread_mutex_unlock(&mem.lock);
+    byval_unlock(&mem.lock);
 }
 
 /* The socket, with the same fd-kind check (inode and size) as pidfd. */

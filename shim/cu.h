@@ -24,12 +24,18 @@
 #undef cuMemFree
 #undef cuGetProcAddress
 #undef cuMemGetAddressRange
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 
 /* The older entry points we export beside the newest (cuda.h declares
  * only the newest under the plain names). */
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle h, unsigned int flags);
 CUresult cuMemFree(unsigned int ptr);
+CUresult cuCtxDestroy(CUcontext ctx);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 
 typedef CUresult (*byval_cu_get_fn)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*byval_cu_open_fn)(CUdeviceptr *, CUipcMemHandle, unsigned int);
@@ -147,9 +153,6 @@ void byval_cu_context_dying(CUcontext ctx);
 void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h,
                                CUdeviceptr ptr);
 void byval_cu_legacy_freed(CUdeviceptr ptr);
-
-/* The context wrappers (cu_ctx.c) for cuGetProcAddress, NULL if not one. */
-void *byval_cu_ctx_wrapper_for(const char *symbol, int version);
 
 /* Make ctx current around a driver call from a cache callback. */
 CUcontext byval_cu_ctx_push(CUcontext ctx);

@@ -13,8 +13,6 @@
  * and checked after the call (inactive now: destroyed, the mappings of it
  * are forgotten, as their memory went with it).
  */
-#include <string.h>
-
 #include "cache/imports.h"
 #include "shim/config.h"
 #include "shim/cu.h"
@@ -23,13 +21,6 @@
 
 #define CU_EXPORT __attribute__((visibility("default")))
 #define MAX_DEVICES 64
-
-#undef cuCtxDestroy
-#undef cuDevicePrimaryCtxRelease
-#undef cuDevicePrimaryCtxReset
-CUresult cuCtxDestroy(CUcontext ctx);
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
-CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 
 /* Retains of each device's primary context seen through our wrappers. */
 static int retains[MAX_DEVICES];
@@ -161,19 +152,4 @@ CU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
     const byval_cu_real_t *rl = byval_cu_real();
     return ctx_destroy(rl ? rl->ctx_destroy : NULL, ctx);
-}
-
-void *byval_cu_ctx_wrapper_for(const char *symbol, int version)
-{
-    if (strcmp(symbol, "cuCtxDestroy") == 0)
-        return version >= 4000 ? (void *)cuCtxDestroy_v2 : (void *)cuCtxDestroy;
-    if (strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0)
-        return version >= 11000 ? (void *)cuDevicePrimaryCtxRelease_v2
-                                : (void *)cuDevicePrimaryCtxRelease;
-    if (strcmp(symbol, "cuDevicePrimaryCtxReset") == 0)
-        return version >= 11000 ? (void *)cuDevicePrimaryCtxReset_v2
-                                : (void *)cuDevicePrimaryCtxReset;
-    if (strcmp(symbol, "cuDevicePrimaryCtxRetain") == 0)
-        return (void *)cuDevicePrimaryCtxRetain;
-    return NULL;
 }

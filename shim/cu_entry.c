@@ -117,30 +117,45 @@ CU_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAll
     return r;
 }
 
+/* Our wrappers by name and the first CUDA version each answers: the rows
+ * of one name newest first, and the first whose version is not above the
+ * one asked for wins (cuIpcOpenMemHandle before 11.0 is the legacy entry). */
+static const struct cu_route {
+    const char *name;
+    int since;
+    void *wrapper;
+} cu_routes[] = {
+    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2},
+    {"cuGetProcAddress", 0, (void *)cuGetProcAddress},
+    {"cuIpcOpenMemHandle", 11000, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcOpenMemHandle", 0, (void *)cuIpcOpenMemHandle},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2},
+    {"cuMemFree", 0, (void *)cuMemFree},
+    {"cuIpcGetMemHandle", 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcCloseMemHandle", 0, (void *)cuIpcCloseMemHandle},
+    {"cuMemRelease", 0, (void *)cuMemRelease},
+    {"cuMemUnmap", 0, (void *)cuMemUnmap},
+    {"cuMemMap", 0, (void *)cuMemMap},
+    {"cuMemExportToShareableHandle", 0, (void *)cuMemExportToShareableHandle},
+    /* cu_ctx.c: a context's mappings go before the context does. */
+    {"cuCtxDestroy", 4000, (void *)cuCtxDestroy_v2},
+    {"cuCtxDestroy", 0, (void *)cuCtxDestroy},
+    {"cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxRelease", 0, (void *)cuDevicePrimaryCtxRelease},
+    {"cuDevicePrimaryCtxReset", 11000, (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxReset", 0, (void *)cuDevicePrimaryCtxReset},
+    {"cuDevicePrimaryCtxRetain", 0, (void *)cuDevicePrimaryCtxRetain},
+};
+
 /* Our wrapper for (symbol, requested version), NULL if not ours. */
 static void *cu_wrapper_for(const char *symbol, int version)
 {
     if (!symbol || symbol[0] != 'c' || symbol[1] != 'u')
         return NULL;
-    if (strcmp(symbol, "cuGetProcAddress") == 0)
-        return version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
-    if (strcmp(symbol, "cuIpcOpenMemHandle") == 0)
-        return version >= 11000 ? (void *)cuIpcOpenMemHandle_v2 : (void *)cuIpcOpenMemHandle;
-    if (strcmp(symbol, "cuMemFree") == 0)
-        return version >= 3020 ? (void *)cuMemFree_v2 : (void *)cuMemFree;
-    if (strcmp(symbol, "cuIpcGetMemHandle") == 0)
-        return (void *)cuIpcGetMemHandle;
-    if (strcmp(symbol, "cuIpcCloseMemHandle") == 0)
-        return (void *)cuIpcCloseMemHandle;
-    if (strcmp(symbol, "cuMemRelease") == 0)
-        return (void *)cuMemRelease;
-    if (strcmp(symbol, "cuMemUnmap") == 0)
-        return (void *)cuMemUnmap;
-    if (strcmp(symbol, "cuMemMap") == 0)
-        return (void *)cuMemMap;
-    if (strcmp(symbol, "cuMemExportToShareableHandle") == 0)
-        return (void *)cuMemExportToShareableHandle;
-    return byval_cu_ctx_wrapper_for(symbol, version);
+    for (size_t i = 0; i < sizeof(cu_routes) / sizeof(cu_routes[0]); i++)
+        if (version >= cu_routes[i].since && strcmp(symbol, cu_routes[i].name) == 0)
+            return cu_routes[i].wrapper;
+    return NULL;
 }
 
 /* Replace *pfn with our wrapper when the driver found the symbol. */

@@ -94,17 +94,6 @@ static void export_init(void)
     byval_cu_fast_init(byval_cfg.export_cache_size);
 }
 
-int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
-                    uint64_t *out)
-{
-    /* Some attributes are 4 bytes, some 8: read into a zeroed 8-byte slot. */
-    uint64_t v = 0;
-    if (rl->pointer_get_attribute(&v, a, p) != CUDA_SUCCESS)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Export every chunk mapped in [start, start+size). 0 or -1 (logged). */
 static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr start,
                          uint64_t size)

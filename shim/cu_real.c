@@ -111,3 +111,14 @@ void byval_cu_ctx_pop(CUcontext saved)
         cur != saved)
         rl->ctx_set_current(saved);
 }
+
+int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
+                      uint64_t *out)
+{
+    /* Some attributes are 4 bytes, some 8: read into a zeroed 8-byte slot. */
+    uint64_t v = 0;
+    if (rl->pointer_get_attribute(&v, a, p) != CUDA_SUCCESS)
+        return -1;
+    *out = v;
+    return 0;
+}

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "shim/log.h"
@@ -34,33 +35,24 @@ typedef struct kept {
 } kept_t;
 
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     unsigned count;
     kept_t k[EXPORTERS_MAX];
     unsigned ndrain;
     kept_t drain[EXPORTERS_DRAIN]; /* exited, loans out: id unused */
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
     int64_t last_poll_ns;
-} ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} ex = {.lock = BYVAL_LOCK_INIT(EXPORTERS)};
 
 /* fork(): the forking thread holds the lock across it (no other thread
  * is inside the table then), the parent lets go, the child starts over. */
-static void exporters_atfork_prepare(void)
-{
-    pthread_mutex_lock(&ex.lock);
-}
+BYVAL_LOCK_STATIC(exporters, &ex.lock);
 
-static void exporters_atfork_parent(void)
-{
-    pthread_mutex_unlock(&ex.lock);
-}
-
-static void exporters_atfork_child(void)
+static void fork_child(void)
 {
     /* The child did not import anything and borrows nothing (only the
      * forking thread exists): forget the parent's exporters. Closing the
      * inherited pidfds touches no driver state. */
-    pthread_mutex_init(&ex.lock, NULL);
     for (unsigned i = 0; i < ex.count; i++)
         close(ex.k[i].pidfd);
     for (unsigned i = 0; i < ex.ndrain; i++)
@@ -68,22 +60,11 @@ static void exporters_atfork_child(void)
     ex.ndrain = 0;
     __atomic_store_n(&ex.count, 0, __ATOMIC_RELAXED);
 }
+BYVAL_FORK_CHILD(exporters, fork_child);
 
-static pthread_once_t ex_once = PTHREAD_ONCE_INIT;
-
-static void ex_atfork_register(void)
-{
-    pthread_atfork(exporters_atfork_prepare, exporters_atfork_parent, exporters_atfork_child);
-}
-
-/* The table's lock, its fork handlers registered first: registered under
- * the lock (as before), a fork between the lock and the registration left
- * the child a lock held by a thread it does not have, and its first open
- * hung (test_faults, CUDA first calls and fork: ~1% of trials under load). */
 static void ex_lock(void)
 {
-    pthread_once(&ex_once, ex_atfork_register);
-    pthread_mutex_lock(&ex.lock);
+    byval_lock(&ex.lock);
 }
 
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
@@ -97,7 +78,7 @@ void byval_exporters_on_exit(byval_exporter_exit_fn fn)
             break;
         }
     }
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
 }
 
 /* (locked) The kept entry of id, or NULL. */
@@ -120,7 +101,7 @@ int byval_exporters_hold(const byval_exporter_id_t *id)
         k->loans++;
         pidfd = k->pidfd;
     }
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
     return pidfd;
 }
 
@@ -153,7 +134,7 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
                             EXPORTERS_MAX, id->pid);
         }
     }
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
     if (close_fd >= 0)
         close(close_fd);
 }
@@ -229,7 +210,7 @@ static void poll_now(int64_t now)
         *k = ex.k[ex.count];
     }
     memcpy(handlers, ex.handlers, sizeof(handlers));
-    pthread_mutex_unlock(&ex.lock);
+    byval_unlock(&ex.lock);
     for (unsigned c = 0; c < nclose; c++)
         close(to_close[c]);
     for (unsigned g = 0; g < ngone; g++) {

@@ -2,9 +2,10 @@
 /*
  * init.c - once-only initialisation, the re-entry guard, fork and exit.
  *
- * Nothing runs at load time except one getenv() for --print-config: a
- * process that never calls a GPU API (a shell, mpirun) gets no threads, no
- * files and no output from ipcbyval.
+ * Nothing runs at load time except one getenv() for --print-config and
+ * the one pthread_atfork (cache/locks.c): a process that never calls a GPU
+ * API (a shell, mpirun) gets no threads, no files and no output from
+ * ipcbyval.
  */
 #include "shim/init.h"
 
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/locks.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/rendezvous.h"
@@ -27,15 +29,16 @@ static int init_done; /* init_run finished (read atomically) */
  * __tls_get_addr each time; a preloaded library gets static TLS. */
 static __thread int init_depth __attribute__((tls_model("initial-exec")));
 
-static void init_atfork_child(void)
+static void init_fork_child(void)
 {
     /* The child has a new pid: its exporter identity must be recomputed.
-     * The caches empty themselves (cache/lru.c registers its own handler),
-     * and the counters start from zero: each process reports its own calls
-     * (a job's table adds them up). */
+     * The caches empty themselves (cache/lru_fork.c), and the counters
+     * start from zero: each process reports its own calls (a job's table
+     * adds them up). */
     byval_self_reset();
     memset(byval_stats, 0, sizeof(byval_stats));
 }
+BYVAL_FORK_CHILD(init, init_fork_child);
 
 static int init_quiet_exit; /* --print-config: print nothing else */
 
@@ -56,7 +59,6 @@ static void init_run(void)
     init_enabled = byval_cfg.enable;
     if (init_enabled)
         byval_rendezvous_configure(); /* rendezvous hook */
-    pthread_atfork(NULL, NULL, init_atfork_child);
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,

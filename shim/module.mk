@@ -24,7 +24,7 @@ $(NO_SAN_OBJ): LIB_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=all
 UNIT_TESTS += $(BUILD)/test/unit/test_exporters
 $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_skip.h \
                                    $(BUILD)/shim/exporters.o $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) \
-                                   $(BUILD)/cache/stripe.o
+                                   $(BUILD)/cache/stripe.o $(BUILD)/cache/locks.o
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread
 
@@ -37,3 +37,11 @@ UNIT_TESTS += $(BUILD)/test/unit/test_stats
 $(BUILD)/test/unit/test_stats: test/unit/test_stats.c $(STATS_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $^ -lcmocka -lpthread
+
+# The lock order and fork (cache/locks.h) with every module linked in, so
+# that every registered lock is there (the shim's too).
+UNIT_TESTS += $(BUILD)/test/unit/test_locks
+LOCKS_TEST_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+$(BUILD)/test/unit/test_locks: test/unit/test_locks.c test/unit/test_skip.h $(LOCKS_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(LOCKS_TEST_OBJ) -ldl -lcmocka -lpthread

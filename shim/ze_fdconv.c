@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/resolve.h"
 #include "handles/wire.h"
 #include "shim/config.h"
@@ -38,37 +39,26 @@
 
 /* Duplicates handed out: which by-value handle each came from. */
 static struct {
-    pthread_mutex_t lock;
+    byval_lock_t lock;
     struct dup {
         int fd; /* -1: free */
         uint32_t ino;
         ze_ipc_mem_handle_t handle;
     } d[DUPS];
     unsigned next;
-} dups = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} dups = {.lock = BYVAL_LOCK_INIT(ZE_FDCONV)};
 
 static pthread_once_t dups_once = PTHREAD_ONCE_INIT;
 
-/* A fork while another thread holds dups.lock would leave the child's copy
- * locked for good; the table itself stays right there (the child inherits
- * the duplicates, open). The lock is a leaf (nothing is taken or called
- * out under it but fcntl and fstat), so these handlers may run in any
- * order among the others. */
-static void dups_fork_prepare(void)
-{
-    pthread_mutex_lock(&dups.lock);
-}
-
-static void dups_fork_release(void)
-{
-    pthread_mutex_unlock(&dups.lock);
-}
+/* fork: the table stays right in the child (it inherits the duplicates,
+ * open); only the lock must not be inherited held. A leaf: nothing is
+ * taken or called out under it but fcntl and fstat. */
+BYVAL_LOCK_STATIC(ze_fdconv, &dups.lock);
 
 static void dups_init(void)
 {
     for (unsigned i = 0; i < DUPS; i++)
         dups.d[i].fd = -1;
-    pthread_atfork(dups_fork_prepare, dups_fork_release, dups_fork_release);
 }
 
 /* 1 while fd is open on the object whose inode's low bits are ino. */
@@ -81,18 +71,18 @@ static int still_names(int fd, uint32_t ino)
 static int dup_of_handle(const ze_ipc_mem_handle_t *handle)
 {
     int fd = -1;
-    pthread_mutex_lock(&dups.lock);
+    byval_lock(&dups.lock);
     for (unsigned i = 0; i < DUPS && fd < 0; i++)
         if (dups.d[i].fd >= 0 && !memcmp(&dups.d[i].handle, handle, sizeof(*handle)) &&
             still_names(dups.d[i].fd, dups.d[i].ino))
             fd = dups.d[i].fd;
-    pthread_mutex_unlock(&dups.lock);
+    byval_unlock(&dups.lock);
     return fd;
 }
 
 static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle)
 {
-    pthread_mutex_lock(&dups.lock);
+    byval_lock(&dups.lock);
     unsigned slot = DUPS;
     for (unsigned i = 0; i < DUPS && slot == DUPS; i++)
         if (dups.d[i].fd == fd || dups.d[i].fd < 0) /* a number reused, or free */
@@ -102,20 +92,20 @@ static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle
     dups.d[slot].fd = fd;
     dups.d[slot].ino = ino;
     dups.d[slot].handle = *handle;
-    pthread_mutex_unlock(&dups.lock);
+    byval_unlock(&dups.lock);
 }
 
 /* The by-value handle whose duplicate fd is, if fd still names it. */
 static int handle_of_dup(int fd, ze_ipc_mem_handle_t *handle)
 {
     int found = 0;
-    pthread_mutex_lock(&dups.lock);
+    byval_lock(&dups.lock);
     for (unsigned i = 0; i < DUPS && !found; i++)
         if (dups.d[i].fd == fd && still_names(fd, dups.d[i].ino)) {
             *handle = dups.d[i].handle;
             found = 1;
         }
-    pthread_mutex_unlock(&dups.lock);
+    byval_unlock(&dups.lock);
     return found;
 }
 

@@ -10,7 +10,7 @@ $(DENY_GETFD): test/transport/deny_getfd.c
 # The transport on handles/ alone (no shim): unit tests of the broker, the
 # pid translation and the policy, and xfer, the exporter/importer pair the
 # namespace and uid cases of test_xfer.sh run.
-TRANSPORT_TEST_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC))
+TRANSPORT_TEST_OBJ = $(HANDLES_ALL_OBJ)
 XFER := $(BUILD)/test/transport/xfer
 TEST_BINS += $(XFER)
 UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \

@@ -117,11 +117,10 @@ static bool driver_ok(ze_driver_handle_t driver)
  * not exist there: the child's first call into the driver hangs. The fault
  * suite forks while 16 threads open handles and opens one in the child,
  * to test ipcbyval's own fork handlers; so fork takes the lock first and
- * both sides release it. Registered at zeInit, before any client of the
- * driver can register handlers that hold a lock of theirs across a call
- * into us (ipcbyval's release gate, cache/imports.c): prepare handlers run
- * last-registered first, so theirs take their lock before ours, the order
- * their threads take them in.
+ * both sides release it. Registered at zeInit, as a real driver would:
+ * after ipcbyval's handler (installed at load), so this prepare runs
+ * first, and ipcbyval's, which waits for its releases in flight in here,
+ * bounds that wait (cache/locks.h: BYVAL_GATE_FORK_MS).
  */
 static void fork_prepare(void)
 {
