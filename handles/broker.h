@@ -60,6 +60,12 @@ byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen);
 
+/* The same; *via_dir_p (may be NULL) is set when the exporter was
+ * reached through the rendezvous directory (rendezvous.h). */
+byval_status_t byval_broker_fetch_via(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                      int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
+                                      size_t msglen);
+
 /* Importer: pidfd_getfd(fd) of the process rec names (its pid, pidns,
  * boot and identity; nothing else of rec is used) was refused by the
  * kernel: ask that process's broker for the fd it registered as exported

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 
 /* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
  * their own tables: there we go without it and check SO_PEERCRED only). */
@@ -40,7 +41,7 @@ static byval_status_t impostor(const byval_record_t *rec, const char *name, cons
                                unsigned long long got, char *msg, size_t msglen)
 {
     byval_msg(msg, msglen,
-              "the socket @%s of exporter pid %u is held by another process (%s %llu, the "
+              "the socket %s of exporter pid %u is held by another process (%s %llu, the "
               "exporter's is %llu): nothing asked of it",
               name, rec->pid, what, got, (unsigned long long)rec->identity);
     return BYVAL_E_IDENTITY;
@@ -49,7 +50,7 @@ static byval_status_t impostor(const byval_record_t *rec, const char *name, cons
 /* Is the listener on s the exporter rec describes? On BYVAL_OK, *pidfd_p
  * is its pidfd when that proved it, else -1. */
 static byval_status_t check_listener(int s, const byval_record_t *rec, const char *name,
-                                     int *pidfd_p, char *msg, size_t msglen)
+                                     int strict, int *pidfd_p, char *msg, size_t msglen)
 {
     int pidfd = -1;
     socklen_t len = sizeof(pidfd);
@@ -68,6 +69,15 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     }
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
+    if (strict) { /* rendezvous hook: nothing else holds across namespaces */
+        byval_msg(msg, msglen,
+                  "the listener on exporter pid %u's socket in the rendezvous directory could "
+                  "not be proven to be it (%s): nothing asked of it",
+                  rec->pid,
+                  pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
+                            : "no pidfs identity to compare");
+        return BYVAL_E_IDENTITY;
+    }
     struct ucred cred;
     byval_self_t self;
     len = sizeof(cred);
@@ -87,7 +97,7 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
  * exporter said to retry (it holds as many connections as it serves). */
 static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_t fd,
                               uint32_t fd_ino, int64_t deadline, int *got_p, int *pidfd_p,
-                              int *busy_p, char *msg, size_t msglen)
+                              int *busy_p, int *via_dir_p, char *msg, size_t msglen)
 {
     struct sockaddr_un a;
     int pidfd = -1, got = -1;
@@ -100,7 +110,8 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
         return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
     }
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
-    const char *name = a.sun_path + 1;
+    char name[300]; /* as shown: "@abstract", or the rendezvous path */
+    snprintf(name, sizeof(name), "@%s", a.sun_path + 1);
     byval_broker_until(s, SO_SNDTIMEO, deadline);
     int rc, err = 0;
     /* An interrupted connect on a Unix socket leaves it unconnected (the
@@ -110,20 +121,38 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc != 0 && err == EISCONN)
         rc = 0;
+    *via_dir_p = 0;
+    if (rc != 0 && (err == ECONNREFUSED || err == ENOENT) && byval_rendezvous_enabled()) {
+        /* rendezvous hook: not in our network namespace; its socket in
+         * the directory, with the listener's proof made mandatory. */
+        close(s);
+        if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+            byval_msg(msg, msglen, "socket() for the rendezvous failed: %s", strerror(errno));
+            return BYVAL_E_SYS;
+        }
+        if ((st = byval_rendezvous_connect(s, rec, deadline, msg, msglen)) != BYVAL_OK)
+            goto err_sock;
+        *via_dir_p = 1;
+        rc = 0;
+        char file[64];
+        byval_rendezvous_name(file, sizeof(file), rec->boot, rec->identity);
+        snprintf(name, sizeof(name), "%s/%s", byval_rendezvous_dir(), file);
+    }
     if (rc != 0) {
         st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
         if (st == BYVAL_E_GONE)
             byval_msg(msg, msglen,
                       "exporter pid %u serves no fds over the socket fallback (is it running "
-                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace?)",
+                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
+                      "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
                       rec->pid);
         else
-            byval_msg(msg, msglen, "connect to @%s (exporter pid %u) failed: %s%s", name,
+            byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name,
                       rec->pid, strerror(err),
                       err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
         goto err_sock;
     }
-    st = check_listener(s, rec, name, &pidfd, msg, msglen);
+    st = check_listener(s, rec, name, *via_dir_p, &pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_sock;
     struct broker_req req = {magic, fd, fd_ino};
@@ -147,7 +176,7 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
      * already (EPIPE), and its answer still waits in our queue. */
     st = byval_broker_receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
     if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
-        byval_msg(msg, msglen, "send to @%s (exporter pid %u) failed: %s", name, rec->pid,
+        byval_msg(msg, msglen, "send to %s (exporter pid %u) failed: %s", name, rec->pid,
                   send_err ? strerror(send_err) : "short write");
         st = BYVAL_E_SYS;
     }
@@ -183,9 +212,10 @@ err_sock:
 }
 
 static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t fd,
-                            uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg, size_t msglen)
+                            uint32_t fd_ino, int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
+                            size_t msglen)
 {
-    int pidfd = -1, busy;
+    int pidfd = -1, busy, via_dir = 0;
     *fd_p = -1;
     if (pidfd_p)
         *pidfd_p = -1;
@@ -197,7 +227,7 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
-        st = attempt(rec, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
+        st = attempt(rec, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, &via_dir, msg, msglen);
         int64_t left = deadline - byval_broker_now_ms();
         if (!busy || left <= 0)
             break;
@@ -205,6 +235,8 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
     }
     if (st != BYVAL_OK)
         return st;
+    if (via_dir_p)
+        *via_dir_p = via_dir;
     if (pidfd_p)
         *pidfd_p = pidfd;
     else if (pidfd >= 0)
@@ -215,17 +247,24 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg, msglen);
+    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, NULL, msg, msglen);
+}
+
+byval_status_t byval_broker_fetch_via(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                      int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
+                                      size_t msglen)
+{
+    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, via_dir_p, msg, msglen);
 }
 
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, msg, msglen);
+    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, NULL, msg, msglen);
 }
 
 byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
                                    size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+    return fetch(rec, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, NULL, msg, msglen);
 }

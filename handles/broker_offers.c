@@ -37,6 +37,7 @@
 #include "handles/broker_internal.h"
 #include "handles/fdproof.h"
 #include "handles/registry.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 
 #define BROKER_MAX_FDS 65536
 
@@ -86,6 +87,8 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
 {
     int32_t status = -EBADF;
     *dup_p = -1;
+    if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
+        return byval_rendezvous_registry_dup(dup_p); /* rendezvous hook */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
@@ -54,6 +55,9 @@
 #define BROKER_PEER_CONNS 8 /* per peer process: its excess is told to retry */
 #define BROKER_CONN_MS 500  /* a connection's whole life, connect to answer */
 #define BROKER_ACCEPT_BATCH 16
+/* epoll tags of the two listening sockets (connections use gen << 32 | slot) */
+#define BROKER_TAG_LISTEN UINT64_MAX
+#define BROKER_TAG_RENDEZVOUS (UINT64_MAX - 1) /* rendezvous hook */
 
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
@@ -62,16 +66,19 @@ typedef struct conn {
     uint32_t gen;      /* tells a reused slot from the one an event named */
     uint32_t have;     /* request bytes received */
     int64_t deadline;  /* ms, CLOCK_MONOTONIC */
+    uint8_t via_dir;   /* rendezvous hook: accepted on the directory's socket */
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
 static struct {
     byval_lock_t lock;
     int listen_fd; /* -1 when not serving */
+    int rdv_fd;    /* rendezvous hook: the directory's socket, or -1 */
     int epoll_fd;
     int ready; /* conns initialised (broker_once) */
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .epoll_fd = -1};
+} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1,
+       .epoll_fd = -1};
 static pthread_once_t br_once = PTHREAD_ONCE_INIT;
 BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
@@ -83,6 +90,9 @@ static void fork_child(void)
         close(br.listen_fd);
     if (br.epoll_fd >= 0)
         close(br.epoll_fd);
+    if (br.rdv_fd >= 0) /* rendezvous hook: the parent's name, not ours */
+        close(br.rdv_fd);
+    br.rdv_fd = -1;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
         if (br.conns[i].fd >= 0)
             close(br.conns[i].fd); /* the parent's peers, not ours */
@@ -169,6 +179,8 @@ static void conn_read(int i)
         }
         int dup = -1;
         int32_t status = byval_broker_lookup(&req, &dup);
+        if (status == 0 && c->via_dir)
+            byval_rendezvous_served(); /* rendezvous hook */
         answer(c->fd, status, dup);
         conn_drop(i, 0);
         return;
@@ -210,7 +222,7 @@ static int conn_slot(pid_t pid)
 
 /* Take up to a batch of new connections (more wait for the next round,
  * so that accepting cannot starve reading). */
-static void accept_some(int lfd, int efd)
+static void accept_some(int lfd, int efd, int via_dir)
 {
     for (int k = 0; k < BROKER_ACCEPT_BATCH; k++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -227,7 +239,9 @@ static void accept_some(int lfd, int efd)
             close(fd);
             continue;
         }
-        if (!byval_broker_uid_allowed(cred.uid)) {
+        /* rendezvous hook: the directory's peers may also be of its group */
+        if (!(via_dir ? byval_rendezvous_peer_allowed(fd, &cred)
+                      : byval_broker_uid_allowed(cred.uid))) {
             answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
             close(fd);
             continue;
@@ -242,6 +256,7 @@ static void accept_some(int lfd, int efd)
         byval_lock(&br.lock);
         c->fd = fd;
         c->pid = cred.pid;
+        c->via_dir = (uint8_t)via_dir;
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         byval_unlock(&br.lock);
@@ -283,7 +298,7 @@ static void *broker_thread(void *arg)
 {
     int lfd = (int)(intptr_t)arg;
     byval_lock(&br.lock);
-    int efd = br.epoll_fd;
+    int efd = br.epoll_fd, rfd = br.rdv_fd;
     byval_unlock(&br.lock);
     for (;;) {
         struct epoll_event evs[32];
@@ -293,10 +308,14 @@ static void *broker_thread(void *arg)
         byval_locks_test_point("broker");
         for (int k = 0; k < n; k++) {
             uint64_t d = evs[k].data.u64;
-            if (d == UINT64_MAX) {
+            if (d == BROKER_TAG_LISTEN) {
                 if (evs[k].events & (EPOLLERR | EPOLLHUP))
                     return NULL; /* the listening socket is gone */
-                accept_some(lfd, efd);
+                accept_some(lfd, efd, 0);
+                continue;
+            }
+            if (d == BROKER_TAG_RENDEZVOUS) { /* rendezvous hook */
+                accept_some(rfd, efd, 1);
                 continue;
             }
             int i = (int)(uint32_t)d;
@@ -320,11 +339,12 @@ static int broker_start_locked(void)
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
         goto err_sock;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = BROKER_TAG_LISTEN};
     efd = epoll_create1(EPOLL_CLOEXEC);
     if (efd < 0 || epoll_ctl(efd, EPOLL_CTL_ADD, lfd, &ev) != 0)
         goto err_sock;
     br.epoll_fd = efd;
+    byval_rendezvous_serve(&self, efd, BROKER_TAG_RENDEZVOUS, &br.rdv_fd); /* rendezvous hook */
     int rc = byval_bgthread_start(broker_thread, (void *)(intptr_t)lfd, NULL);
     if (rc != 0) {
         errno = rc;
@@ -338,6 +358,9 @@ err_sock:;
     br.epoll_fd = -1;
     if (efd >= 0)
         close(efd);
+    if (br.rdv_fd >= 0) /* rendezvous hook */
+        close(br.rdv_fd);
+    br.rdv_fd = -1;
     close(lfd);
     errno = err;
     return -1;

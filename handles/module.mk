@@ -8,12 +8,16 @@
 # thread, registry_short.c from a short record to the exporter's
 # registry); broker*.c and nsxlate.c are the socket fallback and the pid
 # translation;
-# rescue.c asks a broker for another library's refused pidfd_getfd.
+# rescue.c asks a broker for another library's refused pidfd_getfd;
+# rendezvous*.c put the broker's socket in a directory shared across
+# pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/resolve.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
-                 handles/rescue.c
+                 handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
+                 handles/rendezvous_registry.c handles/rendezvous_short.c \
+                 handles/rendezvous_stats.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o
 

@@ -321,6 +321,16 @@ unsigned byval_reg_exports_live(void)
     return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
 }
 
+int32_t byval_reg_dup_page(int *dup_p) /* rendezvous hook */
+{
+    reg_lock();
+    int32_t st = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
+    if (st == 0 && (*dup_p = fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        st = -errno;
+    byval_unlock(&reg.lock);
+    return st;
+}
+
 int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)
 {
     if (__atomic_load_n(&reg.offered, __ATOMIC_ACQUIRE))

@@ -114,6 +114,12 @@ unsigned byval_reg_exports_live(void);
  * made; a fork child's exports make a new one), else -1. */
 int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p);
 
+/* A duplicate (O_CLOEXEC) of the page's read-only fd, what peers get, for
+ * an importer that cannot find its number in our /proc (another pid
+ * namespace: handles/rendezvous_registry.c). 0, -EBADF (no registry yet)
+ * or -errno. */
+int32_t byval_reg_dup_page(int *dup_p);
+
 /* ---- exporter side, by fd (registry_fds.c) ------------------------------
  * fd was handed out as exported GPU memory (ours or the application's):
  * the socket broker may serve that number to a peer whose pidfd_getfd the

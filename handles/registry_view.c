@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "handles/registry_internal.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
@@ -222,7 +223,10 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     uint32_t rfd, rino;
     errno = 0;
     int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
-    int e = pid > 0 ? find_registry_fd(pid, &rfd, &rino)
+    /* rendezvous hook: an exporter outside our pid namespace, reached
+     * through the directory, is asked for its registry instead */
+    int rdv = pid == 0 && byval_rendezvous_enabled();
+    int e = rdv ? 0 : pid > 0 ? find_registry_fd(pid, &rfd, &rino)
             : errno == EMFILE || errno == ENFILE ? errno /* its fdinfo not opened */
                                                  : ENOENT;
     if (e) {
@@ -245,7 +249,8 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     }
     rec_fetch_t f = {rec, mode, pidfd};
     int mfd = -1;
-    if ((*st_p = fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
+    if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
+                     : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
         return NULL;
     v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
     if (v)

@@ -213,19 +213,23 @@ static byval_status_t pipeline(const want_t *w, const byval_self_t *self, export
 /* The socket route: the broker identifies itself (its listener's pidfd
  * must be the record's exporter) and serves only what its exporter
  * offered (steps 2-4 on its side); step 5 here. */
-static byval_status_t via_socket(const want_t *w, exporter_t *x, int *fd_p, char *msg,
-                                 size_t msglen)
+static byval_status_t via_socket(const want_t *w, exporter_t *x, int *fd_p,
+                                 byval_fetch_info_t *info, char *msg, size_t msglen)
 {
     byval_status_t st;
+    int via_dir = 0;
     x->pid = w->rec->pid; /* as the exporter named itself: the broker's name */
     if (x->pidfd < 0) {
-        st = byval_broker_fetch_pidfd(w->rec, w->fd, w->ino, fd_p, &x->pidfd, msg, msglen);
+        st = byval_broker_fetch_via(w->rec, w->fd, w->ino, fd_p, &x->pidfd, &via_dir, msg,
+                                    msglen);
         x->owned = x->pidfd >= 0;
     } else {
-        st = byval_broker_fetch(w->rec, w->fd, w->ino, fd_p, msg, msglen);
+        st = byval_broker_fetch_via(w->rec, w->fd, w->ino, fd_p, NULL, &via_dir, msg, msglen);
     }
     if (st != BYVAL_OK)
         return st;
+    /* rendezvous hook: the abstract socket, or its twin in the directory */
+    info->via = via_dir ? BYVAL_VIA_RENDEZVOUS : BYVAL_VIA_SOCKET;
     byval_fd_seen_t none = {0};
     byval_proof_t no_proof = {0};
     st = prove_object(w, x, &no_proof, &none, *fd_p, msg, msglen);
@@ -255,7 +259,7 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
     byval_peer_t known = byval_peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
-        return via_socket(w, x, fd_p, msg, msglen);
+        return via_socket(w, x, fd_p, info, msg, msglen);
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
@@ -275,10 +279,11 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
     if (x->owned && x->pidfd >= 0)
         close(x->pidfd);
     *x = (exporter_t){.pidfd = x->owned ? -1 : x->pidfd};
-    byval_status_t st2 = via_socket(w, x, fd_p, msg, msglen);
+    byval_fetch_info_t got = *info;
+    byval_status_t st2 = via_socket(w, x, fd_p, &got, msg, msglen);
     if (st2 == BYVAL_OK) {
         byval_peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
-        info->via = BYVAL_VIA_SOCKET;
+        info->via = got.via;
         info->fell_back = 1;
         memcpy(info->why, why, sizeof(why));
         return BYVAL_OK;

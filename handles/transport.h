@@ -26,6 +26,7 @@ typedef enum byval_via {
     BYVAL_VIA_PIDFD = 1,  /* pidfd_getfd, the record's own pid */
     BYVAL_VIA_XLATED = 2, /* pidfd_getfd, the pid translated into our namespace */
     BYVAL_VIA_SOCKET = 3, /* the exporter's socket */
+    BYVAL_VIA_RENDEZVOUS = 4, /* its socket in the rendezvous directory (rendezvous.h) */
 } byval_via_t;
 
 /* What a fetch did, for the caller's log. */
@@ -71,6 +72,11 @@ byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode
 byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
                                          uint32_t fd, uint32_t fd_ino, uint64_t size,
                                          byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
+
+/* Remember that rec's exporter is reached through its socket (found in
+ * the rendezvous directory, rendezvous_short.c): its pid names nothing
+ * here, so no pidfd_getfd is tried on it. */
+void byval_transport_remember_socket(const byval_record_t *rec);
 
 /* Forget what auto learnt (tests). */
 void byval_transport_forget(void);

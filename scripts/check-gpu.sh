@@ -104,6 +104,9 @@ ratio "legacy open+close: driver vs ipcbyval cached re-open" 100 "$nat" "$hit"
 ratio "VMM export: cuMemExportToShareableHandle vs cached by-value get" 100 \
     "$(med "$NB" "VMM cuMemExportToShareableHandle")" "$(med "$IB" "VMM cuIpcGetMemHandle")"
 
+# Across pod-like namespaces through the rendezvous directory (issue 24).
+[ -f scripts/check-gpu-rendezvous.sh ] && . scripts/check-gpu-rendezvous.sh
+
 # Several GPUs and the frameworks (issue: multi-GPU), when present.
 [ -f scripts/check-gpu-more.sh ] && . scripts/check-gpu-more.sh
 

@@ -17,7 +17,7 @@
 
 byval_config_t byval_cfg;
 
-enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_BYTES, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT };
+enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_BYTES, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT, CFG_GID };
 
 typedef struct cfg_entry {
     const char *name;
@@ -59,6 +59,13 @@ static const cfg_entry_t cfg_table[] = {
          "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
     CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
          "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
+    /* rendezvous hook (handles/rendezvous.h, shim/rendezvous.c) */
+    CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
+         "a directory both sides reach (a volume shared by two pods or containers): exporters "
+         "also listen there and importers in other pid/network namespaces connect there"),
+    CFG_("IPCBYVAL_RENDEZVOUS_GID", "", CFG_GID, rendezvous_gid,
+         "a numeric group whose members (another uid) are served through the rendezvous "
+         "directory, which that group may own; empty: our uid only"),
 };
 
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -150,6 +157,15 @@ static int parse_value(const cfg_entry_t *e, const char *s)
             return -1;
         strcpy(field, s);
         return 0;
+    case CFG_GID: {
+        char *end;
+        errno = 0;
+        unsigned long v = *s ? strtoul(s, &end, 10) : 0;
+        if (*s && (*s < '0' || *s > '9' || errno || *end || v >= UINT32_MAX))
+            return -1;
+        *(long *)field = *s ? (long)v : -1;
+        return 0;
+    }
     }
     return -1;
 }
@@ -169,6 +185,8 @@ static const char *type_hint(enum cfg_type t)
         return "auto, pidfd or socket";
     case CFG_STRING:
         return "a path of at most 255 bytes";
+    case CFG_GID:
+        return "a numeric group id, or empty";
     }
     return "?";
 }
@@ -313,6 +331,12 @@ static void format_value(const cfg_entry_t *e, char *buf, size_t len)
         break;
     case CFG_STRING:
         snprintf(buf, len, "%s", (const char *)field);
+        break;
+    case CFG_GID:
+        if (*(const long *)field >= 0)
+            snprintf(buf, len, "%ld", *(const long *)field);
+        else
+            buf[0] = '\0';
         break;
     }
 }

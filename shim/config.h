@@ -31,6 +31,8 @@ typedef struct byval_config {
     int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */
     int transport;            /* IPCBYVAL_TRANSPORT (enum byval_transport) */
     int set_ptracer;          /* IPCBYVAL_SET_PTRACER */
+    char rendezvous_dir[256]; /* IPCBYVAL_RENDEZVOUS_DIR ("" = none) */
+    long rendezvous_gid;      /* IPCBYVAL_RENDEZVOUS_GID (-1 = none) */
 } byval_config_t;
 
 /* The parsed configuration; valid after byval_init(). */

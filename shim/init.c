@@ -19,6 +19,7 @@
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/doctor.h"
+#include "shim/rendezvous.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 
@@ -60,6 +61,8 @@ static void init_run(void)
     init_depth++;
     init_problems = byval_config_load();
     init_enabled = byval_cfg.enable;
+    if (init_enabled)
+        byval_rendezvous_configure(); /* rendezvous hook */
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */

@@ -8,6 +8,7 @@
 #include "cache/exports.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
+#include "handles/rendezvous.h" /* rendezvous hook */
 #include "shim/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
@@ -69,6 +70,8 @@ void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
     fn(ctx, "export_offers", offered, "max", "fds offered to the socket fallback now");
     fn(ctx, "export_rescuable", registered, "max",
        "fds registered for the pidfd_getfd rescue by the exports now");
+    fn(ctx, "rendezvous_served", byval_rendezvous_served_count(), "sum",
+       "fds served through the rendezvous directory (importers in other pods/containers)");
 }
 
 static void print_gauge(void *ctx, const char *name, uint64_t v, const char *total,

@@ -14,6 +14,7 @@
 #include "shim/config.h"
 #include "shim/exporters.h"
 #include "shim/log.h"
+#include "shim/rendezvous.h"
 #include "shim/stats.h"
 
 _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
@@ -56,19 +57,26 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     byval_status_t st = byval_transport_fetch(rec, self, byval_cfg.transport, kept, fd_p, pidfd_p,
                                               &info, msg, msglen);
     /* Counted by what served it: pidfd_getfd (directly, or on a kept
-     * pidfd), or the exporter's socket. */
-    fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET : BYVAL_ROUTE_PIDFD;
-    if (st == BYVAL_OK && kept >= 0 && fetch_route == BYVAL_ROUTE_SOCKET)
+     * pidfd), or the exporter's socket (abstract, or in the rendezvous
+     * directory). */
+    fetch_route = info.via == BYVAL_VIA_SOCKET       ? BYVAL_ROUTE_SOCKET
+                  : info.via == BYVAL_VIA_RENDEZVOUS ? BYVAL_ROUTE_RENDEZVOUS
+                                                     : BYVAL_ROUTE_PIDFD;
+    if (st == BYVAL_OK && kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
         BYVAL_STAT_INC(open_kept_socket);
     else if (st == BYVAL_OK && kept >= 0)
         BYVAL_STAT_INC(open_kept_pidfd);
     if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
         BYVAL_STAT_INC(via_socket);
+    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS) /* rendezvous hook */
+        BYVAL_STAT_INC(via_rendezvous);
     else if (st == BYVAL_OK)
         BYVAL_STAT_INC(via_pidfd);
     if (st == BYVAL_OK && info.fell_back)
-        BYVAL_LOG_INFO("pid %u: %s; using the socket fallback for this exporter", rec->pid,
-                       info.why);
+        BYVAL_LOG_INFO("pid %u: %s; using the socket fallback%s for this exporter", rec->pid,
+                       info.why,
+                       info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)"
+                                                        : "");
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);
@@ -94,7 +102,9 @@ static int sink_offer(int fd)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no socket route: nothing offered, nothing to withdraw */
-    if (byval_broker_offer(fd) == 0)
+    int rc = byval_broker_offer(fd);
+    byval_rendezvous_report(); /* rendezvous hook */
+    if (rc == 0)
         return 0;
     /* Someone else bound our name first: importers that need the socket
      * would be talking to it, so say so loudly (once is enough). */
@@ -125,6 +135,7 @@ static int enlist(int fd)
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
+    byval_rendezvous_report(); /* rendezvous hook */
     return 0;
 }
 

@@ -45,3 +45,4 @@ $(FDSHARE): test/transport/fdshare.c test/cudadrv/cu_pair.h $(BUILD)/test/cudadr
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/test/cudadrv/cu_pair_drv.o -ldl
 endif
 INTEG_TESTS += test/transport/test_rescue.sh
+-include test/transport/rendezvous.mk

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+# check-gpu-rendezvous.sh - sourced by check-gpu.sh (rows, run, RUN, BUILD,
+# LOGS from gpu-lib.sh): exporter and importer each in their own pid,
+# network and mount namespaces (unshare, as two pods or one container per
+# rank), sharing only a temporary directory, on the real driver (issue 24).
+#   VMM under ipcbyval with IPCBYVAL_RENDEZVOUS_DIR: 20 rounds verified;
+#     without the directory: refused (what the directory fixes)
+#   legacy: natively and under ipcbyval, whatever the driver does across
+#     these namespaces, ipcbyval must do the same (the row says which)
+# A device cgroup (a real container runtime) is not reproduced here.
+echo "== across namespaces: pid + net + mount each side, one shared directory (rdv_cu)"
+RDV="$BUILD/test/transport/rdv_cu"
+NSX=(unshare --pid --net --mount --fork --mount-proc --kill-child)
+# rdv_gpu NAME MEM PRELOAD(yes|no) DIR(yes|no): "verified N/20" or the error in $rdv_out
+rdv_gpu() {
+    local name=$1 mem=$2 pre=$3 dir=$4 d
+    d=$(mktemp -d) && chmod 700 "$d" && mkfifo "$d/c.h" "$d/c.a"
+    local -a pre_run=() env=(env)
+    [ "$pre" = yes ] && pre_run=("$RUN")
+    [ "$dir" = yes ] && env+=(IPCBYVAL_RENDEZVOUS_DIR="$d")
+    local log="$LOGS/rdv-$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_')"
+    timeout -s KILL 90 "${env[@]}" "${NSX[@]}" "${pre_run[@]}" "$RDV" export "$d" --mem "$mem" \
+        --rounds 20 --size 16777216 >"$log.exp" 2>&1 &
+    local ep=$!
+    timeout -s KILL 90 "${env[@]}" IPCBYVAL_STATS=1 "${NSX[@]}" "${pre_run[@]}" "$RDV" import "$d" \
+        --mem "$mem" --rounds 20 --size 16777216 >"$log.imp" 2>&1
+    { kill -KILL $ep; wait $ep; } 2>/dev/null
+    rm -rf "$d"
+    if grep -q '^OK rdv' "$log.imp"; then
+        rdv_out="20 of 20 verified"
+        return 0
+    fi
+    rdv_out=$(grep -hE 'FAILED|error|failed' "$log.imp" "$log.exp" | head -2 | tr '\n' ' ' | cut -c1-150)
+    return 1
+}
+if [ "$(id -u)" != 0 ] || ! "${NSX[@]}" true 2>/dev/null; then
+    row "rendezvous across namespaces" SKIP "needs root and unshare --pid --net --mount --kill-child"
+elif ! make -j"$(nproc)" "$RDV" EXTRA_INC="${EXTRA_INC:-}" >>"$LOGS/build.log" 2>&1; then
+    row "rendezvous: build rdv_cu" FAIL "see $LOGS/build.log"
+else
+    if rdv_gpu "vmm with the directory" vmm yes yes; then
+        row "rendezvous: VMM, separate pid+net+mount ns, IPCBYVAL_RENDEZVOUS_DIR" PASS "$rdv_out"
+    else
+        row "rendezvous: VMM, separate pid+net+mount ns, IPCBYVAL_RENDEZVOUS_DIR" FAIL "$rdv_out"
+    fi
+    if rdv_gpu "vmm without the directory" vmm yes no; then
+        row "rendezvous: VMM across namespaces without the directory: refused" FAIL "opened: $rdv_out"
+    else
+        row "rendezvous: VMM across namespaces without the directory: refused" PASS "$rdv_out"
+    fi
+    rdv_gpu "legacy native" legacy no no
+    nat_ok=$?
+    [ $nat_ok = 0 ] && nat="native: works ($rdv_out)" || nat="native: fails ($rdv_out)"
+    rdv_gpu "legacy under ipcbyval" legacy yes yes
+    byv_ok=$?
+    [ $byv_ok = 0 ] && byv="ipcbyval: works" || byv="ipcbyval: fails ($rdv_out)"
+    [ $nat_ok = $byv_ok ] && res=PASS || res=FAIL
+    row "rendezvous: legacy across pid+net+mount ns, ipcbyval as native" $res "$nat; $byv"
+fi
