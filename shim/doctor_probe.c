@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "handles/resolve_internal.h"
+#include "handles/sys.h" /* the kernel asked directly, never our own syscall() rescue */
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -39,13 +40,13 @@
 
 static int probe_getfd(pid_t pid, int fd, ino_t want, int *pidfd_err)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int pidfd = byval_pidfd_open(pid, 0);
     if (pidfd < 0) {
         if (pidfd_err)
             *pidfd_err = errno;
         return errno;
     }
-    int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    int got = byval_pidfd_getfd(pidfd, fd, 0);
     int err = got < 0 ? errno : 0;
     struct stat st;
     if (got >= 0 && (fstat(got, &st) != 0 || st.st_ino != want))
@@ -179,7 +180,7 @@ void byval_probe_run(byval_probe_t *p, int set_ptracer)
     ino_t ino = (ino_t)msg[1];
 
     /* Our own child: Yama lets an ancestor in; seccomp and ENOSYS do not. */
-    int pidfd = (int)syscall(SYS_pidfd_open, e, 0);
+    int pidfd = byval_pidfd_open(e, 0);
     p->pidfd_open_err = pidfd < 0 ? errno : 0;
     if (pidfd >= 0) {
         p->pidfs = byval_pidfd_is_pidfs(pidfd);

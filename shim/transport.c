@@ -66,7 +66,7 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
         BYVAL_STAT_INC(open_kept_socket);
     else if (st == BYVAL_OK && kept >= 0)
         BYVAL_STAT_INC(open_kept_pidfd);
-    if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET)
+    else if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET) /* first contact */
         BYVAL_STAT_INC(via_socket);
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS) /* rendezvous hook */
         BYVAL_STAT_INC(via_rendezvous);

@@ -24,6 +24,13 @@
  * that memfd through /proc/<owner>/fd/<number> and checks its inode: an
  * allocation freed since (its memfd closed or the number reused) is
  * CUDA_ERROR_INVALID_VALUE.
+ *
+ * That reopen needs the exporter's /proc, which an importer in another
+ * pid and mount namespace does not see (the real driver's fds carry the
+ * object themselves). CUDADRV_VMM_EXPORT=memfd exports the allocation's
+ * memfd itself instead (one inode per allocation, reachable anywhere): the
+ * cross-namespace tests use it; the shared-inode default is what the
+ * per-chunk proof is tested against. Imports accept both.
  */
 #include "cudadrv.h"
 
@@ -274,6 +281,9 @@ static int ctl_export(const struct cudadrv_alloc *a)
 {
     char path[64];
     struct stat st;
+    const char *mode = getenv("CUDADRV_VMM_EXPORT");
+    if (mode && !strcmp(mode, "memfd"))
+        return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
     if (ctl_pid != getpid()) {
         if (ctl_fd >= 0)
             close(ctl_fd); /* the parent's: a fork child exports its own */
@@ -381,6 +391,8 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
         return CUDA_ERROR_INVALID_VALUE;
     dup_fd = ctl_import(fd);
+    if (dup_fd < 0) /* an allocation's memfd itself (CUDADRV_VMM_EXPORT=memfd) */
+        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd >= 0) {
         snprintf(path, sizeof(path), "/proc/self/fd/%d", dup_fd);
         n = readlink(path, link, sizeof(link) - 1);

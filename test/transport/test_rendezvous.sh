@@ -87,6 +87,11 @@ ZEDRV_LEDGER="$top/ze-exit.ledger" pair "Level Zero: the exporter's exit release
 unset ZEDRV_TOTAL_MEM
 
 if [ -x "$T/rdv_cu" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle; then
+    # The double's default export (one shared inode, as /dev/nvidiactl) is
+    # reached through the exporter's /proc, hidden in another pid and
+    # mount namespace; its per-allocation memfds cross them as the real
+    # driver's fds do (test/cudadrv/drv_vmm.c).
+    export CUDADRV_VMM_EXPORT=memfd
     export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     pair "CUDA VMM (double): 20 rounds across namespaces" imp "$T/rdv_cu" --mem vmm --rounds 20
     pair "CUDA VMM: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_cu" \
