@@ -11,10 +11,11 @@ SC="$BUILD/test/stress/stress_cu"
 need "$LIB" "$ZEDRV" "$SZ"
 S=${STRESS_SECONDS:-2}
 # How long mappings may take to go after the exporter freed everything:
-# the issue's bound is 5 s; plain builds are held to 1 s, sanitizer builds
-# (TSan runs the watcher and the releases 5-15x slower; on a loaded 2-core
-# machine 1 s left 7-29 mappings still being released) to the 5 s bound.
-SETTLE=${STRESS_SETTLE:-$([ -n "${SAN:-}" ] && echo 5 || echo 1)}
+# the issue's bound, 5 s. (At 1 s the merged tree left 15-55 mappings in
+# 2 of 5 runs on a loaded 2-core machine, every one released by 5 s: a
+# slow release under this load, not a lost one; see the closing note of
+# issue 22.)
+SETTLE=${STRESS_SETTLE:-5}
 L="$BUILD/test-logs"
 # TSan: children of a multi-threaded process are what is tested.
 [ "${SAN:-}" = tsan ] && export TSAN_OPTIONS="${TSAN_OPTIONS:-}:die_after_fork=0"
