@@ -16,6 +16,8 @@ S=${STRESS_SECONDS:-2}
 # slow release under this load, not a lost one; see the closing note of
 # issue 22.)
 SETTLE=${STRESS_SETTLE:-5}
+# make torture sets 0: there a mapping that outlasts the settle time fails.
+export STRESS_HELD_KNOWN=${STRESS_HELD_KNOWN:-1}
 L="$BUILD/test-logs"
 # TSan: children of a multi-threaded process are what is tested.
 [ "${SAN:-}" = tsan ] && export TSAN_OPTIONS="${TSAN_OPTIONS:-}:die_after_fork=0"
@@ -27,6 +29,7 @@ run() {
     local rc=$?
     if grep -qE '^(PASS|FAIL): ' "$log"; then
         grep -E '^(PASS|FAIL): ' "$log"
+        grep -E '^KNOWN: ' "$log" | sed "s/^KNOWN: /SKIP: stress $name, release after free: /; s/\$/ (a known open defect of issue 22; make torture fails on it)/"
         [ $rc -eq 0 ] || grep -q '^FAIL: ' "$log" || fail "stress $name" "exit $rc"
     else
         fail "stress $name" "exit $rc: $(tail -3 "$log" | tr '\n' ' ')"
