@@ -48,6 +48,20 @@ static int alive(const byval_import_t *m)
                                                                           __ATOMIC_RELAXED);
 }
 
+/* alive() right after m was tracked: either we see the exporter's free
+ * or its wake-up's scan sees m tracked. We store m->live then load the
+ * serial word; the watcher loads m->tracker and m->live after the
+ * exporter's store to that word (ordered by its pipe write). A store and
+ * a later load may pass each other (x86 too) and both sides would read
+ * the old values: sequentially consistent, they cannot (the store in
+ * byval_import_track is too; no fence: TSan has none). */
+static int alive_tracked(const byval_import_t *m)
+{
+    const uint64_t *w = __atomic_load_n(&m->live, __ATOMIC_SEQ_CST);
+    return !w || __atomic_load_n(w, __ATOMIC_SEQ_CST) == __atomic_load_n(&m->serial,
+                                                                         __ATOMIC_RELAXED);
+}
+
 int byval_import_alive(const byval_import_t *m)
 {
     return alive(m);
@@ -57,7 +71,7 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
 {
     __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED); /* read by the watcher thread */
     __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
-    __atomic_store_n(&m->live, word, __ATOMIC_RELEASE); /* after the serial */
+    __atomic_store_n(&m->live, word, __ATOMIC_SEQ_CST); /* after the serial; alive_tracked */
 }
 
 #define release byval_imports_release
@@ -298,7 +312,7 @@ static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
         return 0; /* another thread's close was first */
     if (c->ops->track && !LD_ACQ(&m->live))
         c->ops->track(m);
-    if (!alive(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
+    if (!alive_tracked(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
     uint64_t held = __atomic_add_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
     uint64_t peak = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);

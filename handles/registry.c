@@ -199,8 +199,10 @@ static int create_locked(void)
     }
     reg.pipe_rd = p[0];
     reg.pipe_wr = p[1];
-    /* Without it (no /proc) a full pipe stays full until an importer
-     * drains it: wake-ups are then late, never blocking. */
+    /* Importers never read the pipe (registry_watch.c): we alone empty
+     * it when full. Without /proc a full pipe stays full and wake-ups
+     * stop (releases then come at a hit, the byte budget or our exit),
+     * never blocking. */
     reg.drain_rd = byval_reg_reopen(p[0], O_RDONLY | O_NONBLOCK);
     reg.hdr->version = BYVAL_REG_VERSION;
     reg.hdr->nslots = BYVAL_REG_SLOTS;
@@ -284,9 +286,11 @@ out:
 }
 
 /* Wake every importer: a byte into the pipe (each write wakes every
- * edge-triggered watcher). Only our own open files are used, each
- * O_NONBLOCK (see the top): a full pipe, shrunk by a peer or undrained,
- * is emptied through ours and written once more; never a wait. */
+ * edge-triggered watcher), after the seq that tells them something was
+ * freed. Only our own open files are used, each O_NONBLOCK (see the top):
+ * a full pipe (importers never read it; a peer may shrink it) is emptied
+ * through ours and written once more, so it is readable again when the
+ * importers' watchers collect the wake-up; never a wait. */
 static void wake_locked(void)
 {
     static const char b = 'f';

@@ -31,10 +31,14 @@
  * page without those seals, maps it PROT_READ, and reads every field as
  * written by a hostile exporter (which its own exporter may be): counts
  * are clamped to the table, nothing read indexes anything unchecked. The
- * pipe's read end is shared by every holder, so neither side reads or
- * writes that open file: each uses an open file of its own (registry.c,
- * registry_view.c say how). A peer that can open the pipe can write it:
- * what that costs an importer is bounded per exporter (registry_watch.c).
+ * pipe's read end is shared by every holder: importers only watch it
+ * (never read: a byte one reader takes is a wake-up another may miss,
+ * registry_watch.c), and the exporter empties a full pipe through an open
+ * file of its own (registry.c). A peer that can open the pipe can write
+ * it: what that costs an importer is bounded per exporter
+ * (registry_watch.c); a peer that reads it can delay a release until the
+ * next free or the exporter's exit (the same uid: it could as well ptrace
+ * either side).
  *
  * No GPU API here: keys are whatever the shim names an allocation by.
  */

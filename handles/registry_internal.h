@@ -34,12 +34,13 @@ struct byval_reg_view {
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
     int gone;
-    int pipe_fd;   /* the pipe: our own open file of it where drain is set */
-    int drain;     /* pipe_fd is ours alone (O_NONBLOCK nobody else can clear) */
+    int pipe_fd;   /* the pipe's read end: watched, never read (registry_watch.c) */
     uint64_t used; /* LRU tick (w.lock) */
-    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS). */
-    uint64_t last_ns, due_ns;
+    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS), and the
+     * exporter's seq when the last scan began (set at attach). */
+    uint64_t last_ns, due_ns, seen;
     int held; /* disarmed until due_ns */
+    int idle; /* wake-ups without a new seq since the last scan or arm */
     uint32_t pidns, pid;
     uint64_t identity;
     const byval_reg_header_t *hdr;

@@ -120,20 +120,6 @@ static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
 typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                    int *fd_p, char *msg, size_t msglen);
 
-/* Our own open file of the pipe behind pfd (closed here when we have
- * one): reads on it never block, whatever another holder sets on the
- * shared one. Without /proc (or the right to reopen it) we keep the shared
- * one and never read it: every write wakes an edge-triggered watcher
- * anyway, and the exporter empties a full pipe itself. */
-static void own_pipe(byval_reg_view_t *v, int pfd)
-{
-    int own = byval_reg_reopen(pfd, O_RDONLY | O_NONBLOCK);
-    v->drain = own >= 0;
-    if (own >= 0)
-        close(pfd);
-    v->pipe_fd = own >= 0 ? own : pfd;
-}
-
 static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
 {
@@ -172,7 +158,10 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
         close(pfd);
         goto fail;
     }
-    own_pipe(v, pfd);
+    /* The shared open file: we never read it, so no peer's O_NONBLOCK
+     * or F_SETPIPE_SZ matters to us (registry_watch.c). */
+    v->pipe_fd = pfd;
+    v->seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
     v->pidns = pidns;
     v->pid = pid;
     v->identity = h->identity;

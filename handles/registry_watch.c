@@ -12,16 +12,35 @@
  * gone) and costs nothing while nothing is freed. It only reports; what
  * to release is the cache's business (byval_reg_event_fn).
  *
+ * The pipe is a doorbell, never a queue: we never read it. Its buffer is
+ * one for every holder, and epoll delivers a queued wake-up only if the
+ * pipe is still readable when the waiter collects it. When importers
+ * drained the pipe, a free's wake-up could be lost, and the freed
+ * mappings stayed cached until the exporter exited (issue 22, the stress
+ * workload's "held after the exporter freed everything"): the exporter
+ * writes its byte, our epoll queues the view while this thread is busy
+ * (a scan, the scheduler); another importer of the same exporter (a fork
+ * child of ours that opened one handle, another rank) drains the pipe in
+ * its own watcher; this thread then collects a view that is no longer
+ * readable, epoll drops the event, and no later write comes. So only the
+ * exporter empties the pipe, when it is full, and it writes again right
+ * after (registry.c): a pipe written since our last look stays readable
+ * until we collect it. What was freed is told by the header's seq, which
+ * the exporter bumps before each write: a wake-up with the seq we scanned
+ * last reports nothing new (the bytes left in the pipe, reported again
+ * when a view is re-armed, or a write by someone else).
+ *
  * Bounds (issue 22, defect 6): what one exporter can make us do is
  * bounded, whatever writes its pipe (any holder of the pipe can): after a
  * report, a view's further wake-ups within BYVAL_REG_RESCAN_NS disarm it
  * (EPOLL_CTL_MOD without EPOLLIN: a hang-up is still reported) and one
- * report follows at the end of the interval, so a pipe written in a loop
- * costs at most one wake-up and one rescan per interval. What the views
- * cost is bounded too: at most BYVAL_REG_VIEWS_MAX are listed (one fd
- * and a 256 KiB mapping each); publishing one more kicks this thread,
- * which evicts the least recently used (one no import tracks, where there
- * is one). An evicted view loses its pipe and its mapping is replaced by
+ * report follows at the end of the interval; wake-ups that bring no new
+ * seq are let pass once after a (re-)arm, then disarm the view likewise.
+ * So a pipe written in a loop costs at most two wake-ups and one rescan
+ * per interval. What the views cost is bounded too: at most
+ * BYVAL_REG_VIEWS_MAX are listed (one fd and a 256 KiB mapping each);
+ * publishing one more kicks this thread, which evicts the least recently
+ * used (one no import tracks, where there is one). An evicted view loses its pipe and its mapping is replaced by
  * zero pages: every export of it reads as freed from then on, so its
  * closed mappings are released at once (the eviction is reported as a
  * free) and its open ones at their last close. No later free of that
@@ -89,14 +108,34 @@ static void unlist(byval_reg_view_t *v)
         byval_reg_view_put(v);
 }
 
-/* A wake-up of v: drain our own file of its pipe, then report now, or
- * once at the end of its interval when it reported less than
- * BYVAL_REG_RESCAN_NS ago. */
+/* Disarm v until `due` (hang-ups are still reported). */
+static void hold(byval_reg_view_t *v, uint64_t due)
+{
+    v->held = 1;
+    v->due_ns = due;
+    arm(v, EPOLLET | EPOLLRDHUP);
+}
+
+/* Report v with the seq read before its scan: a free after the read
+ * bumps it again and its write wakes us again. */
+static void rescan(byval_reg_view_t *v, uint64_t seq, uint64_t now)
+{
+    v->seen = seq;
+    v->last_ns = now;
+    v->idle = 0;
+    report(v, 0);
+}
+
+/* The seq of v's exporter now (its value is hostile: only compared). */
+static uint64_t view_seq(const byval_reg_view_t *v)
+{
+    return __atomic_load_n(&v->hdr->seq, __ATOMIC_ACQUIRE);
+}
+
+/* A wake-up of v (see the top): report now, or once at the end of its
+ * interval when it reported less than BYVAL_REG_RESCAN_NS ago. */
 static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
 {
-    char sink[256];
-    for (int n = 0; v->drain && n < 64 && read(v->pipe_fd, sink, sizeof(sink)) > 0; n++)
-        ;
     if (events & (EPOLLHUP | EPOLLERR)) {
         __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
         report(v, 1);
@@ -105,19 +144,26 @@ static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
     }
     if (v->held)
         return;
-    if (now - v->last_ns < BYVAL_REG_RESCAN_NS) {
-        v->held = 1;
-        v->due_ns = v->last_ns + BYVAL_REG_RESCAN_NS;
-        arm(v, EPOLLET | EPOLLRDHUP); /* hang-ups only */
+    uint64_t seq = view_seq(v);
+    if (seq == v->seen) {
+        /* Nothing freed since our last scan: once, the bytes left in the
+         * pipe (re-armed views report them); again, a writer that frees
+         * nothing, held off like a burst. */
+        if (v->idle++)
+            hold(v, now + BYVAL_REG_RESCAN_NS);
         return;
     }
-    v->last_ns = now;
-    report(v, 0);
+    if (now - v->last_ns < BYVAL_REG_RESCAN_NS) {
+        hold(v, v->last_ns + BYVAL_REG_RESCAN_NS);
+        return;
+    }
+    rescan(v, seq, now);
 }
 
-/* Held views whose interval ended: report and re-arm (an edge-triggered
- * re-arm reports data already waiting: a pipe still written is held again
- * at once). The time until the next one is due, in ms (-1: none). */
+/* Held views whose interval ended: report what was freed meanwhile and
+ * re-arm (an edge-triggered re-arm reports the bytes waiting, a wake-up
+ * on_view lets pass once: a pipe still written is held again at once).
+ * The time until the next one is due, in ms (-1: none). */
 static int due_views(uint64_t now)
 {
     int timeout = -1;
@@ -139,8 +185,10 @@ static int due_views(uint64_t now)
         if (!v)
             return timeout;
         v->held = 0;
-        v->last_ns = now;
-        report(v, 0);
+        uint64_t seq = view_seq(v);
+        if (seq != v->seen)
+            rescan(v, seq, now);
+        v->idle = 0;
         if (v->pipe_fd >= 0)
             arm(v, VIEW_EVENTS);
         byval_reg_view_put(v);

@@ -15,7 +15,7 @@ XFER := $(BUILD)/test/transport/xfer
 TEST_BINS += $(XFER)
 UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \
               $(BUILD)/test/unit/test_registry $(BUILD)/test/unit/test_registry_fds \
-              $(BUILD)/test/unit/test_registry_hostile
+              $(BUILD)/test/unit/test_registry_hostile $(BUILD)/test/unit/test_registry_wake
 INTEG_TESTS += test/transport/test_xfer.sh
 
 $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
@@ -31,6 +31,13 @@ $(BUILD)/test/unit/test_registry_fds: \
 # Hostile peers of the registry page and pipe (issue 22): its helpers'
 # processes in test_registry_peers.c.
 $(BUILD)/test/unit/test_registry_hostile: test/unit/test_registry_hostile.c \
+		test/unit/test_registry_peers.c test/unit/test_registry_peers.h $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
+
+# No free's wake-up lost to another importer of the same exporter (issue
+# 22): the same peers; the second importer is this program exec'ed.
+$(BUILD)/test/unit/test_registry_wake: test/unit/test_registry_wake.c \
 		test/unit/test_registry_peers.c test/unit/test_registry_peers.h $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
