@@ -45,46 +45,13 @@
 #include "test/unit/test_registry_peers.h"
 #include "test/unit/test_skip.h"
 
-static volatile int events;
-
 static void on_event(byval_reg_view_t *v, int gone)
 {
     uint64_t serial;
     (void)gone;
     (void)byval_reg_find(v, KEY, 0, &serial); /* reads the page, as the cache does */
     (void)byval_reg_find_fd(v, KEY, 12345, 6789, &serial);
-    __atomic_add_fetch(&events, 1, __ATOMIC_RELEASE);
-}
-
-/* Events reported after `before`, within ms. */
-static int event_after(int before, int ms)
-{
-    for (int i = 0; i < ms * 10 && __atomic_load_n(&events, __ATOMIC_ACQUIRE) <= before; i++)
-        usleep(100);
-    return __atomic_load_n(&events, __ATOMIC_ACQUIRE) > before;
-}
-
-/* The view of rec's exporter; its pidfd kept in *pidfd_p (as the shim's
- * exporters table keeps one per exporter) or closed when pidfd_p is NULL. */
-static byval_reg_view_t *attach_keep(const byval_record_t *rec, int *pidfd_p, char *msg,
-                                     size_t msglen)
-{
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec->pid, 0);
-    if (pidfd < 0) {
-        snprintf(msg, msglen, "pidfd_open: %s", strerror(errno));
-        return NULL;
-    }
-    byval_reg_view_t *v = byval_reg_attach(rec, BYVAL_MODE_PIDFD, pidfd, msg, msglen);
-    if (pidfd_p)
-        *pidfd_p = pidfd;
-    else
-        close(pidfd);
-    return v;
-}
-
-static byval_reg_view_t *attach(const byval_record_t *rec, char *msg, size_t msglen)
-{
-    return attach_keep(rec, NULL, msg, msglen);
+    peer_event();
 }
 
 /* A CPU-time bound in ms, wider under a sanitizer (each report's reads are
@@ -96,27 +63,13 @@ static long cpu_bound(long ms)
     return san && san[0] ? ms * 4 : ms;
 }
 
-static const char *no_pidfd(void)
-{
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
-}
-
 /* Defect 4: the page written and truncated by a third process. */
 static void test_page_written_and_truncated(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
+    BYVAL_NEED(peer_no_pidfd());
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    if (!v)
-        printf("attach: %s\n", msg);
+    byval_reg_view_t *v = peer_exporter_attached(&e, on_event);
     assert_non_null(v);
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
@@ -128,15 +81,15 @@ static void test_page_written_and_truncated(void **state)
     /* The importer reads the page (its watcher too, at the next event). */
     assert_true(byval_reg_live(w, serial));
     (void)byval_reg_find(v, KEY + 1, 0, &serial);
-    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    int before = peer_events();
     assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0); /* the exporter's next free */
-    assert_true(event_after(before, 1000));
+    assert_true(peer_event_after(before, 1000));
     assert_false(byval_reg_live(w, serial));
     assert_int_equal(peer_exporter_cmd(&e, 'a', 5000), 0); /* and it keeps publishing */
     assert_non_null(w = byval_reg_find(v, KEY, 5, &serial));
-    before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    before = peer_events();
     assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
+    assert_true(peer_event_after(before, 1000));
     assert_false(byval_reg_live(w, serial));
     byval_reg_view_put(v);
     assert_int_equal(peer_exporter_stop(&e), 0); /* exited by itself, no signal */
@@ -146,27 +99,24 @@ static void test_page_written_and_truncated(void **state)
 static void test_pipe_blocking_and_shrunk(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
+    BYVAL_NEED(peer_no_pidfd());
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
+    byval_reg_view_t *v = peer_exporter_attached(&e, on_event);
     assert_non_null(v);
     char what[256];
     peer_attack_pipe(e.pid, e.pipe_fd, what, sizeof(what));
     printf("third process on the pipe: %s\n", what);
-    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    int before = peer_events();
     /* 10,000 frees (and as many exports) within 20 s: none blocks. */
     assert_int_equal(peer_exporter_cmd(&e, 'n', 20000), 0);
-    assert_true(event_after(before, 1000));
+    assert_true(peer_event_after(before, 1000));
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
     assert_non_null(w);
     usleep(20000); /* past the rate limit: the next free is reported at once */
-    before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    before = peer_events();
     assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
+    assert_true(peer_event_after(before, 1000));
     assert_false(byval_reg_live(w, serial));
     byval_reg_view_put(v);
     assert_int_equal(peer_exporter_stop(&e), 0);
@@ -176,19 +126,16 @@ static void test_pipe_blocking_and_shrunk(void **state)
 static void test_pipe_spam_bounded(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
+    BYVAL_NEED(peer_no_pidfd());
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
+    byval_reg_view_t *v = peer_exporter_attached(&e, on_event);
     assert_non_null(v);
     long cpu0 = peer_watcher_cpu_ms();
     assert_true(cpu0 >= 0);
-    int ev0 = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    int ev0 = peer_events();
     uint64_t writes = peer_spam_pipe(e.pid, e.pipe_fd, 1500);
     long cpu = peer_watcher_cpu_ms() - cpu0;
-    int reports = __atomic_load_n(&events, __ATOMIC_ACQUIRE) - ev0;
+    int reports = peer_events() - ev0;
     printf("1.5 s of pipe spam (%llu writes): watcher %ld ms of CPU, %d reports\n",
            (unsigned long long)writes, cpu, reports);
     assert_true(writes > 1000);
@@ -198,9 +145,9 @@ static void test_pipe_spam_bounded(void **state)
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
     assert_non_null(w);
-    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    int before = peer_events();
     assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
+    assert_true(peer_event_after(before, 1000));
     assert_false(byval_reg_live(w, serial));
     byval_reg_view_put(v);
     assert_int_equal(peer_exporter_stop(&e), 0);
@@ -212,14 +159,14 @@ static void test_pipe_spam_bounded(void **state)
 static void test_forger_of_another_uid(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(peer_no_pidfd());
     BYVAL_NEED(geteuid() != 0 ? "needs root to run the forger as uid 65534" : NULL);
     BYVAL_NEED(access("/usr/bin/setpriv", X_OK) != 0 ? "setpriv is not installed" : NULL);
     byval_reg_on_event(on_event);
     char msg[512] = "";
     peer_forger_t f;
     assert_int_equal(peer_forger_start(&f, 0), 0); /* unsealed */
-    byval_reg_view_t *v = attach(&f.rec, msg, sizeof(msg));
+    byval_reg_view_t *v = peer_attach(&f.rec, NULL, msg, sizeof(msg));
     printf("unsealed forged page: %s\n", v ? "ATTACHED" : msg);
     assert_int_equal(peer_forger_cmd(&f, 't'), 0); /* truncate it */
     assert_int_equal(peer_forger_cmd(&f, 'w'), 0); /* wake us */
@@ -234,7 +181,7 @@ static void test_forger_of_another_uid(void **state)
     peer_forger_stop(&f);
 
     assert_int_equal(peer_forger_start(&f, 1), 0); /* sealed, hostile values */
-    v = attach(&f.rec, msg, sizeof(msg));
+    v = peer_attach(&f.rec, NULL, msg, sizeof(msg));
     if (!v)
         printf("sealed forged page: %s\n", msg);
     assert_non_null(v);
@@ -259,7 +206,7 @@ static void test_forger_of_another_uid(void **state)
 static void test_hundred_exporters_few_fds(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(peer_no_pidfd());
     byval_reg_on_event(on_event);
     enum { N = 100 };
     static peer_exporter_t e[N];
@@ -275,7 +222,7 @@ static void test_hundred_exporters_few_fds(void **state)
         assert_int_equal(peer_exporter_start(&e[i]), 0);
         char msg[512] = "";
         pidfd[i] = -1;
-        v[i] = attach_keep(&e[i].rec, &pidfd[i], msg, sizeof(msg));
+        v[i] = peer_attach(&e[i].rec, &pidfd[i], msg, sizeof(msg));
         if (!v[i]) {
             printf("exporter %d: %s\n", i, msg);
             continue;
@@ -297,7 +244,7 @@ static void test_hundred_exporters_few_fds(void **state)
     /* An evicted exporter is attached again on demand. */
     assert_int_equal(peer_exporter_cmd(&e[0], 'a', 5000), 0);
     char msg[512] = "";
-    byval_reg_view_t *again = attach(&e[0].rec, msg, sizeof(msg));
+    byval_reg_view_t *again = peer_attach(&e[0].rec, NULL, msg, sizeof(msg));
     uint64_t s0;
     assert_non_null(again);
     assert_non_null(byval_reg_find(again, KEY, 5, &s0));

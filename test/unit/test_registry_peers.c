@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "handles/registry.h"
+#include "handles/transport.h"
 #include "handles/resolve.h"
 
 #ifndef F_SETPIPE_SZ
@@ -242,28 +243,101 @@ long peer_watcher_cpu_ms(void)
     return ms;
 }
 
+/* ---- the importer's side ------------------------------------------------ */
+
+const char *peer_no_pidfd(void)
+{
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd < 0)
+        return "pidfd_open is not available";
+    close(fd);
+    return NULL;
+}
+
+byval_reg_view_t *peer_attach(const byval_record_t *rec, int *pidfd_p, char *msg, size_t msglen)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec->pid, 0);
+    if (pidfd < 0) {
+        snprintf(msg, msglen, "pidfd_open: %s", strerror(errno));
+        return NULL;
+    }
+    byval_reg_view_t *v = byval_reg_attach(rec, BYVAL_MODE_PIDFD, pidfd, msg, msglen);
+    if (pidfd_p)
+        *pidfd_p = pidfd;
+    else
+        close(pidfd);
+    return v;
+}
+
+byval_reg_view_t *peer_exporter_attached(peer_exporter_t *e, byval_reg_event_fn fn)
+{
+    char msg[512] = "";
+    byval_reg_on_event(fn);
+    if (peer_exporter_start(e) != 0) {
+        printf("cannot start the exporter\n");
+        return NULL;
+    }
+    byval_reg_view_t *v = peer_attach(&e->rec, NULL, msg, sizeof(msg));
+    if (!v)
+        printf("attach: %s\n", msg);
+    return v;
+}
+
+static int events;
+
+void peer_event(void)
+{
+    __atomic_add_fetch(&events, 1, __ATOMIC_RELEASE);
+}
+
+int peer_events(void)
+{
+    return __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+}
+
+int peer_event_after(int before, int ms)
+{
+    for (int i = 0; i < ms * 10 && peer_events() <= before; i++)
+        usleep(100);
+    return peer_events() > before;
+}
+
+pid_t peer_spawn(char *const argv[], int *in_p, int *out_p)
+{
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    *in_p = in[1];
+    *out_p = out[0];
+    return pid;
+}
+
 /* ---- the forger (another uid) ------------------------------------------ */
 
 int peer_forger_start(peer_forger_t *f, int sealed)
 {
     char exe[512];
-    int in[2], out[2];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0 || pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+    if (n <= 0)
         return -1;
     exe[n] = 0;
-    f->pid = fork();
-    if (f->pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execl("/usr/bin/setpriv", "setpriv", "--reuid", "65534", "--regid", "65534",
-              "--clear-groups", exe, "forger", sealed ? "sealed" : "unsealed", (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    f->in = in[1];
-    f->out = out[0];
+    char *argv[] = {"/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                    exe, "forger", sealed ? "sealed" : "unsealed", NULL};
+    f->pid = peer_spawn(argv, &f->in, &f->out);
     return f->pid > 0 && reply_within(f->out, &f->rec, sizeof(f->rec), 5000) == 0 ? 0 : -1;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "handles/registry_view.h"
 #include "handles/wire.h"
 
 #define KEY BYVAL_REG_KEY(1, 77)
@@ -39,6 +40,29 @@ void peer_attack_page(pid_t pid, int page_fd, char *what, size_t len);
 void peer_attack_pipe(pid_t pid, int pipe_fd, char *what, size_t len);
 /* A third process writes the pipe in a loop for ms; its writes. */
 uint64_t peer_spam_pipe(pid_t pid, int pipe_fd, int ms);
+
+/* NULL when pidfd_open works here, else why not (for BYVAL_NEED). */
+const char *peer_no_pidfd(void);
+/* The view of rec's exporter (pidfd transport); its pidfd kept in
+ * *pidfd_p (as the shim's exporters table keeps one per exporter) or
+ * closed when pidfd_p is NULL. NULL with msg saying why. */
+byval_reg_view_t *peer_attach(const byval_record_t *rec, int *pidfd_p, char *msg,
+                              size_t msglen);
+
+/* Set the watcher's handler, start an exporter into *e and attach its
+ * view: the view, or NULL (why printed). */
+byval_reg_view_t *peer_exporter_attached(peer_exporter_t *e, byval_reg_event_fn fn);
+
+/* The watcher's reports in this process: the test's handler counts each
+ * with peer_event(). */
+void peer_event(void);
+int peer_events(void);
+/* 1 when a report came after `before` (a peer_events() value) within ms. */
+int peer_event_after(int before, int ms);
+
+/* Run argv (argv[0] a path) with its stdin and stdout on pipes: its pid,
+ * with *in_p writing its stdin and *out_p reading its stdout; -1. */
+pid_t peer_spawn(char *const argv[], int *in_p, int *out_p);
 
 /* CPU time (user + system) of this process's ipcbyval-watch thread, ms;
  * -1 when it runs no such thread. */

@@ -6,7 +6,7 @@
  * child, publishing through byval_reg_add/remove as the shim does), the
  * importer under test (this process: a view and its watcher thread) and
  * a second importer of the same exporter (this program exec'ed as
- * "importer PID FD": its own view and watcher, as another rank or a fork
+ * "importer PID": its own view and watcher, as another rank or a fork
  * child that opened one handle has; it says 'f' or 'l' at each report:
  * the export KEY reads freed or live).
  *
@@ -44,39 +44,25 @@
 #include "test/unit/test_registry_peers.h"
 #include "test/unit/test_skip.h"
 
-static int events;
 /* Set: the next report blocks in on_event until `go` is written. */
 static int block_next;
-static int blocked[2], go[2];
-/* The second importer's: where it says it saw a report. */
-static int notify_fd = -1;
+static int blocked[2], go[2], pipes_open;
+/* The second importer's: it says so at each report. */
+static int second;
 
 static void on_event(byval_reg_view_t *v, int gone)
 {
     (void)gone;
-    __atomic_add_fetch(&events, 1, __ATOMIC_RELEASE);
-    if (notify_fd >= 0) { /* 'f': KEY reads freed, 'l': live */
+    peer_event();
+    if (second) { /* 'f': KEY reads freed, 'l': live */
         uint64_t serial;
-        (void)!write(notify_fd, byval_reg_find(v, KEY, 5, &serial) ? "l" : "f", 1);
+        (void)!write(1, byval_reg_find(v, KEY, 5, &serial) ? "l" : "f", 1);
     }
     if (__atomic_exchange_n(&block_next, 0, __ATOMIC_ACQ_REL)) {
         char c;
         (void)!write(blocked[1], "b", 1);
         (void)!read(go[0], &c, 1);
     }
-}
-
-static int nevents(void)
-{
-    return __atomic_load_n(&events, __ATOMIC_ACQUIRE);
-}
-
-/* Reports after `before` within ms: 1 when there was one. */
-static int event_after(int before, int ms)
-{
-    for (int i = 0; i < ms * 10 && nevents() <= before; i++)
-        usleep(100);
-    return nevents() > before;
 }
 
 /* One byte c from fd within ms: 0, or -1. */
@@ -97,41 +83,20 @@ static void settle(int fd, int ms)
         ;
 }
 
-static byval_reg_view_t *attach(const byval_record_t *rec, char *msg, size_t msglen)
-{
-    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec->pid, 0);
-    if (pidfd < 0) {
-        snprintf(msg, msglen, "pidfd_open: %s", strerror(errno));
-        return NULL;
-    }
-    byval_reg_view_t *v = byval_reg_attach(rec, BYVAL_MODE_PIDFD, pidfd, msg, msglen);
-    close(pidfd);
-    return v;
-}
-
-static const char *no_pidfd(void)
-{
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
-}
-
-/* The second importer (main's "importer PID FD"): a view of PID, every
- * report a byte 'f' or 'l' on FD ('R' once attached), until stdin
+/* The second importer (main's "importer PID"): a view of PID, every
+ * report a byte 'f' or 'l' on stdout ('R' once attached), until stdin
  * closes. */
-static int second_importer_main(uint32_t pid, int fd)
+static int second_importer_main(uint32_t pid)
 {
     char msg[512] = "";
-    notify_fd = fd;
+    second = 1;
     byval_reg_on_event(on_event);
     byval_reg_view_t *v = byval_reg_attach_pid(pid, msg, sizeof(msg));
     if (!v) {
         fprintf(stderr, "second importer: %s\n", msg);
         return 1;
     }
-    (void)!write(fd, "R", 1);
+    (void)!write(1, "R", 1);
     for (char c; read(0, &c, 1) > 0;)
         ;
     byval_reg_view_put(v);
@@ -145,60 +110,73 @@ typedef struct second {
 
 static int second_start(second_t *s, pid_t exporter)
 {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe(out) != 0)
-        return -1;
-    s->pid = fork();
-    if (s->pid == 0) {
-        char p[16], f[16];
-        dup2(in[0], 0);
-        snprintf(p, sizeof(p), "%d", (int)exporter);
-        snprintf(f, sizeof(f), "%d", out[1]);
-        execl("/proc/self/exe", "test_registry_wake", "importer", p, f, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    s->ctl = in[1];
-    s->notify = out[0];
+    char p[16];
+    snprintf(p, sizeof(p), "%d", (int)exporter);
+    char *argv[] = {"/proc/self/exe", "importer", p, NULL};
+    s->pid = peer_spawn(argv, &s->ctl, &s->notify);
     return s->pid > 0 && byte_within(s->notify, 'R', 5000) == 0 ? 0 : -1;
 }
 
 static void second_stop(second_t *s)
 {
-    int st;
-    close(s->ctl);
-    waitpid(s->pid, &st, 0);
+    close(s->ctl); /* EOF: it exits */
+    waitpid(s->pid, NULL, 0);
     close(s->notify);
+}
+
+/* Each test's exporter and our view of it (NULL without pidfd_open). */
+typedef struct fixture {
+    peer_exporter_t e;
+    byval_reg_view_t *v;
+} fixture_t;
+
+static int setup(void **state)
+{
+    static fixture_t f;
+    f.v = peer_no_pidfd() ? NULL : peer_exporter_attached(&f.e, on_event);
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    __atomic_store_n(&block_next, 0, __ATOMIC_RELEASE);
+    if (pipes_open) { /* a watcher a failed test left blocked goes on */
+        (void)!write(go[1], "g", 1);
+        close(blocked[0]);
+        close(blocked[1]);
+        close(go[0]);
+        close(go[1]);
+        pipes_open = 0;
+    }
+    if (!f->v)
+        return 0;
+    byval_reg_view_put(f->v);
+    return peer_exporter_stop(&f->e);
 }
 
 /* The interleaving at the top, step by step. */
 static void test_wakeup_not_taken_by_another_importer(void **state)
 {
-    (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
+    fixture_t *f = *state;
+    BYVAL_NEED(peer_no_pidfd());
+    assert_non_null(f->v);
     assert_int_equal(pipe2(blocked, O_CLOEXEC), 0);
     assert_int_equal(pipe2(go, O_CLOEXEC), 0);
-    peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    assert_non_null(v);
+    pipes_open = 1;
     second_t s = {-1, -1, -1};
-    assert_int_equal(second_start(&s, e.pid), 0);
+    assert_int_equal(second_start(&s, f->e.pid), 0);
 
     /* A first free: our watcher reports it and stays in the handler. */
     __atomic_store_n(&block_next, 1, __ATOMIC_RELEASE);
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    if (byte_within(blocked[0], 'b', 5000) != 0) {
-        __atomic_store_n(&block_next, 0, __ATOMIC_RELEASE);
+    assert_int_equal(peer_exporter_cmd(&f->e, 'r', 5000), 0);
+    if (byte_within(blocked[0], 'b', 5000) != 0)
         fail_msg("the first free was not reported to us within 5 s (its wake-up lost too)");
-    }
-    int before = nevents();
-    assert_int_equal(peer_exporter_cmd(&e, 'a', 5000), 0);
+    int before = peer_events();
+    assert_int_equal(peer_exporter_cmd(&f->e, 'a', 5000), 0);
     uint64_t serial = 0;
-    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
+    const uint64_t *w = byval_reg_find(f->v, KEY, 5, &serial);
     assert_non_null(w);
     /* The second importer's reports of that are over (both watchers are
      * past the rate limit, BYVAL_REG_RESCAN_NS, by then too). */
@@ -206,22 +184,16 @@ static void test_wakeup_not_taken_by_another_importer(void **state)
 
     /* The free that matters: its byte queues our view while our watcher
      * is busy; the second importer's watcher handles it completely. */
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
+    assert_int_equal(peer_exporter_cmd(&f->e, 'r', 5000), 0);
     assert_false(byval_reg_live(w, serial));
     assert_int_equal(byte_within(s.notify, 'f', 5000), 0);
 
     /* Our watcher goes back to epoll: it must report that free. */
     assert_int_equal(write(go[1], "g", 1), 1);
-    int seen = event_after(before, 1000);
+    int seen = peer_event_after(before, 1000);
     printf("free reported to the importer whose wake-up another importer also had: %s\n",
            seen ? "yes" : "no (lost: its mappings would stay cached until the exporter exits)");
     second_stop(&s);
-    byval_reg_view_put(v);
-    assert_int_equal(peer_exporter_stop(&e), 0);
-    close(blocked[0]);
-    close(blocked[1]);
-    close(go[0]);
-    close(go[1]);
     assert_true(seen);
 }
 
@@ -230,47 +202,41 @@ static void test_wakeup_not_taken_by_another_importer(void **state)
  * cost no scans once reported. */
 static void test_burst_reported_then_quiet(void **state)
 {
-    (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
-    peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    assert_non_null(v);
+    fixture_t *f = *state;
+    BYVAL_NEED(peer_no_pidfd());
+    assert_non_null(f->v);
     const uint64_t *w = NULL;
     uint64_t serial = 0;
-    int before = nevents(), last = 0;
+    int before = peer_events(), last = 0;
     for (int i = 0; i < 5; i++) {
         if (i)
-            assert_int_equal(peer_exporter_cmd(&e, 'a', 5000), 0);
-        w = byval_reg_find(v, KEY, 5, &serial);
+            assert_int_equal(peer_exporter_cmd(&f->e, 'a', 5000), 0);
+        w = byval_reg_find(f->v, KEY, 5, &serial);
         assert_non_null(w);
-        last = nevents();
-        assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
+        last = peer_events();
+        assert_int_equal(peer_exporter_cmd(&f->e, 'r', 5000), 0);
     }
-    assert_true(event_after(last, 1000)); /* the last free too */
+    assert_true(peer_event_after(last, 1000)); /* the last free too */
     usleep(50000); /* every interval of the burst has ended */
-    int after = nevents();
+    int after = peer_events();
     usleep(100000); /* 20 intervals of nothing freed */
-    int idle = nevents() - after;
+    int idle = peer_events() - after;
     printf("a burst of 5 frees: %d reports; then %d in 100 ms of quiet\n", after - before, idle);
     assert_false(byval_reg_live(w, serial));
     assert_int_equal(idle, 0);
-    byval_reg_view_put(v);
-    assert_int_equal(peer_exporter_stop(&e), 0);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc > 3 && strcmp(argv[1], "importer") == 0)
-        return second_importer_main((uint32_t)atoi(argv[2]), atoi(argv[3]));
+    if (argc > 2 && strcmp(argv[1], "importer") == 0)
+        return second_importer_main((uint32_t)atoi(argv[2]));
     if (argc > 1) /* one test by name, or a glob of names */
         cmocka_set_test_filter(argv[1]);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wakeup_not_taken_by_another_importer),
-        cmocka_unit_test(test_burst_reported_then_quiet),
+        cmocka_unit_test_setup_teardown(test_wakeup_not_taken_by_another_importer, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_burst_reported_then_quiet, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
