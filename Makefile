@@ -141,7 +141,7 @@ check-faults: deps
 
 # The long runs of the stress workload and of the quiet demo, in the
 # plain build and under each sanitizer (minutes: not part of make check).
-TORTURE_ENV := STRESS_SECONDS=90 STRESS_SETTLE=5 STRESS_HELD_KNOWN=0 DEMO_RUNS=100
+TORTURE_ENV := STRESS_SECONDS=90 DEMO_RUNS=100
 torture: deps
 	@$(MAKE) --no-print-directory tests
 	@$(TORTURE_ENV) BUILD=$(BUILD) scripts/run-checks.sh -- $(TORTURE_TESTS)

@@ -86,6 +86,17 @@ struct stress_opts {
 };
 
 extern const struct stress_api stress_backend;
+
+/* A backend file defines the stress_api functions under these names and
+ * its stress_backend with this. */
+#define STRESS_BACKEND(api_name)                                                          \
+    const struct stress_api stress_backend = {                                            \
+        .name = (api_name), .destroy_keeps = keeps,                                       \
+        .init = init, .alloc = alloc, .get = get, .free = mfree,                          \
+        .ctx_new = ctx_new, .ctx_bind = ctx_bind, .ctx_destroy = ctx_destroy,             \
+        .open = open_ipc, .close = close_ipc, .read = read_word, .stats = stats,          \
+        .send = send_msg, .recv = recv_msg,                                               \
+    }
 extern struct stress_shared *stress_sh;
 extern struct stress_opts stress_o;
 

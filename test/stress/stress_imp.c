@@ -339,16 +339,7 @@ int stress_importer(int s)
     fprintf(stderr, "stress: %llu mappings held after the exporter freed everything, "
             "%llu after it exited and every context was destroyed (%llu left open natively)\n",
             (unsigned long long)held1, (unsigned long long)held2, (unsigned long long)ok);
-    /* Known open defect (issue 22): under load a few mappings can outlast
-     * the settle time after the exporter's frees, yet go at its exit.
-     * STRESS_HELD_KNOWN=1 (make check) reports that case as KNOWN; make
-     * torture (STRESS_HELD_KNOWN=0) fails on it. Mappings left after the
-     * exit always fail. */
-    const char *known = getenv("STRESS_HELD_KNOWN");
-    if (known && !strcmp(known, "1") && held2 <= ok && held1 > ok)
-        fprintf(stderr, "KNOWN: %llu mappings held %.0f s after the exporter freed everything, "
-               "released at its exit\n", (unsigned long long)(held1 - ok), stress_o.settle);
-    else if (most > ok)
+    if (most > ok)
         ADD(held_after, most - ok);
     ADD(dead_ctx_closes, dead);
     return 0;

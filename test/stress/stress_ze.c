@@ -131,11 +131,4 @@ static int recv_msg(int sock, struct stress_msg *m, int *fd_p)
     return zeapp_recv_fd(sock, m, sizeof(*m), fd_p);
 }
 
-const struct stress_api stress_backend = {
-    .name = "ze",
-    .destroy_keeps = keeps,
-    .init = init, .alloc = alloc, .get = get, .free = mfree,
-    .ctx_new = ctx_new, .ctx_bind = ctx_bind, .ctx_destroy = ctx_destroy,
-    .open = open_ipc, .close = close_ipc, .read = read_word, .stats = stats,
-    .send = send_msg, .recv = recv_msg,
-};
+STRESS_BACKEND("ze");
