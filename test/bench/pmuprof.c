@@ -16,7 +16,9 @@
  * printed as totals so a benchmark can divide by its own iteration count.
  * The hardware events fall back to cpu-clock where the PMU is missing.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>

@@ -6,7 +6,9 @@
  * function around it (.symtab, else .dynsym: the CUDA driver ships only
  * the latter). Kernel addresses resolve through /proc/kallsyms.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <elf.h>
 #include <fcntl.h>
 #include <stdlib.h>
