@@ -77,4 +77,11 @@ int fail(const char *call, CUresult rc);
  * context of device dev_ordinal current. 0 on success. */
 int setup(const struct opts *o, int dev_ordinal);
 
+/** The properties of a VMM allocation on device dev that exports a POSIX
+ * fd (what ipcbyval shares), for the programs that make one. */
+CUmemAllocationProp vmm_prop(int dev);
+
+/** Read-write access for device dev to [va, va + len). 0 on success. */
+int vmm_access(CUdeviceptr va, size_t len, int dev);
+
 #endif

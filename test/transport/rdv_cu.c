@@ -47,29 +47,19 @@ static int init(int exporter)
 
 static int allocate(size_t size, struct alloc *a)
 {
-    CUmemAllocationProp prop;
-    CUmemAccessDesc acc;
+    CUmemAllocationProp prop = vmm_prop(0);
     size_t gran;
     if (o.mem == MEM_LEGACY) {
         a->len = size;
         CU(MemAlloc, &a->p, size);
         return 0;
     }
-    memset(&prop, 0, sizeof(prop));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     CU(MemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     a->len = (size + gran - 1) / gran * gran;
     CU(MemAddressReserve, &a->p, a->len, 0, 0, 0);
     CU(MemCreate, &a->chunk, a->len, &prop, 0);
     CU(MemMap, a->p, a->len, 0, a->chunk, 0);
-    memset(&acc, 0, sizeof(acc));
-    acc.location = prop.location;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU(MemSetAccess, a->p, a->len, &acc, 1);
-    return 0;
+    return vmm_access(a->p, a->len, 0);
 }
 
 static int export_one(size_t size, uint64_t seed, uint8_t h[RDV_HANDLE], void **alloc_p)

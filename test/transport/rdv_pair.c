@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test/io_all.h"
+
 struct rdv_msg {
     uint32_t round; /* 0: no more */
     uint32_t pad;
@@ -63,21 +65,6 @@ int rdv_check(const uint8_t *buf, size_t len, uint64_t seed)
     return 1;
 }
 
-static int io_all(int fd, void *buf, size_t n, int writing)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = writing ? write(fd, p, n) : read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Wait (3 s at most) until the ledger's bytes held (all, or freed ones)
  * are 0; ms waited, or -1. */
 static double wait_released(const struct rdv_ops *ops, int freed_only, uint64_t *left_p)
@@ -108,7 +95,7 @@ static int exporter(const struct rdv_ops *ops, int hfd, int afd)
                   : ops->export_one(size, m.seed, m.h, &alloc))
             return 1;
         hold_on();
-        if (io_all(hfd, &m, sizeof(m), 1) || io_all(afd, &ack, sizeof(ack), 0)) {
+        if (test_io_all(hfd, &m, sizeof(m), 1) || test_io_all(afd, &ack, sizeof(ack), 0)) {
             fprintf(stderr, "rdv exporter: the importer is gone in round %u\n", r);
             return 1;
         }
@@ -137,7 +124,7 @@ static int exporter(const struct rdv_ops *ops, int hfd, int afd)
     }
     struct rdv_msg end = {0};
     if (strcmp(kase, "exit") != 0)
-        (void)io_all(hfd, &end, sizeof(end), 1);
+        (void)test_io_all(hfd, &end, sizeof(end), 1);
     if (!strcmp(kase, "free"))
         printf("OK rdv free: %u rounds released, slowest %.1f ms\n", n, slowest);
     else
@@ -149,7 +136,7 @@ static int importer(const struct rdv_ops *ops, int hfd, int afd)
 {
     unsigned got = 0, right = 0;
     struct rdv_msg m;
-    while (io_all(hfd, &m, sizeof(m), 0) == 0 && m.round != 0) {
+    while (test_io_all(hfd, &m, sizeof(m), 0) == 0 && m.round != 0) {
         int ok = 0;
         got++;
         hold_on();
@@ -159,7 +146,7 @@ static int importer(const struct rdv_ops *ops, int hfd, int afd)
             ok = -1;
         right += ok == 1;
         int32_t ack = ok;
-        if (io_all(afd, &ack, sizeof(ack), 1))
+        if (test_io_all(afd, &ack, sizeof(ack), 1))
             break;
         if (!strcmp(kase, "exit"))
             break;
