@@ -156,6 +156,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     ze_ipc_event_pool_handle_t local = handle;
     uint64_t fd64 = (uint64_t)fd;
     memcpy(local.data, &fd64, sizeof(fd64));
+    if (byval_ze_pool_decode(handle.data, &(byval_short_t){0}) == 2)
+        byval_ze_opaque_local(local.data, fd, 1); /* a plain fd for the driver */
     ze_event_pool_handle_t pool = NULL;
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
@@ -213,8 +215,15 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, handle, pool_p);
     byval_exporters_poll(); /* releases dead exporters' entries when due */
-    if (!pool_p || !byval_ze_pool_decode(handle.data, &s) || byval_self_get(&self) != 0) {
+    int layout = pool_p ? byval_ze_pool_decode(handle.data, &s) : 0;
+    if (!layout || byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, handle, pool_p);
+    }
+    if (layout == 2 && byval_ze_opaque_whose(&s) != 2) {
+        /* opaque, of our pid namespace: the driver's own pidfd import */
+        BYVAL_STAT_INC(open_passthrough);
+        byval_ze_opaque_strip(handle.data);
         return next(ctx, handle, pool_p);
     }
     /* Our own handle: the fd in bytes 0-7 is valid here already. */

@@ -214,6 +214,9 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
     /* Parsed without the checksum: a hit below must equal a cached record,
      * which was checked; anything else is checked before it is used. */
+    byval_short_t s;
+    if (pptr && byval_ze_opaque_decode(handle.data, &s)) /* an opaque one's (ze_opaque.c) */
+        return byval_ze_open_opaque(next, ctx, dev, handle, flags, &s, pptr);
     if (!pptr || !byval_ze_parse(handle.data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
         byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
