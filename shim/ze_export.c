@@ -114,7 +114,11 @@ static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_recor
          * libraries' own pidfd_getfd */
         .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
     };
-    e->core.ctx = (uintptr_t)ctx;
+    /* An opaque handle's fd is the driver's until the allocation goes,
+     * whatever becomes of the context (compute-runtime: allocations
+     * belong to the driver handle); its importers in our namespace open
+     * it after a zeContextDestroy natively: it ends with the free only. */
+    e->core.ctx = opaque ? 0 : (uintptr_t)ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;
     if (byval_exports_start(exports, &e->core) != 0 ||

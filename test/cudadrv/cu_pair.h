@@ -14,6 +14,7 @@
     X(Init, "cuInit", (unsigned int))                                                 \
     X(DeviceGet, "cuDeviceGet", (CUdevice *, int))                                    \
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))    \
+    X(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", (CUdevice))                \
     X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                  \
     X(GetErrorName, "cuGetErrorName", (CUresult, const char **))                      \
     X(GetErrorString, "cuGetErrorString", (CUresult, const char **))                  \

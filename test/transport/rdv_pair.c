@@ -16,13 +16,6 @@
 
 #include "test/io_all.h"
 
-struct rdv_msg {
-    uint32_t round; /* 0: no more */
-    uint32_t pad;
-    uint64_t seed, size;
-    uint8_t h[RDV_HANDLE];
-};
-
 static const char *kase = "rounds";
 static unsigned rounds = 20;
 static size_t size = (1 << 20) + 4096;
@@ -235,7 +228,7 @@ int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
     if (argc >= 2 && !strcmp(argv[1], "stale"))
         return stale(argc, argv);
     if (argc < 3 || (strcmp(argv[1], "export") && strcmp(argv[1], "import"))) {
-        fprintf(stderr, "usage: %s export|import DIR [--case rounds|free|exit|pools] "
+        fprintf(stderr, "usage: %s export|import DIR [--case rounds|free|exit|pools|seq] "
                         "[--rounds N] [--size BYTES]\n", argv[0]);
         return 2;
     }
@@ -277,5 +270,7 @@ int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
     }
     if (ops->init(exp))
         return 1;
+    if (!strcmp(kase, "seq"))
+        return exp ? rdv_seq_exporter(ops, hfd, afd, size) : rdv_seq_importer(ops, hfd, afd);
     return exp ? exporter(ops, hfd, afd) : importer(ops, hfd, afd);
 }
