@@ -194,19 +194,8 @@ static int describe(uint8_t *h, ze_event_pool_handle_t pool, int opaque, int *fr
     uint64_t serial = publish(pool, (uint32_t)fd, fresh_p);
     if (!serial)
         return -1;
-    if (opaque)
-        return byval_ze_opaque_write(h, serial);
-    byval_short_t s = {
-        .flags = self.id_flags,
-        .pid = self.pid,
-        .id32 = (uint32_t)self.identity,
-        .guard = byval_short_guard(self.boot, self.pidns),
-        .serial = (uint32_t)serial,
-    };
-    return byval_short_encode(&s, h, BYVAL_ZE_POOL_DRIVER_LEN, h + BYVAL_ZE_POOL_RECORD_OFF) ==
-                   BYVAL_WIRE_OK
-               ? 0
-               : -1;
+    return opaque ? byval_ze_opaque_write(h, serial)
+                  : byval_ze_short_write(h, BYVAL_ZE_POOL_RECORD_OFF, serial);
 }
 
 ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,

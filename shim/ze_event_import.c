@@ -92,49 +92,6 @@ static void import_init(void)
         BYVAL_LOG_ERROR("cannot allocate the event-pool import cache: by-value opens will fail");
 }
 
-/* One error line per kind of failure (shim/log.h). */
-static ze_result_t refuse(byval_status_t st, const char *msg)
-{
-    static int seen[BYVAL_E_SYS + 2];
-    BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, API_OPEN, "%s", msg);
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
-}
-
-/* The exporter's registry entry for s, with the record to fetch its fd. */
-static ze_result_t resolve(const byval_short_t *s, const byval_self_t *self, const uint8_t *h,
-                           byval_record_t *rec, byval_reg_view_t **v_p, const uint64_t **w_p,
-                           byval_reg_slot_t *slot)
-{
-    char msg[512] = "";
-    int pidfd = -1;
-    byval_status_t st =
-        byval_reg_attach_short(s, self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
-    if (st != BYVAL_OK)
-        return refuse(st, msg);
-    if (pidfd >= 0) /* verified for this exporter: kept for the fetch below */
-        byval_fetch_done(rec, pidfd);
-    uint64_t fd;
-    memcpy(&fd, h, sizeof(fd));
-    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
-    if (!*w_p || slot->key >> 56 != BYVAL_KIND_ZE_EVENT_POOL || slot->fd != fd) {
-        byval_reg_view_put(*v_p);
-        *v_p = NULL;
-        snprintf(msg, sizeof(msg),
-                 "pid %u exports no event pool under serial %u with fd %llu (destroyed, or the "
-                 "handle was altered)",
-                 s->pid, s->serial, (unsigned long long)fd);
-        return refuse(BYVAL_E_BADFD, msg);
-    }
-    rec->kind = BYVAL_KIND_ZE_EVENT_POOL;
-    rec->fd = slot->fd;
-    rec->fd_ino = slot->ino;
-    rec->size = slot->size;
-    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
-    return ZE_RESULT_SUCCESS;
-}
-
 static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
                                ze_ipc_event_pool_handle_t handle, const byval_short_t *s,
                                const byval_self_t *self, const pool_key_t *key,
@@ -144,7 +101,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     byval_reg_view_t *v = NULL;
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
-    ze_result_t r = resolve(s, self, (const uint8_t *)handle.data, &rec, &v, &w, &slot);
+    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_EVENT_POOL,
+                                         &rec, &v, &w, &slot);
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int fd = -1;
@@ -169,7 +127,7 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
         char msg[160];
         snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
                  rec.fd, (unsigned)r);
-        refuse(BYVAL_E_SYS, msg);
+        byval_ze_short_refuse(API_OPEN, BYVAL_E_SYS, msg);
         byval_reg_view_put(v);
         return r;
     }

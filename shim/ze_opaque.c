@@ -31,6 +31,7 @@
 #include "handles/rendezvous.h"
 #include "handles/resolve.h"
 #include "handles/wire.h"
+#include "shim/config.h"
 #include "shim/ze.h"
 
 #define RESERVED_OFF 30 /* both layouts: reservedHandleData[32] @30-61 */
@@ -48,23 +49,13 @@ int byval_ze_opaque_describable(const void *handle64, int pool)
 {
     const uint8_t *h = handle64;
     /* memory: handle type @20 (0: fd); pools carry theirs @29 */
-    return byval_rendezvous_enabled() && reserved_zero(h) && (pool ? h[29] : h[20]) == 0;
+    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
+           reserved_zero(h) && (pool ? h[29] : h[20]) == 0;
 }
 
 int byval_ze_opaque_write(void *handle64, uint64_t serial)
 {
-    uint8_t *h = handle64;
-    byval_self_t self;
-    if (!serial || byval_self_get(&self) != 0)
-        return -1;
-    byval_short_t s = {
-        .flags = self.id_flags,
-        .pid = self.pid,
-        .id32 = (uint32_t)self.identity,
-        .guard = byval_short_guard(self.boot, self.pidns),
-        .serial = (uint32_t)serial,
-    };
-    return byval_short_encode(&s, h, RESERVED_OFF, h + RESERVED_OFF) == BYVAL_WIRE_OK ? 0 : -1;
+    return byval_ze_short_write(handle64, RESERVED_OFF, serial);
 }
 
 int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p)

@@ -51,22 +51,12 @@ typedef struct opaque_import {
 
 static byval_imports_t *imports;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
-static ze_pfnMemCloseIpcHandle_t real_close;
-
-static void close_mapping(ze_context_handle_t ctx, void *ptr)
-{
-    byval_enter();
-    ze_result_t r = real_close ? real_close(ctx, ptr) : ZE_RESULT_SUCCESS;
-    byval_leave();
-    if (r != ZE_RESULT_SUCCESS)
-        BYVAL_LOG_WARN("zeMemCloseIpcHandle(%p) on release returned 0x%x", ptr, (unsigned)r);
-}
 
 static void opaque_release(byval_import_t *b)
 {
     opaque_import_t *m = (opaque_import_t *)b;
     if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
-        close_mapping(m->ctx, m->ptr);
+        byval_ze_close_mapping(m->ctx, m->ptr);
 }
 
 static int opaque_same(const byval_import_t *a, const byval_import_t *b)
@@ -85,53 +75,9 @@ static byval_imports_ops_t import_ops = {
 
 static void import_init(void)
 {
-    real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
     imports = byval_track_cache(&import_ops);
     if (!imports)
         BYVAL_LOG_ERROR("cannot allocate the opaque import cache: by-value opens will fail");
-}
-
-static ze_result_t refuse(byval_status_t st, const char *msg)
-{
-    static int seen[BYVAL_E_SYS + 2];
-    BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, API_OPEN, "%s", msg);
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
-}
-
-/* The exporter's registry entry for s, with the record to fetch its fd. */
-static ze_result_t resolve(const byval_short_t *s, const uint8_t *h, byval_record_t *rec,
-                           byval_reg_view_t **v_p, const uint64_t **w_p, byval_reg_slot_t *slot)
-{
-    char msg[512] = "";
-    int pidfd = -1;
-    byval_self_t self;
-    if (byval_self_get(&self) != 0)
-        return ZE_RESULT_ERROR_UNKNOWN;
-    byval_status_t st =
-        byval_reg_attach_short(s, &self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
-    if (st != BYVAL_OK)
-        return refuse(st, msg);
-    if (pidfd >= 0) /* verified for this exporter: kept for the fetch below */
-        byval_fetch_done(rec, pidfd);
-    uint64_t fd = byval_ze_handle_fd(h);
-    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
-    if (!*w_p || slot->key >> 56 != BYVAL_KIND_ZE_MEM || slot->fd != fd) {
-        byval_reg_view_put(*v_p);
-        *v_p = NULL;
-        snprintf(msg, sizeof(msg),
-                 "pid %u exports no memory under serial %u with fd %llu (freed, or the handle "
-                 "was altered)",
-                 s->pid, s->serial, (unsigned long long)fd);
-        return refuse(BYVAL_E_BADFD, msg);
-    }
-    rec->kind = BYVAL_KIND_ZE_MEM;
-    rec->fd = slot->fd;
-    rec->fd_ino = slot->ino;
-    rec->size = slot->size;
-    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
-    return ZE_RESULT_SUCCESS;
 }
 
 static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
@@ -144,7 +90,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
     unsigned long long t_open = BYVAL_LOG_T0();
-    ze_result_t r = resolve(s, (const uint8_t *)handle.data, &rec, &v, &w, &slot);
+    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_MEM, &rec, &v,
+                                         &w, &slot);
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int fd = -1;
@@ -165,14 +112,14 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
         char msg[160];
         snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
                  rec.fd, (unsigned)r);
-        refuse(BYVAL_E_SYS, msg);
+        byval_ze_short_refuse(API_OPEN, BYVAL_E_SYS, msg);
         byval_reg_view_put(v);
         return r;
     }
     opaque_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
         byval_reg_view_put(v);
-        close_mapping(ctx, p);
+        byval_ze_close_mapping(ctx, p);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     m->ptr = p;
