@@ -7,6 +7,8 @@
 #     without the directory: refused (what the directory fixes)
 #   legacy: natively and under ipcbyval, whatever the driver does across
 #     these namespaces, ipcbyval must do the same (the row says which)
+#   VMM seq: double close, context resets on both sides: the same return
+#     codes across namespaces as in one (rdv_seq.c)
 #   legacy, what makes it fail (INFO rows, information for the docs): the
 #     same pair with separate pid + net + mount namespaces but the host's
 #     /proc (no --mount-proc); with --mount-proc and each side's own /dev
@@ -56,6 +58,24 @@ else
     else
         row "rendezvous: VMM across namespaces without the directory: refused" PASS "$rdv_out"
     fi
+    # The seq case (test/transport/rdv_seq.c): double close, context
+    # reset on each side, return codes held against one namespace's.
+    rdv_seq_gpu() {
+        local d log="$LOGS/rdv-seq-$1"; shift
+        d=$(mktemp -d) && chmod 700 "$d" && mkfifo "$d/c.h" "$d/c.a"
+        timeout -s KILL 90 env IPCBYVAL_RENDEZVOUS_DIR="$d" "$@" "$RUN" "$RDV" export "$d" \
+            --mem vmm --case seq >"$log.exp" 2>&1 &
+        local ep=$!
+        timeout -s KILL 90 env IPCBYVAL_RENDEZVOUS_DIR="$d" "$@" "$RUN" "$RDV" import "$d" \
+            --mem vmm --case seq >"$log.imp" 2>&1
+        { kill -KILL $ep; wait $ep; } 2>/dev/null
+        rm -rf "$d"
+        grep -h '^SEQ' "$log.imp" || echo "none: $(grep -hE 'FAILED|error' "$log.imp" | head -1)"
+    }
+    one=$(rdv_seq_gpu one) across=$(rdv_seq_gpu across "${NSX[@]}")
+    [ "$one" = "$across" ] && case "$one" in SEQ*) res=PASS ;; *) res=FAIL ;; esac || res=FAIL
+    row "rendezvous: VMM seq (double close, ctx resets) as in one namespace" $res \
+        "$(echo "across: ${across#SEQ }; one ns: ${one#SEQ }" | cut -c1-200)"
     rdv_gpu "legacy native" legacy no no
     nat_ok=$?
     [ $nat_ok = 0 ] && nat="native: works ($rdv_out)" || nat="native: fails ($rdv_out)"
