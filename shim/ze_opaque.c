@@ -21,7 +21,7 @@
  * as natively. One in another pid namespace finds the exporter through
  * the directory (rendezvous_short.c), fetches the fd, and hands its
  * driver the handle "modified by the user": fd @0 the local fd, the fd
- * copy (memory @22, event pool @8) -1, reserved zero, which
+ * copy (memory @22, event pool @8) -1, the pid 0, reserved zero, which
  * compute-runtime imports as a plain fd (getDataFromIpcHandle: the fd
  * differs from the copy, so the legacy path).
  */
@@ -83,12 +83,18 @@ void byval_ze_opaque_local(void *handle64, int fd, int pool)
     uint8_t *h = handle64;
     uint64_t fd64 = (uint64_t)fd;
     memcpy(h, &fd64, sizeof(fd64));
+    /* The copy differs (the driver's test for a handle changed by the
+     * user) and no pid is left to import from: a driver version that
+     * goes by the pid alone (the event pools' parentProcessId) takes the
+     * number as local too. */
     if (pool) {
         uint64_t none = UINT64_MAX;
         memcpy(h + 8, &none, sizeof(none));
+        memset(h + 20, 0, 4);
     } else {
         int32_t none = -1;
         memcpy(h + 22, &none, sizeof(none));
+        memset(h + 16, 0, 4);
     }
     byval_ze_opaque_strip(h);
 }
