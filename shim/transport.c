@@ -105,7 +105,7 @@ static int sink_offer(int fd)
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no socket route: nothing offered, nothing to withdraw */
     int rc = byval_broker_offer(fd);
-    byval_rendezvous_report(); /* rendezvous hook */
+    byval_rendezvous_report(); /* why the directory is not listened on, once */
     if (rc == 0)
         return 0;
     /* Someone else bound our name first: importers that need the socket
@@ -137,7 +137,7 @@ static int enlist(int fd)
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
-    byval_rendezvous_report(); /* rendezvous hook */
+    byval_rendezvous_report(); /* why the directory is not listened on, once */
     return 0;
 }
 
