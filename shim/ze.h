@@ -220,21 +220,6 @@ ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handl
                                  ze_ipc_memory_flags_t flags, const struct byval_short *s,
                                  void **pptr);
 
-/* The short record in Level Zero handles (ze_short.c). write: ours for
- * the export `serial`, at handle64 + off, its checksum over bytes 0..off
- * (0, or -1). refuse: count and log (once per kind and API) a refused
- * open, its ze_result_t. entry: the exporter's live registry entry s
- * names for the fd in bytes 0-7, of kind (BYVAL_KIND_ZE_*), in *v_p (a
- * view reference), *w_p and *slot, and in *rec the record to fetch it;
- * else the refusal's code, logged. */
-struct byval_reg_view;
-struct byval_reg_slot;
-int byval_ze_short_write(void *handle64, size_t off, uint64_t serial);
-ze_result_t byval_ze_short_refuse(const char *api, int st, const char *msg);
-ze_result_t byval_ze_short_entry(const char *api, const struct byval_short *s,
-                                 const void *handle64, uint8_t kind, struct byval_record *rec,
-                                 struct byval_reg_view **v_p, const uint64_t **w_p,
-                                 struct byval_reg_slot *slot);
 /* Release a mapping ctx's driver opened (a cached import's end). */
 void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr);
 

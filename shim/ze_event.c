@@ -62,6 +62,7 @@
 #include "shim/stats.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 typedef struct pool_export {
     byval_export_t core; /* first: cache/exports.h */

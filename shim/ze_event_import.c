@@ -37,6 +37,7 @@
 #include "shim/track.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 #define POOL_TAG(pool) ((uintptr_t)(pool) | (UINT64_C(1) << 63))
 #define API_OPEN "zeEventPoolOpenIpcHandle"
@@ -47,10 +48,9 @@ typedef struct pool_key {
 } pool_key_t;
 
 typedef struct pool_import {
-    byval_import_t base; /* the lifecycle core's part */
+    byval_ze_short_import_t s; /* first: the core's part and the handle */
     ze_event_pool_handle_t pool;
     ze_context_handle_t ctx;
-    uint8_t handle[ZE_MAX_IPC_HANDLE_SIZE]; /* as opened: a hit must equal it */
 } pool_import_t;
 
 static byval_imports_t *imports;
@@ -70,18 +70,12 @@ static void pool_release(byval_import_t *b)
     }
 }
 
-static int pool_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return memcmp(((const pool_import_t *)a)->handle, ((const pool_import_t *)b)->handle,
-                  ZE_MAX_IPC_HANDLE_SIZE) == 0;
-}
-
 /* Tracked at import already (the registry entry named by the record). */
 static byval_imports_ops_t import_ops = {
     .name = "ze pool import",
     .key_len = sizeof(pool_key_t),
     .release = pool_release,
-    .same = pool_same,
+    .same = byval_ze_short_same,
 };
 
 static void import_init(void)
@@ -143,18 +137,13 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     }
     m->pool = pool;
     m->ctx = ctx;
-    memcpy(m->handle, handle.data, sizeof(m->handle));
-    m->base.bytes = rec.size;
-    m->base.pidns = rec.pidns;
-    m->base.pid = rec.pid;
-    m->base.identity = rec.identity;
     /* base.ctx stays 0: byval_imports_purge_ctx is for mappings that die
      * with their context; pools are the application's until it closes
      * them (byval_ze_pools_ctx_gone releases only closed ones). */
-    byval_import_track(&m->base, w, slot.serial, v); /* v's reference goes with it */
+    byval_ze_short_fill(&m->s, handle.data, &rec, w, slot.serial, v);
     byval_import_t *out;
     byval_lru_ref_t ref;
-    byval_imports_insert(imports, key, &m->base, &out, &ref);
+    byval_imports_insert(imports, key, &m->s.base, &out, &ref);
     pool = ((pool_import_t *)out)->pool;
     if (byval_imports_open(imports, out, ref, POOL_TAG(pool)) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -202,18 +191,14 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     key.ctx = (uintptr_t)ctx;
     unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
-    pool_import_t *m = (pool_import_t *)byval_imports_get(imports, &key, &ref);
-    if (m && memcmp(m->handle, handle.data, sizeof(m->handle)) != 0) {
-        byval_imports_unget(imports, ref); /* same key, another handle: resolve it */
-        m = NULL;
-    }
+    pool_import_t *m = (pool_import_t *)byval_ze_short_get(imports, &key, handle.data, &ref);
     BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(pool_opens);
     if (m) {
-        if (byval_imports_open(imports, &m->base, ref, POOL_TAG(m->pool)) < 0)
+        if (byval_imports_open(imports, &m->s.base, ref, POOL_TAG(m->pool)) < 0)
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(open_hits);
-        byval_log_open("event pool ", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes,
+        byval_log_open("event pool ", BYVAL_ROUTE_HIT, m->s.base.pid, m->s.base.bytes,
                        (void *)m->pool, t_open);
         *pool_p = m->pool;
         return ZE_RESULT_SUCCESS;

@@ -33,6 +33,7 @@
 #include "handles/wire.h"
 #include "shim/config.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 #define RESERVED_OFF 30 /* both layouts: reservedHandleData[32] @30-61 */
 #define RESERVED_LEN 32

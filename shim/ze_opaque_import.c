@@ -32,6 +32,7 @@
 #include "shim/track.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 #define API_OPEN "zeMemOpenIpcHandle"
 
@@ -43,10 +44,9 @@ typedef struct opaque_key {
 } opaque_key_t;
 
 typedef struct opaque_import {
-    byval_import_t base; /* the lifecycle core's part */
+    byval_ze_short_import_t s; /* first: the core's part and the handle */
     void *ptr;
     ze_context_handle_t ctx;
-    uint8_t handle[ZE_MAX_IPC_HANDLE_SIZE]; /* as opened: a hit must equal it */
 } opaque_import_t;
 
 static byval_imports_t *imports;
@@ -59,18 +59,12 @@ static void opaque_release(byval_import_t *b)
         byval_ze_close_mapping(m->ctx, m->ptr);
 }
 
-static int opaque_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return memcmp(((const opaque_import_t *)a)->handle, ((const opaque_import_t *)b)->handle,
-                  ZE_MAX_IPC_HANDLE_SIZE) == 0;
-}
-
 /* Tracked at import already (the registry entry named by the record). */
 static byval_imports_ops_t import_ops = {
     .name = "ze opaque import",
     .key_len = sizeof(opaque_key_t),
     .release = opaque_release,
-    .same = opaque_same,
+    .same = byval_ze_short_same,
 };
 
 static void import_init(void)
@@ -124,17 +118,12 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     }
     m->ptr = p;
     m->ctx = ctx;
-    memcpy(m->handle, handle.data, sizeof(m->handle));
-    m->base.bytes = rec.size;
-    m->base.ctx = (uintptr_t)ctx; /* dies with its context, as ze_import.c's */
-    m->base.addr = (uintptr_t)p;
-    m->base.pidns = rec.pidns;
-    m->base.pid = rec.pid;
-    m->base.identity = rec.identity;
-    byval_import_track(&m->base, w, slot.serial, v); /* v's reference goes with it */
+    m->s.base.ctx = (uintptr_t)ctx; /* dies with its context, as ze_import.c's */
+    m->s.base.addr = (uintptr_t)p;
+    byval_ze_short_fill(&m->s, handle.data, &rec, w, slot.serial, v);
     byval_import_t *out;
     byval_lru_ref_t ref;
-    byval_imports_insert(imports, key, &m->base, &out, &ref);
+    byval_imports_insert(imports, key, &m->s.base, &out, &ref);
     p = ((opaque_import_t *)out)->ptr;
     if (byval_imports_open(imports, out, ref, (uintptr_t)p) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -170,17 +159,13 @@ ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handl
     key.dev = (uintptr_t)dev;
     unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
-    opaque_import_t *m = (opaque_import_t *)byval_imports_get(imports, &key, &ref);
-    if (m && memcmp(m->handle, handle.data, sizeof(m->handle)) != 0) {
-        byval_imports_unget(imports, ref); /* same key, another handle: resolve it */
-        m = NULL;
-    }
+    opaque_import_t *m = (opaque_import_t *)byval_ze_short_get(imports, &key, handle.data, &ref);
     BYVAL_STAT_INC(opens);
     if (m) {
-        if (byval_imports_open(imports, &m->base, ref, (uintptr_t)m->ptr) < 0)
+        if (byval_imports_open(imports, &m->s.base, ref, (uintptr_t)m->ptr) < 0)
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(open_hits);
-        byval_log_open("", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes, m->ptr, t_open);
+        byval_log_open("", BYVAL_ROUTE_HIT, m->s.base.pid, m->s.base.bytes, m->ptr, t_open);
         *pptr = m->ptr;
         return ZE_RESULT_SUCCESS;
     }

@@ -10,14 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "handles/registry.h"
-#include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 #include "shim/transport.h"
-#include "shim/ze.h"
+#include "shim/ze_short.h"
 
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
 {
@@ -35,7 +33,7 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
     return byval_short_encode(&s, h, off, h + off) == BYVAL_WIRE_OK ? 0 : -1;
 }
 
-ze_result_t byval_ze_short_refuse(const char *api, int st, const char *msg)
+ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char *msg)
 {
     /* One error line per kind of failure and API (shim/log.h): memory, pools. */
     static int seen[2][BYVAL_E_SYS + 2];
@@ -81,4 +79,32 @@ ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const 
     rec->size = slot->size;
     rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
     return ZE_RESULT_SUCCESS;
+}
+
+int byval_ze_short_same(const byval_import_t *a, const byval_import_t *b)
+{
+    return memcmp(((const byval_ze_short_import_t *)a)->handle,
+                  ((const byval_ze_short_import_t *)b)->handle, ZE_MAX_IPC_HANDLE_SIZE) == 0;
+}
+
+byval_ze_short_import_t *byval_ze_short_get(byval_imports_t *c, const void *key,
+                                            const void *handle64, byval_lru_ref_t *ref_p)
+{
+    byval_ze_short_import_t *m = (byval_ze_short_import_t *)byval_imports_get(c, key, ref_p);
+    if (m && memcmp(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE) != 0) {
+        byval_imports_unget(c, *ref_p); /* same key, another handle: resolve it */
+        m = NULL;
+    }
+    return m;
+}
+
+void byval_ze_short_fill(byval_ze_short_import_t *m, const void *handle64,
+                         const byval_record_t *rec, const uint64_t *w, uint64_t serial, void *v)
+{
+    memcpy(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE);
+    m->base.bytes = rec->size;
+    m->base.pidns = rec->pidns;
+    m->base.pid = rec->pid;
+    m->base.identity = rec->identity;
+    byval_import_track(&m->base, w, serial, v);
 }
