@@ -30,7 +30,9 @@ void byval_reg_view_free(byval_reg_view_t *v)
 {
     munmap((void *)v->hdr, BYVAL_REG_BYTES);
     if (v->pipe_fd >= 0)
-        close(v->pipe_fd); /* also takes it out of the epoll set */
+        close(v->pipe_fd); /* never in the epoll set here: unlist took it
+                            * out (closing alone would not: the open file
+                            * is the exporter's too) */
     free(v);
 }
 
