@@ -9,6 +9,9 @@
 #   double close: the driver's error, and the next open works
 #   context destroy + create (same handle value), primary context reset
 #   more mappings open at once than the cache holds
+#   the exporter's context ends (cuCtxDestroy, primary reset, last
+#     release) under an importer's open and closed mappings: the same
+#     close and re-open results and imports held natively and under ipcbyval
 #   event pools: the exporter's destroy and exit release an idle importer's
 #     closed import, re-open, context destroy, double close
 . "$(dirname "$0")/lib.sh"
@@ -70,6 +73,20 @@ if [ -x "$CL" ]; then
     # failed with CUDA_ERROR_OUT_OF_MEMORY).
     IPCBYVAL_CACHE_SIZE=2 expect_ok "CUDA three VMM handles open at once, cache of 2" \
         "$L/cu-life-three-vmm.log" "$RUN" "$CL" --case three --mem vmm
+    # The exporter's context takes its cuMemAlloc memory with it: its
+    # export ends first (issue 22), so the importer's cached mapping goes
+    # and a re-open fails as natively. VMM memory is no context's (an H100
+    # kept it mapped after a reset): its export lives on.
+    for c in exporter-destroy exporter-reset exporter-release; do
+        log="$L/cu-life-$c.log"
+        both "CUDA legacy: $c" "$log" "$CL" --case "$c" --mem legacy -- "$CL" --case "$c" --mem legacy
+        nat=$(grep -h '^cu_life: after' "$log.native") byv=$(grep -h '^cu_life: after' "$log")
+        [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA legacy: $c: as natively (${nat#*ended: })" ||
+            fail "CUDA legacy: $c" "natively '${nat#*ended: }', under ipcbyval '${byv#*ended: }'"
+        expect_ok "CUDA VMM: $c: the export lives on" "$log.vmm" "$RUN" "$CL" --case "$c" --mem vmm
+        grep -q 're-open CUDA_SUCCESS' "$log.vmm" ||
+            fail "CUDA VMM: $c" "re-open: $(grep -h '^cu_life: after' "$log.vmm")"
+    done
 else
     skip "CUDA lifetimes" "cu_life not built (no CUDA headers)"
 fi
