@@ -112,18 +112,9 @@ static byval_reg_view_t *attach(const byval_record_t *rec, int *pidfd_p)
     return v;
 }
 
-static const char *no_pidfd(void)
-{
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
-}
-
 static void test_free_reaches_an_idle_importer_within_10ms(void **state)
 {
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec;
     byval_reg_on_event(on_event);
@@ -162,7 +153,7 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
 
 static void test_exec_ends_the_image(void **state)
 {
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec;
     byval_reg_on_event(on_event);
@@ -188,7 +179,7 @@ static void test_exec_ends_the_image(void **state)
 
 static void test_no_registry_no_view(void **state)
 {
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec;
     pid_t pid = exporter(cmd, out, 0);
@@ -222,7 +213,7 @@ static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key,
  * every /dev/nvidiactl fd has), is not the export the record names. */
 static void test_evidence_before_duplicating(void **state)
 {
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec;
     byval_proof_t p, q;
@@ -279,7 +270,7 @@ static void test_evidence_before_duplicating(void **state)
  * host or namespace, or a freed export, is refused. */
 static void test_short_record_names_a_live_entry(void **state)
 {
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     int cmd[2], out[2], pidfd;
     byval_record_t rec, got;
     uint64_t serial;
