@@ -152,15 +152,23 @@ static void child_stop(child_t *c)
     close(c->out);
 }
 
+/* An exporter publishing KEY, and this importer's view of it (events
+ * counted); the view's pidfd in *pidfd_p. */
+static byval_reg_view_t *child_watched(child_t *c, int *pidfd_p)
+{
+    byval_reg_on_event(on_event);
+    child_start(c, 1);
+    byval_reg_view_t *v = attach(&c->rec, pidfd_p);
+    assert_non_null(v);
+    return v;
+}
+
 static void test_free_reaches_an_idle_importer_within_10ms(void **state)
 {
     BYVAL_NEED(byval_test_no_pidfd());
     int pidfd;
     child_t c;
-    byval_reg_on_event(on_event);
-    child_start(&c, 1);
-    byval_reg_view_t *v = attach(&c.rec, &pidfd);
-    assert_non_null(v);
+    byval_reg_view_t *v = child_watched(&c, &pidfd);
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
     assert_non_null(w);
@@ -189,10 +197,7 @@ static void test_exec_ends_the_image(void **state)
     BYVAL_NEED(byval_test_no_pidfd());
     int pidfd;
     child_t c;
-    byval_reg_on_event(on_event);
-    child_start(&c, 1);
-    byval_reg_view_t *v = attach(&c.rec, &pidfd);
-    assert_non_null(v);
+    byval_reg_view_t *v = child_watched(&c, &pidfd);
     int g = __atomic_load_n(&gone_events, __ATOMIC_ACQUIRE);
     child_cmd(&c, 'e', 0); /* same pid, same identity, a new image */
     assert_true(wait_for(&gone_events, g + 1, 2000));
