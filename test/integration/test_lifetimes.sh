@@ -31,8 +31,10 @@ both() {
     elif ! timeout 120 "$RUN" "${byv[@]}" >"$log" 2>&1 || ! grep -q '^OK' "$log"; then
         fail "$name" "under ipcbyval: $(grep -v '^\[ipcbyval' "$log" | tail -2 | tr '\n' ' ')"
     else
-        pass "$name ($(grep -h 'release_ms\|held_max\|second close\|context has\|stale\|imported pools after' "$log" |
-            sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110))"
+        local what
+        what=$(grep -h 'release_ms\|held_max\|second close\|context has\|stale\|imported pools after' "$log" |
+            sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110)
+        pass "$name${what:+ ($what)}"
     fi
 }
 
@@ -79,7 +81,8 @@ if [ -x "$CL" ]; then
     # kept it mapped after a reset): its export lives on.
     for c in exporter-destroy exporter-reset exporter-release; do
         log="$L/cu-life-$c.log"
-        both "CUDA legacy: $c" "$log" "$CL" --case "$c" --mem legacy -- "$CL" --case "$c" --mem legacy
+        both "CUDA legacy: $c, both runs" "$log" "$CL" --case "$c" --mem legacy -- \
+            "$CL" --case "$c" --mem legacy
         nat=$(grep -h '^cu_life: after' "$log.native") byv=$(grep -h '^cu_life: after' "$log")
         [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA legacy: $c: as natively (${nat#*ended: })" ||
             fail "CUDA legacy: $c" "natively '${nat#*ended: }', under ipcbyval '${byv#*ended: }'"
