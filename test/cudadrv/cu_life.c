@@ -10,8 +10,10 @@
  *   context       does it in a context of its own, destroys it, creates a
  *                 new one (the driver hands out the same handle value) and
  *                 opens again;
- *   reset         resets the primary context (cudaDeviceReset), retains
- *                 it again (the same handle value) and opens again;
+ *   reset         resets the primary context (cudaDeviceReset), opens
+ *                 with it current (inactive: the result is printed),
+ *                 retains it again (the same handle value) and opens
+ *                 again;
  *   three         three allocations, all open at once, then closed (with
  *                 IPCBYVAL_CACHE_SIZE=2 the third is handed out uncached);
  *   exporter-destroy, exporter-reset, exporter-release
@@ -167,6 +169,11 @@ static int importer(int rfd, int wfd, const char *kase)
         TRY(cuCtxCreate_v2(&again, 0, dev));
     } else {
         TRY(cuDevicePrimaryCtxReset_v2(dev));
+        /* Still current, inactive: what an open with it says. */
+        CUresult dead = cuIpcOpenMemHandle_v2(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        printf("cu_life: open with the reset context current: %s\n", err_name(dead));
+        if (dead == CUDA_SUCCESS)
+            cuIpcCloseMemHandle(p);
         TRY(cuDevicePrimaryCtxRetain(&again, dev));
         TRY(cuCtxSetCurrent(again));
     }

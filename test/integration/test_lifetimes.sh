@@ -69,6 +69,16 @@ if [ -x "$CL" ]; then
         expect_ok "CUDA $c (VMM, by value only)" "$L/cu-life-$c-vmm.log" \
             "$RUN" "$CL" --case "$c" --mem vmm
     done
+    # An open with the reset (inactive) primary context current: the
+    # driver's CUDA_ERROR_CONTEXT_IS_DESTROYED, for VMM handles too.
+    nat=$(grep -h 'reset context current' "$L/cu-life-reset.log.native")
+    for m in legacy vmm; do
+        log="$L/cu-life-reset.log"
+        [ $m = vmm ] && log="$L/cu-life-reset-vmm.log"
+        byv=$(grep -h 'reset context current' "$log")
+        [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA $m: ${nat#cu_life: }, as natively" ||
+            fail "CUDA $m: open with the reset context" "natively '$nat', under ipcbyval '$byv'"
+    done
     both "CUDA three legacy handles open at once, cache of 2" "$L/cu-life-three.log" \
         "$CL" --case three --mem legacy -- env IPCBYVAL_CACHE_SIZE=2 "$CL" --case three --mem legacy
     # The cache full of open mappings hands the third out uncached (it
