@@ -94,6 +94,16 @@ for c in exporter-destroy exporter-reset exporter-release; do
     run "cu_life vmm $c under ipcbyval: export lives on" ok "re-open CUDA_SUCCESS" \
         "$RUN" "$CL" --case "$c" --mem vmm
 done
+# The importer opens with its reset (inactive) primary context current.
+nat=$(timeout 90 "$CL" --case reset --mem legacy 2>&1 | grep -h 'reset context current')
+for m in legacy vmm; do
+    byv=$(timeout 90 "$RUN" "$CL" --case reset --mem $m 2>&1 | grep -h 'reset context current')
+    if [ -n "$nat" ] && [ "$nat" = "$byv" ]; then
+        row "cu_life $m: open, reset context current: as natively" PASS "${nat##*: }"
+    else
+        row "cu_life $m: open, reset context current: as natively" FAIL "native '${nat##*: }' ipcbyval '${byv##*: }'"
+    fi
+done
 
 echo "== stress workload (test/stress): threads, context destroys, double closes; no forks"
 S="$OUT/stress_cu"
