@@ -92,7 +92,10 @@ if [ -x "$CL" ]; then
     for c in exporter-destroy exporter-reset exporter-release; do
         log="$L/cu-life-$c.log"
         both "CUDA legacy: $c, both runs" "$log" "$CL" --case "$c" --mem legacy -- \
-            "$CL" --case "$c" --mem legacy
+            env IPCBYVAL_STATS=1 "$CL" --case "$c" --mem legacy
+        n=$(sed -nE 's/.*stats: export_entries +([0-9]+).*/\1/p' "$log")
+        [ "$n" = 0 ] && pass "CUDA legacy: $c: the exporter holds no registry entry at its exit" ||
+            fail "CUDA legacy: $c: registry entries" "the exporter still holds '${n:-no statistic}'"
         nat=$(grep -h '^cu_life: after' "$log.native") byv=$(grep -h '^cu_life: after' "$log")
         [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA legacy: $c: as natively (${nat#*ended: })" ||
             fail "CUDA legacy: $c" "natively '${nat#*ended: }', under ipcbyval '${byv#*ended: }'"
