@@ -21,9 +21,10 @@
  *                 mapping open and one closed (cuCtxDestroy of a context
  *                 of its own; cuDevicePrimaryCtxReset; the last
  *                 cuDevicePrimaryCtxRelease): the importer prints what its
- *                 close, a re-open and (on the driver double) the driver's
- *                 count of imports held then returned, for the caller to
- *                 compare natively and under ipcbyval.
+ *                 close, a re-open (its data checked when it succeeds) and
+ *                 (on the driver double) the driver's count of imports
+ *                 held then returned, for the caller to compare natively
+ *                 and under ipcbyval.
  * Knows nothing about ipcbyval. Prints "OK cu_life ..." or "FAILED ...".
  */
 #include <cuda.h>
@@ -108,11 +109,15 @@ static int exporter_gone(int rfd, int wfd, const CUipcMemHandle *h)
         return 1;
     CUresult closed = cuIpcCloseMemHandle(p);
     CUresult reopened = cuIpcOpenMemHandle_v2(&p, *h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    if (reopened == CUDA_SUCCESS)
+    int wrong = 0;
+    if (reopened == CUDA_SUCCESS) { /* the memory lives on: its data too */
+        static unsigned char got[SIZE];
+        wrong = cuMemcpyDtoH_v2(got, p, SIZE) != CUDA_SUCCESS || memcmp(got, pattern, SIZE) != 0;
         TRY(cuIpcCloseMemHandle(p));
-    printf("cu_life: after the exporter's context ended: close %s, re-open %s, imports held %ld\n",
-           err_name(closed), err_name(reopened), imports_held());
-    return 0;
+    }
+    printf("cu_life: after the exporter's context ended: close %s, re-open %s%s, imports held %ld\n",
+           err_name(closed), err_name(reopened), wrong ? " with wrong data" : "", imports_held());
+    return wrong;
 }
 
 static int importer(int rfd, int wfd, const char *kase)
