@@ -68,8 +68,9 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
         return;
     byval_enter();
     int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) == 0 &&
-             byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0 &&
-             byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) == 0;
+             byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
+    if (ok && byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
+        ctx = 0; /* no context known: the export ends at the free alone */
     byval_leave();
     if (!published || !ok)
         return;
