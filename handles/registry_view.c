@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "handles/registry_internal.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
@@ -223,7 +223,7 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     uint32_t rfd, rino;
     errno = 0;
     int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
-    /* rendezvous hook: an exporter outside our pid namespace, reached
+    /* An exporter outside our pid namespace (its pidfd shows pid 0), reached
      * through the directory, is asked for its registry instead */
     int rdv = pid == 0 && byval_rendezvous_enabled();
     int e = rdv ? 0 : pid > 0 ? find_registry_fd(pid, &rfd, &rino)

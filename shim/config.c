@@ -59,7 +59,7 @@ static const cfg_entry_t cfg_table[] = {
          "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
     CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
          "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
-    /* rendezvous hook (handles/rendezvous.h, shim/rendezvous.c) */
+    /* handles/rendezvous.h, applied by shim/rendezvous.c */
     CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
          "a directory both sides reach (a volume shared by two pods or containers): exporters "
          "also listen there and importers in other pid/network namespaces connect there"),

@@ -69,6 +69,7 @@
 #include "shim/stats.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 typedef struct pool_export {
     byval_export_t core; /* first: cache/exports.h */
@@ -88,8 +89,8 @@ static pthread_once_t pool_ctx_once = PTHREAD_ONCE_INIT;
 
 static void pool_ctx_init(void)
 {
-    __atomic_store_n(&pool_ctx, byval_lru_create(POOL_CTX_MAX, sizeof(ze_event_pool_handle_t), NULL, NULL),
-                     __ATOMIC_RELEASE);
+    byval_lru_t *m = byval_lru_create(POOL_CTX_MAX, sizeof(ze_event_pool_handle_t), NULL, NULL);
+    __atomic_store_n(&pool_ctx, m, __ATOMIC_RELEASE);
 }
 
 /* The context pool was created in, or NULL when unknown. */
@@ -150,8 +151,10 @@ static int layout_is_opaque(const uint8_t *h)
 int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p)
 {
     const uint8_t *h = handle64;
-    return byval_short_decode(h + BYVAL_ZE_POOL_RECORD_OFF, h, BYVAL_ZE_POOL_DRIVER_LEN, s_p) ==
-           BYVAL_WIRE_OK;
+    if (byval_short_decode(h + BYVAL_ZE_POOL_RECORD_OFF, h, BYVAL_ZE_POOL_DRIVER_LEN, s_p) ==
+        BYVAL_WIRE_OK)
+        return 1;
+    return byval_ze_opaque_decode(h, s_p) ? 2 : 0;
 }
 
 /* The registry serial of pool's export of fd, starting a new export
@@ -210,8 +213,9 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
     return 0;
 }
 
-/* Write the short record into a classic handle the driver just filled. */
-static int describe(uint8_t *h, ze_event_pool_handle_t pool, int *fresh_p)
+/* Write the short record into a handle the driver just filled: a classic
+ * one's bytes 40-63, an opaque one's reserved bytes (ze_opaque.c). */
+static int describe(uint8_t *h, ze_event_pool_handle_t pool, int opaque, int *fresh_p)
 {
     byval_self_t self;
     uint64_t fd;
@@ -221,17 +225,8 @@ static int describe(uint8_t *h, ze_event_pool_handle_t pool, int *fresh_p)
     uint64_t serial = publish(pool, (uint32_t)fd, fresh_p);
     if (!serial)
         return -1;
-    byval_short_t s = {
-        .flags = self.id_flags,
-        .pid = self.pid,
-        .id32 = (uint32_t)self.identity,
-        .guard = byval_short_guard(self.boot, self.pidns),
-        .serial = (uint32_t)serial,
-    };
-    return byval_short_encode(&s, h, BYVAL_ZE_POOL_DRIVER_LEN, h + BYVAL_ZE_POOL_RECORD_OFF) ==
-                   BYVAL_WIRE_OK
-               ? 0
-               : -1;
+    return opaque ? byval_ze_opaque_write(h, serial)
+                  : byval_ze_short_write(h, BYVAL_ZE_POOL_RECORD_OFF, serial);
 }
 
 ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
@@ -270,7 +265,9 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
     byval_leave();
     if (r != ZE_RESULT_SUCCESS)
         return r;
-    if (!pattern_intact(h)) {
+    int opaque = !pattern_intact(h), fresh = 0;
+    if (opaque && !(layout_is_opaque(h) && byval_ze_opaque_describable(h, 1) &&
+                    describe(h, pool, 1, &fresh) == 0)) {
         BYVAL_STAT_INC(export_passthrough);
         if (!layout_is_opaque(h)) {
             BYVAL_LOG_INFO("unknown event-pool IPC handle layout from the driver: passed through");
@@ -282,8 +279,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         }
         return r;
     }
-    int fresh = 0;
-    if (describe(h, pool, &fresh) != 0) {
+    if (!opaque && describe(h, pool, 0, &fresh) != 0) {
         static int warned;
         BYVAL_STAT_INC(export_passthrough);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
