@@ -25,9 +25,11 @@ HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUI
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest \
               $(BUILD)/test/unit/test_fdcheck
 HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o
-$(BUILD)/test/unit/test_fdcheck: test/unit/test_fdcheck.c test/unit/test_skip.h $(HANDLES_ALL_OBJ)
+FDCHECK_TEST_SRC := test/unit/test_fdcheck.c test/unit/test_fdcheck_fuse.c
+$(BUILD)/test/unit/test_fdcheck: $(FDCHECK_TEST_SRC) test/unit/test_fdcheck.h test/unit/test_skip.h \
+                                 $(HANDLES_ALL_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_ALL_OBJ) -lcmocka -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $(FDCHECK_TEST_SRC) $(HANDLES_ALL_OBJ) -lcmocka -lpthread
 $(BUILD)/test/unit/test_manifest: test/unit/test_manifest.c $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o -lcmocka

@@ -180,6 +180,10 @@ struct byval_short;
  * classic one's @40), 2 an opaque one's (@30, ze_opaque.c), else 0. */
 int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
 
+/* zeEventPoolCreate: an IPC pool's context is remembered for its export. */
+ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
+                                 const ze_event_pool_desc_t *desc, uint32_t ndevices,
+                                 ze_device_handle_t *devices, ze_event_pool_handle_t *pool_p);
 ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,
                                   ze_ipc_event_pool_handle_t *handle);
 ze_result_t byval_ze_pool_put_ipc(byval_ze_pool_put_fn next, ze_context_handle_t ctx,
@@ -197,6 +201,8 @@ int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
 /* zeContextDestroy: release the closed imported pools of ctx first (open
  * ones stay the application's, released at their close). */
 void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
+/* zeContextDestroy: end the exports of ctx's event pools first. */
+void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
 /* The opaque layouts across pid namespaces (ze_opaque.c): a short record
  * in reservedHandleData @30. describable: the rendezvous directory is in

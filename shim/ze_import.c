@@ -302,6 +302,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (byval_init() && byval_cfg.ze) {
         byval_ze_exports_ctx_gone(ctx);
+        byval_ze_pool_exports_ctx_gone(ctx);
         byval_ze_pools_ctx_gone(ctx);
         /* The driver would close our mappings of ctx with it; closing them
          * later with a dead context handle (or one reused by a new

@@ -245,15 +245,6 @@ long peer_watcher_cpu_ms(void)
 
 /* ---- the importer's side ------------------------------------------------ */
 
-const char *peer_no_pidfd(void)
-{
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
-}
-
 byval_reg_view_t *peer_attach(const byval_record_t *rec, int *pidfd_p, char *msg, size_t msglen)
 {
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec->pid, 0);

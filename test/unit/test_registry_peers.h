@@ -41,8 +41,6 @@ void peer_attack_pipe(pid_t pid, int pipe_fd, char *what, size_t len);
 /* A third process writes the pipe in a loop for ms; its writes. */
 uint64_t peer_spam_pipe(pid_t pid, int pipe_fd, int ms);
 
-/* NULL when pidfd_open works here, else why not (for BYVAL_NEED). */
-const char *peer_no_pidfd(void);
 /* The view of rec's exporter (pidfd transport); its pidfd kept in
  * *pidfd_p (as the shim's exporters table keeps one per exporter) or
  * closed when pidfd_p is NULL. NULL with msg saying why. */

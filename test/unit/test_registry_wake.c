@@ -133,7 +133,7 @@ typedef struct fixture {
 static int setup(void **state)
 {
     static fixture_t f;
-    f.v = peer_no_pidfd() ? NULL : peer_exporter_attached(&f.e, on_event);
+    f.v = byval_test_no_pidfd() ? NULL : peer_exporter_attached(&f.e, on_event);
     *state = &f;
     return 0;
 }
@@ -160,7 +160,7 @@ static int teardown(void **state)
 static void test_wakeup_not_taken_by_another_importer(void **state)
 {
     fixture_t *f = *state;
-    BYVAL_NEED(peer_no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     assert_non_null(f->v);
     assert_int_equal(pipe2(blocked, O_CLOEXEC), 0);
     assert_int_equal(pipe2(go, O_CLOEXEC), 0);
@@ -203,7 +203,7 @@ static void test_wakeup_not_taken_by_another_importer(void **state)
 static void test_burst_reported_then_quiet(void **state)
 {
     fixture_t *f = *state;
-    BYVAL_NEED(peer_no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     assert_non_null(f->v);
     const uint64_t *w = NULL;
     uint64_t serial = 0;
