@@ -13,7 +13,7 @@ RUN="$ROOT/scripts/ipcbyval-run"
 THREADS=${BENCH_THREADS:-1,2,4,8,16}
 export ZE_ENABLE_ALT_DRIVERS="$BUILD/test/zedrv/libze_intel_gpu_byvaltest.so"
 export IPCBYVAL_LIB="$BUILD/libipcbyval.so.1"
-for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$BENCH/bench_pidfd" "$BENCH/bench_syscall" \
+for f in "$BENCH/bench_lru" "$BENCH/bench_ze" "$BENCH/bench_pidfd" "$BENCH/bench_syscall" "$BENCH/bench_imports" \
     "$ZE_ENABLE_ALT_DRIVERS" "$IPCBYVAL_LIB"; do
     [ -e "$f" ] || { echo "bench.sh: $f not built (run make bench)" >&2; exit 1; }
 done
@@ -22,6 +22,8 @@ mkdir -p "$OUT"
 
 echo "bench: cache (threads $THREADS) ..."
 "$BENCH/bench_lru" --threads "$THREADS" >"$OUT/lru.txt" 2>"$OUT/lru.err"
+echo "bench: import cache at 1M entries ..."
+"$BENCH/bench_imports" >"$OUT/imports.txt"
 echo "bench: record resolution (pidfd) ..."
 "$BENCH/bench_pidfd" >"$OUT/pidfd.txt"
 echo "bench: Level Zero, native ..."
@@ -129,6 +131,15 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     hh1=$(awk '$1 == "lru_hit_ns" && $2 == 16 { print $4; exit }' "$OUT/lru.txt")
     hhm=$(awk '$1 == "lru_hit_ns" && $2 == 1000000 { print $4; exit }' "$OUT/lru.txt")
     echo "  16 hot keys among 16 -> 1M entries|$hhm ns|$hh1 ns|ratio <= 2x|$(awk -v a="$hhm" -v b="$hh1" 'BEGIN{print (a<=2*b)?"yes":"no"}')"
+    # The import cache as the shim uses it (pointer map, liveness word):
+    # a hit is get + open + close.
+    i16=$(awk '$1 == "imports_hit_ns" && $2 == 16 { print $3 }' "$OUT/imports.txt")
+    ium=$(awk '$1 == "imports_hit_ns" && $2 == 1000000 { print $3 }' "$OUT/imports.txt")
+    ihm=$(awk '$1 == "imports_hit_ns" && $2 == 1000000 { print $4 }' "$OUT/imports.txt")
+    ib=$(awk '$1 == "imports_bytes" && $2 == 1000000 { print $3 }' "$OUT/imports.txt")
+    echo "import cache hit (get+open+close), 16 hot keys among 1M vs 16|$ihm ns|$i16 ns|ratio <= 2x|$(awk -v a="$ihm" -v b="$i16" 'BEGIN{print (a<=2*b)?"yes":"no"}')"
+    echo "  uniform keys over 1M entries (memory-bound)|$ium ns|$i16 ns|reported|-"
+    echo "  resident bytes per entry at 1M (mapping records included)|$ib B|-|reported|-"
     mf=$(lru lru lru_mem_ns 1000000)
     echo "  one random DRAM load over the 1M cache's memory|$mf ns|$h1 ns|reported|-"
     t1=$(lru lru lru_threads 1); tc=$(lru lru lru_threads "$ncore"); tm=$(lru lru lru_threads "$nmax")
