@@ -63,7 +63,9 @@ if [ -n "${BENCH_BASELINE:-}" ]; then
         echo "bench: building the baseline $BENCH_BASELINE ..."
         rm -rf "$base" && mkdir -p "$base"
         git -C "$ROOT" archive "$BENCH_BASELINE" | tar -x -C "$base"
-        make -s -C "$base" lib >/dev/null
+        # Its own build tree: our BUILD (exported by make bench) would put
+        # its objects into ours.
+        env -u BUILD make -s -C "$base" lib >/dev/null
     fi
     echo "bench: cached re-open, $BENCH_BASELINE vs this tree ..."
     for i in 1 2 3; do
