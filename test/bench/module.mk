@@ -34,3 +34,10 @@ $(BENCH_DIR)/bench_ze: test/bench/bench_ze.c test/bench/bench_ze_peer.c test/ben
 $(BENCH_DIR)/bench_syscall: test/bench/bench_syscall.c
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl
+
+# A sampling profiler for the bench scripts: the GPU host has a PMU but no
+# perf(1) to read it (pmuprof.c says what it prints).
+BENCH_BINS += $(BENCH_DIR)/pmuprof
+$(BENCH_DIR)/pmuprof: test/bench/pmuprof.c test/bench/pmuprof_sym.c test/bench/pmuprof.h
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ test/bench/pmuprof.c test/bench/pmuprof_sym.c
