@@ -10,16 +10,20 @@
 #      2 MiB (test/gpu/vmm_cold): ipcbyval's, split (fetch, import, map),
 #      beside the driver-only sum for the same chunks and PyTorch's own
 #      import of an expandable segment of the same size;
-#   3. a perf profile of the driver-API cached cycle (perf stat + record),
-#      saved under $OUT when the caller set it ("perf: not installed"
-#      otherwise).
+#   3. a profile of the driver-API cached cycle: perf stat + record where
+#      perf is installed; else "perf: not installed" and test/bench/pmuprof
+#      (the PMU's instruction, cycle and locked-load counts per cycle, and
+#      the top symbols); saved under $OUT when the caller set it.
 # Sourced by bench-gpu.sh after gpu-lib.sh (bgm_all adds its rows), or
 # run alone: BENCH_GPU_DOUBLE=1 scripts/bench-gpu-more.sh runs it against
 # the CUDA double of make check (test/cudadrv, no GPU: tests the logic;
 # the runtime rows are skipped there, the double cannot start cudart).
 BGM_RESULTS=${BGM_RESULTS:-${OUT:-}} # the caller's $OUT, before gpu-lib.sh takes the name
+# BGM_PERF=name: the perf(1) to use (a name not installed tests the
+# fallback where perf is missing, as on the GPU host).
 
 bgm_build() {
+    make -s "$BUILD/test/bench/pmuprof" >>"$LOGS/bench-build.log" 2>&1 # optional (bgm_perf)
     make -C test/gpu bench-c OUT="$PWD/$OUT" >>"$LOGS/bench-build.log" 2>&1 ||
         { row "bench-gpu-more: build gpu_cycle, vmm_cold" FAIL "see $LOGS/bench-build.log"; return 1; }
 }
@@ -129,35 +133,59 @@ bgm_cold() {
     done
 }
 
+# What pmuprof counted in a run of the cached cycle with ITERS cycles:
+# "instructions cycles locked-loads" ("n/a" where it could not count).
+bgm_pmu_counts() {
+    local iters=$1 log=$2
+    bgm_pin 0 "$BUILD/test/bench/pmuprof" -e cycles -D 400 -n 25 -- "$RUN" "$OUT/gpu_cycle" \
+        import --handle "$BGM_H" --api drv --batch "$iters" --batches 1 >"$log" 2>&1
+    awk '/^pmuprof: counted/ { for (k = 3; k < NF; k++) v[$k] = $(k + 1)
+        print v["instructions"], v["cycles"], v["locked-loads"] }' "$log"
+}
+
 bgm_perf() {
-    local dir=${BGM_RESULTS:-$LOGS} h
-    if ! command -v perf >/dev/null; then
-        echo "perf: not installed"
-        row "perf profile, driver-API cached cycle" INFO "perf: not installed"
-        return
-    fi
-    echo "-- perf profile of the driver-API cached cycle (legacy), into $dir"
+    local dir=${BGM_RESULTS:-$LOGS} top="" per=""
     mkdir -p "$dir"
     coproc BGM_EXP { exec "$RUN" "$OUT/gpu_cycle" export --mem legacy --api drv 2>/dev/null; }
-    read -r -t 60 _ h <&"${BGM_EXP[0]}" || h=""
-    local imp=("$RUN" "$OUT/gpu_cycle" import --handle "$h" --api drv --batch 100000 --batches 10)
-    if [ -n "$h" ]; then
+    read -r -t 60 _ BGM_H <&"${BGM_EXP[0]}" || BGM_H=""
+    local imp=("$RUN" "$OUT/gpu_cycle" import --handle "$BGM_H" --api drv --batch 100000 --batches 10)
+    if [ -z "$BGM_H" ]; then
+        row "profile, driver-API cached cycle" FAIL "no handle from gpu_cycle export"
+    elif command -v "${BGM_PERF:-perf}" >/dev/null; then
+        echo "-- perf profile of the driver-API cached cycle (legacy), into $dir"
         bgm_pin 0 perf stat -d -o "$dir/perf-stat-cycle.txt" -- "${imp[@]}" >/dev/null 2>&1
         # cycles where the machine has a PMU; the CPU clock where it has none
         bgm_pin 0 perf record -g -o "$dir/perf-cycle.data" -- "${imp[@]}" >/dev/null 2>&1 ||
             bgm_pin 0 perf record -e cpu-clock -g -o "$dir/perf-cycle.data" -- "${imp[@]}" >/dev/null 2>&1
         perf report -i "$dir/perf-cycle.data" --stdio --no-children --sort dso,sym -g none \
             >"$dir/perf-report-cycle.txt" 2>/dev/null
+        grep -E 'task-clock|cycles|instructions' "$dir/perf-stat-cycle.txt" 2>/dev/null | head -4
+        top=$(grep -E '^ +[0-9.]+%' "$dir/perf-report-cycle.txt" 2>/dev/null | head -4 |
+            awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $NF }')
+    else
+        echo "perf: not installed"
+        # pmuprof (test/bench): the PMU's own counts, per cycle from two
+        # runs of different lengths (start-up cancels out), and a profile.
+        if [ -x "$BUILD/test/bench/pmuprof" ]; then
+            echo "-- pmuprof profile of the driver-API cached cycle (legacy), into $dir"
+            local a b
+            a=$(bgm_pmu_counts 1000000 "$dir/pmuprof-cycle-1m.txt")
+            b=$(bgm_pmu_counts 5000000 "$dir/pmuprof-cycle.txt")
+            per=$(echo "$a $b" | awk '{ n = 4000000; split("instructions cycles locked-loads", w)
+                for (k = 1; k <= 3; k++) if ($k != "n/a" && $(k + 3) != "n/a" && $(k + 3) > 0)
+                    printf "%s%.1f %s", (o++ ? ", " : ""), ($(k + 3) - $k) / n, w[k] }')
+            top=$(grep -E '^ +[0-9.]+%' "$dir/pmuprof-cycle.txt" | head -4 |
+                awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }')
+            sed -n '1,40p' "$dir/pmuprof-cycle.txt"
+        fi
     fi
     eval "exec ${BGM_EXP[1]}>&-"
     wait "$BGM_EXP_PID" 2>/dev/null
-    local top; top=$(grep -E '^ +[0-9.]+%' "$dir/perf-report-cycle.txt" 2>/dev/null | head -4 |
-        awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $NF }')
+    local name="profile, driver-API cached cycle"
     if [ -n "$top" ]; then
-        row "perf profile, driver-API cached cycle" INFO "top: $top (full: $dir/perf-*cycle*)"
-        grep -E 'task-clock|cycles|instructions' "$dir/perf-stat-cycle.txt" 2>/dev/null | head -4
-    else
-        row "perf profile, driver-API cached cycle" INFO "perf ran, no samples (see $dir)"
+        row "$name" INFO "${per:+per cycle: $per; }top: $top (full: $dir)"
+    elif [ -n "$BGM_H" ]; then
+        row "$name" INFO "$(command -v "${BGM_PERF:-perf}" >/dev/null && echo "perf ran, no samples" || echo "perf: not installed, no pmuprof") (see $dir)"
     fi
 }
 
