@@ -243,9 +243,9 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
         if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
                          : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) !=
             BYVAL_OK) {
-            if (seen.kind)
-                continue;
-            return NULL;
+            if (seen.kind && *st_p == BYVAL_E_FDKIND)
+                continue; /* not the registry after all: list the table */
+            return NULL; /* the transport's refusal (EPERM...): as it says */
         }
         f.seen = NULL; /* the pipe: the registry names it */
         v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
