@@ -60,11 +60,18 @@ byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen);
 
-/* The same; *via_dir_p (may be NULL) is set when the exporter was
- * reached through the rendezvous directory (rendezvous.h). */
-byval_status_t byval_broker_fetch_via(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                      int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
-                                      size_t msglen);
+/* Where an importer asks an exporter's broker: the fetch step's two
+ * socket routes (resolve_socket.c). */
+typedef enum byval_broker_at {
+    BYVAL_BROKER_ABSTRACT = 0, /* its abstract name, in our network namespace */
+    BYVAL_BROKER_DIR = 1,      /* its socket in the rendezvous directory (rendezvous.h):
+                                * the listener's pidfs proof is mandatory there */
+} byval_broker_at_t;
+
+/* byval_broker_fetch_pidfd at `at`. */
+byval_status_t byval_broker_fetch_at(const byval_record_t *rec, byval_broker_at_t at, uint32_t fd,
+                                     uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
+                                     size_t msglen);
 
 /* Importer: pidfd_getfd(fd) of the process rec names (its pid, pidns,
  * boot and identity; nothing else of rec is used) was refused by the

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 
 /* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
  * their own tables: there we go without it and check SO_PEERCRED only). */
@@ -69,7 +69,7 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     }
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
-    if (strict) { /* rendezvous hook: nothing else holds across namespaces */
+    if (strict) { /* the directory: nothing else holds across namespaces */
         byval_msg(msg, msglen,
                   "the listener on exporter pid %u's socket in the rendezvous directory could "
                   "not be proven to be it (%s): nothing asked of it",
@@ -93,26 +93,25 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     return BYVAL_OK;
 }
 
-/* One connection: connect, check the listener, ask, receive. *busy_p: the
- * exporter said to retry (it holds as many connections as it serves). */
-static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_t fd,
-                              uint32_t fd_ino, int64_t deadline, int *got_p, int *pidfd_p,
-                              int *busy_p, int *via_dir_p, char *msg, size_t msglen)
+/* Connect s to rec's exporter at `at` by deadline: 0, or -1 with *err_p
+ * (ECONNREFUSED/ENOENT: nobody listens there) or a status in *st_p with
+ * one line in msg (the directory's own refusals). name: as shown. */
+static int connect_at(int s, const byval_record_t *rec, byval_broker_at_t at, int64_t deadline,
+                      char *name, size_t namelen, int *err_p, byval_status_t *st_p, char *msg,
+                      size_t msglen)
 {
     struct sockaddr_un a;
-    int pidfd = -1, got = -1;
-    byval_status_t st;
-    *busy_p = 0;
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-        int err = errno;
-        byval_msg(msg, msglen, "socket() for the fallback failed: %s", strerror(err));
-        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+    *err_p = 0;
+    byval_broker_until(s, SO_SNDTIMEO, deadline);
+    if (at == BYVAL_BROKER_DIR) {
+        char file[64];
+        byval_rendezvous_name(file, sizeof(file), rec->boot, rec->identity);
+        snprintf(name, namelen, "%s/%s", byval_rendezvous_dir(), file);
+        *st_p = byval_rendezvous_connect(s, rec, deadline, msg, msglen);
+        return *st_p == BYVAL_OK ? 0 : -1;
     }
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
-    char name[300]; /* as shown: "@abstract", or the rendezvous path */
-    snprintf(name, sizeof(name), "@%s", a.sun_path + 1);
-    byval_broker_until(s, SO_SNDTIMEO, deadline);
+    snprintf(name, namelen, "@%s", a.sun_path + 1);
     int rc, err = 0;
     /* An interrupted connect on a Unix socket leaves it unconnected (the
      * wait was for room in the backlog): try again until the deadline. */
@@ -121,38 +120,41 @@ static byval_status_t attempt(const byval_record_t *rec, uint32_t magic, uint32_
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc != 0 && err == EISCONN)
         rc = 0;
-    *via_dir_p = 0;
-    if (rc != 0 && (err == ECONNREFUSED || err == ENOENT) && byval_rendezvous_enabled()) {
-        /* rendezvous hook: not in our network namespace; its socket in
-         * the directory, with the listener's proof made mandatory. */
-        close(s);
-        if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-            byval_msg(msg, msglen, "socket() for the rendezvous failed: %s", strerror(errno));
-            return BYVAL_E_SYS;
-        }
-        if ((st = byval_rendezvous_connect(s, rec, deadline, msg, msglen)) != BYVAL_OK)
-            goto err_sock;
-        *via_dir_p = 1;
-        rc = 0;
-        char file[64];
-        byval_rendezvous_name(file, sizeof(file), rec->boot, rec->identity);
-        snprintf(name, sizeof(name), "%s/%s", byval_rendezvous_dir(), file);
+    if (rc == 0)
+        return 0;
+    *err_p = err;
+    *st_p = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
+    if (*st_p == BYVAL_E_GONE)
+        byval_msg(msg, msglen,
+                  "exporter pid %u serves no fds over the socket fallback (is it running "
+                  "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
+                  "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
+                  rec->pid);
+    else
+        byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name, rec->pid,
+                  strerror(err), err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
+    return -1;
+}
+
+/* One connection: connect, check the listener, ask, receive. *busy_p: the
+ * exporter said to retry (it holds as many connections as it serves). */
+static byval_status_t attempt(const byval_record_t *rec, byval_broker_at_t at, uint32_t magic,
+                              uint32_t fd, uint32_t fd_ino, int64_t deadline, int *got_p,
+                              int *pidfd_p, int *busy_p, char *msg, size_t msglen)
+{
+    int pidfd = -1, got = -1, err;
+    byval_status_t st;
+    *busy_p = 0;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        err = errno;
+        byval_msg(msg, msglen, "socket() for the fallback failed: %s", strerror(err));
+        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
     }
-    if (rc != 0) {
-        st = err == ECONNREFUSED || err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
-        if (st == BYVAL_E_GONE)
-            byval_msg(msg, msglen,
-                      "exporter pid %u serves no fds over the socket fallback (is it running "
-                      "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
-                      "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
-                      rec->pid);
-        else
-            byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name,
-                      rec->pid, strerror(err),
-                      err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
+    char name[300]; /* as shown: "@abstract", or the rendezvous path */
+    if (connect_at(s, rec, at, deadline, name, sizeof(name), &err, &st, msg, msglen) != 0)
         goto err_sock;
-    }
-    st = check_listener(s, rec, name, *via_dir_p, &pidfd, msg, msglen);
+    st = check_listener(s, rec, name, at == BYVAL_BROKER_DIR, &pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_sock;
     struct broker_req req = {magic, fd, fd_ino};
@@ -211,11 +213,11 @@ err_sock:
     return st;
 }
 
-static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t fd,
-                            uint32_t fd_ino, int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
+static byval_status_t fetch(const byval_record_t *rec, byval_broker_at_t at, uint32_t magic,
+                            uint32_t fd, uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
                             size_t msglen)
 {
-    int pidfd = -1, busy, via_dir = 0;
+    int pidfd = -1, busy;
     *fd_p = -1;
     if (pidfd_p)
         *pidfd_p = -1;
@@ -227,7 +229,7 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
-        st = attempt(rec, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, &via_dir, msg, msglen);
+        st = attempt(rec, at, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
         int64_t left = deadline - byval_broker_now_ms();
         if (!busy || left <= 0)
             break;
@@ -235,8 +237,6 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
     }
     if (st != BYVAL_OK)
         return st;
-    if (via_dir_p)
-        *via_dir_p = via_dir;
     if (pidfd_p)
         *pidfd_p = pidfd;
     else if (pidfd >= 0)
@@ -247,24 +247,32 @@ static byval_status_t fetch(const byval_record_t *rec, uint32_t magic, uint32_t 
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, NULL, msg, msglen);
+    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg,
+                 msglen);
 }
 
-byval_status_t byval_broker_fetch_via(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                      int *fd_p, int *pidfd_p, int *via_dir_p, char *msg,
-                                      size_t msglen)
+byval_status_t byval_broker_fetch_at(const byval_record_t *rec, byval_broker_at_t at, uint32_t fd,
+                                     uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
+                                     size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, via_dir_p, msg, msglen);
+    return fetch(rec, at, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg, msglen);
 }
 
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, NULL, msg, msglen);
+    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, msg, msglen);
 }
 
 byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
                                    size_t msglen)
 {
-    return fetch(rec, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, NULL, msg, msglen);
+    /* Not a step of the pipeline (resolve.h): the process named has no
+     * record, so both of its sockets are asked here, the directory's when
+     * nobody answers at the abstract name (another network namespace). */
+    byval_status_t st =
+        fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+    if (st == BYVAL_E_GONE && byval_rendezvous_enabled())
+        st = fetch(rec, BYVAL_BROKER_DIR, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+    return st;
 }

@@ -37,7 +37,7 @@
 #include "handles/broker_internal.h"
 #include "handles/fdproof.h"
 #include "handles/registry.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 
 #define BROKER_MAX_FDS 65536
 
@@ -88,7 +88,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
     int32_t status = -EBADF;
     *dup_p = -1;
     if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
-        return byval_rendezvous_registry_dup(dup_p); /* rendezvous hook */
+        return byval_rendezvous_registry_dup(dup_p); /* not a number: our registry */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return byval_reg_dup_fd((int)req->fd, dup_p);
     of_lock();

@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
@@ -57,7 +57,7 @@
 #define BROKER_ACCEPT_BATCH 16
 /* epoll tags of the two listening sockets (connections use gen << 32 | slot) */
 #define BROKER_TAG_LISTEN UINT64_MAX
-#define BROKER_TAG_RENDEZVOUS (UINT64_MAX - 1) /* rendezvous hook */
+#define BROKER_TAG_RENDEZVOUS (UINT64_MAX - 1) /* the directory's listener (rendezvous.h) */
 
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
@@ -66,14 +66,14 @@ typedef struct conn {
     uint32_t gen;      /* tells a reused slot from the one an event named */
     uint32_t have;     /* request bytes received */
     int64_t deadline;  /* ms, CLOCK_MONOTONIC */
-    uint8_t via_dir;   /* rendezvous hook: accepted on the directory's socket */
+    uint8_t via_dir;   /* accepted on the directory's socket */
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
 static struct {
     byval_lock_t lock;
     int listen_fd; /* -1 when not serving */
-    int rdv_fd;    /* rendezvous hook: the directory's socket, or -1 */
+    int rdv_fd;    /* the directory's listening socket, or -1 */
     int epoll_fd;
     int ready; /* conns initialised (broker_once) */
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
@@ -90,7 +90,7 @@ static void fork_child(void)
         close(br.listen_fd);
     if (br.epoll_fd >= 0)
         close(br.epoll_fd);
-    if (br.rdv_fd >= 0) /* rendezvous hook: the parent's name, not ours */
+    if (br.rdv_fd >= 0) /* the parent's name, not ours */
         close(br.rdv_fd);
     br.rdv_fd = -1;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
@@ -180,7 +180,7 @@ static void conn_read(int i)
         int dup = -1;
         int32_t status = byval_broker_lookup(&req, &dup);
         if (status == 0 && c->via_dir)
-            byval_rendezvous_served(); /* rendezvous hook */
+            byval_rendezvous_served(); /* stats: served to another pod */
         answer(c->fd, status, dup);
         conn_drop(i, 0);
         return;
@@ -239,7 +239,7 @@ static void accept_some(int lfd, int efd, int via_dir)
             close(fd);
             continue;
         }
-        /* rendezvous hook: the directory's peers may also be of its group */
+        /* the directory's peers may also be of its group */
         if (!(via_dir ? byval_rendezvous_peer_allowed(fd, &cred)
                       : byval_broker_uid_allowed(cred.uid))) {
             answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
@@ -314,7 +314,7 @@ static void *broker_thread(void *arg)
                 accept_some(lfd, efd, 0);
                 continue;
             }
-            if (d == BROKER_TAG_RENDEZVOUS) { /* rendezvous hook */
+            if (d == BROKER_TAG_RENDEZVOUS) {
                 accept_some(rfd, efd, 1);
                 continue;
             }
@@ -344,7 +344,8 @@ static int broker_start_locked(void)
     if (efd < 0 || epoll_ctl(efd, EPOLL_CTL_ADD, lfd, &ev) != 0)
         goto err_sock;
     br.epoll_fd = efd;
-    byval_rendezvous_serve(&self, efd, BROKER_TAG_RENDEZVOUS, &br.rdv_fd); /* rendezvous hook */
+    /* A second listener, in the directory, when one is in use. */
+    byval_rendezvous_serve(&self, efd, BROKER_TAG_RENDEZVOUS, &br.rdv_fd);
     int rc = byval_bgthread_start(broker_thread, (void *)(intptr_t)lfd, NULL);
     if (rc != 0) {
         errno = rc;
@@ -358,7 +359,7 @@ err_sock:;
     br.epoll_fd = -1;
     if (efd >= 0)
         close(efd);
-    if (br.rdv_fd >= 0) /* rendezvous hook */
+    if (br.rdv_fd >= 0)
         close(br.rdv_fd);
     br.rdv_fd = -1;
     close(lfd);

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # handles/: the by-value record (wire.c, pure), who we are (self.c), and
 # the resolution of a record (resolve.c: the whole pipeline; identity.c,
+# resolve_socket.c its socket routes, abstract and rendezvous directory;
 # pidfd.c, fdcheck.c (fdkind.c the kinds), proof.c and peers.c its steps' helpers; sys.h our own
 # system calls), the exporter registry (registry.c;
 # registry_fds.c the same by fd number; registry_view.c the importers' reader, registry_find.c where it finds the page,
@@ -14,7 +15,7 @@
 HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/fdkind.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
-                 handles/resolve.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_find.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
+                 handles/resolve.c handles/resolve_socket.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_find.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
                  handles/rendezvous_registry.c handles/rendezvous_short.c \
                  handles/rendezvous_stats.c
@@ -24,9 +25,11 @@ HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUI
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest \
               $(BUILD)/test/unit/test_fdcheck
 HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o
-$(BUILD)/test/unit/test_fdcheck: test/unit/test_fdcheck.c test/unit/test_skip.h $(HANDLES_ALL_OBJ)
+FDCHECK_TEST_SRC := test/unit/test_fdcheck.c test/unit/test_fdcheck_fuse.c
+$(BUILD)/test/unit/test_fdcheck: $(FDCHECK_TEST_SRC) test/unit/test_fdcheck.h test/unit/test_skip.h \
+                                 $(HANDLES_ALL_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(HANDLES_ALL_OBJ) -lcmocka -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $(FDCHECK_TEST_SRC) $(HANDLES_ALL_OBJ) -lcmocka -lpthread
 $(BUILD)/test/unit/test_manifest: test/unit/test_manifest.c $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/handles/manifest.o $(BUILD)/handles/wire.o -lcmocka

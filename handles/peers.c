@@ -72,7 +72,7 @@ void byval_peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_p
     byval_unlock(&mem.lock);
 }
 
-void byval_transport_remember_socket(const byval_record_t *rec) /* rendezvous hook */
+void byval_transport_remember_socket(const byval_record_t *rec)
 {
     byval_peer_put(rec, BYVAL_VIA_SOCKET, 0);
 }

@@ -327,7 +327,9 @@ unsigned byval_reg_exports_live(void)
     return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
 }
 
-int32_t byval_reg_dup_page(int *dup_p) /* rendezvous hook */
+/* For the broker: the page an importer in another pid namespace cannot
+ * reach through our /proc (rendezvous_registry.c). */
+int32_t byval_reg_dup_page(int *dup_p)
 {
     reg_lock();
     int32_t st = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "handles/registry_view.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 #include "handles/resolve_internal.h"
 
 static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *id_p, char *msg,
@@ -55,9 +55,10 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
     *v_p = NULL;
     *pidfd_p = -1;
     memset(rec_p, 0, sizeof(*rec_p));
+    /* Another pid namespace: its pid names nothing here; the directory's
+     * socket names carry the identity instead. */
     if (s->guard != byval_short_guard(self->boot, self->pidns) && byval_rendezvous_enabled())
-        return byval_rendezvous_attach_short(s, self, mode, v_p, rec_p, pidfd_p, msg,
-                                             msglen); /* rendezvous hook */
+        return byval_rendezvous_attach_short(s, self, mode, v_p, rec_p, pidfd_p, msg, msglen);
     if (s->guard != byval_short_guard(self->boot, self->pidns)) {
         byval_msg(msg, msglen,
                   "handle of pid %u comes from another host, boot or pid namespace: "

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * registry_view.c - an importer's view of an exporter's registry: finding
- * it (the memfd named "ipcbyval-registry" at /proc/PID/fd/1000, else in
- * the list of /proc/PID/fd: readlink opens nothing), fetching it and its wake-up pipe through the transport,
- * checking that it describes the exporter, reading its slots. The list of
- * views and the watcher thread are registry_watch.c's.
+ * it (registry_find.c: the memfd named "ipcbyval-registry" at
+ * /proc/PID/fd/1000, else in the list of /proc/PID/fd), fetching it and
+ * its wake-up pipe through the transport, checking that it describes the
+ * exporter, reading its slots. The list of views and the watcher thread
+ * are registry_watch.c's.
  *
  * What we assume of the page (registry.h, "Trust"): nothing but its seals
  * and its size, which the kernel enforces. Every value in it is the
@@ -26,7 +27,7 @@
 
 #include "handles/fdkind.h"
 #include "handles/registry_internal.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
@@ -159,7 +160,7 @@ fail:
 
 /* Fetching the registry's fds through the transport that reached the
  * exporter of a record. pid: the exporter's here (0: not reachable by
- * pid); seen: what find_registry_fd proved of the next fd (NULL: nothing). */
+ * pid); seen: what byval_reg_find_page proved of the next fd (NULL: nothing). */
 typedef struct rec_fetch {
     const byval_record_t *rec;
     int mode, pidfd;
@@ -225,7 +226,7 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     errno = 0;
     int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
-    /* rendezvous hook: an exporter outside our pid namespace, reached
+    /* An exporter outside our pid namespace (its pidfd shows pid 0), reached
      * through the directory, is asked for its registry instead */
     int rdv = pid == 0 && byval_rendezvous_enabled();
     int e = rdv || pid > 0 ? 0 : errno == EMFILE || errno == ENFILE ? errno /* fdinfo not opened */

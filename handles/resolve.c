@@ -18,11 +18,14 @@
  *                  registry and its pipe themselves, or no prover
  *                  installed) are proven by their kind through /proc
  *                  without opening them (fdcheck.c's precheck).
- *   4. duplicate   the fetch step, one of the routes: pidfd_getfd, or the
- *                  exporter's socket broker (it proves its identity and
+ *   4. duplicate   the fetch step, one of three routes: pidfd_getfd
+ *                  (here), the exporter's socket broker at its abstract
+ *                  name, or its socket in the rendezvous directory
+ *                  (resolve_socket.c: the broker proves its identity and
  *                  serves only what its exporter offered). auto takes
- *                  pidfd first, the socket where the kernel refuses, and
- *                  remembers what worked (peers.c).
+ *                  pidfd first, the sockets where the kernel refuses or
+ *                  the exporter is out of reach, and remembers what
+ *                  worked (peers.c).
  *   5. prove the object   the duplicate is of a kind we may use, with the
  *                  record's inode and size (fdcheck.c, from the fd itself,
  *                  never a path), and the registry entry read in step 3
@@ -44,22 +47,6 @@
 #include "handles/resolve_internal.h"
 #include "handles/transport.h"
 
-/* What to fetch: fd (inode low bits ino, size bytes when != 0, 0: not
- * checked) of the exporter rec names, to be of kind obj. */
-typedef struct want {
-    const byval_record_t *rec;
-    uint32_t fd, ino;
-    uint64_t size;
-    byval_obj_t obj;
-} want_t;
-
-/* The exporter as this process reaches it. */
-typedef struct exporter {
-    uint32_t pid; /* in our pid namespace; 0: not known yet */
-    int pidfd;    /* identified (step 2), or -1 */
-    int owned;    /* pidfd opened by this resolution (else the caller's) */
-} exporter_t;
-
 static const byval_prover_t *prover;
 
 void byval_resolve_set_prover(const byval_prover_t *p)
@@ -78,7 +65,7 @@ byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
 /* ---- 1. translate --------------------------------------------------- */
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
-                                exporter_t *x, char *msg, size_t msglen)
+                                byval_exporter_t *x, char *msg, size_t msglen)
 {
     if (x->pid)
         return BYVAL_OK;
@@ -103,7 +90,7 @@ static byval_status_t translate(const byval_record_t *rec, const byval_self_t *s
 
 /* ---- 2. identify ---------------------------------------------------- */
 
-static byval_status_t identify(const byval_record_t *rec, exporter_t *x, char *msg,
+static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, char *msg,
                                size_t msglen)
 {
     if (x->pidfd >= 0)
@@ -123,7 +110,7 @@ static byval_status_t identify(const byval_record_t *rec, exporter_t *x, char *m
 
 /* ---- 3. prove the export -------------------------------------------- */
 
-static byval_status_t prove_export(const want_t *w, const exporter_t *x, byval_proof_t *proof,
+static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t *x, byval_proof_t *proof,
                                    byval_fd_seen_t *seen, char *msg, size_t msglen)
 {
     const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
@@ -138,7 +125,7 @@ static byval_status_t prove_export(const want_t *w, const exporter_t *x, byval_p
 /* ---- 4. duplicate: the routes ---------------------------------------- */
 
 /* pidfd_getfd(pidfd, fd) into *dup_p (the kernel sets O_CLOEXEC). */
-static byval_status_t dup_pidfd(const want_t *w, const exporter_t *x, int *dup_p, char *msg,
+static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p, char *msg,
                                 size_t msglen)
 {
     int dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0);
@@ -156,9 +143,9 @@ static byval_status_t dup_pidfd(const want_t *w, const exporter_t *x, int *dup_p
 
 /* ---- 5. prove the object -------------------------------------------- */
 
-static byval_status_t prove_object(const want_t *w, const exporter_t *x,
-                                   const byval_proof_t *proof, const byval_fd_seen_t *seen,
-                                   int dup, char *msg, size_t msglen)
+byval_status_t byval_prove_object(const byval_want_t *w, const byval_exporter_t *x,
+                                  const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
+                                  char *msg, size_t msglen)
 {
     if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
         /* Withdrawn between the proof and the duplicate: the number may
@@ -176,7 +163,7 @@ static byval_status_t prove_object(const want_t *w, const exporter_t *x,
 /* ---- the sequence ----------------------------------------------------- */
 
 /* Steps 3-5 of an identified exporter on the pidfd route. */
-static byval_status_t fetch_proven(const want_t *w, const exporter_t *x, int *fd_p, char *msg,
+static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t *x, int *fd_p, char *msg,
                                    size_t msglen)
 {
     byval_proof_t proof;
@@ -186,7 +173,7 @@ static byval_status_t fetch_proven(const want_t *w, const exporter_t *x, int *fd
     if (st == BYVAL_OK)
         st = dup_pidfd(w, x, &dup, msg, msglen);
     if (st == BYVAL_OK)
-        st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
+        st = byval_prove_object(w, x, &proof, &seen, dup, msg, msglen);
     if (proof.word) /* what the prover holds */
         __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
@@ -199,7 +186,7 @@ static byval_status_t fetch_proven(const want_t *w, const exporter_t *x, int *fd
 /* Steps 1-5 on the pidfd route. On success *fd_p is the duplicate; x
  * keeps the exporter's pid and pidfd either way (the caller closes an
  * owned one). */
-static byval_status_t pipeline(const want_t *w, const byval_self_t *self, exporter_t *x,
+static byval_status_t pipeline(const byval_want_t *w, const byval_self_t *self, byval_exporter_t *x,
                                int *fd_p, char *msg, size_t msglen)
 {
     byval_status_t st = translate(w->rec, self, x, msg, msglen);
@@ -210,41 +197,11 @@ static byval_status_t pipeline(const want_t *w, const byval_self_t *self, export
     return st;
 }
 
-/* The socket route: the broker identifies itself (its listener's pidfd
- * must be the record's exporter) and serves only what its exporter
- * offered (steps 2-4 on its side); step 5 here. */
-static byval_status_t via_socket(const want_t *w, exporter_t *x, int *fd_p,
-                                 byval_fetch_info_t *info, char *msg, size_t msglen)
-{
-    byval_status_t st;
-    int via_dir = 0;
-    x->pid = w->rec->pid; /* as the exporter named itself: the broker's name */
-    if (x->pidfd < 0) {
-        st = byval_broker_fetch_via(w->rec, w->fd, w->ino, fd_p, &x->pidfd, &via_dir, msg,
-                                    msglen);
-        x->owned = x->pidfd >= 0;
-    } else {
-        st = byval_broker_fetch_via(w->rec, w->fd, w->ino, fd_p, NULL, &via_dir, msg, msglen);
-    }
-    if (st != BYVAL_OK)
-        return st;
-    /* rendezvous hook: the abstract socket, or its twin in the directory */
-    info->via = via_dir ? BYVAL_VIA_RENDEZVOUS : BYVAL_VIA_SOCKET;
-    byval_fd_seen_t none = {0};
-    byval_proof_t no_proof = {0};
-    st = prove_object(w, x, &no_proof, &none, *fd_p, msg, msglen);
-    if (st != BYVAL_OK) {
-        byval_fd_release(*fd_p);
-        *fd_p = -1;
-    }
-    return st;
-}
-
 /* The policy over the routes: what mode asks, what auto learnt about
  * this exporter before (one read of peers.c), and what it learns now (at
  * most one write). */
-static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mode,
-                              exporter_t *x, int *fd_p, byval_fetch_info_t *info, char *msg,
+static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, int mode,
+                              byval_exporter_t *x, int *fd_p, byval_fetch_info_t *info, char *msg,
                               size_t msglen)
 {
     *fd_p = -1;
@@ -259,7 +216,7 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
     byval_peer_t known = byval_peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
-        return via_socket(w, x, fd_p, info, msg, msglen);
+        return byval_fetch_socket(w, x, fd_p, info, msg, msglen);
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
@@ -278,9 +235,9 @@ static byval_status_t resolve(const want_t *w, const byval_self_t *self, int mod
     snprintf(why, sizeof(why), "%s", msg ? msg : byval_status_str(st));
     if (x->owned && x->pidfd >= 0)
         close(x->pidfd);
-    *x = (exporter_t){.pidfd = x->owned ? -1 : x->pidfd};
+    *x = (byval_exporter_t){.pidfd = x->owned ? -1 : x->pidfd};
     byval_fetch_info_t got = *info;
-    byval_status_t st2 = via_socket(w, x, fd_p, &got, msg, msglen);
+    byval_status_t st2 = byval_fetch_socket(w, x, fd_p, &got, msg, msglen);
     if (st2 == BYVAL_OK) {
         byval_peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
         info->via = got.via;
@@ -331,8 +288,8 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
                   rec->pid, rec->fd, rec->kind, rec->flags);
         return BYVAL_E_INVALID;
     }
-    want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd)};
-    exporter_t x = {.pidfd = kept};
+    byval_want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd)};
+    byval_exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
     if (x.owned && (st != BYVAL_OK || !pidfd_p)) {
         close(x.pidfd);
@@ -362,10 +319,10 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
         byval_msg(msg, msglen, "byval_transport_fetch_obj: invalid arguments");
         return BYVAL_E_INVALID;
     }
-    want_t w = {rec, fd, fd_ino, size, obj};
+    byval_want_t w = {rec, fd, fd_ino, size, obj};
     /* The pidfd was identified when it was opened; its pid here is
      * found by step 1 like any other. */
-    exporter_t x = {.pidfd = pidfd};
+    byval_exporter_t x = {.pidfd = pidfd};
     if (pidfd < 0 && mode == BYVAL_MODE_AUTO)
         mode = BYVAL_MODE_SOCKET; /* reached over the socket: no pidfd to use */
     byval_status_t st = resolve(&w, &self, mode, &x, fd_p, &info, msg, msglen);
@@ -398,7 +355,7 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
     }
     /* No record: nothing a registry could list, so /proc proves the kind;
      * pid is ours (the caller's pidfd was opened on it). */
-    want_t w = {NULL, fd, fd_ino, size, obj};
-    exporter_t x = {.pid = pid, .pidfd = pidfd};
+    byval_want_t w = {NULL, fd, fd_ino, size, obj};
+    byval_exporter_t x = {.pid = pid, .pidfd = pidfd};
     return fetch_proven(&w, &x, fd_p, msg, msglen);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* resolve_internal.h - helpers shared by the resolution's files (resolve.c,
- * identity.c, pidfd.c, fdcheck.c, peers.c, self.c) and their unit tests;
+ * resolve_socket.c, identity.c, pidfd.c, fdcheck.c, peers.c, self.c) and
+ * their unit tests;
  * not part of the interface the shim uses. */
 #ifndef BYVAL_HANDLES_RESOLVE_INTERNAL_H
 #define BYVAL_HANDLES_RESOLVE_INTERNAL_H
@@ -88,6 +89,37 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
  * thread of its own (a FUSE daemon may never answer its FLUSH). 0, or -1
  * when it had to stay open (too many such closes are stuck). */
 int byval_fd_release(int fd);
+
+/* What the pipeline fetches (resolve.c): fd (inode low bits ino, size
+ * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a
+ * pidfd's process, no record), to be of kind obj. */
+typedef struct byval_want {
+    const byval_record_t *rec;
+    uint32_t fd, ino;
+    uint64_t size;
+    byval_obj_t obj;
+} byval_want_t;
+
+/* The exporter as this process reaches it. */
+typedef struct byval_exporter {
+    uint32_t pid; /* in our pid namespace; 0: not known yet */
+    int pidfd;    /* identified (step 2), or -1 */
+    int owned;    /* pidfd opened by this resolution (else the caller's) */
+} byval_exporter_t;
+
+/* Step 5, prove the object: the duplicate dup is what w asks for, and the
+ * export proof (proof->word NULL: none) still holds (resolve.c). */
+byval_status_t byval_prove_object(const byval_want_t *w, const byval_exporter_t *x,
+                                  const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
+                                  char *msg, size_t msglen);
+
+/* Step 4 on the socket routes, then step 5 (resolve_socket.c): the
+ * exporter's broker at its abstract name, then at its socket in the
+ * rendezvous directory. *fd_p the proven duplicate; info->via names the
+ * route that served; x keeps the listener's pidfd when it proved the
+ * identity (owned). */
+byval_status_t byval_fetch_socket(const byval_want_t *w, byval_exporter_t *x, int *fd_p,
+                                  byval_fetch_info_t *info, char *msg, size_t msglen);
 
 /* snprintf into msg when the caller asked for a message (msg may be NULL). */
 __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,

@@ -73,6 +73,38 @@ done
 run "rt_vmm_ipc legacy native" ok OK "$R" --mem legacy --iters 3
 run "rt_vmm_ipc legacy under ipcbyval" ok OK "$RUN" "$R" --mem legacy --iters 3 --reopen
 
+echo "== the exporter's context ends under an importer (cu_life; issue 22)"
+# Legacy: the importer's close and re-open after the exporter's
+# cuCtxDestroy / primary reset / last primary release, natively and under
+# ipcbyval side by side (the cuMemAlloc memory goes with the context: the
+# export ends first, so a re-open must fail as natively). VMM: by value
+# only; its memory is no context's, so the export must live on.
+CL="$OUT/cu_life"
+for c in exporter-destroy exporter-reset exporter-release; do
+    nl="$LOGS/cu-life-$c.native" bl="$LOGS/cu-life-$c.byval"
+    timeout 90 "$CL" --case "$c" --mem legacy >"$nl" 2>&1
+    timeout 90 "$RUN" "$CL" --case "$c" --mem legacy >"$bl" 2>&1
+    nat=$(grep -h '^cu_life: after' "$nl" | sed 's/.*ended: //;s/, imports held -1//')
+    byv=$(grep -h '^cu_life: after' "$bl" | sed 's/.*ended: //;s/, imports held -1//')
+    if [ -n "$nat" ] && [ "$nat" = "$byv" ] && grep -q '^OK' "$bl"; then
+        row "cu_life legacy $c: native = ipcbyval" PASS "$nat"
+    else
+        row "cu_life legacy $c: native = ipcbyval" FAIL "native '${nat:-$(tail -1 "$nl")}' ipcbyval '${byv:-$(tail -1 "$bl")}'"
+    fi
+    run "cu_life vmm $c under ipcbyval: export lives on" ok "re-open CUDA_SUCCESS" \
+        "$RUN" "$CL" --case "$c" --mem vmm
+done
+# The importer opens with its reset (inactive) primary context current.
+nat=$(timeout 90 "$CL" --case reset --mem legacy 2>&1 | grep -h 'reset context current')
+for m in legacy vmm; do
+    byv=$(timeout 90 "$RUN" "$CL" --case reset --mem $m 2>&1 | grep -h 'reset context current')
+    if [ -n "$nat" ] && [ "$nat" = "$byv" ]; then
+        row "cu_life $m: open, reset context current: as natively" PASS "${nat##*: }"
+    else
+        row "cu_life $m: open, reset context current: as natively" FAIL "native '${nat##*: }' ipcbyval '${byv##*: }'"
+    fi
+done
+
 echo "== stress workload (test/stress): threads, context destroys, double closes; no forks"
 S="$OUT/stress_cu"
 # Legacy: the workload is not valid on the real driver (H100, driver 580:

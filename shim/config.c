@@ -59,7 +59,7 @@ static const cfg_entry_t cfg_table[] = {
          "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
     CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
          "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
-    /* rendezvous hook (handles/rendezvous.h, shim/rendezvous.c) */
+    /* handles/rendezvous.h, applied by shim/rendezvous.c */
     CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
          "a directory both sides reach (a volume shared by two pods or containers): exporters "
          "also listen there and importers in other pid/network namespaces connect there"),
@@ -73,22 +73,26 @@ static const cfg_entry_t cfg_table[] = {
 static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
 static const char *const transport_names[] = {"auto", "pidfd", "socket"};
 
-/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
-static int parse_bool(const char *s, int *out)
+static int parse_enum(const char *s, const char *const *names, size_t n, int *out)
 {
-    static const char *const yes[] = {"1", "y", "yes", "on", "true"};
-    static const char *const no[] = {"0", "n", "no", "off", "false"};
-    for (size_t i = 0; i < 5; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = 1;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            *out = (int)i;
             return 0;
         }
     }
     return -1;
+}
+
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
+static int parse_bool(const char *s, int *out)
+{
+    static const char *const names[] = {"0", "n", "no", "off", "false", "1", "y", "yes", "on", "true"};
+    int i;
+    if (parse_enum(s, names, 10, &i) != 0)
+        return -1;
+    *out = i >= 5;
+    return 0;
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -102,17 +106,6 @@ static int parse_size(const char *s, size_t *out)
         return -1;
     *out = (size_t)v;
     return 0;
-}
-
-static int parse_enum(const char *s, const char *const *names, size_t n, int *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcasecmp(s, names[i]) == 0) {
-            *out = (int)i;
-            return 0;
-        }
-    }
-    return -1;
 }
 
 /* Bytes, with an optional binary suffix K, M, G or T (0 allowed). */
@@ -170,26 +163,16 @@ static int parse_value(const cfg_entry_t *e, const char *s)
     return -1;
 }
 
-static const char *type_hint(enum cfg_type t)
-{
-    switch (t) {
-    case CFG_BOOL:
-        return "y/yes/on/true/1 or n/no/off/false/0";
-    case CFG_SIZE:
-        return "an integer from 1 to 4294967296";
-    case CFG_BYTES:
-        return "a byte count, with an optional K, M, G or T suffix";
-    case CFG_LEVEL:
-        return "none, error, warn, info, debug or 0-4";
-    case CFG_TRANSPORT:
-        return "auto, pidfd or socket";
-    case CFG_STRING:
-        return "a path of at most 255 bytes";
-    case CFG_GID:
-        return "a numeric group id, or empty";
-    }
-    return "?";
-}
+/* What each type accepts, for the invalid-value warning. */
+static const char *const type_hint[] = {
+    [CFG_BOOL] = "y/yes/on/true/1 or n/no/off/false/0",
+    [CFG_SIZE] = "an integer from 1 to 4294967296",
+    [CFG_BYTES] = "a byte count, with an optional K, M, G or T suffix",
+    [CFG_LEVEL] = "none, error, warn, info, debug or 0-4",
+    [CFG_STRING] = "a path of at most 255 bytes",
+    [CFG_TRANSPORT] = "auto, pidfd or socket",
+    [CFG_GID] = "a numeric group id, or empty",
+};
 
 /* Levenshtein distance, bounded to short names; used to suggest a fix
  * for a misspelt IPCBYVAL_* variable. */
@@ -221,10 +204,16 @@ static size_t close_enough(const char *name)
     return n >= 6 ? 2 : 1;
 }
 
+/* Is name (len bytes, not terminated) want? */
+static int name_is(const char *want, const char *name, size_t len)
+{
+    return strlen(want) == len && strncmp(want, name, len) == 0;
+}
+
 static const cfg_entry_t *find_entry(const char *name, size_t len)
 {
     for (size_t i = 0; i < CFG_COUNT; i++)
-        if (strlen(cfg_table[i].name) == len && strncmp(cfg_table[i].name, name, len) == 0)
+        if (name_is(cfg_table[i].name, name, len))
             return &cfg_table[i];
     return NULL;
 }
@@ -237,7 +226,7 @@ static int is_launcher_variable(const char *name, size_t len)
                                         "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
                                         "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
+        if (name_is(names[i], name, len))
             return 1;
     return 0;
 }
@@ -302,7 +291,7 @@ int byval_config_load(void)
             (void)parse_value(e, e->defval);
             BYVAL_LOG_(problem_level(),
                        "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
-                       val, type_hint(e->type), e->defval);
+                       val, type_hint[e->type], e->defval);
         }
     }
     byval_log_level = byval_cfg.log_level;

@@ -151,7 +151,8 @@ typedef struct byval_cu_key {
 _Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 /* A context is about to be destroyed or reset (cuCtxDestroy, the primary
- * context's reset or last release): release its mappings first. */
+ * context's reset or last release): end the exports of its memory and
+ * release its mappings first (cu_ctx.c). */
 void byval_cu_context_dying(CUcontext ctx);
 
 /* Legacy exports (cu_legacy_export.c): the driver handed out h for ptr,
@@ -159,6 +160,8 @@ void byval_cu_context_dying(CUcontext ctx);
 void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h,
                                CUdeviceptr ptr);
 void byval_cu_legacy_freed(CUdeviceptr ptr);
+/* ctx's memory goes with it: end its legacy exports. Returns how many. */
+size_t byval_cu_legacy_ctx_gone(CUcontext ctx);
 
 /* Make ctx current around a driver call from a cache callback. */
 CUcontext byval_cu_ctx_push(CUcontext ctx);

@@ -12,6 +12,12 @@
  * release destroys it only when it drops the last retain: counted here,
  * and checked after the call (inactive now: destroyed, the mappings of it
  * are forgotten, as their memory went with it).
+ *
+ * What goes with a context: its cuMemAlloc memory, so the legacy exports
+ * of it end first (their registry entries withdrawn: importers release
+ * their closed mappings and a re-open reaches the driver, which refuses
+ * it as natively), then our mappings in it. VMM memory is no context's
+ * (an H100 kept a mapping after a reset): its exports live on.
  */
 #include "cache/imports.h"
 #include "shim/config.h"
@@ -46,6 +52,18 @@ static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
     return ctx;
 }
 
+void byval_cu_context_dying(CUcontext ctx)
+{
+    if (!ctx || !active())
+        return;
+    size_t ended = byval_cu_legacy_ctx_gone(ctx);
+    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
+    if (ended || n)
+        BYVAL_LOG_DEBUG("context %p: ended %zu export%s and released %zu mapping%s of it before "
+                        "the driver destroys it",
+                        (void *)ctx, ended, ended == 1 ? "" : "s", n, n == 1 ? "" : "s");
+}
+
 /* After a release: destroyed (inactive now) though the count did not say
  * so (retains we did not see)? Its mappings are gone with it. */
 static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int purged)
@@ -63,8 +81,10 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
     byval_enter();
     int ok = rl->primary_get_state(dev, &flags, &on) == CUDA_SUCCESS;
     byval_leave();
-    if (ok && !on)
+    if (ok && !on) { /* too late to end them first: at least now */
+        byval_cu_legacy_ctx_gone(ctx);
         byval_imports_forget_ctx((uintptr_t)ctx);
+    }
 }
 
 static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
@@ -118,38 +138,18 @@ CU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return r;
 }
 
-CU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return primary_release(rl ? rl->primary_release_v2 : NULL, dev);
-}
+/* The exported entry points: each passes the driver's function of its
+ * version to the helper above. */
+#define CTX_ENTRY(name, helper, type, slot)                 \
+    CU_EXPORT CUresult name(type arg)                       \
+    {                                                       \
+        const byval_cu_real_t *rl = byval_cu_real();        \
+        return helper(rl ? rl->slot : NULL, arg);           \
+    }
 
-CU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return primary_release(rl ? rl->primary_release : NULL, dev);
-}
-
-CU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return primary_reset(rl ? rl->primary_reset_v2 : NULL, dev);
-}
-
-CU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return primary_reset(rl ? rl->primary_reset : NULL, dev);
-}
-
-CU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return ctx_destroy(rl ? rl->ctx_destroy_v2 : NULL, ctx);
-}
-
-CU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
-{
-    const byval_cu_real_t *rl = byval_cu_real();
-    return ctx_destroy(rl ? rl->ctx_destroy : NULL, ctx);
-}
+CTX_ENTRY(cuDevicePrimaryCtxRelease_v2, primary_release, CUdevice, primary_release_v2)
+CTX_ENTRY(cuDevicePrimaryCtxRelease, primary_release, CUdevice, primary_release)
+CTX_ENTRY(cuDevicePrimaryCtxReset_v2, primary_reset, CUdevice, primary_reset_v2)
+CTX_ENTRY(cuDevicePrimaryCtxReset, primary_reset, CUdevice, primary_reset)
+CTX_ENTRY(cuCtxDestroy_v2, ctx_destroy, CUcontext, ctx_destroy_v2)
+CTX_ENTRY(cuCtxDestroy, ctx_destroy, CUcontext, ctx_destroy)

@@ -11,6 +11,9 @@
  * reservation, validated by buffer id) makes repeated gets a lookup;
  * unmap/release/free end it: registry entries and broker offers of the
  * manifest and every chunk withdrawn, then their fds closed.
+ * A context's destroy, reset or last release does not: VMM memory is no
+ * context's (an H100 kept a mapping after a reset), so its export lives
+ * on (cu_ctx.c ends the legacy exports of a context).
  * Legacy memory never gets here: the driver's own handle is returned.
  */
 #include <fcntl.h>

@@ -360,13 +360,3 @@ CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
         return next(ptr); /* not a mapping we handed out */
     }
 }
-
-void byval_cu_context_dying(CUcontext ctx)
-{
-    if (!ctx || !byval_init() || !byval_cfg.cuda)
-        return;
-    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
-    if (n)
-        BYVAL_LOG_DEBUG("context %p: released %zu mapping%s of it before the driver destroys it",
-                        (void *)ctx, n, n == 1 ? "" : "s");
-}

@@ -7,7 +7,11 @@
  * behind it is freed, so that they release their closed cached mappings
  * of it at once (importers find our registry through the pid the driver
  * puts in the handle). One entry per allocation start: a repeated get is
- * one pointer-attribute call and a lookup.
+ * one pointer-attribute call and a lookup. cuMemAlloc memory is context
+ * state (the driver frees it with its context), so each export records
+ * its allocation's context and ends when that context is destroyed,
+ * reset or released for the last time (cu_ctx.c), before the driver
+ * frees the memory.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -56,7 +60,7 @@ static int published_has(uint64_t start, uint64_t key)
 
 void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr)
 {
-    uint64_t start = ptr, size = 0;
+    uint64_t start = ptr, size = 0, ctx = 0;
     pthread_once(&published_once, published_init);
     uint64_t key = byval_reg_key_bytes(h->reserved, sizeof(h->reserved));
     /* The common repeat: the handle of an allocation's start. */
@@ -65,6 +69,8 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
     byval_enter();
     int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) == 0 &&
              byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
+    if (ok && byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
+        ctx = 0; /* no context known: the export ends at the free alone */
     byval_leave();
     if (!published || !ok)
         return;
@@ -74,6 +80,7 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
     if (!e)
         return;
     e->item = (byval_export_item_t){.key = key, .fd = -1, .size = size};
+    e->core.ctx = (uintptr_t)ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;
     if (byval_exports_start(published, &e->core) != 0) {
@@ -105,4 +112,10 @@ void byval_cu_legacy_freed(CUdeviceptr ptr)
     byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
     if (byval_exports_live(x))
         byval_exports_end(x, &start);
+}
+
+size_t byval_cu_legacy_ctx_gone(CUcontext ctx)
+{
+    byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+    return ctx && byval_exports_live(x) ? byval_exports_end_ctx(x, (uintptr_t)ctx) : 0;
 }

@@ -62,7 +62,7 @@ static void init_run(void)
     init_problems = byval_config_load();
     init_enabled = byval_cfg.enable;
     if (init_enabled)
-        byval_rendezvous_configure(); /* rendezvous hook */
+        byval_rendezvous_configure(); /* IPCBYVAL_RENDEZVOUS_DIR, before any export */
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */

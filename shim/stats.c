@@ -8,7 +8,7 @@
 #include "cache/exports.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
-#include "handles/rendezvous.h" /* rendezvous hook */
+#include "handles/rendezvous.h" /* rendezvous_served */
 #include "shim/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];

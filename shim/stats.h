@@ -30,6 +30,7 @@
     X(via_pidfd, "exporters reached with pidfd_getfd (first contact)")   \
     X(via_socket, "exporters reached through their socket (first contact)") \
     X(via_rendezvous, "exporters reached through the rendezvous directory (other pod/container)") \
+    X(open_rendezvous, "misses whose fd came through the rendezvous directory (every one)") \
     X(rescued, "other libraries' pidfd_getfd the kernel refused, served by the exporter's broker") \
     X(rescue_failed, "refused pidfd_getfd no broker served (the kernel's error returned)") \
     X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \

@@ -21,6 +21,7 @@
     X(zeMemGetFileDescriptorFromIpcHandleExp) \
     X(zeMemGetIpcHandleFromFileDescriptorExp) \
     X(zeContextDestroy)                \
+    X(zeEventPoolCreate)               \
     X(zeEventPoolGetIpcHandle)         \
     X(zeEventPoolOpenIpcHandle)        \
     X(zeEventPoolCloseIpcHandle)       \

@@ -62,13 +62,15 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     fetch_route = info.via == BYVAL_VIA_SOCKET       ? BYVAL_ROUTE_SOCKET
                   : info.via == BYVAL_VIA_RENDEZVOUS ? BYVAL_ROUTE_RENDEZVOUS
                                                      : BYVAL_ROUTE_PIDFD;
+    if (st == BYVAL_OK && fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
+        BYVAL_STAT_INC(open_rendezvous);
     if (st == BYVAL_OK && kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
         BYVAL_STAT_INC(open_kept_socket);
     else if (st == BYVAL_OK && kept >= 0)
         BYVAL_STAT_INC(open_kept_pidfd);
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET) /* first contact */
         BYVAL_STAT_INC(via_socket);
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS) /* rendezvous hook */
+    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS)
         BYVAL_STAT_INC(via_rendezvous);
     else if (st == BYVAL_OK)
         BYVAL_STAT_INC(via_pidfd);
@@ -103,7 +105,7 @@ static int sink_offer(int fd)
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no socket route: nothing offered, nothing to withdraw */
     int rc = byval_broker_offer(fd);
-    byval_rendezvous_report(); /* rendezvous hook */
+    byval_rendezvous_report(); /* why the directory is not listened on, once */
     if (rc == 0)
         return 0;
     /* Someone else bound our name first: importers that need the socket
@@ -135,7 +137,7 @@ static int enlist(int fd)
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
-    byval_rendezvous_report(); /* rendezvous hook */
+    byval_rendezvous_report(); /* why the directory is not listened on, once */
     return 0;
 }
 

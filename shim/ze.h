@@ -117,6 +117,10 @@ void byval_ze_pattern_fill(uint8_t *handle64);
 int byval_ze_pattern_intact(const uint8_t *handle64);
 int byval_ze_layout_is_opaque(const uint8_t *handle64);
 int byval_ze_write_record(uint8_t *handle64, uint64_t alloc_id, ze_device_handle_t dev);
+/* The record of the fd @0 of a handle the driver just filled (the
+ * registry entry of an opaque one, ze_opaque.c): 0, or -1. */
+int byval_ze_opaque_record(const uint8_t *handle64, uint64_t alloc_id,
+                           struct byval_record *rec_p);
 /* 1 when the driver wrote the classic layout, the record was added and
  * the export started (cache/exports.h; kept until the allocation is freed,
  * its context destroyed or the table needs room). index: the handle's
@@ -172,9 +176,14 @@ void *byval_ze_ext_wrapper(const char *name, void *pfn);
 #define BYVAL_ZE_POOL_RECORD_OFF 40
 
 struct byval_short;
-/* 1 when the handle carries a short record bound to its driver bytes. */
+/* 1 when the handle carries a short record bound to its driver bytes (a
+ * classic one's @40), 2 an opaque one's (@30, ze_opaque.c), else 0. */
 int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
 
+/* zeEventPoolCreate: an IPC pool's context is remembered for its export. */
+ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
+                                 const ze_event_pool_desc_t *desc, uint32_t ndevices,
+                                 ze_device_handle_t *devices, ze_event_pool_handle_t *pool_p);
 ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,
                                   ze_ipc_event_pool_handle_t *handle);
 ze_result_t byval_ze_pool_put_ipc(byval_ze_pool_put_fn next, ze_context_handle_t ctx,
@@ -192,6 +201,33 @@ int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
 /* zeContextDestroy: release the closed imported pools of ctx first (open
  * ones stay the application's, released at their close). */
 void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
+/* zeContextDestroy: end the exports of ctx's event pools first. */
+void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
+
+/* The opaque layouts across pid namespaces (ze_opaque.c): a short record
+ * in reservedHandleData @30. describable: the rendezvous directory is in
+ * use and the driver left the reserved bytes zero, handle type fd (pool:
+ * an event pool's handle). write: the record of our export `serial` (0,
+ * or -1). decode: 1 when h carries one bound to its driver bytes 0-29.
+ * whose: its exporter is us (0), another process of our pid namespace (1)
+ * or in another host, boot or pid namespace (2). strip:
+ * the reserved bytes zero again, as the driver wrote them. local: the
+ * handle our driver imports fd from, as a plain fd (fd @0, its copy -1). */
+int byval_ze_opaque_describable(const void *handle64, int pool);
+int byval_ze_opaque_write(void *handle64, uint64_t serial);
+int byval_ze_opaque_decode(const void *handle64, struct byval_short *s_p);
+int byval_ze_opaque_whose(const struct byval_short *s);
+void byval_ze_opaque_strip(void *handle64);
+void byval_ze_opaque_local(void *handle64, int fd, int pool);
+/* zeMemOpenIpcHandle of an opaque handle with a short record from another
+ * pid namespace (ze_opaque_import.c). */
+ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
+                                 ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
+                                 ze_ipc_memory_flags_t flags, const struct byval_short *s,
+                                 void **pptr);
+
+/* Release a mapping ctx's driver opened (a cached import's end). */
+void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr);
 
 /* Resolve rec into a local fd, failures logged under `api`. */
 ze_result_t byval_ze_resolve_as(const char *api, const struct byval_record *rec, int *fd_p);

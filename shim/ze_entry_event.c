@@ -11,6 +11,10 @@
 
 /* ---- exported symbols ---------------------------------------------- */
 
+SYM_NEXT(zeEventPoolCreate, ze_pfnEventPoolCreate_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_context_handle_t c, const ze_event_pool_desc_t *d, uint32_t n, ze_device_handle_t *ds,
+          ze_event_pool_handle_t *pp),
+         (c, d, n, ds, pp))
 SYM_NEXT(zeEventPoolGetIpcHandle, ze_pfnEventPoolGetIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
          (ze_event_pool_handle_t p, ze_ipc_event_pool_handle_t *h), (p, h))
 SYM_NEXT(zeEventPoolOpenIpcHandle, ze_pfnEventPoolOpenIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
@@ -22,6 +26,13 @@ SYM_NEXT(zeEventPoolPutIpcHandle, byval_ze_pool_put_fn, ZE_RESULT_ERROR_UNSUPPOR
          (ze_context_handle_t c, ze_ipc_event_pool_handle_t h), (c, h))
 SYM_NEXT(zeEventPoolDestroy, ze_pfnEventPoolDestroy_t, ZE_RESULT_ERROR_UNINITIALIZED,
          (ze_event_pool_handle_t p), (p))
+
+ZE_EXPORT ze_result_t zeEventPoolCreate(ze_context_handle_t ctx, const ze_event_pool_desc_t *desc,
+                                        uint32_t ndevices, ze_device_handle_t *devices,
+                                        ze_event_pool_handle_t *pool_p)
+{
+    return byval_ze_pool_create(sym_next_zeEventPoolCreate, ctx, desc, ndevices, devices, pool_p);
+}
 
 ZE_EXPORT ze_result_t zeEventPoolGetIpcHandle(ze_event_pool_handle_t pool,
                                               ze_ipc_event_pool_handle_t *handle)
@@ -55,12 +66,19 @@ ZE_EXPORT ze_result_t zeEventPoolDestroy(ze_event_pool_handle_t pool)
 /* ---- the EventPool table ------------------------------------------- */
 
 static struct {
+    ze_pfnEventPoolCreate_t create;
     ze_pfnEventPoolGetIpcHandle_t get;
     ze_pfnEventPoolOpenIpcHandle_t open;
     ze_pfnEventPoolCloseIpcHandle_t close;
     ze_pfnEventPoolDestroy_t destroy;
     byval_ze_pool_put_fn put;
 } next_of;
+
+static ze_result_t tw_create(ze_context_handle_t c, const ze_event_pool_desc_t *d, uint32_t n,
+                             ze_device_handle_t *ds, ze_event_pool_handle_t *pp)
+{
+    return byval_ze_pool_create(NEXT_OF(next_of.create), c, d, n, ds, pp);
+}
 
 static ze_result_t tw_get(ze_event_pool_handle_t p, ze_ipc_event_pool_handle_t *h)
 {
@@ -98,6 +116,7 @@ ZE_EXPORT ze_result_t zeGetEventPoolProcAddrTable(ze_api_version_t version,
     ze_result_t r = real(version, table);
     if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
         return r;
+    WRAP_SLOT(table->pfnCreate, next_of.create, tw_create);
     WRAP_SLOT(table->pfnGetIpcHandle, next_of.get, tw_get);
     WRAP_SLOT(table->pfnOpenIpcHandle, next_of.open, tw_open);
     WRAP_SLOT(table->pfnCloseIpcHandle, next_of.close, tw_close);

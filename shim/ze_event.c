@@ -46,6 +46,13 @@
  * imports of it. The program's gets and puts go to the driver as they
  * come (return codes as natively); a get that finds another fd than the
  * one published starts a new export.
+ *
+ * The export also ends at zeContextDestroy of the pool's context: a
+ * driver may take the pool and its fd with the context (destroying a
+ * context with live pools is the program's bug, but its export ends
+ * there). zeEventPoolGetIpcHandle names no context, so zeEventPoolCreate
+ * of an IPC pool remembers its context (a bounded memo: a pool it forgot
+ * is exported with none, and ends at its destroy alone).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -62,6 +69,7 @@
 #include "shim/stats.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 typedef struct pool_export {
     byval_export_t core; /* first: cache/exports.h */
@@ -72,6 +80,28 @@ typedef struct pool_export {
 static byval_exports_t *pools;
 static pthread_once_t pools_once = PTHREAD_ONCE_INIT;
 static uint64_t next_id;
+
+/* The context of each IPC pool created (key: the pool; value: its
+ * context), for the export's context. */
+#define POOL_CTX_MAX 4096
+static byval_lru_t *pool_ctx;
+static pthread_once_t pool_ctx_once = PTHREAD_ONCE_INIT;
+
+static void pool_ctx_init(void)
+{
+    byval_lru_t *m = byval_lru_create(POOL_CTX_MAX, sizeof(ze_event_pool_handle_t), NULL, NULL);
+    __atomic_store_n(&pool_ctx, m, __ATOMIC_RELEASE);
+}
+
+/* The context pool was created in, or NULL when unknown. */
+static ze_context_handle_t ctx_of(ze_event_pool_handle_t pool)
+{
+    void *ctx = NULL;
+    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
+    if (!m || !byval_lru_get(m, &pool, 0, &ctx))
+        return NULL;
+    return ctx;
+}
 
 /* Withdrawn already: the driver's fd is the pool's, closed with it. */
 static void pool_end(byval_export_t *core)
@@ -121,8 +151,10 @@ static int layout_is_opaque(const uint8_t *h)
 int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p)
 {
     const uint8_t *h = handle64;
-    return byval_short_decode(h + BYVAL_ZE_POOL_RECORD_OFF, h, BYVAL_ZE_POOL_DRIVER_LEN, s_p) ==
-           BYVAL_WIRE_OK;
+    if (byval_short_decode(h + BYVAL_ZE_POOL_RECORD_OFF, h, BYVAL_ZE_POOL_DRIVER_LEN, s_p) ==
+        BYVAL_WIRE_OK)
+        return 1;
+    return byval_ze_opaque_decode(h, s_p) ? 2 : 0;
 }
 
 /* The registry serial of pool's export of fd, starting a new export
@@ -150,6 +182,7 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
         if (!(e = calloc(1, sizeof(*e))))
             return 0;
         e->pool = pool;
+        e->core.ctx = (uintptr_t)ctx_of(pool);
         e->item = (byval_export_item_t){
             .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL,
                                  __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED)),
@@ -180,8 +213,9 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
     return 0;
 }
 
-/* Write the short record into a classic handle the driver just filled. */
-static int describe(uint8_t *h, ze_event_pool_handle_t pool, int *fresh_p)
+/* Write the short record into a handle the driver just filled: a classic
+ * one's bytes 40-63, an opaque one's reserved bytes (ze_opaque.c). */
+static int describe(uint8_t *h, ze_event_pool_handle_t pool, int opaque, int *fresh_p)
 {
     byval_self_t self;
     uint64_t fd;
@@ -191,17 +225,29 @@ static int describe(uint8_t *h, ze_event_pool_handle_t pool, int *fresh_p)
     uint64_t serial = publish(pool, (uint32_t)fd, fresh_p);
     if (!serial)
         return -1;
-    byval_short_t s = {
-        .flags = self.id_flags,
-        .pid = self.pid,
-        .id32 = (uint32_t)self.identity,
-        .guard = byval_short_guard(self.boot, self.pidns),
-        .serial = (uint32_t)serial,
-    };
-    return byval_short_encode(&s, h, BYVAL_ZE_POOL_DRIVER_LEN, h + BYVAL_ZE_POOL_RECORD_OFF) ==
-                   BYVAL_WIRE_OK
-               ? 0
-               : -1;
+    return opaque ? byval_ze_opaque_write(h, serial)
+                  : byval_ze_short_write(h, BYVAL_ZE_POOL_RECORD_OFF, serial);
+}
+
+ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
+                                 const ze_event_pool_desc_t *desc, uint32_t ndevices,
+                                 ze_device_handle_t *devices, ze_event_pool_handle_t *pool_p)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    ze_result_t r = next(ctx, desc, ndevices, devices, pool_p);
+    if (r != ZE_RESULT_SUCCESS || !desc || !(desc->flags & ZE_EVENT_POOL_FLAG_IPC) || !pool_p ||
+        !*pool_p || !byval_init() || !byval_cfg.ze)
+        return r;
+    pthread_once(&pool_ctx_once, pool_ctx_init);
+    ze_event_pool_handle_t pool = *pool_p;
+    void *old;
+    for (int tries = 0; pool_ctx && tries < 2; tries++) {
+        if (byval_lru_insert(pool_ctx, &pool, ctx, 0, &old) != BYVAL_LRU_EXISTS)
+            break;
+        byval_lru_remove(pool_ctx, &pool); /* a destroyed pool's handle value, reused */
+    }
+    return r;
 }
 
 ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_pool_handle_t pool,
@@ -219,7 +265,9 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
     byval_leave();
     if (r != ZE_RESULT_SUCCESS)
         return r;
-    if (!pattern_intact(h)) {
+    int opaque = !pattern_intact(h), fresh = 0;
+    if (opaque && !(layout_is_opaque(h) && byval_ze_opaque_describable(h, 1) &&
+                    describe(h, pool, 1, &fresh) == 0)) {
         BYVAL_STAT_INC(export_passthrough);
         if (!layout_is_opaque(h)) {
             BYVAL_LOG_INFO("unknown event-pool IPC handle layout from the driver: passed through");
@@ -231,8 +279,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         }
         return r;
     }
-    int fresh = 0;
-    if (describe(h, pool, &fresh) != 0) {
+    if (!opaque && describe(h, pool, 0, &fresh) != 0) {
         static int warned;
         BYVAL_STAT_INC(export_passthrough);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
@@ -277,6 +324,9 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
     ze_result_t r;
     if (byval_ze_pool_close_import(pool, &r))
         return r;
+    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
+    if (m)
+        byval_lru_remove(m, &pool);
     /* Everything naming its fd withdrawn before the driver closes it. */
     byval_exports_t *x = __atomic_load_n(&pools, __ATOMIC_ACQUIRE);
     if (byval_exports_live(x) && byval_exports_end(x, &pool)) {
@@ -284,4 +334,20 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
         byval_log_export("event pool ", 1, (void *)pool, -1);
     }
     return next(pool);
+}
+
+static int created_in(void *arg, const void *key, void *value)
+{
+    return value == arg;
+}
+
+void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx)
+{
+    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
+    if (m)
+        byval_lru_remove_if(m, created_in, ctx);
+    size_t n = byval_exports_end_ctx(__atomic_load_n(&pools, __ATOMIC_ACQUIRE), (uintptr_t)ctx);
+    if (n)
+        BYVAL_LOG_DEBUG("zeContextDestroy(%p): ended %zu event-pool export%s of it first",
+                        (void *)ctx, n, n == 1 ? "" : "s");
 }

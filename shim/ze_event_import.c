@@ -37,6 +37,7 @@
 #include "shim/track.h"
 #include "shim/transport.h"
 #include "shim/ze.h"
+#include "shim/ze_short.h"
 
 #define POOL_TAG(pool) ((uintptr_t)(pool) | (UINT64_C(1) << 63))
 #define API_OPEN "zeEventPoolOpenIpcHandle"
@@ -47,10 +48,9 @@ typedef struct pool_key {
 } pool_key_t;
 
 typedef struct pool_import {
-    byval_import_t base; /* the lifecycle core's part */
+    byval_ze_short_import_t s; /* first: the core's part and the handle */
     ze_event_pool_handle_t pool;
     ze_context_handle_t ctx;
-    uint8_t handle[ZE_MAX_IPC_HANDLE_SIZE]; /* as opened: a hit must equal it */
 } pool_import_t;
 
 static byval_imports_t *imports;
@@ -70,18 +70,12 @@ static void pool_release(byval_import_t *b)
     }
 }
 
-static int pool_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return memcmp(((const pool_import_t *)a)->handle, ((const pool_import_t *)b)->handle,
-                  ZE_MAX_IPC_HANDLE_SIZE) == 0;
-}
-
 /* Tracked at import already (the registry entry named by the record). */
 static byval_imports_ops_t import_ops = {
     .name = "ze pool import",
     .key_len = sizeof(pool_key_t),
     .release = pool_release,
-    .same = pool_same,
+    .same = byval_ze_short_same,
 };
 
 static void import_init(void)
@@ -90,49 +84,6 @@ static void import_init(void)
     imports = byval_track_cache(&import_ops);
     if (!imports)
         BYVAL_LOG_ERROR("cannot allocate the event-pool import cache: by-value opens will fail");
-}
-
-/* One error line per kind of failure (shim/log.h). */
-static ze_result_t refuse(byval_status_t st, const char *msg)
-{
-    static int seen[BYVAL_E_SYS + 2];
-    BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, API_OPEN, "%s", msg);
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
-}
-
-/* The exporter's registry entry for s, with the record to fetch its fd. */
-static ze_result_t resolve(const byval_short_t *s, const byval_self_t *self, const uint8_t *h,
-                           byval_record_t *rec, byval_reg_view_t **v_p, const uint64_t **w_p,
-                           byval_reg_slot_t *slot)
-{
-    char msg[512] = "";
-    int pidfd = -1;
-    byval_status_t st =
-        byval_reg_attach_short(s, self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
-    if (st != BYVAL_OK)
-        return refuse(st, msg);
-    if (pidfd >= 0) /* verified for this exporter: kept for the fetch below */
-        byval_fetch_done(rec, pidfd);
-    uint64_t fd;
-    memcpy(&fd, h, sizeof(fd));
-    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
-    if (!*w_p || slot->key >> 56 != BYVAL_KIND_ZE_EVENT_POOL || slot->fd != fd) {
-        byval_reg_view_put(*v_p);
-        *v_p = NULL;
-        snprintf(msg, sizeof(msg),
-                 "pid %u exports no event pool under serial %u with fd %llu (destroyed, or the "
-                 "handle was altered)",
-                 s->pid, s->serial, (unsigned long long)fd);
-        return refuse(BYVAL_E_BADFD, msg);
-    }
-    rec->kind = BYVAL_KIND_ZE_EVENT_POOL;
-    rec->fd = slot->fd;
-    rec->fd_ino = slot->ino;
-    rec->size = slot->size;
-    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
-    return ZE_RESULT_SUCCESS;
 }
 
 static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
@@ -144,7 +95,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     byval_reg_view_t *v = NULL;
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
-    ze_result_t r = resolve(s, self, (const uint8_t *)handle.data, &rec, &v, &w, &slot);
+    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_EVENT_POOL,
+                                         &rec, &v, &w, &slot);
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int fd = -1;
@@ -156,6 +108,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     ze_ipc_event_pool_handle_t local = handle;
     uint64_t fd64 = (uint64_t)fd;
     memcpy(local.data, &fd64, sizeof(fd64));
+    if (byval_ze_pool_decode(handle.data, &(byval_short_t){0}) == 2)
+        byval_ze_opaque_local(local.data, fd, 1); /* a plain fd for the driver */
     ze_event_pool_handle_t pool = NULL;
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
@@ -167,7 +121,7 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
         char msg[160];
         snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
                  rec.fd, (unsigned)r);
-        refuse(BYVAL_E_SYS, msg);
+        byval_ze_short_refuse(API_OPEN, BYVAL_E_SYS, msg);
         byval_reg_view_put(v);
         return r;
     }
@@ -183,18 +137,13 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     }
     m->pool = pool;
     m->ctx = ctx;
-    memcpy(m->handle, handle.data, sizeof(m->handle));
-    m->base.bytes = rec.size;
-    m->base.pidns = rec.pidns;
-    m->base.pid = rec.pid;
-    m->base.identity = rec.identity;
     /* base.ctx stays 0: byval_imports_purge_ctx is for mappings that die
      * with their context; pools are the application's until it closes
      * them (byval_ze_pools_ctx_gone releases only closed ones). */
-    byval_import_track(&m->base, w, slot.serial, v); /* v's reference goes with it */
+    byval_ze_short_fill(&m->s, handle.data, &rec, w, slot.serial, v);
     byval_import_t *out;
     byval_lru_ref_t ref;
-    byval_imports_insert(imports, key, &m->base, &out, &ref);
+    byval_imports_insert(imports, key, &m->s.base, &out, &ref);
     pool = ((pool_import_t *)out)->pool;
     if (byval_imports_open(imports, out, ref, POOL_TAG(pool)) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -213,8 +162,15 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, handle, pool_p);
     byval_exporters_poll(); /* releases dead exporters' entries when due */
-    if (!pool_p || !byval_ze_pool_decode(handle.data, &s) || byval_self_get(&self) != 0) {
+    int layout = pool_p ? byval_ze_pool_decode(handle.data, &s) : 0;
+    if (!layout || byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, handle, pool_p);
+    }
+    if (layout == 2 && byval_ze_opaque_whose(&s) != 2) {
+        /* opaque, of our pid namespace: the driver's own pidfd import */
+        BYVAL_STAT_INC(open_passthrough);
+        byval_ze_opaque_strip(handle.data);
         return next(ctx, handle, pool_p);
     }
     /* Our own handle: the fd in bytes 0-7 is valid here already. */
@@ -235,18 +191,14 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     key.ctx = (uintptr_t)ctx;
     unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
-    pool_import_t *m = (pool_import_t *)byval_imports_get(imports, &key, &ref);
-    if (m && memcmp(m->handle, handle.data, sizeof(m->handle)) != 0) {
-        byval_imports_unget(imports, ref); /* same key, another handle: resolve it */
-        m = NULL;
-    }
+    pool_import_t *m = (pool_import_t *)byval_ze_short_get(imports, &key, handle.data, &ref);
     BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(pool_opens);
     if (m) {
-        if (byval_imports_open(imports, &m->base, ref, POOL_TAG(m->pool)) < 0)
+        if (byval_imports_open(imports, &m->s.base, ref, POOL_TAG(m->pool)) < 0)
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         BYVAL_STAT_INC(open_hits);
-        byval_log_open("event pool ", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes,
+        byval_log_open("event pool ", BYVAL_ROUTE_HIT, m->s.base.pid, m->s.base.bytes,
                        (void *)m->pool, t_open);
         *pool_p = m->pool;
         return ZE_RESULT_SUCCESS;

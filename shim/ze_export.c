@@ -90,12 +90,12 @@ static void export_init(void)
  * one with another fd is stale and replaced). Importers duplicate only
  * what the registry lists, and hear of its end from it. 0, or -1 when it
  * could not be published (the handle must not be handed out by value). */
-static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_handle_t ctx,
-                       uint64_t alloc_id, int put)
+static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *opaque,
+                       ze_context_handle_t ctx, uint64_t alloc_id, int put)
 {
     byval_record_t rec;
     ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
-    if (!e || !byval_ze_decode(h, &rec)) {
+    if (!e || (opaque ? (rec = *opaque, 0) : !byval_ze_decode(h, &rec))) {
         free(e);
         return -1;
     }
@@ -114,13 +114,19 @@ static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_
          * libraries' own pidfd_getfd */
         .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
     };
-    e->core.ctx = (uintptr_t)ctx;
+    /* An opaque handle's fd is the driver's until the allocation goes,
+     * whatever becomes of the context (compute-runtime: allocations
+     * belong to the driver handle); its importers in our namespace open
+     * it after a zeContextDestroy natively: it ends with the free only. */
+    e->core.ctx = opaque ? 0 : (uintptr_t)ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;
-    if (byval_exports_start(exports, &e->core) != 0) {
+    if (byval_exports_start(exports, &e->core) != 0 ||
+        (opaque && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)) {
         byval_exports_discard(&e->core);
         return -1;
     }
+    memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE); /* the opaque one's record */
     for (int tries = 0; tries < 2; tries++) {
         byval_export_t *other = NULL;
         byval_lru_ref_t ref;
@@ -147,7 +153,15 @@ static int export_keep(const ze_export_key_t *key, const uint8_t *h, ze_context_
 static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
                     ze_device_handle_t dev, uint64_t route)
 {
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
     if (!byval_ze_pattern_intact(h)) {
+        byval_record_t rec;
+        if (byval_ze_layout_is_opaque(h) && byval_ze_opaque_describable(h, 0) &&
+            byval_ze_opaque_record(h, alloc_id, &rec) == 0 &&
+            export_keep(&key, h, &rec, ctx, alloc_id, route == 0) == 0) {
+            BYVAL_STAT_INC(exports); /* for importers in other pods (ze_opaque.c) */
+            return 1;
+        }
         BYVAL_STAT_INC(export_passthrough);
         if (!byval_ze_layout_is_opaque(h))
             BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
@@ -155,9 +169,8 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
             byval_export_register_fd((int)byval_ze_handle_fd(h));
         return 0;
     }
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
     if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
-        export_keep(&key, h, ctx, alloc_id, route == 0) != 0) {
+        export_keep(&key, h, NULL, ctx, alloc_id, route == 0) != 0) {
         memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
         BYVAL_STAT_INC(export_passthrough);
         BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
@@ -321,7 +334,10 @@ ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
     byval_record_t rec;
     if (!next)
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
-    if (!byval_init() || !byval_cfg.ze || !byval_ze_decode(handle.data, &rec))
+    byval_short_t s;
+    if (!byval_init() || !byval_cfg.ze ||
+        (!byval_ze_decode(handle.data, &rec) &&
+         !(byval_ze_opaque_decode(handle.data, &s) && byval_ze_opaque_whose(&s) == 0)))
         return next(ctx, handle);
     /* Ours: the export cache owns the driver's handle until free/evict. */
     return ZE_RESULT_SUCCESS;

@@ -65,24 +65,34 @@ static uint8_t device_ordinal(ze_device_handle_t dev)
     return 0;
 }
 
-/* Write the record into a classic handle the driver just filled. */
-int byval_ze_write_record(uint8_t *h, uint64_t alloc_id, ze_device_handle_t dev)
+/* The record of the fd in bytes 0-7 of a handle the driver just filled
+ * (either layout): 0, or -1. */
+int byval_ze_opaque_record(const uint8_t *h, uint64_t alloc_id, byval_record_t *rec_p)
 {
     byval_self_t self;
-    byval_record_t rec = {0};
     uint64_t fd = byval_ze_handle_fd(h);
     if (fd > INT32_MAX || byval_self_get(&self) != 0)
         return -1;
-    byval_record_set_exporter(&rec, &self);
-    rec.kind = BYVAL_KIND_ZE_MEM;
-    rec.fd = (uint32_t)fd;
-    rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
-    rec.alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    memset(rec_p, 0, sizeof(*rec_p));
+    byval_record_set_exporter(rec_p, &self);
+    rec_p->kind = BYVAL_KIND_ZE_MEM;
+    rec_p->fd = (uint32_t)fd;
+    rec_p->fd_ino = (uint32_t)byval_fd_inode((int)fd);
+    rec_p->alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
     /* The object's own size (a pool's dma-buf is larger than the
      * allocation), checked by the importer against its duplicate. */
     int64_t size = byval_fd_size((int)fd);
     if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
-        rec.size = (uint64_t)size;
+        rec_p->size = (uint64_t)size;
+    return 0;
+}
+
+/* Write the record into a classic handle the driver just filled. */
+int byval_ze_write_record(uint8_t *h, uint64_t alloc_id, ze_device_handle_t dev)
+{
+    byval_record_t rec;
+    if (byval_ze_opaque_record(h, alloc_id, &rec) != 0)
+        return -1;
     rec.device = device_ordinal(dev);
     return byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK ? 0 : -1;
 }

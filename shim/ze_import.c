@@ -53,10 +53,15 @@ typedef struct ze_import {
 
 static byval_imports_t *imports;
 static pthread_once_t import_once = PTHREAD_ONCE_INIT;
-static ze_pfnMemCloseIpcHandle_t real_close;
+static ze_pfnMemCloseIpcHandle_t close_fn; /* the loader's, found at the first release */
 
-static void import_close_mapping(ze_context_handle_t ctx, void *ptr)
+void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr)
 {
+    ze_pfnMemCloseIpcHandle_t real_close = __atomic_load_n(&close_fn, __ATOMIC_ACQUIRE);
+    if (!real_close) {
+        real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
+        __atomic_store_n(&close_fn, real_close, __ATOMIC_RELEASE);
+    }
     if (!real_close)
         return;
     byval_enter();
@@ -70,7 +75,7 @@ static void ze_release(byval_import_t *b)
 {
     ze_import_t *m = (ze_import_t *)b;
     if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
-        import_close_mapping(m->ctx, m->ptr);
+        byval_ze_close_mapping(m->ctx, m->ptr);
 }
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
@@ -97,7 +102,6 @@ static byval_imports_ops_t import_ops = {
 
 static void import_init(void)
 {
-    real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
     imports = byval_track_cache(&import_ops);
     if (!imports)
         BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
@@ -176,7 +180,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     }
     ze_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
-        import_close_mapping(ctx, p);
+        byval_ze_close_mapping(ctx, p);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     m->ptr = p;
@@ -214,6 +218,9 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
     /* Parsed without the checksum: a hit below must equal a cached record,
      * which was checked; anything else is checked before it is used. */
+    byval_short_t s;
+    if (pptr && byval_ze_opaque_decode(handle.data, &s)) /* an opaque one's (ze_opaque.c) */
+        return byval_ze_open_opaque(next, ctx, dev, handle, flags, &s, pptr);
     if (!pptr || !byval_ze_parse(handle.data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
         byval_self_get(&self) != 0) {
         BYVAL_STAT_INC(open_passthrough);
@@ -295,6 +302,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (byval_init() && byval_cfg.ze) {
         byval_ze_exports_ctx_gone(ctx);
+        byval_ze_pool_exports_ctx_gone(ctx);
         byval_ze_pools_ctx_gone(ctx);
         /* The driver would close our mappings of ctx with it; closing them
          * later with a dead context handle (or one reused by a new

@@ -31,6 +31,7 @@
 #include "handles/resolve.h"
 #include "shim/cu.h"
 #include "shim/cu_manifest.h"
+#include "test/io_all.h"
 
 struct msg {
     CUipcMemHandle handle;
@@ -38,58 +39,20 @@ struct msg {
     int32_t status;
 };
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static int export_chunks(int n, struct msg *m, CUdeviceptr *base_p, size_t *len_p,
                          CUmemGenericAllocationHandle *h)
 {
-    CUmemAllocationProp prop;
-    CUmemAccessDesc acc;
+    CUmemAllocationProp prop = vmm_prop(0);
     size_t gran;
     CUdeviceptr base;
-    memset(&prop, 0, sizeof(prop));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     CU(MemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     CU(MemAddressReserve, &base, gran * (size_t)n, 0, 0, 0);
     for (int i = 0; i < n; i++) {
         uint64_t mark = 0xc0de000000000000ull | (uint64_t)i;
         CU(MemCreate, &h[i], gran, &prop, 0);
         CU(MemMap, base + (size_t)i * gran, gran, 0, h[i], 0);
-        memset(&acc, 0, sizeof(acc));
-        acc.location = prop.location;
-        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        CU(MemSetAccess, base + (size_t)i * gran, gran, &acc, 1);
+        if (vmm_access(base + (size_t)i * gran, gran, 0))
+            return 1;
         CU(MemcpyHtoD, base + (size_t)i * gran, &mark, sizeof(mark));
     }
     CU(IpcGetMemHandle, &m->handle, base);
@@ -110,7 +73,7 @@ static int export_forged(struct msg *m, int *keep_p)
     memcpy(bytes, &hdr, sizeof(hdr));
     memcpy(bytes + sizeof(hdr), &c0, sizeof(c0));
     int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || write_all(fd, bytes, sizeof(bytes)) != 0 ||
+    if (fd < 0 || test_write_all(fd, bytes, sizeof(bytes)) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
         fprintf(stderr, "cu_chunks: exporter: forged manifest: %s\n", strerror(errno));
         return 1;
@@ -146,7 +109,7 @@ static int exporter(const struct opts *o, int nchunks, int forge, int wfd, int a
     if (!h || setup(o, 0))
         return 1;
     m.status = forge ? export_forged(&m, &keep) : export_chunks(nchunks, &m, &base, &len, h);
-    if (write_all(wfd, &m, sizeof(m)) != 0 || m.status)
+    if (test_write_all(wfd, &m, sizeof(m)) != 0 || m.status)
         return 1;
     if (read(ackfd, &ack, 1) < 0)
         ack = 0;
@@ -236,7 +199,7 @@ int main(int argc, char **argv)
     struct msg m;
     int rc = 1;
     role = "importer";
-    if (setup(&o, 0) == 0 && read_all(to_imp[0], &m, sizeof(m)) == 0 && m.status == 0)
+    if (setup(&o, 0) == 0 && test_read_all(to_imp[0], &m, sizeof(m)) == 0 && m.status == 0)
         rc = forge ? import_forged(&m) : import_chunks(&m, nchunks);
     close(to_exp[1]);
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -10,13 +10,25 @@
  *   context       does it in a context of its own, destroys it, creates a
  *                 new one (the driver hands out the same handle value) and
  *                 opens again;
- *   reset         resets the primary context (cudaDeviceReset), retains
- *                 it again (the same handle value) and opens again;
+ *   reset         resets the primary context (cudaDeviceReset), opens
+ *                 with it current (inactive: the result is printed),
+ *                 retains it again (the same handle value) and opens
+ *                 again;
  *   three         three allocations, all open at once, then closed (with
- *                 IPCBYVAL_CACHE_SIZE=2 the third is handed out uncached).
+ *                 IPCBYVAL_CACHE_SIZE=2 the third is handed out uncached);
+ *   exporter-destroy, exporter-reset, exporter-release
+ *                 the exporter's context ends while the importer holds one
+ *                 mapping open and one closed (cuCtxDestroy of a context
+ *                 of its own; cuDevicePrimaryCtxReset; the last
+ *                 cuDevicePrimaryCtxRelease): the importer prints what its
+ *                 close, a re-open (its data checked when it succeeds) and
+ *                 (on the driver double) the driver's count of imports
+ *                 held then returned, for the caller to compare natively
+ *                 and under ipcbyval.
  * Knows nothing about ipcbyval. Prints "OK cu_life ..." or "FAILED ...".
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +69,58 @@ static int open_check(const CUipcMemHandle *h, CUdeviceptr *p)
     return 0;
 }
 
-static int importer(int rfd, const char *kase)
+static const char *err_name(CUresult r)
+{
+    const char *n = NULL;
+    cuGetErrorName(r, &n);
+    return n ? n : "?";
+}
+
+/* The driver double's count of IPC imports this process holds (its
+ * test-only entry), after up to 5 s for it to reach 0; -1 elsewhere. */
+static long imports_held(void)
+{
+    CUresult (*stats)(uint64_t *, uint64_t *);
+    *(void **)&stats = dlsym(RTLD_DEFAULT, "cudadrvIpcStats");
+    uint64_t live = 0;
+    for (int i = 0; stats && i < 500; i++) {
+        if (stats(&live, NULL) != CUDA_SUCCESS)
+            return -1;
+        if (!live)
+            break;
+        usleep(10000);
+    }
+    return stats ? (long)live : -1;
+}
+
+/* The exporter's context ends while this importer holds one mapping of
+ * its memory open and one closed (cached under ipcbyval): what the close,
+ * a re-open and the driver's count of imports say then. */
+static int exporter_gone(int rfd, int wfd, const CUipcMemHandle *h)
+{
+    CUdeviceptr p;
+    char go = 1;
+    if (open_check(h, &p))
+        return 1;
+    TRY(cuIpcCloseMemHandle(p));
+    if (open_check(h, &p))
+        return 1;
+    if (write(wfd, &go, 1) != 1 || read(rfd, &go, 1) != 1) /* its context ends */
+        return 1;
+    CUresult closed = cuIpcCloseMemHandle(p);
+    CUresult reopened = cuIpcOpenMemHandle_v2(&p, *h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    int wrong = 0;
+    if (reopened == CUDA_SUCCESS) { /* the memory lives on: its data too */
+        static unsigned char got[SIZE];
+        wrong = cuMemcpyDtoH_v2(got, p, SIZE) != CUDA_SUCCESS || memcmp(got, pattern, SIZE) != 0;
+        TRY(cuIpcCloseMemHandle(p));
+    }
+    printf("cu_life: after the exporter's context ended: close %s, re-open %s%s, imports held %ld\n",
+           err_name(closed), err_name(reopened), wrong ? " with wrong data" : "", imports_held());
+    return wrong;
+}
+
+static int importer(int rfd, int wfd, const char *kase)
 {
     CUipcMemHandle h;
     CUdevice dev;
@@ -84,6 +147,11 @@ static int importer(int rfd, const char *kase)
         printf("cu_life: three handles open at once and closed\n");
         return 0;
     }
+    if (!strncmp(kase, "exporter-", 9)) {
+        TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+        TRY(cuCtxSetCurrent(ctx));
+        return exporter_gone(rfd, wfd, &h);
+    }
     if (!strcmp(kase, "context")) {
         TRY(cuCtxCreate_v2(&ctx, 0, dev));
     } else {
@@ -106,6 +174,11 @@ static int importer(int rfd, const char *kase)
         TRY(cuCtxCreate_v2(&again, 0, dev));
     } else {
         TRY(cuDevicePrimaryCtxReset_v2(dev));
+        /* Still current, inactive: what an open with it says. */
+        CUresult dead = cuIpcOpenMemHandle_v2(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        printf("cu_life: open with the reset context current: %s\n", err_name(dead));
+        if (dead == CUDA_SUCCESS)
+            cuIpcCloseMemHandle(p);
         TRY(cuDevicePrimaryCtxRetain(&again, dev));
         TRY(cuCtxSetCurrent(again));
     }
@@ -150,37 +223,70 @@ static int share(int vmm, CUipcMemHandle *h)
     return 0;
 }
 
+/* The exporter's context, made current: its own for exporter-destroy. */
+static int exporter_ctx(const char *kase, CUdevice dev, CUcontext *ctx)
+{
+    if (!strcmp(kase, "exporter-destroy")) {
+        TRY(cuCtxCreate_v2(ctx, 0, dev));
+        return 0;
+    }
+    TRY(cuDevicePrimaryCtxRetain(ctx, dev));
+    TRY(cuCtxSetCurrent(*ctx));
+    return 0;
+}
+
+/* End the exporter's context once the importer is ready (exporter-*). */
+static int exporter_end(const char *kase, CUdevice dev, CUcontext ctx, int rfd, int wfd)
+{
+    char go = 1;
+    if (strncmp(kase, "exporter-", 9))
+        return 0;
+    if (read(rfd, &go, 1) != 1)
+        return 1;
+    if (!strcmp(kase, "exporter-destroy"))
+        TRY(cuCtxDestroy_v2(ctx));
+    else if (!strcmp(kase, "exporter-reset"))
+        TRY(cuDevicePrimaryCtxReset_v2(dev));
+    else
+        TRY(cuDevicePrimaryCtxRelease_v2(dev)); /* the only retain: the last */
+    return write(wfd, &go, 1) == 1 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *kase = argc > 2 && !strcmp(argv[1], "--case") ? argv[2] : "double-close";
     int vmm = argc > 4 && !strcmp(argv[3], "--mem") && !strcmp(argv[4], "vmm");
     for (size_t i = 0; i < SIZE; i++)
         pattern[i] = (unsigned char)(i * 7 + (i >> 12));
-    int pfd[2], done[2];
-    if (pipe(pfd) != 0 || pipe(done) != 0)
+    int pfd[2], done[2], back[2];
+    if (pipe(pfd) != 0 || pipe(done) != 0 || pipe(back) != 0)
         return 2;
     pid_t child = fork(); /* before cuInit */
     if (child == 0) {
         close(pfd[1]); /* an exporter that fails before sending: EOF here */
         close(done[0]);
-        int rc = importer(pfd[0], kase);
+        close(back[0]);
+        int rc = importer(pfd[0], back[1], kase);
         fflush(stdout); /* _exit flushes nothing */
         (void)!write(done[1], &rc, sizeof(rc));
         _exit(rc);
     }
     close(pfd[0]);
     close(done[1]);
+    close(back[1]);
     CUdevice dev;
     CUcontext ctx;
     TRY(cuInit(0));
     TRY(cuDeviceGet(&dev, 0));
-    TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
-    TRY(cuCtxSetCurrent(ctx));
+    if (exporter_ctx(kase, dev, &ctx))
+        return 1;
     for (int i = 0; i < nhandles(kase); i++) {
         CUipcMemHandle h;
         if (share(vmm, &h) || write(pfd[1], &h, sizeof(h)) != sizeof(h))
             return 1;
     }
+    if (exporter_end(kase, dev, ctx, back[0], pfd[1]))
+        return 1;
     int rc = 1, st = 0;
     if (read(done[0], &rc, sizeof(rc)) != sizeof(rc))
         rc = 1;

@@ -42,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test/io_all.h"
+
 /* What the exporter sends: the handle plus where the pointer lies. */
 struct msg {
     uint32_t magic;
@@ -64,40 +66,6 @@ static uint8_t pattern(uint64_t i)
     return (uint8_t)(((i * 2654435761u) >> 11) + (i >> 21) * 37u);
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 struct exported {
     CUdeviceptr fill;     /* start of the filled range */
     size_t fill_len;
@@ -108,8 +76,7 @@ struct exported {
 
 static int allocate(const struct opts *o, struct exported *e)
 {
-    CUmemAllocationProp prop;
-    CUmemAccessDesc acc;
+    CUmemAllocationProp prop = vmm_prop(o->dev_exp);
     size_t gran, chunk;
 
     if (o->mem == MEM_LEGACY) {
@@ -118,11 +85,6 @@ static int allocate(const struct opts *o, struct exported *e)
         e->ptr = e->fill + 4096 + 7;
         return 0;
     }
-    memset(&prop, 0, sizeof(prop));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = o->dev_exp;
     CU(MemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     e->nchunks = o->mem == MEM_VMM ? 1 : MAX_CHUNKS;
     chunk = o->mem == MEM_VMM ? 2 * gran : gran;
@@ -132,10 +94,8 @@ static int allocate(const struct opts *o, struct exported *e)
         CU(MemCreate, &e->chunks[i], chunk, &prop, 0);
         CU(MemMap, e->fill + (size_t)i * chunk, chunk, 0, e->chunks[i], 0);
     }
-    memset(&acc, 0, sizeof(acc));
-    acc.location = prop.location;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU(MemSetAccess, e->fill, e->fill_len, &acc, 1);
+    if (vmm_access(e->fill, e->fill_len, o->dev_exp))
+        return 1;
     /* vmm: the middle of the allocation; vmm-multi: inside chunk 2. */
     e->ptr = e->fill + (o->mem == MEM_VMM ? chunk / 2 : chunk) + 4096 + 7;
     return 0;
@@ -195,7 +155,7 @@ static int export_round(const struct opts *o, int wfd, int ackfd)
             fprintf(stderr, "%02x", (unsigned char)m.handle.reserved[i]);
         fputc('\n', stderr);
     }
-    if (write_all(wfd, &m, sizeof(m)) < 0) {
+    if (test_write_all(wfd, &m, sizeof(m)) < 0) {
         fprintf(stderr, "cu_pair: exporter: write to importer failed: %s\n", strerror(errno));
         return 1;
     }
@@ -313,7 +273,7 @@ static int importer(const struct opts *o, int rfd, int ackfd, pid_t child)
     role = "importer";
     if (setup(o, o->dev_imp))
         goto out;
-    if (read_all(rfd, &m, sizeof(m)) < 0 || m.magic != MSG_MAGIC) {
+    if (test_read_all(rfd, &m, sizeof(m)) < 0 || m.magic != MSG_MAGIC) {
         fprintf(stderr, "cu_pair: importer: the exporter sent no handle\n");
         goto out;
     }
@@ -321,7 +281,7 @@ static int importer(const struct opts *o, int rfd, int ackfd, pid_t child)
     if (!buf)
         goto out;
     for (int r = 0; o->churn && r < o->churn; r++) {
-        if (r > 0 && (read_all(rfd, &m, sizeof(m)) < 0 || m.magic != MSG_MAGIC)) {
+        if (r > 0 && (test_read_all(rfd, &m, sizeof(m)) < 0 || m.magic != MSG_MAGIC)) {
             fprintf(stderr, "cu_pair: importer: churn round %d: the exporter sent no handle\n",
                     r);
             goto out;

@@ -14,6 +14,7 @@
     X(Init, "cuInit", (unsigned int))                                                 \
     X(DeviceGet, "cuDeviceGet", (CUdevice *, int))                                    \
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))    \
+    X(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", (CUdevice))                \
     X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                  \
     X(GetErrorName, "cuGetErrorName", (CUresult, const char **))                      \
     X(GetErrorString, "cuGetErrorString", (CUresult, const char **))                  \
@@ -76,5 +77,12 @@ int fail(const char *call, CUresult rc);
 /** dlopens the driver, resolves d by o->route, inits, makes the primary
  * context of device dev_ordinal current. 0 on success. */
 int setup(const struct opts *o, int dev_ordinal);
+
+/** The properties of a VMM allocation on device dev that exports a POSIX
+ * fd (what ipcbyval shares), for the programs that make one. */
+CUmemAllocationProp vmm_prop(int dev);
+
+/** Read-write access for device dev to [va, va + len). 0 on success. */
+int vmm_access(CUdeviceptr va, size_t len, int dev);
 
 #endif

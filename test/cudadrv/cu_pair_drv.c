@@ -10,6 +10,7 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <string.h>
 
 struct drv d;
 const char *role = "cu_pair";
@@ -100,5 +101,29 @@ int setup(const struct opts *o, int dev_ordinal)
     CU(DeviceGet, &dev, dev_ordinal);
     CU(DevicePrimaryCtxRetain, &ctx, dev);
     CU(CtxSetCurrent, ctx);
+    return 0;
+}
+
+CUmemAllocationProp vmm_prop(int dev)
+{
+    CUmemAllocationProp prop;
+
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    return prop;
+}
+
+int vmm_access(CUdeviceptr va, size_t len, int dev)
+{
+    CUmemAccessDesc acc;
+
+    memset(&acc, 0, sizeof(acc));
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = dev;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(MemSetAccess, va, len, &acc, 1);
     return 0;
 }

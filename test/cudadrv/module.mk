@@ -36,8 +36,9 @@ $(CU_CHUNKS): test/cudadrv/cu_chunks.c $(BUILD)/test/cudadrv/cu_pair_drv.o $(BUI
 	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< $(filter %.o,$^) -ldl
 
 # Self-check of the double; links it (rpath $ORIGIN), not the real driver.
-$(CUDADRV_CHECK): test/cudadrv/cudadrv_check.c $(CUDADRV_LIB)
-	$(call say,LD,$@)$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl
+CUDADRV_CHECK_SRC := $(wildcard test/cudadrv/cudadrv_check*.c)
+$(CUDADRV_CHECK): $(CUDADRV_CHECK_SRC) test/cudadrv/cudadrv_check.h $(CUDADRV_LIB)
+	$(call say,LD,$@)$(CC) $(CUDADRV_CFLAGS) -o $@ $(CUDADRV_CHECK_SRC) -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda -ldl -lpthread
 
 CU_LIFE        := $(CUDADRV_DIR)/cu_life
 $(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)
@@ -45,6 +46,6 @@ $(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)
 
 TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_CHUNKS) $(CU_LIFE)
 
--include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CUDADRV_CHECK).d $(CU_CHUNKS).d
+-include $(CUDADRV_OBJ:.o=.d) $(CU_PAIR_OBJ:.o=.d) $(CU_CHUNKS).d
 
 endif

@@ -3,15 +3,16 @@
  * fault_stale.c - a same-uid bystander against an exporter's broker, after
  * the export ended (issue 22, defect 3). Run under ipcbyval:
  *
- *   fault_stale ctxdestroy|free|evict|pooldestroy
+ *   fault_stale ctxdestroy|free|evict|pooldestroy|poolctx
  *
  * A forked exporter (an ordinary Level Zero program) exports one buffer
  * (or one event pool), and the bystander checks that the broker serves it
  * while it lives. Then the export ends (zeContextDestroy, under
  * ZEDRV_CONTEXT_DESTROY=all a driver that closes the context's exported
  * fds; zeMemFree; another export that takes its place in the export
- * cache, run with IPCBYVAL_EXPORT_CACHE_SIZE=1; zeEventPoolDestroy), and
- * the exporter's own socketpair
+ * cache, run with IPCBYVAL_EXPORT_CACHE_SIZE=1; zeEventPoolDestroy;
+ * zeContextDestroy of the pool's context, the pool left undestroyed, the
+ * program's bug but its export's end), and the exporter's own socketpair
  * lands on the old number. The bystander reads what sits there now in
  * /proc/PID/fd and asks the broker for that number with that inode, with
  * the old inode, and through the rescue: each must be refused, and the
@@ -52,9 +53,13 @@ static void exporter(int sock, const char *path)
     void *buf = NULL;
     struct zeapp_pool pool;
     uint64_t fd = 0;
-    if (!strcmp(path, "pooldestroy")) {
+    if (!strncmp(path, "pool", 4)) {
         ze_ipc_event_pool_handle_t ph;
+        ze_context_handle_t own = app.context;
+        if (!strcmp(path, "poolctx"))
+            app.context = ctx; /* the pool lives in the context that goes */
         zeapp_pool_create(&app, &pool);
+        app.context = own;
         zeapp_pool_export(&app, &pool, &ph);
         memcpy(&fd, ph.data, sizeof(fd));
     } else {
@@ -72,7 +77,7 @@ static void exporter(int sock, const char *path)
     if (fault_send(sock, &n, sizeof(n)) || fault_recv(sock, &go, 1))
         _exit(2);
     void *other = NULL;
-    if (!strcmp(path, "ctxdestroy"))
+    if (!strcmp(path, "ctxdestroy") || !strcmp(path, "poolctx"))
         zeContextDestroy(ctx);
     else if (!strcmp(path, "free"))
         zeMemFree(ctx, buf);
@@ -107,8 +112,8 @@ int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "";
     if (strcmp(path, "ctxdestroy") && strcmp(path, "free") && strcmp(path, "evict") &&
-        strcmp(path, "pooldestroy")) {
-        fprintf(stderr, "usage: fault_stale ctxdestroy|free|evict|pooldestroy\n");
+        strcmp(path, "pooldestroy") && strcmp(path, "poolctx")) {
+        fprintf(stderr, "usage: fault_stale ctxdestroy|free|evict|pooldestroy|poolctx\n");
         return 2;
     }
     int sv[2];

@@ -3,7 +3,8 @@
 # A same-uid bystander against an exporter's broker once an export ended
 # (issue 22, defect 3): after zeContextDestroy (a driver that closes the
 # context's exported fds with it), zeMemFree, eviction from the export
-# cache (the driver's put), zeEventPoolDestroy, and for
+# cache (the driver's put), zeEventPoolDestroy, zeContextDestroy of an
+# exported event pool's context (the pool left alive), and for
 # CUDA VMM cuMemUnmap and cuMemRelease (the driver double), the old
 # number, now the exporter's own socket, is refused whatever inode is
 # asked for, and nothing of the export stays registered, offered or
@@ -31,7 +32,7 @@ stale() { # PATH PROGRAM...: run it, relay its verdicts, read its exporter's sta
     done
 }
 
-for path in ctxdestroy free pooldestroy; do
+for path in ctxdestroy free pooldestroy poolctx; do
     ZEDRV_CONTEXT_DESTROY=all stale "$path" "$F"
 done
 # Eviction gives the driver its handle back with zeMemPutIpcHandle, which

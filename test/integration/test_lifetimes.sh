@@ -9,6 +9,9 @@
 #   double close: the driver's error, and the next open works
 #   context destroy + create (same handle value), primary context reset
 #   more mappings open at once than the cache holds
+#   the exporter's context ends (cuCtxDestroy, primary reset, last
+#     release) under an importer's open and closed mappings: the same
+#     close and re-open results and imports held natively and under ipcbyval
 #   event pools: the exporter's destroy and exit release an idle importer's
 #     closed import, re-open, context destroy, double close
 . "$(dirname "$0")/lib.sh"
@@ -28,8 +31,10 @@ both() {
     elif ! timeout 120 "$RUN" "${byv[@]}" >"$log" 2>&1 || ! grep -q '^OK' "$log"; then
         fail "$name" "under ipcbyval: $(grep -v '^\[ipcbyval' "$log" | tail -2 | tr '\n' ' ')"
     else
-        pass "$name ($(grep -h 'release_ms\|held_max\|second close\|context has\|stale\|imported pools after' "$log" |
-            sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110))"
+        local what
+        what=$(grep -h 'release_ms\|held_max\|second close\|context has\|stale\|imported pools after' "$log" |
+            sed 's/^[a-z_]*: //' | tr '\n' ';' | cut -c1-110)
+        pass "$name${what:+ ($what)}"
     fi
 }
 
@@ -64,12 +69,40 @@ if [ -x "$CL" ]; then
         expect_ok "CUDA $c (VMM, by value only)" "$L/cu-life-$c-vmm.log" \
             "$RUN" "$CL" --case "$c" --mem vmm
     done
+    # An open with the reset (inactive) primary context current: the
+    # driver's CUDA_ERROR_CONTEXT_IS_DESTROYED, for VMM handles too.
+    nat=$(grep -h 'reset context current' "$L/cu-life-reset.log.native")
+    for m in legacy vmm; do
+        log="$L/cu-life-reset.log"
+        [ $m = vmm ] && log="$L/cu-life-reset-vmm.log"
+        byv=$(grep -h 'reset context current' "$log")
+        [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA $m: ${nat#cu_life: }, as natively" ||
+            fail "CUDA $m: open with the reset context" "natively '$nat', under ipcbyval '$byv'"
+    done
     both "CUDA three legacy handles open at once, cache of 2" "$L/cu-life-three.log" \
         "$CL" --case three --mem legacy -- env IPCBYVAL_CACHE_SIZE=2 "$CL" --case three --mem legacy
     # The cache full of open mappings hands the third out uncached (it
     # failed with CUDA_ERROR_OUT_OF_MEMORY).
     IPCBYVAL_CACHE_SIZE=2 expect_ok "CUDA three VMM handles open at once, cache of 2" \
         "$L/cu-life-three-vmm.log" "$RUN" "$CL" --case three --mem vmm
+    # The exporter's context takes its cuMemAlloc memory with it: its
+    # export ends first (issue 22), so the importer's cached mapping goes
+    # and a re-open fails as natively. VMM memory is no context's (an H100
+    # kept it mapped after a reset): its export lives on.
+    for c in exporter-destroy exporter-reset exporter-release; do
+        log="$L/cu-life-$c.log"
+        both "CUDA legacy: $c, both runs" "$log" "$CL" --case "$c" --mem legacy -- \
+            env IPCBYVAL_STATS=1 "$CL" --case "$c" --mem legacy
+        n=$(sed -nE 's/.*stats: export_entries +([0-9]+).*/\1/p' "$log")
+        [ "$n" = 0 ] && pass "CUDA legacy: $c: the exporter holds no registry entry at its exit" ||
+            fail "CUDA legacy: $c: registry entries" "the exporter still holds '${n:-no statistic}'"
+        nat=$(grep -h '^cu_life: after' "$log.native") byv=$(grep -h '^cu_life: after' "$log")
+        [ -n "$nat" ] && [ "$nat" = "$byv" ] && pass "CUDA legacy: $c: as natively (${nat#*ended: })" ||
+            fail "CUDA legacy: $c" "natively '${nat#*ended: }', under ipcbyval '${byv#*ended: }'"
+        expect_ok "CUDA VMM: $c: the export lives on" "$log.vmm" "$RUN" "$CL" --case "$c" --mem vmm
+        grep -q 're-open CUDA_SUCCESS' "$log.vmm" ||
+            fail "CUDA VMM: $c" "re-open: $(grep -h '^cu_life: after' "$log.vmm")"
+    done
 else
     skip "CUDA lifetimes" "cu_life not built (no CUDA headers)"
 fi

@@ -78,17 +78,6 @@ static void pattern(unsigned char *b, size_t n, unsigned seed)
 
 #define PAT 4096
 
-static CUmemAllocationProp vmm_prop(void)
-{
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof(prop));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    return prop;
-}
-
 /* Map handle h (size bytes) and access it read-write: *va. */
 static int map(CUmemGenericAllocationHandle h, size_t size, CUdeviceptr *va)
 {
@@ -102,7 +91,7 @@ static int map(CUmemGenericAllocationHandle h, size_t size, CUdeviceptr *va)
 static int do_export(const char *dir, const char *reuse)
 {
     role = "exporter";
-    CUmemAllocationProp prop = vmm_prop();
+    CUmemAllocationProp prop = vmm_prop(0);
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
     size_t size;
@@ -193,7 +182,7 @@ static int do_import(const char *dir, int wrapper, const char *ask)
         return fprintf(stderr, "fdshare: importer: inode %llu, the export's is %llu\n",
                        (unsigned long long)st.st_ino, ino), 1;
     /* The same memory, through the driver: what the exporter wrote. */
-    CUmemAllocationProp prop = vmm_prop();
+    CUmemAllocationProp prop = vmm_prop(0);
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
     size_t size;

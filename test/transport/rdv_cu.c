@@ -47,29 +47,19 @@ static int init(int exporter)
 
 static int allocate(size_t size, struct alloc *a)
 {
-    CUmemAllocationProp prop;
-    CUmemAccessDesc acc;
+    CUmemAllocationProp prop = vmm_prop(0);
     size_t gran;
     if (o.mem == MEM_LEGACY) {
         a->len = size;
         CU(MemAlloc, &a->p, size);
         return 0;
     }
-    memset(&prop, 0, sizeof(prop));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     CU(MemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     a->len = (size + gran - 1) / gran * gran;
     CU(MemAddressReserve, &a->p, a->len, 0, 0, 0);
     CU(MemCreate, &a->chunk, a->len, &prop, 0);
     CU(MemMap, a->p, a->len, 0, a->chunk, 0);
-    memset(&acc, 0, sizeof(acc));
-    acc.location = prop.location;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU(MemSetAccess, a->p, a->len, &acc, 1);
-    return 0;
+    return vmm_access(a->p, a->len, 0);
 }
 
 static int export_one(size_t size, uint64_t seed, uint8_t h[RDV_HANDLE], void **alloc_p)
@@ -145,9 +135,47 @@ static int ledger(uint64_t *used_p, uint64_t *freed_held_p)
     return 0;
 }
 
+static int seq_open(const uint8_t h[RDV_HANDLE], void **map_p)
+{
+    CUipcMemHandle ipc;
+    CUdeviceptr p = 0;
+    memcpy(ipc.reserved, h, RDV_HANDLE);
+    int rc = (int)d.IpcOpenMemHandle(&p, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    *map_p = (void *)(uintptr_t)p;
+    return rc;
+}
+
+static int seq_check(void *map, size_t size, uint64_t seed)
+{
+    uint8_t *buf = malloc(size);
+    int right = buf && d.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)map, size) == CUDA_SUCCESS &&
+                rdv_check(buf, size, seed);
+    free(buf);
+    return right;
+}
+
+static int seq_close(void *map)
+{
+    return (int)d.IpcCloseMemHandle((CUdeviceptr)(uintptr_t)map);
+}
+
+/* cuDevicePrimaryCtxReset (its code): the primary context's handle value
+ * stays (as after cudaDeviceReset), made current again. */
+static int seq_ctx_renew(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    int rc = d.DeviceGet(&dev, 0) == CUDA_SUCCESS ? (int)d.DevicePrimaryCtxReset(dev) : -1;
+    if (d.DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || d.CtxSetCurrent(ctx) != CUDA_SUCCESS)
+        fprintf(stderr, "rdv_cu: no primary context after the reset\n");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct rdv_ops ops = {"cuda", option, init, export_one, free_one, import_one,
-                                       ledger, NULL, NULL, NULL};
+    static const struct rdv_ops ops = {"cuda",     option,    init,       export_one,
+                                       free_one,   import_one, ledger,    NULL,
+                                       NULL,       NULL,      seq_open,   seq_check,
+                                       seq_close,  seq_ctx_renew};
     return rdv_main(argc, argv, &ops);
 }

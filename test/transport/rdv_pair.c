@@ -14,12 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct rdv_msg {
-    uint32_t round; /* 0: no more */
-    uint32_t pad;
-    uint64_t seed, size;
-    uint8_t h[RDV_HANDLE];
-};
+#include "test/io_all.h"
 
 static const char *kase = "rounds";
 static unsigned rounds = 20;
@@ -63,21 +58,6 @@ int rdv_check(const uint8_t *buf, size_t len, uint64_t seed)
     return 1;
 }
 
-static int io_all(int fd, void *buf, size_t n, int writing)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = writing ? write(fd, p, n) : read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Wait (3 s at most) until the ledger's bytes held (all, or freed ones)
  * are 0; ms waited, or -1. */
 static double wait_released(const struct rdv_ops *ops, int freed_only, uint64_t *left_p)
@@ -108,7 +88,7 @@ static int exporter(const struct rdv_ops *ops, int hfd, int afd)
                   : ops->export_one(size, m.seed, m.h, &alloc))
             return 1;
         hold_on();
-        if (io_all(hfd, &m, sizeof(m), 1) || io_all(afd, &ack, sizeof(ack), 0)) {
+        if (test_io_all(hfd, &m, sizeof(m), 1) || test_io_all(afd, &ack, sizeof(ack), 0)) {
             fprintf(stderr, "rdv exporter: the importer is gone in round %u\n", r);
             return 1;
         }
@@ -137,7 +117,7 @@ static int exporter(const struct rdv_ops *ops, int hfd, int afd)
     }
     struct rdv_msg end = {0};
     if (strcmp(kase, "exit") != 0)
-        (void)io_all(hfd, &end, sizeof(end), 1);
+        (void)test_io_all(hfd, &end, sizeof(end), 1);
     if (!strcmp(kase, "free"))
         printf("OK rdv free: %u rounds released, slowest %.1f ms\n", n, slowest);
     else
@@ -149,7 +129,7 @@ static int importer(const struct rdv_ops *ops, int hfd, int afd)
 {
     unsigned got = 0, right = 0;
     struct rdv_msg m;
-    while (io_all(hfd, &m, sizeof(m), 0) == 0 && m.round != 0) {
+    while (test_io_all(hfd, &m, sizeof(m), 0) == 0 && m.round != 0) {
         int ok = 0;
         got++;
         hold_on();
@@ -159,7 +139,7 @@ static int importer(const struct rdv_ops *ops, int hfd, int afd)
             ok = -1;
         right += ok == 1;
         int32_t ack = ok;
-        if (io_all(afd, &ack, sizeof(ack), 1))
+        if (test_io_all(afd, &ack, sizeof(ack), 1))
             break;
         if (!strcmp(kase, "exit"))
             break;
@@ -248,7 +228,7 @@ int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
     if (argc >= 2 && !strcmp(argv[1], "stale"))
         return stale(argc, argv);
     if (argc < 3 || (strcmp(argv[1], "export") && strcmp(argv[1], "import"))) {
-        fprintf(stderr, "usage: %s export|import DIR [--case rounds|free|exit|pools] "
+        fprintf(stderr, "usage: %s export|import DIR [--case rounds|free|exit|pools|seq] "
                         "[--rounds N] [--size BYTES]\n", argv[0]);
         return 2;
     }
@@ -290,5 +270,7 @@ int rdv_main(int argc, char **argv, const struct rdv_ops *ops)
     }
     if (ops->init(exp))
         return 1;
+    if (!strcmp(kase, "seq"))
+        return exp ? rdv_seq_exporter(ops, hfd, afd, size) : rdv_seq_importer(ops, hfd, afd);
     return exp ? exporter(ops, hfd, afd) : importer(ops, hfd, afd);
 }

@@ -24,6 +24,11 @@
  *           memory held at all: "OK rdv exit: released X ms after".
  *   pools   (Level Zero) N rounds of event pools: the exporter signals,
  *           the importer opens, checks, signals back, closes.
+ *   seq     one handle through a fixed sequence of opens, closes (one of
+ *           them a double close) and context destructions on both sides
+ *           (rdv_seq.c); the importer prints the API's return codes as
+ *           one line "SEQ ...", to compare between runs (one namespace,
+ *           separate namespaces, with and without ipcbyval).
  * --double-close: the importer closes each mapping twice; the second
  * close must fail (the driver's error) and change nothing: the next
  * round's open must still verify.
@@ -61,7 +66,28 @@ struct rdv_ops {
     int (*pool_export)(uint8_t h[RDV_HANDLE], void **pool_p);
     int (*pool_wait)(void *pool); /* the importer's signal arrived; destroy */
     int (*pool_import)(const uint8_t h[RDV_HANDLE]);
+    /* The seq case (rdv_seq.c; may be NULL): each returns the API's own
+     * code (0: success). open: *map_p the mapping; check: 1 when size
+     * bytes at map match seed, 0 when not; ctx_renew: destroy our context
+     * (its code) and make a fresh one current (a driver may hand back the
+     * same handle value). */
+    int (*seq_open)(const uint8_t h[RDV_HANDLE], void **map_p);
+    int (*seq_check)(void *map, size_t size, uint64_t seed);
+    int (*seq_close)(void *map);
+    int (*seq_ctx_renew)(void);
 };
+
+/* What goes through DIR/c.h: a handle (round 0: no more). */
+struct rdv_msg {
+    uint32_t round;
+    uint32_t pad;
+    uint64_t seed, size;
+    uint8_t h[RDV_HANDLE];
+};
+
+/* The seq case, each side (rdv_seq.c): 0, or 1 with why on stderr. */
+int rdv_seq_exporter(const struct rdv_ops *ops, int hfd, int afd, size_t size);
+int rdv_seq_importer(const struct rdv_ops *ops, int hfd, int afd);
 
 /* --double-close given (the backends' import_one closes twice). */
 extern int rdv_double_close;

@@ -140,9 +140,47 @@ static int pool_import(const uint8_t h[RDV_HANDLE])
     return 0;
 }
 
+static int seq_open(const uint8_t h[RDV_HANDLE], void **map_p)
+{
+    ze_ipc_mem_handle_t ipc;
+    memcpy(ipc.data, h, RDV_HANDLE);
+    return (int)zeapp_ipc_open(&app, &ipc, map_p);
+}
+
+static int seq_check(void *map, size_t size, uint64_t seed)
+{
+    uint8_t *stage = zeapp_alloc_host(&app, size);
+    zeapp_copy(&app, stage, map, size);
+    int right = rdv_check(stage, size, seed);
+    zeapp_free(&app, stage);
+    return right;
+}
+
+static int seq_close(void *map)
+{
+    return (int)zeapp_ipc_close(&app, map);
+}
+
+/* zeContextDestroy (its code), then a new context and command list. */
+static int seq_ctx_renew(void)
+{
+    ze_context_desc_t cdesc = {.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC};
+    ze_command_queue_desc_t qdesc = {.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
+                                     .mode = ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS};
+    app.CommandListDestroy(app.list);
+    int rc = (int)app.ContextDestroy(app.context);
+    if (app.ContextCreate(app.driver, &cdesc, &app.context) != ZE_RESULT_SUCCESS ||
+        app.CommandListCreateImmediate(app.context, app.device, &qdesc, &app.list) !=
+            ZE_RESULT_SUCCESS)
+        zeapp_die(&app, "no new context after zeContextDestroy");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct rdv_ops ops = {"ze", option, init, export_one, free_one, import_one,
-                                       ledger, pool_export, pool_wait, pool_import};
+    static const struct rdv_ops ops = {"ze",        option,       init,     export_one,
+                                       free_one,    import_one,   ledger,   pool_export,
+                                       pool_wait,   pool_import,  seq_open, seq_check,
+                                       seq_close,   seq_ctx_renew};
     return rdv_main(argc, argv, &ops);
 }

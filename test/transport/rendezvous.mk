@@ -8,19 +8,19 @@ RDV_ZE  := $(RDV_DIR)/rdv_ze
 TEST_BINS += $(RDV_ZE)
 INTEG_TESTS += test/transport/test_rendezvous.sh
 
-$(RDV_ZE): test/transport/rdv_ze.c test/transport/rdv_pair.c test/transport/rdv_pair.h $(ZEAPP_DEPS)
+$(RDV_ZE): test/transport/rdv_ze.c test/transport/rdv_pair.c test/transport/rdv_seq.c test/transport/rdv_pair.h test/io_all.h $(ZEAPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ test/transport/rdv_ze.c test/transport/rdv_pair.c \
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ test/transport/rdv_ze.c test/transport/rdv_pair.c test/transport/rdv_seq.c \
 	    $(ZEAPP_SRC) $(ZEAPP_LINK)
 
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 RDV_CU := $(RDV_DIR)/rdv_cu
 TEST_BINS += $(RDV_CU)
-$(RDV_CU): test/transport/rdv_cu.c test/transport/rdv_pair.c test/transport/rdv_pair.h \
+$(RDV_CU): test/transport/rdv_cu.c test/transport/rdv_pair.c test/transport/rdv_seq.c test/transport/rdv_pair.h test/io_all.h \
            test/cudadrv/cu_pair.h $(BUILD)/test/cudadrv/cu_pair_drv.o
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ test/transport/rdv_cu.c \
-	    test/transport/rdv_pair.c $(BUILD)/test/cudadrv/cu_pair_drv.o -ldl
+	    test/transport/rdv_pair.c test/transport/rdv_seq.c $(BUILD)/test/cudadrv/cu_pair_drv.o -ldl
 endif
 
 # The directory's checks, connect and listen in one process.

@@ -5,9 +5,16 @@
 # namespaces (two pods, one container per rank), sharing only a temporary
 # directory. Without the directory this is 0 opens of 20 (pidfd_open cannot
 # name the exporter, its abstract socket is in another network namespace).
-#   rounds: 20 verified on the Level Zero test driver, on the CUDA double
-#     (VMM), event pools on the test driver; a double close refused and
-#     harmless; allocation ids that repeat never give stale data
+#   rounds: 20 verified on the Level Zero test driver (classic and opaque
+#     layouts, memory and event pools), on the CUDA double (VMM); a double
+#     close refused and harmless; allocation ids that repeat never give
+#     stale data; the importer's stats count every open served through the
+#     directory (open_rendezvous), the exporter's every fd (rendezvous_served)
+#   as in one namespace: one sequence of opens, closes, a double close and
+#     context destructions on both sides (rdv_seq.c) gives the same return
+#     codes across namespaces as in one (Level Zero classic and CUDA VMM
+#     against ipcbyval in one namespace, the opaque layout against the
+#     driver alone)
 #   lifetimes: the exporter's frees release an idle importer's mappings;
 #     its exit releases them (both on the drivers' shared ledger)
 #   trust: a socket planted by another uid, or held by another process of
@@ -39,10 +46,13 @@ newdir() {
     mkdir -m 700 "$D" && mkfifo "$D/c.h" "$D/c.a"
 }
 
-# side LOG PROG ARGS...: one side in its own namespaces, with the preload.
+# side LOG PROG ARGS...: one side in its own namespaces, with the preload
+# (SAME_NS=1: in ours; PRE=env: without the preload).
 side() {
     local log=$1; shift
-    timeout -s KILL 60 "${NS[@]}" "$RUN" "$@" >"$log" 2>&1
+    local ns=("${NS[@]}")
+    [ -n "${SAME_NS:-}" ] && ns=()
+    timeout -s KILL 60 "${ns[@]}" "${PRE:-$RUN}" "$@" >"$log" 2>&1
 }
 
 # pair NAME OKSIDE PROG ARGS...: the exporter in the background, the
@@ -66,15 +76,45 @@ pair() {
     fi
 }
 
+# stat LOG NAME: the value of counter NAME in LOG's exit summary.
+stat() { sed -n "s/.*stats: $2 *\([0-9]*\) .*/\1/p" "$1" | head -1; }
+# opens_counted WHAT N: the last pair's importer counted N opens through
+# the directory (exactly), its exporter served N fds there at least.
+opens_counted() {
+    [ -n "$LAST_IMP" ] || return
+    local opens served
+    opens=$(stat "$LAST_IMP" open_rendezvous) served=$(stat "$LAST_EXP" rendezvous_served)
+    [ "${opens:-0}" -eq "$2" ] && [ "${served:-0}" -ge "$2" ] &&
+        pass "$1: the stats count every open served through the directory (importer open_rendezvous $opens, exporter rendezvous_served $served)" ||
+        fail "$1: stats" "open_rendezvous ${opens:-none}, rendezvous_served ${served:-none} ($2 opens)"
+}
+
 pair "Level Zero: 20 rounds across pid+net+mount namespaces" imp "$T/rdv_ze" --rounds 20
 [ -n "$LAST_IMP" ] && { grep -qE 'stats: via_rendezvous +1 ' "$LAST_IMP" &&
     pass "the importer's stats count the exporter reached via the rendezvous directory" ||
-    fail "stats via_rendezvous" "$(grep via_ "$LAST_IMP" | tr '\n' ' ')"
-    served=$(sed -n 's/.*stats: rendezvous_served *\([0-9]*\) .*/\1/p' "$LAST_EXP")
-    [ "${served:-0}" -ge 20 ] &&
-        pass "the exporter's stats count the fds it served through the directory ($served)" ||
-        fail "stats rendezvous_served" "${served:-none} (20 opens at least)"; }
+    fail "stats via_rendezvous" "$(grep via_ "$LAST_IMP" | tr '\n' ' ')"; }
+opens_counted "Level Zero" 20
 pair "Level Zero event pools: 20 rounds across namespaces" imp "$T/rdv_ze" --case pools --rounds 20
+opens_counted "Level Zero event pools" 20
+# The opaque layout (compute-runtime 25.35 on): the driver's own pidfd
+# import cannot name an exporter in another pid namespace (0 of 20
+# without the record in its reserved bytes, ze_opaque.c).
+export ZEDRV_IPC_LAYOUT=opaque
+pair "Level Zero opaque layout: 20 rounds across namespaces" imp "$T/rdv_ze" --rounds 20
+opens_counted "Level Zero opaque layout" 20
+pair "Level Zero opaque event pools: 20 rounds across namespaces" imp "$T/rdv_ze" --case pools --rounds 20
+opens_counted "Level Zero opaque event pools" 20
+pair "Level Zero opaque layout: double close is refused and changes nothing (10 rounds)" imp \
+    "$T/rdv_ze" --rounds 10 --double-close
+ZEDRV_TOTAL_MEM=64M ZEDRV_LEDGER="$top/ze-opaque.ledger" pair \
+    "Level Zero opaque layout: frees release an idle importer's mappings (10 x 16 MiB of 64 MiB)" \
+    exp "$T/rdv_ze" --case free --rounds 10 --size 16777216
+SAME_NS=1 pair "Level Zero opaque layout in one namespace with the directory set: the driver's own import (5 rounds)" \
+    imp "$T/rdv_ze" --rounds 5
+[ -n "$LAST_IMP" ] && { [ "$(stat "$LAST_IMP" open_passthrough)" = 5 ] &&
+    pass "... each of its opens went to the driver as the driver wrote the handle" ||
+    fail "opaque in one namespace" "open_passthrough $(stat "$LAST_IMP" open_passthrough), not 5"; }
+unset ZEDRV_IPC_LAYOUT
 pair "Level Zero: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_ze" \
     --rounds 10 --double-close
 ZEDRV_ALLOC_ID=address pair "Level Zero: allocation ids that repeat (by address), never stale (20 rounds)" \
@@ -86,6 +126,30 @@ ZEDRV_LEDGER="$top/ze-exit.ledger" pair "Level Zero: the exporter's exit release
     imp "$T/rdv_ze" --case exit --size 16777216
 unset ZEDRV_TOTAL_MEM
 
+# seq_agree NAME REF PROG ARGS...: the seq case (rdv_seq.c) in one
+# namespace (REF ipcbyval: under the preload; native: without it), then
+# across namespaces under ipcbyval: the return codes must be the same.
+seq_agree() {
+    local name=$1 ref=$2 prog=$3; shift 3
+    local tag a b; tag=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-' | cut -c1-40)
+    local pre=$RUN; [ "$ref" = native ] && pre=env
+    newdir
+    IPCBYVAL_RENDEZVOUS_DIR=$D SAME_NS=1 PRE=$pre side "$L/rdv-$tag-one-exp.log" "$prog" export "$D" --case seq "$@" &
+    IPCBYVAL_RENDEZVOUS_DIR=$D SAME_NS=1 PRE=$pre side "$L/rdv-$tag-one-imp.log" "$prog" import "$D" --case seq "$@"
+    wait $!
+    rm -f "$D/c.h" "$D/c.a" && mkfifo "$D/c.h" "$D/c.a"
+    IPCBYVAL_RENDEZVOUS_DIR=$D side "$L/rdv-$tag-exp.log" "$prog" export "$D" --case seq "$@" &
+    IPCBYVAL_RENDEZVOUS_DIR=$D side "$L/rdv-$tag-imp.log" "$prog" import "$D" --case seq "$@"
+    wait $!
+    a=$(grep -h '^SEQ' "$L/rdv-$tag-one-imp.log") b=$(grep -h '^SEQ' "$L/rdv-$tag-imp.log")
+    [ -n "$a" ] && [ "$a" = "$b" ] && pass "$name (${b#SEQ })" ||
+        fail "$name" "in one namespace (${ref}): ${a:-none}; across: ${b:-none}"
+}
+seq_agree "Level Zero: double close, context destroy (same handle value) and the exporter's destroy as in one namespace" \
+    ipcbyval "$T/rdv_ze"
+ZEDRV_IPC_LAYOUT=opaque seq_agree "Level Zero opaque layout: the same sequence as the driver alone in one namespace" \
+    native "$T/rdv_ze"
+
 if [ -x "$T/rdv_cu" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle; then
     # The double's default export (one shared inode, as /dev/nvidiactl) is
     # reached through the exporter's /proc, hidden in another pid and
@@ -94,6 +158,11 @@ if [ -x "$T/rdv_cu" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandl
     export CUDADRV_VMM_EXPORT=memfd
     export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     pair "CUDA VMM (double): 20 rounds across namespaces" imp "$T/rdv_cu" --mem vmm --rounds 20
+    [ -n "$LAST_IMP" ] && { o=$(stat "$LAST_IMP" open_rendezvous)
+        [ "${o:-0}" -ge 20 ] && pass "CUDA VMM: the stats count the opens served through the directory (open_rendezvous $o)" ||
+            fail "CUDA VMM: stats" "open_rendezvous ${o:-none} (20 opens at least)"; }
+    seq_agree "CUDA VMM: double close, context reset (same handle value) and the exporter's reset as in one namespace" \
+        ipcbyval "$T/rdv_cu" --mem vmm
     pair "CUDA VMM: double close is refused and changes nothing (10 rounds)" imp "$T/rdv_cu" \
         --mem vmm --rounds 10 --double-close
     export CUDADRV_TOTAL_MEM=64M

@@ -112,26 +112,63 @@ static byval_reg_view_t *attach(const byval_record_t *rec, int *pidfd_p)
     return v;
 }
 
-static const char *no_pidfd(void)
+/* An exporter child and the pipes to it. */
+typedef struct child {
+    pid_t pid;
+    int cmd, out;        /* commands to it; its record, serial and acks from it */
+    byval_record_t rec;  /* its record */
+    uint64_t serial;     /* KEY's registry serial, when publish was 2 */
+} child_t;
+
+static void child_start(child_t *c, int publish)
 {
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
+    int cmd[2], out[2];
+    c->pid = exporter(cmd, out, publish);
+    assert_true(c->pid > 0);
+    close(cmd[0]);
+    close(out[1]);
+    c->cmd = cmd[1];
+    c->out = out[0];
+    assert_int_equal(read(c->out, &c->rec, sizeof(c->rec)), sizeof(c->rec));
+    if (publish == 2)
+        assert_int_equal(read(c->out, &c->serial, sizeof(c->serial)), sizeof(c->serial));
+}
+
+/* Send one command; with ack, wait until it is done. */
+static void child_cmd(child_t *c, char cmd, int ack)
+{
+    assert_int_equal(write(c->cmd, &cmd, 1), 1);
+    if (ack)
+        assert_int_equal(read(c->out, &cmd, 1), 1);
+}
+
+/* Tell it to exit, reap it, close the pipes. */
+static void child_stop(child_t *c)
+{
+    char x = 'x';
+    (void)!write(c->cmd, &x, 1);
+    waitpid(c->pid, NULL, 0);
+    close(c->cmd);
+    close(c->out);
+}
+
+/* An exporter publishing KEY, and this importer's view of it (events
+ * counted); the view's pidfd in *pidfd_p. */
+static byval_reg_view_t *child_watched(child_t *c, int *pidfd_p)
+{
+    byval_reg_on_event(on_event);
+    child_start(c, 1);
+    byval_reg_view_t *v = attach(&c->rec, pidfd_p);
+    assert_non_null(v);
+    return v;
 }
 
 static void test_free_reaches_an_idle_importer_within_10ms(void **state)
 {
-    BYVAL_NEED(no_pidfd());
-    int cmd[2], out[2], pidfd;
-    byval_record_t rec;
-    byval_reg_on_event(on_event);
-    pid_t pid = exporter(cmd, out, 1);
-    assert_true(pid > 0);
-    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
-    byval_reg_view_t *v = attach(&rec, &pidfd);
-    assert_non_null(v);
+    BYVAL_NEED(byval_test_no_pidfd());
+    int pidfd;
+    child_t c;
+    byval_reg_view_t *v = child_watched(&c, &pidfd);
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
     assert_non_null(w);
@@ -140,8 +177,7 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
 
     int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
     uint64_t t0 = now_ns();
-    char c = 'r';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
+    child_cmd(&c, 'r', 0);
     assert_true(wait_for(&events, before + 1, 1000));
     uint64_t delay = __atomic_load_n(&event_ns, __ATOMIC_ACQUIRE) - t0;
     printf("free -> importer's watcher: %.3f ms (command pipe included)\n", delay / 1e6);
@@ -149,57 +185,41 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
     assert_false(byval_reg_live(w, serial));
 
     int g = __atomic_load_n(&gone_events, __ATOMIC_ACQUIRE);
-    c = 'x';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    waitpid(pid, NULL, 0);
+    child_stop(&c);
     assert_true(wait_for(&gone_events, g + 1, 1000)); /* exit: hang-up */
     assert_true(byval_reg_view_gone(v));
     byval_reg_view_put(v);
     close(pidfd);
-    close(cmd[1]);
-    close(out[0]);
 }
 
 static void test_exec_ends_the_image(void **state)
 {
-    BYVAL_NEED(no_pidfd());
-    int cmd[2], out[2], pidfd;
-    byval_record_t rec;
-    byval_reg_on_event(on_event);
-    pid_t pid = exporter(cmd, out, 1);
-    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
-    byval_reg_view_t *v = attach(&rec, &pidfd);
-    assert_non_null(v);
+    BYVAL_NEED(byval_test_no_pidfd());
+    int pidfd;
+    child_t c;
+    byval_reg_view_t *v = child_watched(&c, &pidfd);
     int g = __atomic_load_n(&gone_events, __ATOMIC_ACQUIRE);
-    char c = 'e'; /* same pid, same identity, a new image */
-    assert_int_equal(write(cmd[1], &c, 1), 1);
+    child_cmd(&c, 'e', 0); /* same pid, same identity, a new image */
     assert_true(wait_for(&gone_events, g + 1, 2000));
     assert_true(byval_reg_view_gone(v));
     /* The new image publishes nothing: no view of it. */
     char msg[256];
-    assert_null(byval_reg_attach(&rec, BYVAL_MODE_PIDFD, pidfd, msg, sizeof(msg)));
+    assert_null(byval_reg_attach(&c.rec, BYVAL_MODE_PIDFD, pidfd, msg, sizeof(msg)));
     byval_reg_view_put(v);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    kill(c.pid, SIGKILL);
+    child_stop(&c);
     close(pidfd);
-    close(cmd[1]);
-    close(out[0]);
 }
 
 static void test_no_registry_no_view(void **state)
 {
-    BYVAL_NEED(no_pidfd());
-    int cmd[2], out[2], pidfd;
-    byval_record_t rec;
-    pid_t pid = exporter(cmd, out, 0);
-    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
-    assert_null(attach(&rec, &pidfd));
-    char c = 'x';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    waitpid(pid, NULL, 0);
+    BYVAL_NEED(byval_test_no_pidfd());
+    int pidfd;
+    child_t c;
+    child_start(&c, 0);
+    assert_null(attach(&c.rec, &pidfd));
+    child_stop(&c);
     close(pidfd);
-    close(cmd[1]);
-    close(out[0]);
 }
 
 /* The proof the pipeline asks for (proof.c): fd, inode and key listed. */
@@ -222,12 +242,12 @@ static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key,
  * every /dev/nvidiactl fd has), is not the export the record names. */
 static void test_evidence_before_duplicating(void **state)
 {
-    BYVAL_NEED(no_pidfd());
-    int cmd[2], out[2], pidfd;
-    byval_record_t rec;
+    BYVAL_NEED(byval_test_no_pidfd());
+    int pidfd;
+    child_t c;
     byval_proof_t p, q;
-    pid_t pid = exporter(cmd, out, 1); /* publishes KEY for fd 3, inode 5 */
-    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
+    child_start(&c, 1); /* publishes KEY for fd 3, inode 5 */
+    const byval_record_t rec = c.rec;
     pidfd = (int)syscall(SYS_pidfd_open, (pid_t)rec.pid, 0);
     assert_true(pidfd >= 0);
     char msg[512] = "";
@@ -246,9 +266,7 @@ static void test_evidence_before_duplicating(void **state)
     /* The chunks are freed and fd 7 (same inode) now holds another
      * allocation's chunk: the proof taken before no longer holds, and a
      * new one for the freed allocation is refused. */
-    char c = 'c';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    assert_int_equal(read(out[0], &c, 1), 1);
+    child_cmd(&c, 'c', 1);
     /* (A manifest's chunks are listed under the key its exporter uses,
      * shim/cu_export.c's chunks_key of the manifest's key.) */
     byval_record_t man = rec;
@@ -262,16 +280,10 @@ static void test_evidence_before_duplicating(void **state)
     assert_int_equal(proven(&rec, pidfd, KEY + 1, 7, 9, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
     assert_int_equal(proven(&rec, pidfd, KEY + 2, 7, 9, &p, msg, sizeof(msg)), BYVAL_OK);
     byval_reg_prover.done(&p);
-    c = 'r'; /* withdrawn: no longer evidence */
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    assert_int_equal(read(out[0], &c, 1), 1);
+    child_cmd(&c, 'r', 1); /* withdrawn: no longer evidence */
     assert_int_equal(proven(&rec, pidfd, KEY, 3, 5, &p, msg, sizeof(msg)), BYVAL_E_FDKIND);
-    c = 'x';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    waitpid(pid, NULL, 0);
+    child_stop(&c);
     close(pidfd);
-    close(cmd[1]);
-    close(out[0]);
 }
 
 /* A short record (event pools) finds the export it names: the registry of
@@ -279,18 +291,18 @@ static void test_evidence_before_duplicating(void **state)
  * host or namespace, or a freed export, is refused. */
 static void test_short_record_names_a_live_entry(void **state)
 {
-    BYVAL_NEED(no_pidfd());
-    int cmd[2], out[2], pidfd;
-    byval_record_t rec, got;
-    uint64_t serial;
+    BYVAL_NEED(byval_test_no_pidfd());
+    int pidfd;
+    child_t c;
+    byval_record_t got;
     byval_self_t self;
     byval_reg_view_t *v;
     byval_reg_slot_t slot;
     char msg[256];
-    pid_t pid = exporter(cmd, out, 2); /* first: its child must not inherit our self */
+    child_start(&c, 2); /* first: its child must not inherit our self */
     byval_self_get(&self);
-    assert_int_equal(read(out[0], &rec, sizeof(rec)), sizeof(rec));
-    assert_int_equal(read(out[0], &serial, sizeof(serial)), sizeof(serial));
+    const byval_record_t rec = c.rec;
+    const uint64_t serial = c.serial;
     assert_true(serial != 0);
     byval_short_t s = {.flags = rec.flags, .pid = rec.pid, .id32 = (uint32_t)rec.identity,
                        .guard = byval_short_guard(rec.boot, rec.pidns), .serial = (uint32_t)serial};
@@ -322,18 +334,12 @@ static void test_short_record_names_a_live_entry(void **state)
     /* A serial never issued (serial + 1 and + 2 are KEY + 1's chunks). */
     assert_null(byval_reg_find_serial(v, (uint32_t)serial + 100, &slot));
 
-    char c = 'r';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    assert_int_equal(read(out[0], &c, 1), 1);
+    child_cmd(&c, 'r', 1);
     assert_null(byval_reg_find_serial(v, (uint32_t)serial, &slot)); /* freed */
     byval_reg_view_put(v);
     if (pidfd >= 0)
         close(pidfd);
-    c = 'x';
-    assert_int_equal(write(cmd[1], &c, 1), 1);
-    waitpid(pid, NULL, 0);
-    close(cmd[1]);
-    close(out[0]);
+    child_stop(&c);
 }
 
 int main(void)

@@ -96,28 +96,46 @@ static long cpu_bound(long ms)
     return san && san[0] ? ms * 4 : ms;
 }
 
-static const char *no_pidfd(void)
+/* The tests' start: an exporter publishing KEY and this importer's view
+ * of it, its events counted. */
+static byval_reg_view_t *pair_start(peer_exporter_t *e)
 {
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return "pidfd_open is not available";
-    close(fd);
-    return NULL;
+    BYVAL_NEED(byval_test_no_pidfd());
+    byval_reg_on_event(on_event);
+    assert_int_equal(peer_exporter_start(e), 0);
+    char msg[512] = "";
+    byval_reg_view_t *v = attach(&e->rec, msg, sizeof(msg));
+    if (!v)
+        printf("attach: %s\n", msg);
+    assert_non_null(v);
+    return v;
+}
+
+/* The exporter's next free of KEY, published in v, is reported within 1 s. */
+static void free_seen(peer_exporter_t *e, byval_reg_view_t *v)
+{
+    uint64_t serial = 0;
+    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
+    assert_non_null(w);
+    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
+    assert_int_equal(peer_exporter_cmd(e, 'r', 5000), 0);
+    assert_true(event_after(before, 1000));
+    assert_false(byval_reg_live(w, serial));
+}
+
+/* The tests' end: the view dropped, the exporter exited by itself. */
+static void pair_stop(peer_exporter_t *e, byval_reg_view_t *v)
+{
+    byval_reg_view_put(v);
+    assert_int_equal(peer_exporter_stop(e), 0);
 }
 
 /* Defect 4: the page written and truncated by a third process. */
 static void test_page_written_and_truncated(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    if (!v)
-        printf("attach: %s\n", msg);
-    assert_non_null(v);
+    byval_reg_view_t *v = pair_start(&e);
     uint64_t serial = 0;
     const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
     assert_non_null(w);
@@ -128,31 +146,18 @@ static void test_page_written_and_truncated(void **state)
     /* The importer reads the page (its watcher too, at the next event). */
     assert_true(byval_reg_live(w, serial));
     (void)byval_reg_find(v, KEY + 1, 0, &serial);
-    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0); /* the exporter's next free */
-    assert_true(event_after(before, 1000));
-    assert_false(byval_reg_live(w, serial));
+    free_seen(&e, v); /* the exporter's next free */
     assert_int_equal(peer_exporter_cmd(&e, 'a', 5000), 0); /* and it keeps publishing */
-    assert_non_null(w = byval_reg_find(v, KEY, 5, &serial));
-    before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
-    assert_false(byval_reg_live(w, serial));
-    byval_reg_view_put(v);
-    assert_int_equal(peer_exporter_stop(&e), 0); /* exited by itself, no signal */
+    free_seen(&e, v);
+    pair_stop(&e, v);
 }
 
 /* Defect 5: the pipe's shared open file made blocking, the pipe shrunk. */
 static void test_pipe_blocking_and_shrunk(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    assert_non_null(v);
+    byval_reg_view_t *v = pair_start(&e);
     char what[256];
     peer_attack_pipe(e.pid, e.pipe_fd, what, sizeof(what));
     printf("third process on the pipe: %s\n", what);
@@ -160,29 +165,17 @@ static void test_pipe_blocking_and_shrunk(void **state)
     /* 10,000 frees (and as many exports) within 20 s: none blocks. */
     assert_int_equal(peer_exporter_cmd(&e, 'n', 20000), 0);
     assert_true(event_after(before, 1000));
-    uint64_t serial = 0;
-    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
-    assert_non_null(w);
     usleep(20000); /* past the rate limit: the next free is reported at once */
-    before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
-    assert_false(byval_reg_live(w, serial));
-    byval_reg_view_put(v);
-    assert_int_equal(peer_exporter_stop(&e), 0);
+    free_seen(&e, v);
+    pair_stop(&e, v);
 }
 
 /* Defect 6: the pipe written in a loop costs the watcher little. */
 static void test_pipe_spam_bounded(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
-    byval_reg_on_event(on_event);
     peer_exporter_t e;
-    assert_int_equal(peer_exporter_start(&e), 0);
-    char msg[512] = "";
-    byval_reg_view_t *v = attach(&e.rec, msg, sizeof(msg));
-    assert_non_null(v);
+    byval_reg_view_t *v = pair_start(&e);
     long cpu0 = peer_watcher_cpu_ms();
     assert_true(cpu0 >= 0);
     int ev0 = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
@@ -194,16 +187,8 @@ static void test_pipe_spam_bounded(void **state)
     assert_true(writes > 1000);
     assert_true(cpu < cpu_bound(150)); /* under 10% of the 1.5 s; unbounded, 32% */
     assert_true(reports <= 1500 / 5 + 10); /* one per BYVAL_REG_RESCAN_NS at most */
-    /* And a real free is still reported. */
-    uint64_t serial = 0;
-    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
-    assert_non_null(w);
-    int before = __atomic_load_n(&events, __ATOMIC_ACQUIRE);
-    assert_int_equal(peer_exporter_cmd(&e, 'r', 5000), 0);
-    assert_true(event_after(before, 1000));
-    assert_false(byval_reg_live(w, serial));
-    byval_reg_view_put(v);
-    assert_int_equal(peer_exporter_stop(&e), 0);
+    free_seen(&e, v); /* and a real free is still reported */
+    pair_stop(&e, v);
 }
 
 /* A forger of another uid: an unsealed page is refused (and its
@@ -212,7 +197,7 @@ static void test_pipe_spam_bounded(void **state)
 static void test_forger_of_another_uid(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     BYVAL_NEED(geteuid() != 0 ? "needs root to run the forger as uid 65534" : NULL);
     BYVAL_NEED(access("/usr/bin/setpriv", X_OK) != 0 ? "setpriv is not installed" : NULL);
     byval_reg_on_event(on_event);
@@ -259,7 +244,7 @@ static void test_forger_of_another_uid(void **state)
 static void test_hundred_exporters_few_fds(void **state)
 {
     (void)state;
-    BYVAL_NEED(no_pidfd());
+    BYVAL_NEED(byval_test_no_pidfd());
     byval_reg_on_event(on_event);
     enum { N = 100 };
     static peer_exporter_t e[N];

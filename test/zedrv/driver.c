@@ -331,8 +331,8 @@ ze_result_t zedrv_context_create(ze_driver_handle_t driver, const ze_context_des
  * deletes the context object (allocations belong to the driver handle's
  * SVM manager and stay usable through any other context). Default (ipc):
  * the context's IPC mappings are released, the importer-side case a cache
- * of mappings must survive; all: its allocations are freed too; keep: as
- * compute-runtime.
+ * of mappings must survive; all: its allocations and its own event pools
+ * are freed too; keep: as compute-runtime.
  */
 ze_result_t zedrv_context_destroy(ze_context_handle_t context)
 {
@@ -340,6 +340,7 @@ ze_result_t zedrv_context_destroy(ze_context_handle_t context)
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
     ZEDRV_LOG("zeContextDestroy(%p)", (void *)context);
     zedrv_alloc_context_destroyed(context);
+    zedrv_pools_context_destroyed(context);
     pthread_mutex_lock(&zedrv_lock);
     /* Poison the magic so a use after destroy is reported, not obeyed
      * (until a zeContextCreate reuses the slot). */

@@ -66,6 +66,32 @@ void zedrv_pool_release(ze_event_pool_handle_t pool)
     free(pool);
 }
 
+/* zeContextDestroy under ZEDRV_CONTEXT_DESTROY=all: the context's own
+ * pools go with it (their fds closed, their memory unmapped), as the
+ * spec lets a context take what was made in it. The handle is poisoned,
+ * never freed, so a later call with it is refused, not a use after free. */
+void zedrv_pools_context_destroyed(ze_context_handle_t context)
+{
+    if (zedrv_config()->ctx_destroy != ZEDRV_CTX_DESTROY_ALL)
+        return;
+    pthread_mutex_lock(&zedrv_lock);
+    for (ze_event_pool_handle_t *pp = &pool_list; *pp != NULL;) {
+        ze_event_pool_handle_t pool = *pp;
+        if (pool->context != context || pool->imported) {
+            pp = &pool->next;
+            continue;
+        }
+        *pp = pool->next;
+        munmap(pool->base, pool->map_size);
+        if (pool->export_fd >= 0)
+            close(pool->export_fd);
+        close(pool->memfd);
+        pool->magic = 0;
+        ZEDRV_LOG("zeContextDestroy(%p): released event pool %p", (void *)context, (void *)pool);
+    }
+    pthread_mutex_unlock(&zedrv_lock);
+}
+
 static bool pool_ok(ze_event_pool_handle_t pool)
 {
     return pool != NULL && pool->magic == ZEDRV_MAGIC_POOL;

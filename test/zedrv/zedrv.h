@@ -191,6 +191,9 @@ ze_event_pool_handle_t zedrv_pool_add(ze_context_handle_t context, ze_event_pool
                                       bool imported);
 /* Unlink, unmap and free a pool; takes zedrv_lock itself. */
 void zedrv_pool_release(ze_event_pool_handle_t pool);
+/* zeContextDestroy: under ZEDRV_CONTEXT_DESTROY=all, release the
+ * context's own pools (handles poisoned, not freed); takes zedrv_lock. */
+void zedrv_pools_context_destroyed(ze_context_handle_t context);
 
 /* --- entry points, each with the exact ze_pfn*_t type of its slot --- */
 
