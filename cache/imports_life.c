@@ -71,13 +71,13 @@ void byval_imports_release(byval_import_t *m)
     void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
     /* Closed for the application from here on, recorded until the driver
      * has unmapped it (imports.c, design notes). */
-    byval_ptrmap_close_value(g.open_ptrs, m);
+    byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
     if (LD_ACQ(&m->counted))
         __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
     byval_rdlock(&g.gate);
     ops->release(m);
     byval_rdunlock(&g.gate);
-    byval_ptrmap_drop_value(g.open_ptrs, m);
+    byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
     if (tracker && ops->untrack)
         ops->untrack(tracker);
     unlist(m);

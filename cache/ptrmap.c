@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cache/spin.h"
+#include "cache/vtally.h"
 
 typedef struct slot {
     uintptr_t ptr; /* 0 = empty (no mapping lives at address 0) */
@@ -32,6 +33,11 @@ struct byval_ptrmap {
     size_t used;
     int keep; /* closed pointers stay, with count 0, until dropped */
     unsigned char *slots;
+    /* How many slots hold each value (vtally.c's table, under lock): a
+     * release finds its mapping's one pointer without scanning the map
+     * (at 1M entries a scan per release was 1-3 ms with the lock held,
+     * and tearing a cache down N^2 slot visits). */
+    byval_vtally_t tally;
 };
 
 #define PTRMAP_MIN_SLOTS 64
@@ -110,6 +116,7 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
         }
     byval_unlock(&maps.lock);
     free(m->slots);
+    byval_vtally_free(&m->tally);
     free(m);
 }
 
@@ -144,6 +151,7 @@ static int grow(byval_ptrmap_t *m)
 static void erase(byval_ptrmap_t *m, size_t i)
 {
     size_t mask = m->nslots - 1;
+    byval_vtally_sub(&m->tally, slot_at(m, i)->value);
     for (size_t j = (i + 1) & mask; slot_at(m, j)->ptr; j = (j + 1) & mask) {
         size_t h = home_of(m, slot_at(m, j)->ptr);
         /* j may move to i if its home is not in (i, j] cyclically. */
@@ -170,6 +178,8 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
             /* A kept closed pointer of a mapping released without a drop:
              * the new one at that address replaces it. */
             memcpy(s->key, key, m->key_len);
+            byval_vtally_sub(&m->tally, s->value);
+            byval_vtally_add(&m->tally, value);
             s->value = value;
             same = 1;
         }
@@ -182,6 +192,7 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
         s->value = value;
         memcpy(s->key, key, m->key_len);
         m->used++;
+        byval_vtally_add(&m->tally, value);
     }
     byval_spin_unlock(&m->lock);
     return n;
@@ -237,13 +248,29 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
     return n;
 }
 
-size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
+/* (locked) The one slot recorded with value, found through hint, when
+ * the tally says value has exactly one and hint is it: its index, else
+ * -1 (scan). */
+static long only_slot(const byval_ptrmap_t *m, const void *value, uintptr_t hint)
+{
+    if (!hint || byval_vtally_count(&m->tally, value) != 1)
+        return -1;
+    size_t i = find(m, hint);
+    return slot_at(m, i)->ptr && slot_at(m, i)->value == value ? (long)i : -1;
+}
+
+size_t byval_ptrmap_drop_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint)
 {
     size_t n = 0;
     if (!m)
         return 0;
     byval_spin_lock(&m->lock);
-    for (size_t i = 0; i < m->nslots;) {
+    long one = byval_vtally_count(&m->tally, value) == 0 ? -2 : only_slot(m, value, hint);
+    if (one >= 0) {
+        erase(m, (size_t)one);
+        n = 1;
+    }
+    for (size_t i = 0; one == -1 && i < m->nslots;) {
         slot_t *s = slot_at(m, i);
         if (s->ptr && s->value == value) {
             erase(m, i); /* shifts a later entry into i: look at i again */
@@ -254,6 +281,11 @@ size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
     }
     byval_spin_unlock(&m->lock);
     return n;
+}
+
+size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
+{
+    return byval_ptrmap_drop_value_at(m, value, 0);
 }
 
 int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value)
@@ -267,21 +299,29 @@ int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value
     return n;
 }
 
-size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value)
+size_t byval_ptrmap_close_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint)
 {
     size_t n = 0;
     if (!m)
         return 0;
     byval_spin_lock(&m->lock);
-    for (size_t i = 0; i < m->nslots; i++) {
+    long one = byval_vtally_count(&m->tally, value) == 0 ? -2 : only_slot(m, value, hint);
+    for (size_t i = one >= 0 ? (size_t)one : 0; one != -2 && i < m->nslots; i++) {
         slot_t *s = slot_at(m, i);
         if (s->ptr && s->value == value && s->count) {
             s->count = 0;
             n++;
         }
+        if (one >= 0)
+            break;
     }
     byval_spin_unlock(&m->lock);
     return n;
+}
+
+size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value)
+{
+    return byval_ptrmap_close_value_at(m, value, 0);
 }
 
 size_t byval_ptrmap_size(byval_ptrmap_t *m)
@@ -301,4 +341,5 @@ void byval_ptrmap_clear(byval_ptrmap_t *m)
     /* Called in a fork child, after cache/locks.c released the lock. */
     memset(m->slots, 0, m->nslots * m->slot_size);
     m->used = 0;
+    byval_vtally_clear(&m->tally);
 }

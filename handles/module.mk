@@ -2,9 +2,9 @@
 # handles/: the by-value record (wire.c, pure), who we are (self.c), and
 # the resolution of a record (resolve.c: the whole pipeline; identity.c,
 # resolve_socket.c its socket routes, abstract and rendezvous directory;
-# pidfd.c, fdcheck.c, proof.c and peers.c its steps' helpers; sys.h our own
+# pidfd.c, fdcheck.c (fdkind.c the kinds), proof.c and peers.c its steps' helpers; sys.h our own
 # system calls), the exporter registry (registry.c;
-# registry_fds.c the same by fd number; registry_view.c the importers' reader,
+# registry_fds.c the same by fd number; registry_view.c the importers' reader, registry_find.c where it finds the page,
 # registry_views.c their list of views, registry_watch.c their watcher
 # thread, registry_short.c from a short record to the exporter's
 # registry); broker*.c and nsxlate.c are the socket fallback and the pid
@@ -12,10 +12,10 @@
 # rescue.c asks a broker for another library's refused pidfd_getfd;
 # rendezvous*.c put the broker's socket in a directory shared across
 # pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
-HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/manifest.c \
+HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/fdkind.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
-                 handles/resolve.c handles/resolve_socket.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
+                 handles/resolve.c handles/resolve_socket.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_find.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
                  handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
                  handles/rendezvous_registry.c handles/rendezvous_short.c \
                  handles/rendezvous_stats.c

@@ -176,6 +176,12 @@ static int page_create_locked(void)
         close(mfd);
         mfd = ro;
     }
+    /* Where importers look first (registry.h): found without a walk. */
+    int hinted = fcntl(mfd, F_DUPFD_CLOEXEC, BYVAL_REG_FD_HINT);
+    if (hinted >= 0) {
+        close(mfd);
+        mfd = hinted;
+    }
     reg.page_fd = mfd;
     reg.hdr = m;
     reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);

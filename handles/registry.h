@@ -19,8 +19,9 @@
  * importers see as a hang-up: that process image's exports are all gone).
  * Serials are never reused in a process image, so an importer that noted
  * (slot, serial) at attach time tells "freed" from "slot reused" with one
- * load. Importers find the memfd by its name in /proc/PID/fd (readlink
- * opens nothing) and fetch it and the pipe's read end through the same
+ * load. Importers find the memfd by its name at /proc/PID/fd/1000
+ * (BYVAL_REG_FD_HINT; readlink opens nothing), else in the list of
+ * /proc/PID/fd, and fetch it and the pipe's read end through the same
  * transport as the exported fds (both are offered to the socket broker).
  *
  * Trust (issue 22): the exporter owns the page and the pipe. It keeps its
@@ -54,6 +55,18 @@
 #define BYVAL_REG_VERSION 1u
 #define BYVAL_REG_SLOTS 8192u /* twice the default export cache */
 #define BYVAL_REG_NAME "ipcbyval-registry"
+
+/* Where an exporter keeps its registry's fd: the lowest free number from
+ * here (F_DUPFD_CLOEXEC), so that an importer reads one link,
+ * /proc/PID/fd/1000, instead of listing the exporter's whole fd table
+ * (100-150 us for 40 fds, and it grows with them). What it finds there
+ * is proven exactly as a listed one (registry_view.c); where the number
+ * was taken, or the exporter's RLIMIT_NOFILE is below it, the registry
+ * stays where memfd_create put it and importers list the table. Below
+ * the usual soft limit (1024), above what most programs reach, and none
+ * of the numbers shells take for themselves (10 and up, 255). It also
+ * keeps the application's own fd numbers what they are natively. */
+#define BYVAL_REG_FD_HINT 1000
 
 typedef struct byval_reg_header {
     uint64_t magic;

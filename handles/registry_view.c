@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * registry_view.c - an importer's view of an exporter's registry: finding
- * it (the memfd named "ipcbyval-registry" in /proc/PID/fd: readlink opens
- * nothing), fetching it and its wake-up pipe through the transport,
- * checking that it describes the exporter, reading its slots. The list of
- * views and the watcher thread are registry_watch.c's.
+ * it (registry_find.c: the memfd named "ipcbyval-registry" at
+ * /proc/PID/fd/1000, else in the list of /proc/PID/fd), fetching it and
+ * its wake-up pipe through the transport, checking that it describes the
+ * exporter, reading its slots. The list of views and the watcher thread
+ * are registry_watch.c's.
  *
  * What we assume of the page (registry.h, "Trust"): nothing but its seals
  * and its size, which the kernel enforces. Every value in it is the
@@ -24,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "handles/fdkind.h"
 #include "handles/registry_internal.h"
 #include "handles/rendezvous.h"
 #include "handles/resolve.h"
@@ -83,36 +85,6 @@ const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
 }
 
 /* ---- attach ------------------------------------------------------------- */
-
-/* Its registry's fd number and inode: the fd whose link names our memfd
- * (readlink opens nothing; the stat that follows is of a memfd). 0, or
- * an errno: ENOENT (none), EACCES/EPERM (ptrace rules), EMFILE... */
-static int find_registry_fd(int pid, uint32_t *fd_p, uint32_t *ino_p)
-{
-    char dir[64], link[128];
-    static const char want[] = "/memfd:" BYVAL_REG_NAME " (deleted)";
-    snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno;
-    int rc = ENOENT;
-    for (struct dirent *e; rc != 0 && (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
-        if (n != (ssize_t)sizeof(want) - 1 || memcmp(link, want, (size_t)n) != 0)
-            continue;
-        struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) ||
-            st.st_size != (off_t)BYVAL_REG_BYTES)
-            continue;
-        *fd_p = (uint32_t)atoi(e->d_name);
-        *ino_p = (uint32_t)st.st_ino;
-        rc = 0;
-    }
-    closedir(d);
-    return rc;
-}
 
 /* Map the registry behind mfd (closed here) and check that it describes
  * the exporter (pid, identity): a view with the list's reference, or
@@ -176,16 +148,48 @@ fail:
 }
 
 /* Fetching the registry's fds through the transport that reached the
- * exporter of a record. */
+ * exporter of a record. pid: the exporter's here (0: not reachable by
+ * pid); seen: what byval_reg_find_page proved of the next fd (NULL: nothing). */
 typedef struct rec_fetch {
     const byval_record_t *rec;
     int mode, pidfd;
+    uint32_t pid;
+    const byval_fd_seen_t *seen;
 } rec_fetch_t;
+
+/* The short way on the pidfd route, for what needs no proof of export
+ * from /proc: the registry proven at its hint (seen), or the pipe the
+ * proven registry's header names (as proof.c takes the fds its slots
+ * name: the exporter's own word, and nothing of another process; its
+ * number lives as long as the page). pidfd_getfd, then the check after
+ * it (kind from the duplicate itself, inode, and seen's device and
+ * inode): a duplicate that is not what was named is refused and closed
+ * off our thread where its close could wait (byval_fd_release). -1: not
+ * taken (the full pipeline then runs, and says why when it fails). */
+static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj,
+                       int *fd_p, byval_status_t *st_p, char *msg, size_t msglen)
+{
+    if (f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
+        (obj == BYVAL_OBJ_REGISTRY && !f->seen))
+        return -1;
+    int dup = byval_pidfd_getfd(f->pidfd, (int)fd, 0);
+    if (dup < 0)
+        return -1;
+    *st_p = byval_check_fd_kind(dup, f->pid, fd, ino, 0, obj, f->seen, msg, msglen);
+    if (*st_p == BYVAL_OK)
+        *fd_p = dup;
+    else
+        byval_fd_release(dup);
+    return 0;
+}
 
 static byval_status_t fetch_rec(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
                                 char *msg, size_t msglen)
 {
     rec_fetch_t *f = arg;
+    byval_status_t st;
+    if (fetch_short(f, fd, ino, obj, fd_p, &st, msg, msglen) == 0)
+        return st;
     return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
@@ -209,44 +213,56 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     if (v)
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
-    uint32_t rfd, rino;
     errno = 0;
     int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
     /* An exporter outside our pid namespace (its pidfd shows pid 0), reached
      * through the directory, is asked for its registry instead */
     int rdv = pid == 0 && byval_rendezvous_enabled();
-    int e = rdv ? 0 : pid > 0 ? find_registry_fd(pid, &rfd, &rino)
-            : errno == EMFILE || errno == ENFILE ? errno /* its fdinfo not opened */
-                                                 : ENOENT;
-    if (e) {
-        *st_p = e == EACCES || e == EPERM                ? BYVAL_E_PERM
-                : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
-                                                           : BYVAL_E_FDKIND;
-        if (*st_p == BYVAL_E_NOFD)
-            byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s",
-                      rec->pid, strerror(e));
-        else if (*st_p == BYVAL_E_PERM)
-            byval_msg(msg, msglen,
-                      "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
-                      "(hint: ptrace access denied: it needs the exporter's uid or "
-                      "CAP_SYS_PTRACE, as pidfd_getfd does)",
-                      rec->pid);
-        else
-            byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
-                      rec->pid);
-        return NULL;
+    int e = rdv || pid > 0 ? 0 : errno == EMFILE || errno == ENFILE ? errno /* fdinfo not opened */
+                                                                    : ENOENT;
+    /* What the hint holds first; where it is not the registry after all
+     * (a number the program took for a memfd of that very size), the
+     * list of the fd table, as before the hint. */
+    for (int hint = 1; !e; hint = 0) {
+        uint32_t rfd = 0, rino = 0;
+        byval_fd_seen_t seen = {0};
+        if (!rdv && (e = byval_reg_find_page(pid, hint, &rfd, &rino, &seen)) != 0)
+            break;
+        rec_fetch_t f = {rec, mode, pidfd, pid > 0 ? (uint32_t)pid : 0, seen.kind ? &seen : NULL};
+        int mfd = -1;
+        if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
+                         : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) !=
+            BYVAL_OK) {
+            if (seen.kind && *st_p == BYVAL_E_FDKIND)
+                continue; /* not the registry after all: list the table */
+            return NULL; /* the transport's refusal (EPERM...): as it says */
+        }
+        f.seen = NULL; /* the pipe: the registry names it */
+        v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
+        if (!v && seen.kind)
+            continue;
+        if (v)
+            v = byval_reg_publish(v, msg, msglen);
+        if (!v)
+            *st_p = BYVAL_E_FDKIND;
+        return v;
     }
-    rec_fetch_t f = {rec, mode, pidfd};
-    int mfd = -1;
-    if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
-                     : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK)
-        return NULL;
-    v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
-    if (v)
-        v = byval_reg_publish(v, msg, msglen);
-    if (!v)
-        *st_p = BYVAL_E_FDKIND;
-    return v;
+    *st_p = e == EACCES || e == EPERM                ? BYVAL_E_PERM
+            : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
+                                                       : BYVAL_E_FDKIND;
+    if (*st_p == BYVAL_E_NOFD)
+        byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid,
+                  strerror(e));
+    else if (*st_p == BYVAL_E_PERM)
+        byval_msg(msg, msglen,
+                  "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
+                  "(hint: ptrace access denied: it needs the exporter's uid or "
+                  "CAP_SYS_PTRACE, as pidfd_getfd does)",
+                  rec->pid);
+    else
+        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
+                  rec->pid);
+    return NULL;
 }
 
 byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
@@ -279,7 +295,8 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     rec.flags = byval_pidfd_is_pidfs(pidfd) ? BYVAL_FLAG_ID_PIDFS : 0;
     int mfd = -1;
     pid_fetch_t f = {pidfd, pid};
-    if (find_registry_fd((int)pid, &rfd, &rino) != 0) {
+    byval_fd_seen_t seen;
+    if (byval_reg_find_page((int)pid, 1, &rfd, &rino, &seen) != 0) {
         byval_msg(msg, msglen, "pid %u publishes no registry", pid);
     } else if (fetch_pid(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) == BYVAL_OK &&
                (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {

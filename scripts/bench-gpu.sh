@@ -2,11 +2,17 @@
 # SPDX-License-Identifier: MIT
 # bench-gpu.sh - the GPU half of the benchmarks (make bench-gpu), on the
 # GPU machine: CUDA IPC latencies natively and under ipcbyval (bench_ipc),
-# and the import cache's hit throughput from 1 to 16 threads on its cores.
+# the import cache's hit throughput from 1 to 16 threads on its cores, and
+# bench-gpu-more.sh's rows (exec'd static-cudart pairs on every vCPU, the
+# first VMM open at 1-512 chunks beside the driver and PyTorch, a perf
+# profile of the cached cycle under $OUT).
 # One table; ratios come from medians of this run.
 set -u
 cd "$(dirname "$0")/.."
+BGM_RESULTS=${OUT:-} # where the perf profile goes (the caller's $OUT)
 . scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
+. scripts/bench-gpu-more.sh # bgm_all: issue 23's rows (exec'd pairs, cold VMM, perf)
+t_start=$SECONDS
 
 make -j"$(nproc)" lib "$BUILD/test/bench/bench_lru" "$BUILD/test/bench/bench_pidfd" \
     "$BUILD/test/cudadrv/cu_pair" EXTRA_INC="${EXTRA_INC:-}" >"$LOGS/bench-build.log" 2>&1 &&
@@ -131,8 +137,10 @@ t1=$(awk '$1 == "lru_threads" && $2 == 1 { print $3 }' "$LOGS/bench-lru.log")
 t16=$(awk '$1 == "lru_threads" && $2 == 16 { print $3 }' "$LOGS/bench-lru.log")
 ratio "cache hits/s: 16 threads vs 1" 8 "$t16" "$t1" "hits/s"
 
+bgm_all
+
 echo
 printf '%s' "$spread"
-echo "== bench-gpu summary"
+echo "== bench-gpu summary ($((SECONDS - t_start)) s)"
 printf '| %-58s | %-6s | %s\n' "measure" "met?" "numbers"
 printf '%s\n' "${rows[@]}"

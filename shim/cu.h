@@ -14,6 +14,7 @@
 #define BYVAL_SHIM_CU_H
 
 #include <cuda.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cache/lru.h"
@@ -143,6 +144,11 @@ typedef struct byval_cu_key {
         unsigned char legacy[64];
     } u;
 } byval_cu_key_t;
+
+/* The bytes of a VMM key: type, flags, ctx and the vmm member (the VMM
+ * cache hashes and compares these only). */
+#define BYVAL_CU_VMM_KEY_LEN (offsetof(byval_cu_key_t, u) + sizeof(((byval_cu_key_t *)0)->u.vmm))
+_Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 /* A context is about to be destroyed or reset (cuCtxDestroy, the primary
  * context's reset or last release): end the exports of its memory and

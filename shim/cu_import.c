@@ -86,7 +86,10 @@ static void vmm_track(byval_import_t *b)
 
 static byval_imports_ops_t vmm_ops = {
     .name = "cuda vmm import",
-    .key_len = sizeof(byval_cu_key_t),
+    /* The VMM fields only (40 bytes, not the legacy handle's 64 of the
+     * union): half the hashing and comparing on every hit, and half the
+     * key bytes per entry. */
+    .key_len = BYVAL_CU_VMM_KEY_LEN,
     .release = vmm_release,
     .same = vmm_same,
     .track = vmm_track,
@@ -221,7 +224,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     byval_exporters_poll();
 
     byval_cu_key_t key;
-    memset(&key, 0, sizeof(key));
+    memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes of the key left unset */
     key.type = BYVAL_CU_KEY_VMM;
     key.flags = flags;
     key.ctx = (uintptr_t)ctx;

@@ -15,7 +15,8 @@ XFER := $(BUILD)/test/transport/xfer
 TEST_BINS += $(XFER)
 UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \
               $(BUILD)/test/unit/test_registry $(BUILD)/test/unit/test_registry_fds \
-              $(BUILD)/test/unit/test_registry_hostile $(BUILD)/test/unit/test_registry_wake
+              $(BUILD)/test/unit/test_registry_hostile $(BUILD)/test/unit/test_registry_wake \
+              $(BUILD)/test/unit/test_registry_attach
 INTEG_TESTS += test/transport/test_xfer.sh
 
 $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
@@ -23,7 +24,7 @@ $(XFER): test/transport/xfer.c $(TRANSPORT_TEST_OBJ)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
 
 $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport $(BUILD)/test/unit/test_registry \
-$(BUILD)/test/unit/test_registry_fds: \
+$(BUILD)/test/unit/test_registry_fds $(BUILD)/test/unit/test_registry_attach: \
 		$(BUILD)/test/unit/%: test/unit/%.c $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vmm_cold: the first open of a VMM reservation of N chunks of 2 MiB, in
+ * a fresh importer (a fork child's exporter makes it; the importer, the
+ * parent, has met nobody before).
+ *
+ *   vmm_cold --chunks N --mode byval
+ *       the exporter sends cuIpcGetMemHandle of the reservation (under
+ *       ipcbyval a by-value handle naming its manifest); the importer
+ *       times cuIpcOpenMemHandle (IPCBYVAL_STATS splits it into fetch,
+ *       import and map): "open_us T".
+ *   vmm_cold --chunks N --mode driver
+ *       what the driver alone needs for the same memory: the exporter
+ *       sends one POSIX fd per chunk (cuMemExportToShareableHandle,
+ *       SCM_RIGHTS, untimed); the importer times cuMemImportFromShareable-
+ *       Handle per chunk, cuMemMap per chunk (into one reservation) and
+ *       one cuMemSetAccess over the contiguous range:
+ *       "driver_us IMPORT MAP ACCESS SUM".
+ *
+ * Driver API only (libcuda), so the CUDA double runs it too. Exit 0, or 1
+ * with a line naming the failing call.
+ */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (2u << 20)
+#define MAX_CHUNKS 1024
+#define FDS_PER_MSG 250 /* SCM_MAX_FD is 253 */
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        CUresult rc_ = (call);                                                                     \
+        if (rc_ != CUDA_SUCCESS) {                                                                 \
+            const char *n_ = NULL;                                                                 \
+            cuGetErrorName(rc_, &n_);                                                              \
+            fprintf(stderr, "vmm_cold: %s: %s\n", #call, n_ ? n_ : "?");                           \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static CUmemAllocationProp prop;
+static CUmemAccessDesc acc;
+
+static int init(void)
+{
+    CUcontext ctx;
+    CUdevice dev;
+    size_t gran;
+    CU(cuInit(0));
+    CU(cuDeviceGet(&dev, 0));
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    if (CHUNK % gran) {
+        fprintf(stderr, "vmm_cold: granularity %zu does not divide 2 MiB\n", gran);
+        return 1;
+    }
+    return 0;
+}
+
+static int send_fds(int sock, const int *fds, int n)
+{
+    char ctl[CMSG_SPACE(sizeof(int) * FDS_PER_MSG)];
+    char b = 'f';
+    struct iovec iov = {&b, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl};
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+    return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fds(int sock, int *fds, int n)
+{
+    char ctl[CMSG_SPACE(sizeof(int) * FDS_PER_MSG)];
+    char b;
+    struct iovec iov = {&b, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = sizeof(ctl)};
+    if (recvmsg(sock, &m, MSG_CMSG_CLOEXEC) != 1)
+        return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (!c || c->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n))
+        return -1;
+    memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n);
+    return 0;
+}
+
+static int exporter(int sock, int n, int byval)
+{
+    static CUmemGenericAllocationHandle h[MAX_CHUNKS];
+    static int fds[MAX_CHUNKS];
+    CUdeviceptr base;
+    char c;
+    if (init())
+        return 1;
+    CU(cuMemAddressReserve(&base, (size_t)n * CHUNK, 0, 0, 0));
+    for (int i = 0; i < n; i++) {
+        CU(cuMemCreate(&h[i], CHUNK, &prop, 0));
+        CU(cuMemMap(base + (size_t)i * CHUNK, CHUNK, 0, h[i], 0));
+    }
+    CU(cuMemSetAccess(base, (size_t)n * CHUNK, &acc, 1));
+    if (byval) {
+        CUipcMemHandle ih;
+        CU(cuIpcGetMemHandle(&ih, base));
+        if (write(sock, &ih, sizeof(ih)) != (ssize_t)sizeof(ih))
+            return 1;
+    } else {
+        for (int i = 0; i < n; i++)
+            CU(cuMemExportToShareableHandle(&fds[i], h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                            0));
+        for (int i = 0; i < n; i += FDS_PER_MSG)
+            if (send_fds(sock, fds + i, n - i < FDS_PER_MSG ? n - i : FDS_PER_MSG) != 0)
+                return 1;
+    }
+    return read(sock, &c, 1) < 0; /* until the importer is done */
+}
+
+static int importer(int sock, int n, int byval)
+{
+    static CUmemGenericAllocationHandle h[MAX_CHUNKS];
+    static int fds[MAX_CHUNKS];
+    CUdeviceptr p;
+    if (init())
+        return 1;
+    if (byval) {
+        CUipcMemHandle ih;
+        if (read(sock, &ih, sizeof(ih)) != (ssize_t)sizeof(ih))
+            return fprintf(stderr, "vmm_cold: no handle from the exporter\n"), 1;
+        double t0 = now_us();
+        CU(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        printf("open_us %.1f\n", now_us() - t0);
+        CU(cuIpcCloseMemHandle(p));
+        return 0;
+    }
+    for (int i = 0; i < n; i += FDS_PER_MSG)
+        if (recv_fds(sock, fds + i, n - i < FDS_PER_MSG ? n - i : FDS_PER_MSG) != 0)
+            return fprintf(stderr, "vmm_cold: no fds from the exporter\n"), 1;
+    double t0 = now_us();
+    for (int i = 0; i < n; i++)
+        CU(cuMemImportFromShareableHandle(&h[i], (void *)(uintptr_t)fds[i],
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    double t1 = now_us();
+    CU(cuMemAddressReserve(&p, (size_t)n * CHUNK, 0, 0, 0));
+    for (int i = 0; i < n; i++)
+        CU(cuMemMap(p + (size_t)i * CHUNK, CHUNK, 0, h[i], 0));
+    double t2 = now_us();
+    CU(cuMemSetAccess(p, (size_t)n * CHUNK, &acc, 1));
+    double t3 = now_us();
+    printf("driver_us %.1f %.1f %.1f %.1f\n", t1 - t0, t2 - t1, t3 - t2, t3 - t0);
+    CU(cuMemUnmap(p, (size_t)n * CHUNK));
+    for (int i = 0; i < n; i++) {
+        CU(cuMemRelease(h[i]));
+        close(fds[i]);
+    }
+    CU(cuMemAddressFree(p, (size_t)n * CHUNK));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int n = 0, byval = -1, sv[2], st = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--chunks"))
+            n = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mode"))
+            byval = !strcmp(argv[i + 1], "byval") ? 1 : !strcmp(argv[i + 1], "driver") ? 0 : -1;
+    }
+    if (n < 1 || n > MAX_CHUNKS || byval < 0) {
+        fprintf(stderr, "usage: vmm_cold --chunks 1..%d --mode byval|driver\n", MAX_CHUNKS);
+        return 2;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return perror("vmm_cold: socketpair"), 1;
+    fflush(NULL);
+    pid_t pid = fork(); /* before any CUDA call; the importer is the parent (Yama) */
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(exporter(sv[1], n, byval));
+    }
+    close(sv[1]);
+    int rc = importer(sv[0], n, byval);
+    close(sv[0]);
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "vmm_cold: the exporter failed (status 0x%x)\n", st);
+        rc = 1;
+    }
+    return rc;
+}
