@@ -276,6 +276,8 @@ static void test_fork_while_each_lock_is_held_by_each_thread_kind(void **state)
         close(exp_cmd[1]);
         waitpid(exporter_pid, NULL, 0);
     }
+    byval_reg_view_put(view); /* the attach's reference (LeakSanitizer) */
+    view = NULL;
     byval_ptrmap_destroy(map);
     byval_lru_destroy(lru);
     assert_int_equal(bad, 0);
