@@ -63,6 +63,7 @@ typedef struct byval_cu_real {
     CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*ctx_get_id)(CUcontext, unsigned long long *); /* CUDA 12.0+ */
     CUresult (*get_error_name)(CUresult, const char **);
     byval_cu_get_fn ipc_get;
     byval_cu_open_fn ipc_open_v2;

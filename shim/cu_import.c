@@ -266,6 +266,15 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     }
     if (byval_self_get(&self) != 0) /* who we are: only a miss needs it */
         return CUDA_ERROR_NOT_INITIALIZED;
+    /* The driver's own open checks the current context first: with a reset
+     * primary context current it answers CUDA_ERROR_CONTEXT_IS_DESTROYED,
+     * while cuCtxGetDevice and cuMemAddressReserve, the calls a VMM import
+     * makes, still succeed (H100, driver 580). cuCtxGetId answers as the
+     * open does. A hit needs no check: a context's end purges its imports. */
+    unsigned long long ctx_id;
+    CUresult cr = rl->ctx_get_id ? rl->ctx_get_id(ctx, &ctx_id) : CUDA_SUCCESS;
+    if (cr != CUDA_SUCCESS)
+        return cr;
     BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(open_misses);
 

@@ -46,6 +46,7 @@ static const byval_cu_real_t *cu_real_resolve(void)
     SYM(ctx_get_current, "cuCtxGetCurrent");
     SYM(ctx_set_current, "cuCtxSetCurrent");
     SYM(ctx_get_device, "cuCtxGetDevice");
+    SYM(ctx_get_id, "cuCtxGetId");
     SYM(get_error_name, "cuGetErrorName");
     SYM(ipc_get, "cuIpcGetMemHandle");
     SYM(ipc_open_v2, "cuIpcOpenMemHandle_v2");

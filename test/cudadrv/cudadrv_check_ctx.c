@@ -80,6 +80,8 @@ void check_primary_lifetime(CUcontext primary0)
     CUcontext p, q, cur;
     CUdeviceptr x, va, base;
     size_t chunk = 2 * MiB, size, fr, tot;
+    unsigned long long id = 0;
+    CUdevice d = -1;
     unsigned flags;
     int active = -1;
     char c = 0;
@@ -105,7 +107,12 @@ void check_primary_lifetime(CUcontext primary0)
     CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == p);
     CHECK(cuMemAlloc(&base, 4096) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
     CHECK(cuMemGetInfo(&fr, &tot) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    /* As measured on an H100: the device is still told, the id is not. */
+    CHECK(cuCtxGetDevice(&d) == CUDA_SUCCESS && d == 1);
+    CHECK(cuCtxGetId(NULL, &id) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CHECK(cuCtxSynchronize() == CUDA_ERROR_CONTEXT_IS_DESTROYED);
     CHECK(cuDevicePrimaryCtxRetain(&q, 1) == CUDA_SUCCESS && q == p);
+    CHECK(cuCtxGetId(p, &id) == CUDA_SUCCESS);
     CHECK(cuMemGetAddressRange(&base, &size, x) == CUDA_ERROR_NOT_FOUND);
     CHECK(cuMemFree(x) == CUDA_ERROR_INVALID_VALUE);
     CHECK(cuMemcpyDtoH(&c, va, 1) == CUDA_SUCCESS && c == 'V');

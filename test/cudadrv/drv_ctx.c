@@ -433,6 +433,16 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
         return rc;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Measured on an H100 (driver 580): a reset primary context still
+     * current tells its device (CUDA_SUCCESS) while cuMemGetInfo,
+     * cuCtxSynchronize, cuCtxGetId and cuIpcOpenMemHandle answer
+     * CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+    CUcontext cur = cudadrv_ctx_current();
+    if (cur && is_primary(cur) && cur->device < cudadrv_device_count() &&
+        ctx_check(cur) == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+        *device = cur->device;
+        return CUDA_SUCCESS;
+    }
     rc = cudadrv_current_device(&dev);
     if (rc == CUDA_SUCCESS)
         *device = dev;
@@ -452,8 +462,28 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     rc = ctx_check(ctx);
+    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx))
+        rc = CUDA_SUCCESS; /* as cuCtxGetDevice above */
     if (rc == CUDA_SUCCESS)
         *device = ctx->device;
+    return rc;
+}
+
+/* The context's id; CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed or
+ * reset one (H100, driver 580), CUDA_ERROR_INVALID_CONTEXT for no context. */
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    CUresult rc = cudadrv_check_init();
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx)
+        ctx = cudadrv_ctx_current();
+    rc = ctx_check(ctx);
+    if (rc == CUDA_SUCCESS)
+        *id = is_primary(ctx) ? 1u + (unsigned)ctx->device : 1000u + (unsigned)(ctx - pool);
     return rc;
 }
 

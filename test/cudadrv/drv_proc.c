@@ -72,6 +72,7 @@ static const struct proc_entry table[] = {
     P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
     P("cuCtxGetDevice", 2000, cuCtxGetDevice),
     P("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
+    P("cuCtxGetId", 12000, cuCtxGetId),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
