@@ -92,10 +92,11 @@
     X(PTRMAP_LIST, "pointer map list")                                                          \
     /* cache/ptrmap.c: each map's spin lock (a class). A leaf. */                              \
     X(PTRMAP, "pointer map")                                                                    \
-    /* handles/bgthread.c: a background thread starting: held from                             \
-     * pthread_create until the thread runs our code, so that no fork                          \
-     * copies a sanitizer's or libc's thread bookkeeping mid-start. Last:                      \
-     * only pthread_create's own locks are taken under it. */                                  \
+    /* handles/bgthread.c: background thread starts: held across                               \
+     * pthread_create; fork's prepare also waits under it until every new                      \
+     * thread runs our code, so that no fork copies a sanitizer's or                           \
+     * libc's thread bookkeeping mid-start. Last: only pthread_create's                        \
+     * own locks are taken under it. */                                                        \
     X(BGTHREAD, "background thread start")
 
 typedef enum byval_rank {

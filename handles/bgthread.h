@@ -8,7 +8,12 @@
 
 #include <pthread.h>
 
-/* Start fn(arg) detached. 0, or pthread_create's error number. */
+/* Start fn(arg) detached, without waiting for it to run (a fork waits
+ * instead). 0, or pthread_create's (or malloc's) error number. */
 int byval_bgthread_start(void *(*fn)(void *), void *arg, pthread_t *t_p);
+
+/* For tests: run by every new thread first, before its start ends (a
+ * test holds or delays a start with it). NULL outside tests. */
+extern void (*byval_bgthread_test_hook)(void);
 
 #endif

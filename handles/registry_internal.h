@@ -46,6 +46,11 @@ struct byval_reg_view {
     uint64_t identity;
     const byval_reg_header_t *hdr;
     const byval_reg_slot_t *slot;
+    /* Where byval_reg_find_fd starts (relaxed, any thread): the slot after
+     * its last find. A manifest's chunks were published in order, so a
+     * reservation's fds are found in one pass, not one scan each. Only a
+     * start: what is found is checked in full. */
+    uint32_t find_from;
 };
 
 /* The list of views and the watcher's state (registry_views.c). */

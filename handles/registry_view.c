@@ -322,13 +322,17 @@ const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd
                                   uint64_t *serial_p)
 {
     uint32_t high = used_slots(v);
-    for (uint32_t i = 0; i < high; i++) {
+    uint32_t from = __atomic_load_n(&v->find_from, __ATOMIC_RELAXED);
+    if (from >= high)
+        from = 0;
+    for (uint32_t n = 0, i = from; n < high; n++, i = i + 1 < high ? i + 1 : 0) {
         const byval_reg_slot_t *s = &v->slot[i];
         uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
         if (ser && __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key &&
             __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE) == fd &&
             __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) == ino &&
             __atomic_load_n(&s->serial, __ATOMIC_RELAXED) == ser) {
+            __atomic_store_n(&v->find_from, i + 1, __ATOMIC_RELAXED);
             *serial_p = ser;
             return &s->serial;
         }

@@ -231,6 +231,9 @@ static void evict_views(void)
 static void *watch_main(void *arg)
 {
     (void)arg;
+    /* Named by itself: prctl, where a name set by the starter is a write
+     * to procfs on the first open's path. */
+    pthread_setname_np(pthread_self(), "ipcbyval-watch");
     struct epoll_event ev[16];
     int timeout = -1;
     for (;;) {
@@ -281,13 +284,15 @@ int byval_reg_watch_start(char *msg, size_t msglen)
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
     }
-    pthread_t t;
-    int rc = byval_bgthread_start(watch_main, NULL, &t);
+    /* Not waited for (issue 23): the caller adds its view's pipe to the
+     * epoll set right after, and the thread's first epoll_wait reports
+     * whatever was written to it meanwhile (edge-triggered: a pipe that is
+     * readable when added is reported). */
+    int rc = byval_bgthread_start(watch_main, NULL, NULL);
     if (rc != 0) {
         byval_msg(msg, msglen, "cannot start the release watcher: %s", strerror(rc));
         return -1;
     }
-    pthread_setname_np(t, "ipcbyval-watch");
     byval_reg_w.started = 1;
     return 0;
 }

@@ -79,6 +79,32 @@ if [ -n "${BENCH_BASELINE:-}" ]; then
 fi
 med() { awk -v w="$1" '$1 == w { print $2 }' "$OUT/baseline.txt" | sort -n | sed -n 2p; }
 
+# A first VMM open at first contact (the exporter met for the first time:
+# registry attach, watcher start, every chunk fd) on the double, split by
+# IPCBYVAL_STATS, beside the driver-only import of the same chunks; 5 runs
+# a size (interleaved with the baseline's where BENCH_BASELINE is set),
+# the run of median open time: "which chunks open fetch import map dsum".
+: >"$OUT/vmmcold.txt"
+if [ -x "$CUDRV/vmm_cold" ]; then
+    echo "bench: first VMM open at first contact on the driver double ..."
+    for n in 1 64; do
+        for k in 1 2 3 4 5; do
+            for which in ours ${base:+base}; do
+                lib="$IPCBYVAL_LIB"
+                [ $which = base ] && lib="$base/build/libipcbyval.so.1"
+                o=$(LD_LIBRARY_PATH="$CUDRV${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" IPCBYVAL_STATS=1 \
+                    IPCBYVAL_LIB="$lib" "$RUN" "$CUDRV/vmm_cold" --chunks "$n" --mode byval 2>&1 |
+                    awk '$1 == "open_us" { o = $2 } /stats: miss_fetch_ns/ { f = $6 }
+                         /stats: miss_import_ns/ { i = $6 } /stats: miss_map_ns/ { m = $6 }
+                         END { if (o) printf "%s %.0f %.0f %.0f", o, f / 1e3, i / 1e3, m / 1e3 }')
+                d=$("$CUDRV/vmm_cold" --chunks "$n" --mode driver 2>/dev/null |
+                    awk '$1 == "driver_us" { print $5 }')
+                [ -n "$o" ] && [ -n "$d" ] && echo "$which $n $o $d" >>"$OUT/vmmcold.txt"
+            done
+        done
+    done
+fi
+
 get() { awk -v k="$2" '$1 == k { print $2; exit }' "$OUT/$1.txt"; }
 lru() { awk -v k="$2" -v a="$3" '$1 == k && $2 == a { print $3; exit }' "$OUT/$1.txt"; }
 
@@ -121,6 +147,22 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
               END { if (m) printf "%.2f|%.2f", f / m / 1e3, i / m / 1e3 }' "$OUT/byval.err")
     [ -n "$sp" ] && echo "  split per miss: fd fetch (pidfd, checks) vs driver import|${sp%%|*} us|${sp##*|} us|reported|-"
     echo "  cold open over the socket fallback (vs pidfd)|$k us|$c us|reported|-"
+    # the run of median open time: "open fetch import map dsum"
+    vmid() { awk -v w="$1" -v n="$2" '$1 == w && $2 == n { $1 = $2 = ""; print }' "$OUT/vmmcold.txt" |
+        sort -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }'; }
+    for n in 1 64; do
+        v=$(vmid ours "$n")
+        [ -n "$v" ] || continue
+        set -- $v
+        echo "first VMM open at first contact, $n x 2 MiB (CUDA double)|$1 us|$5 us|vs driver-only|-"
+        echo "  split: fetch (attach, watcher, chunk fds)/import/map|$2/$3/$4 us|-|reported|-"
+        vo=$1 vf=$2
+        v=$(vmid base "$n")
+        [ -n "$v" ] || continue
+        set -- $v
+        echo "  vs $BENCH_BASELINE: whole open|$vo us|$1 us|reported|-"
+        echo "  vs $BENCH_BASELINE: fd fetch|$vf us|$2 us|reported|-"
+    done
     e=$(get byval export_hit_ns); f=$(get native export_hit_ns)
     echo "cached re-export (zeMemGetIpcHandle)|$e ns|$f ns|<= 150 ns|$(awk -v a="$e" 'BEGIN{print (a<=150)?"yes":"no"}')"
     s=$(get native socket_rt_us); u=$(get native socket_setup_us)

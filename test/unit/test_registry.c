@@ -192,6 +192,30 @@ static void test_free_reaches_an_idle_importer_within_10ms(void **state)
     close(pidfd);
 }
 
+/* byval_reg_find_fd starts where its last find ended (a manifest's
+ * chunks in one pass): an entry before that start, or none, is still
+ * found or refused as by a full scan. */
+static void test_find_fd_any_order(void **state)
+{
+    (void)state;
+    BYVAL_NEED(byval_test_no_pidfd());
+    child_t c;
+    int pidfd;
+    byval_reg_view_t *v = child_watched(&c, &pidfd);
+    uint64_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+    assert_non_null(byval_reg_find_fd(v, KEY + 1, 8, 9, &s1)); /* the last slot */
+    assert_non_null(byval_reg_find_fd(v, KEY + 1, 7, 9, &s2)); /* before the start: wraps */
+    assert_non_null(byval_reg_find_fd(v, KEY, 3, 5, &s3));
+    assert_non_null(byval_reg_find_fd(v, KEY + 1, 8, 9, &s4));
+    assert_true(s1 && s2 && s3 && s1 != s2 && s1 != s3 && s4 == s1);
+    assert_null(byval_reg_find_fd(v, KEY + 1, 9, 9, &s1)); /* not listed */
+    assert_null(byval_reg_find_fd(v, KEY + 2, 7, 9, &s1)); /* another key */
+    assert_null(byval_reg_find_fd(v, KEY + 1, 7, 10, &s1)); /* another inode */
+    byval_reg_view_put(v);
+    close(pidfd);
+    child_stop(&c);
+}
+
 static void test_exec_ends_the_image(void **state)
 {
     BYVAL_NEED(byval_test_no_pidfd());
@@ -346,6 +370,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_reaches_an_idle_importer_within_10ms),
+        cmocka_unit_test(test_find_fd_any_order),
         cmocka_unit_test(test_exec_ends_the_image),
         cmocka_unit_test(test_no_registry_no_view),
         cmocka_unit_test(test_evidence_before_duplicating),

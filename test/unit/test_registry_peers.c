@@ -214,7 +214,21 @@ uint64_t peer_spam_pipe(pid_t pid, int pipe_fd, int ms)
     return strtoull(what, NULL, 10);
 }
 
+static long watcher_cpu_ms(void);
+
+/* The watcher names itself once it runs, which its start does not wait
+ * for: give it up to 2 s to appear. */
 long peer_watcher_cpu_ms(void)
+{
+    long ms = watcher_cpu_ms();
+    for (int i = 0; ms < 0 && i < 2000; i++) {
+        usleep(1000);
+        ms = watcher_cpu_ms();
+    }
+    return ms;
+}
+
+static long watcher_cpu_ms(void)
 {
     DIR *d = opendir("/proc/self/task");
     long ms = -1;

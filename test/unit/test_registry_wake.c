@@ -18,7 +18,10 @@
  * found our view no longer readable when we collected it and dropped the
  * event: the free went unreported (its mappings cached until the
  * exporter's exit). Also: a burst of frees is reported, and once it is,
- * the bytes left in the pipe cause no further scans.
+ * the bytes left in the pipe cause no further scans. And (issue 23) the
+ * first attach does not wait for the watcher thread to start: held at
+ * its start, the attach still returns at once, and a free made before it
+ * runs is reported once it does.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,11 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "handles/bgthread.h"
 #include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
@@ -226,10 +231,92 @@ static void test_burst_reported_then_quiet(void **state)
     assert_int_equal(idle, 0);
 }
 
+/* ---- the first attach and the watcher's start (issue 23) ---------------- */
+
+static int hold_pipe[2];
+
+/* Every new thread of ours waits here for a byte (3 s at most), before
+ * its start ends. */
+static void hold_start(void)
+{
+    struct pollfd p = {.fd = hold_pipe[0], .events = POLLIN};
+    (void)poll(&p, 1, 3000);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* This program exec'ed as "first-attach" (a fresh process: its first
+ * attach starts its watcher whatever ran before, and TSan starts no
+ * thread in the child of a multi-threaded fork): 0, or which check
+ * failed. */
+static int first_attach_child(void)
+{
+    peer_exporter_t e;
+    char msg[512] = "";
+    byval_reg_on_event(on_event);
+    if (peer_exporter_start(&e) != 0 || pipe2(hold_pipe, O_CLOEXEC) != 0)
+        return 10;
+    __atomic_store_n(&byval_bgthread_test_hook, hold_start, __ATOMIC_RELEASE);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    byval_reg_view_t *v = peer_attach(&e.rec, NULL, msg, sizeof(msg));
+    long ms = ms_since(&t0);
+    printf("first attach with the watcher's start held: %ld ms%s%s\n", ms, v ? "" : ", failed: ",
+           v ? "" : msg);
+    if (!v)
+        return 11;
+    /* A free while the watcher has not run yet. */
+    uint64_t serial = 0;
+    const uint64_t *w = byval_reg_find(v, KEY, 5, &serial);
+    int before = peer_events();
+    if (!w || peer_exporter_cmd(&e, 'r', 5000) != 0)
+        return 12;
+    int early = peer_events() != before;
+    (void)!write(hold_pipe[1], "g", 1); /* the watcher runs now */
+    int seen = peer_event_after(before, 2000);
+    printf("free made before the watcher ran: %s\n",
+           seen ? "reported once it ran" : "not reported (lost)");
+    int rc = ms >= 1000 ? 1 : early ? 13 : !seen ? 2 : byval_reg_live(w, serial) ? 14 : 0;
+    byval_reg_view_put(v);
+    peer_exporter_stop(&e);
+    return rc;
+}
+
+static void test_first_attach_does_not_wait_for_watcher(void **state)
+{
+    (void)state;
+    BYVAL_NEED(byval_test_no_pidfd());
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_registry_wake", "first-attach", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 1)
+        fail_msg("the first attach waited for the watcher thread to start");
+    if (WEXITSTATUS(st) == 2)
+        fail_msg("a free made before the watcher ran was never reported");
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "importer") == 0)
         return second_importer_main((uint32_t)atoi(argv[2]));
+    if (argc > 1 && strcmp(argv[1], "first-attach") == 0) {
+        int rc = first_attach_child();
+        fflush(stdout);
+        return rc;
+    }
     if (argc > 1) /* one test by name, or a glob of names */
         cmocka_set_test_filter(argv[1]);
     signal(SIGPIPE, SIG_IGN);
@@ -237,6 +324,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wakeup_not_taken_by_another_importer, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_burst_reported_then_quiet, setup, teardown),
+        cmocka_unit_test(test_first_attach_does_not_wait_for_watcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
