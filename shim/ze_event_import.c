@@ -115,16 +115,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     byval_enter();
     r = next(ctx, local, &pool);
     byval_leave();
-    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
-    close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
-                 rec.fd, (unsigned)r);
-        byval_ze_short_refuse(API_OPEN, BYVAL_E_SYS, msg);
-        byval_reg_view_put(v);
+    if (byval_ze_short_imported(API_OPEN, r, fd, &rec, v, t0) != ZE_RESULT_SUCCESS)
         return r;
-    }
     pool_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
         byval_reg_view_put(v);

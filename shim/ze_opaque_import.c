@@ -100,16 +100,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     byval_enter();
     r = next(ctx, dev, local, flags, &p);
     byval_leave();
-    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
-    close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec.pid,
-                 rec.fd, (unsigned)r);
-        byval_ze_short_refuse(API_OPEN, BYVAL_E_SYS, msg);
-        byval_reg_view_put(v);
+    if (byval_ze_short_imported(API_OPEN, r, fd, &rec, v, t0) != ZE_RESULT_SUCCESS)
         return r;
-    }
     opaque_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
         byval_reg_view_put(v);

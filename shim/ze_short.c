@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -42,6 +43,21 @@ ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char
                             api, "%s", msg);
     return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
                               : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+ze_result_t byval_ze_short_imported(const char *api, ze_result_t r, int fd,
+                                    const byval_record_t *rec, byval_reg_view_t *v, uint64_t t0)
+{
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
+    close(fd); /* the driver holds its own reference once open */
+    if (r != ZE_RESULT_SUCCESS) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec->pid,
+                 rec->fd, (unsigned)r);
+        byval_ze_short_refuse(api, BYVAL_E_SYS, msg);
+        byval_reg_view_put(v);
+    }
+    return r;
 }
 
 ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const void *handle64,

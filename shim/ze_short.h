@@ -20,6 +20,11 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial);
 
 /* Count and log (once per kind and API) a refused open: its ze_result_t. */
 ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char *msg);
+/* After the driver's import of a fetched fd, started at t0: its time
+ * counted, the fd closed; a refusal logged once per kind and the view
+ * given back. Returns r. */
+ze_result_t byval_ze_short_imported(const char *api, ze_result_t r, int fd,
+                                    const byval_record_t *rec, byval_reg_view_t *v, uint64_t t0);
 
 /* The exporter's live registry entry s names for the fd in bytes 0-7, of
  * kind (BYVAL_KIND_ZE_*): *v_p (a view reference), *w_p, *slot, and in

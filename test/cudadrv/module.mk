@@ -49,7 +49,7 @@ TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_CHUNKS) $(CU_LIFE)
 # make bench's first VMM open at first contact (scripts/bench.sh): the GPU
 # host's vmm_cold (test/gpu), on the double.
 VMM_COLD       := $(CUDADRV_DIR)/vmm_cold
-$(VMM_COLD): test/gpu/vmm_cold.c $(CUDADRV_LIB)
+$(VMM_COLD): test/gpu/vmm_cold.c test/gpu/gpu_c.h $(CUDADRV_LIB)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
 BENCH_BINS += $(VMM_COLD)
 

@@ -30,18 +30,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#define GPU_PROG "gpu_cycle"
+#include "gpu_c.h"
+
 static int rt; /* --api rt */
 
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        CUresult rc_ = (call);                                                                     \
-        if (rc_ != CUDA_SUCCESS) {                                                                 \
-            const char *n_ = NULL;                                                                 \
-            cuGetErrorName(rc_, &n_);                                                              \
-            fprintf(stderr, "gpu_cycle: %s: %s\n", #call, n_ ? n_ : "?");                          \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 #define RT(call)                                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -50,13 +43,6 @@ static int rt; /* --api rt */
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -30,27 +30,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define GPU_PROG "vmm_cold"
+#include "gpu_c.h"
+
 #define CHUNK (2u << 20)
 #define MAX_CHUNKS 1024
 #define FDS_PER_MSG 250 /* SCM_MAX_FD is 253 */
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        CUresult rc_ = (call);                                                                     \
-        if (rc_ != CUDA_SUCCESS) {                                                                 \
-            const char *n_ = NULL;                                                                 \
-            cuGetErrorName(rc_, &n_);                                                              \
-            fprintf(stderr, "vmm_cold: %s: %s\n", #call, n_ ? n_ : "?");                           \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static CUmemAllocationProp prop;
 static CUmemAccessDesc acc;
