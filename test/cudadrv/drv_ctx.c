@@ -424,29 +424,30 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
     return cuCtxPopCurrent_v2(pctx);
 }
 
+/* The device a context belongs to. Measured on an H100 (driver 580): a
+ * reset primary context still current tells its device (CUDA_SUCCESS)
+ * while cuMemGetInfo, cuCtxSynchronize, cuCtxGetId and cuIpcOpenMemHandle
+ * answer CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+static CUresult ctx_device(CUcontext ctx, CUdevice *device)
+{
+    CUresult rc = ctx_check(ctx);
+
+    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx))
+        rc = CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        *device = ctx->device;
+    return rc;
+}
+
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 {
     CUresult rc = cudadrv_check_init();
-    int dev;
 
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Measured on an H100 (driver 580): a reset primary context still
-     * current tells its device (CUDA_SUCCESS) while cuMemGetInfo,
-     * cuCtxSynchronize, cuCtxGetId and cuIpcOpenMemHandle answer
-     * CUDA_ERROR_CONTEXT_IS_DESTROYED. */
-    CUcontext cur = cudadrv_ctx_current();
-    if (cur && is_primary(cur) && cur->device < cudadrv_device_count() &&
-        ctx_check(cur) == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
-        *device = cur->device;
-        return CUDA_SUCCESS;
-    }
-    rc = cudadrv_current_device(&dev);
-    if (rc == CUDA_SUCCESS)
-        *device = dev;
-    return rc;
+    return ctx_device(cudadrv_ctx_current(), device);
 }
 
 /* CUDA 13: cuGetProcAddress("cuCtxGetDevice", 13000) hands out this one,
@@ -461,12 +462,7 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
         return cuCtxGetDevice(device);
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    rc = ctx_check(ctx);
-    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx))
-        rc = CUDA_SUCCESS; /* as cuCtxGetDevice above */
-    if (rc == CUDA_SUCCESS)
-        *device = ctx->device;
-    return rc;
+    return ctx_device(ctx, device);
 }
 
 /* The context's id; CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed or

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "test/cudadrv/cu_pair.h"
+#include "test/devmem/devmem.h" /* the ledger the doubles share */
 #include "test/transport/rdv_pair.h"
 
 static struct opts o = {.mem = MEM_VMM, .route = ROUTE_CUDART, .version = 12000,
@@ -112,22 +113,16 @@ static int import_one(const uint8_t h[RDV_HANDLE], size_t size, uint64_t seed, i
     return 0;
 }
 
-/* The double's ledger (test/devmem/devmem.h's struct devmem_stats); the
- * real driver has none. */
-typedef struct {
-    uint64_t total, used, freed_held;
-    uint32_t allocs, shared;
-} ledger_t;
-
+/* The double's ledger; the real driver has none. */
 static int ledger(uint64_t *used_p, uint64_t *freed_held_p)
 {
-    static CUresult (*stats)(int, ledger_t *);
+    static CUresult (*stats)(int, struct devmem_stats *);
     if (!stats) {
         void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
         if (h)
-            stats = (CUresult(*)(int, ledger_t *))dlsym(h, "cudadrvMemStats");
+            stats = (CUresult(*)(int, struct devmem_stats *))dlsym(h, "cudadrvMemStats");
     }
-    ledger_t st = {0};
+    struct devmem_stats st = {0};
     if (!stats || stats(0, &st) != CUDA_SUCCESS || !st.shared)
         return -1;
     *used_p = st.used;

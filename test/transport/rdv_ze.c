@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "test/mpi/zeapp.h"
+#include "test/devmem/devmem.h" /* the ledger the doubles share */
 #include "test/transport/rdv_pair.h"
 
 static struct zeapp app;
@@ -87,22 +88,17 @@ static int import_one(const uint8_t h[RDV_HANDLE], size_t size, uint64_t seed, i
     return 0;
 }
 
-/* The test driver's ledger (test/devmem/devmem.h's struct devmem_stats). */
-typedef struct {
-    uint64_t total, used, freed_held;
-    uint32_t allocs, shared;
-} ledger_t;
-
+/* The test driver's ledger (zedrvMemStats). */
 static int ledger(uint64_t *used_p, uint64_t *freed_held_p)
 {
-    static int (*stats)(ledger_t *);
+    static int (*stats)(struct devmem_stats *);
     const char *drv = getenv("ZE_ENABLE_ALT_DRIVERS");
     if (!stats && drv) {
         void *h = dlopen(drv, RTLD_NOLOAD | RTLD_LAZY);
         if (h)
-            stats = (int (*)(ledger_t *))dlsym(h, "zedrvMemStats");
+            stats = (int (*)(struct devmem_stats *))dlsym(h, "zedrvMemStats");
     }
-    ledger_t st = {0};
+    struct devmem_stats st = {0};
     if (!stats || stats(&st) != 0 || !st.shared)
         return -1;
     *used_p = st.used;
