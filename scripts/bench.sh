@@ -140,6 +140,10 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
     echo "  resolve, first contact (+pidfd_open, identity check)|$k us|$g us|<= 1.5x raw syscalls|$(awk -v a="$k" -v b="$g" 'BEGIN{print (a<=1.5*b)?"yes":"no"}')"
     k=$(get pidfd attach_us); g=$(get pidfd attach_raw_us)
     echo "registry attach, once per exporter (vs its raw syscalls)|$k us|$g us|<= 50 us|$(awk -v a="$k" 'BEGIN{print (a<=50)?"yes":"no"}')"
+    k=$(get pidfd free_notify_us); g=$(get pidfd free_notify_max_us)
+    echo "a free reaching an idle importer's watcher (median, max)|$k us, max $g us|-|max <= 10 ms|$(awk -v a="$g" 'BEGIN{print (a<=10000)?"yes":"no"}')"
+    k=$(get pidfd free_burst_us); g=$(get pidfd free_burst_max_us)
+    echo "  frees back to back (one report per 5 ms interval)|$k us, max $g us|-|max <= 10 ms|$(awk -v a="$g" 'BEGIN{print (a<=10000)?"yes":"no"}')"
     k=$(get socket cold_open_us)
     # Where a miss goes (IPCBYVAL_STATS of the importer): fetch vs import.
     sp=$(awk '/stats: open_misses/ { m += $6 } /stats: miss_fetch_ns/ { f += $6 }

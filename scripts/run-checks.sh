@@ -64,7 +64,14 @@ for t in "${integs[@]}"; do
 done
 
 printf '%s\n' "------------------------------------------------------------------"
-for n in "${failed_names[@]+"${failed_names[@]}"}"; do echo "failed: $n"; done
+# Each failure's cause again, last: a CI page or a terminal often shows
+# only the tail.
+for n in "${failed_names[@]+"${failed_names[@]}"}"; do
+    echo "failed: $n"
+    log=${n##*(}; log=${log%)}
+    grep -E '^FAIL: |\[  FAILED  \]|error: |Assert|Sanitizer|SUMMARY|exit [0-9]+$' "$log" 2>/dev/null |
+        head -15 | sed 's/^/    /'
+done
 echo "logs: $logdir/ (one per suite); total $(since "$t_start") s"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

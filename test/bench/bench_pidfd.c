@@ -17,7 +17,14 @@
  *    /proc/PID/fd/1000, fetch and check it and its pipe, map it, watch
  *    it), over ATTACHES exporters, beside attach_raw_us: the system calls
  *    it cannot do without (one statx of that link, pidfd_getfd of the
- *    page and of its pipe, mmap of the page, close).
+ *    page and of its pipe, mmap of the page, close);
+ *  - free_notify_us: how long after an exporter frees an export an idle
+ *    importer's watcher learns of it (the exporter's command pipe
+ *    included), over NOTIFIES frees 10 ms apart: the 10 ms target of a
+ *    free reaching importers that call nothing (test_registry checks
+ *    that it arrives); free_burst_us the same for frees back to back,
+ *    which the watcher's bound on what one exporter costs it
+ *    (registry_watch.c) reports once per 5 ms interval.
  * Needs no GPU and no driver: make bench and make bench-gpu run it on
  * each machine. Prints "key value" lines (medians, microseconds). No
  * timing asserts.
@@ -41,6 +48,7 @@
 
 #define RUNS 2000
 #define ATTACHES 24
+#define NOTIFIES 200
 
 static double now_us(void)
 {
@@ -163,6 +171,91 @@ static int bench_attach(double *us, double *raw, char *msg, size_t len)
     return rc;
 }
 
+/* The watcher's report of a free (gone = 0), counted and timed. */
+static volatile int frees_seen;
+static volatile uint64_t free_seen_ns; /* now_us() * 1000 */
+
+static void on_free(byval_reg_view_t *v, int gone)
+{
+    (void)v;
+    if (gone)
+        return;
+    __atomic_store_n(&free_seen_ns, (uint64_t)(now_us() * 1e3), __ATOMIC_RELEASE);
+    __atomic_add_fetch(&frees_seen, 1, __ATOMIC_RELEASE);
+}
+
+/* A free reaching an idle importer: an exporter publishes one export,
+ * then on each 'r' frees it and publishes it again ('r' acked once both
+ * are done); the importer's watcher reports each free. */
+static int bench_free_notify(double *us, double *burst, char *msg, size_t len)
+{
+    int cmd[2], ack[2];
+    if (pipe(cmd) != 0 || pipe(ack) != 0)
+        return -1;
+    const uint64_t key = BYVAL_REG_KEY(1, 77);
+    pid_t pid = fork();
+    if (pid == 0) {
+        byval_self_t s;
+        byval_record_t rec = {0};
+        close(cmd[1]);
+        close(ack[0]);
+        byval_self_reset();
+        if (byval_self_get(&s) != 0 || byval_reg_add(key, 5, 3, 4096) != 0)
+            _exit(1);
+        byval_record_set_exporter(&rec, &s);
+        if (write(ack[1], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+            _exit(1);
+        for (char c; read(cmd[0], &c, 1) == 1 && c == 'r';) {
+            byval_reg_remove(key, 5);
+            byval_reg_add(key, 5, 3, 4096);
+            (void)!write(ack[1], &c, 1);
+        }
+        _exit(0);
+    }
+    close(cmd[0]);
+    close(ack[1]);
+    byval_record_t rec;
+    int rc = pid > 0 && read(ack[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec) ? 0 : -1;
+    int pidfd = rc ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+    byval_reg_on_event(on_free);
+    byval_reg_view_t *v = pidfd < 0 ? NULL : byval_reg_attach(&rec, BYVAL_MODE_PIDFD, pidfd, msg, len);
+    if (!v)
+        rc = -1;
+    for (int i = 0; i < 2 * NOTIFIES && rc == 0; i++) {
+        if (i < NOTIFIES)
+            usleep(10000); /* past the watcher's 5 ms interval: an idle importer */
+        int before = __atomic_load_n(&frees_seen, __ATOMIC_ACQUIRE);
+        char c = 'r';
+        double t0 = now_us();
+        if (write(cmd[1], &c, 1) != 1 || read(ack[0], &c, 1) != 1) {
+            rc = -1;
+            break;
+        }
+        /* Up to 1 s; a lost report fails the benchmark rather than
+         * timing it as 1 s. */
+        for (int k = 0; k < 100000 && __atomic_load_n(&frees_seen, __ATOMIC_ACQUIRE) == before; k++)
+            usleep(10);
+        if (__atomic_load_n(&frees_seen, __ATOMIC_ACQUIRE) == before) {
+            snprintf(msg, len, "free %d never reached the watcher", i);
+            rc = -1;
+        }
+        double d = (double)__atomic_load_n(&free_seen_ns, __ATOMIC_ACQUIRE) / 1e3 - t0;
+        if (i < NOTIFIES)
+            us[i] = d;
+        else
+            burst[i - NOTIFIES] = d;
+    }
+    if (v)
+        byval_reg_view_put(v);
+    close(cmd[1]); /* EOF: it exits */
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    close(ack[0]);
+    if (pidfd >= 0)
+        close(pidfd);
+    return rc;
+}
+
 int main(void)
 {
     exporter_t x;
@@ -174,7 +267,7 @@ int main(void)
         return 1;
     }
     static double full[RUNS], raw[RUNS], known[RUNS], known_raw[RUNS], attach[ATTACHES],
-        attach_raw_us[ATTACHES];
+        attach_raw_us[ATTACHES], notify[NOTIFIES], burst[NOTIFIES];
     const byval_record_t rec = x.rec;
     int status = 0, kept = (int)syscall(SYS_pidfd_open, x.pid, 0);
     /* The exporter met once: its registry is attached (timed below). */
@@ -219,6 +312,10 @@ int main(void)
         fprintf(stderr, "bench_pidfd: attach: %s\n", msg);
         status = 1;
     }
+    if (!status && bench_free_notify(notify, burst, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "bench_pidfd: free notification: %s\n", msg);
+        status = 1;
+    }
     if (status)
         return status;
     printf("resolve_us %.3f\n", median(full, RUNS));
@@ -227,5 +324,9 @@ int main(void)
     printf("getfd_raw_us %.3f\n", median(known_raw, RUNS));
     printf("attach_us %.3f\n", median(attach, ATTACHES));
     printf("attach_raw_us %.3f\n", median(attach_raw_us, ATTACHES));
+    printf("free_notify_us %.3f\n", median(notify, NOTIFIES));
+    printf("free_notify_max_us %.3f\n", notify[NOTIFIES - 1]); /* sorted by median() */
+    printf("free_burst_us %.3f\n", median(burst, NOTIFIES));
+    printf("free_burst_max_us %.3f\n", burst[NOTIFIES - 1]);
     return 0;
 }
