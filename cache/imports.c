@@ -314,6 +314,8 @@ static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
         c->ops->track(m);
     if (!alive_tracked(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
+    else if (c->ops->watch && LD_ACQ(&m->live))
+        c->ops->watch(m);
     uint64_t held = __atomic_add_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
     uint64_t peak = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
     while (held > peak && !__atomic_compare_exchange_n(&g.peak, &peak, held, 1,

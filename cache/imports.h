@@ -64,6 +64,10 @@ typedef struct byval_imports_ops {
     void (*track)(byval_import_t *m);
     /* Optional: drop what track() set (m->tracker), after release. */
     void (*untrack)(void *tracker);
+    /* Optional, at a tracked mapping's first close, when it stays cached:
+     * from now on a free must reach it while the application calls
+     * nothing (the shim's registry watcher, started on demand). */
+    void (*watch)(byval_import_t *m);
     /* 1 when the driver hands out the same pointer for a re-open of a
      * mapping while it is open, counting opens (CUDA legacy). Such a
      * mapping stays in its cache while the application has it open,

@@ -63,13 +63,17 @@ struct byval_reg_watch {
     int epfd;
     int kick_fd; /* our eventfd: views to evict */
     int kick_kind;
-    int started;
+    int started;   /* the thread (atomic: read unlocked by byval_reg_watch_need) */
+    int on_demand; /* byval_reg_watch_on_demand */
     byval_reg_event_fn on_event;
 };
 extern struct byval_reg_watch byval_reg_w;
 
 /* byval_reg_w.lock (rank REGISTRY_WATCH, cache/locks.h). */
 void byval_reg_w_lock(void);
+
+/* (locked) The epoll set, once per process: 0, or -1 (msg says why). */
+int byval_reg_watch_setup(char *msg, size_t msglen);
 
 /* (locked) The epoll set and the thread, once per process: 0, or -1
  * (msg says why). */

@@ -102,9 +102,26 @@ static inline int byval_reg_live(const uint64_t *word, uint64_t serial)
     return __atomic_load_n(word, __ATOMIC_ACQUIRE) == serial;
 }
 
+/* When the watcher thread starts. By default with the first view: every
+ * attach is watched at once. On demand (the library's choice, set once
+ * before the first attach): a view's pipe joins the watcher's epoll set
+ * at attach, which reports later whatever it missed (edge-triggered), and
+ * the thread starts only once something needs it: byval_reg_watch_need
+ * (a closed mapping depends on a view), an exit watch, or more views than
+ * BYVAL_REG_VIEWS_MAX. Until then a lookup asks a view's pipe itself
+ * whether the exporter's image is gone. Why (issue 23): a thread start is
+ * 20-70 us, which a first open paid whether or not anything it imported
+ * would ever be closed and cached. */
+void byval_reg_watch_on_demand(int on);
+
+/* The watcher runs from now on: 1 when started here, 0 when it ran
+ * already, -1 when no thread could be started (msg says why). */
+int byval_reg_watch_need(char *msg, size_t msglen);
+
 /* Once the process behind pidfd has exited (its pidfd readable), call
- * fn(arg) on the watcher thread. The pidfd is duplicated (the caller
- * keeps its own). 0, or -1 when no watcher runs or no fd is left. */
+ * fn(arg) on the watcher thread (started here if not yet). The pidfd is
+ * duplicated (the caller keeps its own). 0, or -1 when no watcher runs or
+ * no fd is left. */
 int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg);
 
 /* Whose registry v is. */

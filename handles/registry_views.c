@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -98,23 +99,50 @@ static void fork_child(void)
     if (byval_reg_w.kick_fd >= 0)
         close(byval_reg_w.kick_fd);
     byval_reg_w.epfd = byval_reg_w.kick_fd = -1;
-    byval_reg_w.started = 0;
+    __atomic_store_n(&byval_reg_w.started, 0, __ATOMIC_RELAXED);
 }
 BYVAL_FORK_CHILD(registry_watch, fork_child);
 
-/* (locked) the epoll set and the thread, once per process. */
+/* (locked) v may serve a lookup: its exporter's image is not known to be
+ * gone. Where no watcher runs yet (on demand) nobody collects the pipe's
+ * hang-up, so we ask the pipe (one poll, on a miss only): an image gone
+ * is marked here, and *wake_p asks for the watcher, which reports it and
+ * unlists the view (its epoll set kept the hang-up for it). */
+static int view_usable(byval_reg_view_t *v, int *wake_p)
+{
+    if (byval_reg_view_gone(v))
+        return 0;
+    if (__atomic_load_n(&byval_reg_w.started, __ATOMIC_RELAXED) || v->pipe_fd < 0)
+        return 1;
+    struct pollfd p = {.fd = v->pipe_fd, .events = 0};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLHUP | POLLERR)))
+        return 1;
+    __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+    *wake_p = 1;
+    return 0;
+}
+
+/* After a lookup that found a gone view: the watcher reports it. */
+static void lookup_done(int wake)
+{
+    if (wake)
+        (void)byval_reg_watch_need(NULL, 0); /* -1: the view stays gone, unreported */
+}
+
 byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
 {
     byval_reg_view_t *found = NULL;
+    int wake = 0;
     byval_reg_w_lock();
     for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
-            v->identity == identity) {
+        if (v->pid == pid && v->pidns == pidns && v->identity == identity &&
+            view_usable(v, &wake)) {
             v->refs++;
             v->used = ++byval_reg_w.tick;
             found = v;
         }
     byval_unlock(&byval_reg_w.lock);
+    lookup_done(wake);
     return found;
 }
 
@@ -122,16 +150,18 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
                                         uint64_t *identity_p)
 {
     byval_reg_view_t *found = NULL;
+    int wake = 0;
     byval_reg_w_lock();
     for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
-        if (!byval_reg_view_gone(v) && v->pid == pid && v->pidns == pidns &&
-            (uint32_t)v->identity == id32) {
+        if (v->pid == pid && v->pidns == pidns && (uint32_t)v->identity == id32 &&
+            view_usable(v, &wake)) {
             v->refs++;
             v->used = ++byval_reg_w.tick;
             *identity_p = v->identity;
             found = v;
         }
     byval_unlock(&byval_reg_w.lock);
+    lookup_done(wake);
     return found;
 }
 
@@ -154,7 +184,12 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
             return o;
         }
     struct epoll_event ev = {.events = VIEW_EVENTS, .data.ptr = v};
-    if (byval_reg_watch_start(msg, msglen) != 0 ||
+    unsigned n = byval_reg_w.count + 1; /* read lock-free by byval_reg_views */
+    int over = n > BYVAL_REG_VIEWS_MAX;
+    /* The thread now, unless on demand; one too many views needs it now
+     * (it evicts). */
+    if ((byval_reg_w.on_demand && !over ? byval_reg_watch_setup(msg, msglen)
+                                        : byval_reg_watch_start(msg, msglen)) != 0 ||
         epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
         if (msg && !msg[0])
             byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
@@ -165,9 +200,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     v->next = byval_reg_w.head;
     byval_reg_w.head = v;
     v->used = ++byval_reg_w.tick;
-    unsigned n = byval_reg_w.count + 1; /* read lock-free by byval_reg_views */
     __atomic_store_n(&byval_reg_w.count, n, __ATOMIC_RELAXED);
-    int over = n > BYVAL_REG_VIEWS_MAX;
     v->refs++; /* the caller's */
     if (over) /* the watcher evicts, between its batches */
         byval_reg_watch_kick();

@@ -6,7 +6,8 @@
  * Why a thread: an importer that holds a closed mapping and makes no
  * further call (it computes while the producer re-allocates) must still
  * give the exporter's freed memory back at once, as natively. One thread
- * per importing process, started with the first view, sleeps in
+ * per importing process, started with the first view (on demand: when
+ * the first closed mapping depends on one, registry_view.h), sleeps in
  * epoll_wait on the views' pipes (edge-triggered: the exporter's every
  * write wakes every importer; a hang-up means the exporter's image is
  * gone) and costs nothing while nothing is freed. It only reports; what
@@ -274,16 +275,23 @@ static void *watch_main(void *arg)
     }
 }
 
-int byval_reg_watch_start(char *msg, size_t msglen)
+int byval_reg_watch_setup(char *msg, size_t msglen)
 {
-    if (byval_reg_w.started)
-        return 0;
     if (byval_reg_w.epfd < 0)
         byval_reg_w.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (byval_reg_w.epfd < 0) {
         byval_msg(msg, msglen, "epoll_create1 failed: %s", strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+int byval_reg_watch_start(char *msg, size_t msglen)
+{
+    if (__atomic_load_n(&byval_reg_w.started, __ATOMIC_RELAXED))
+        return 0;
+    if (byval_reg_watch_setup(msg, msglen) != 0)
+        return -1;
     /* Not waited for (issue 23): the caller adds its view's pipe to the
      * epoll set right after, and the thread's first epoll_wait reports
      * whatever was written to it meanwhile (edge-triggered: a pipe that is
@@ -293,8 +301,26 @@ int byval_reg_watch_start(char *msg, size_t msglen)
         byval_msg(msg, msglen, "cannot start the release watcher: %s", strerror(rc));
         return -1;
     }
-    byval_reg_w.started = 1;
+    __atomic_store_n(&byval_reg_w.started, 1, __ATOMIC_RELEASE);
     return 0;
+}
+
+void byval_reg_watch_on_demand(int on)
+{
+    byval_reg_w_lock();
+    byval_reg_w.on_demand = on;
+    byval_unlock(&byval_reg_w.lock);
+}
+
+int byval_reg_watch_need(char *msg, size_t msglen)
+{
+    if (__atomic_load_n(&byval_reg_w.started, __ATOMIC_ACQUIRE))
+        return 0;
+    byval_reg_w_lock();
+    int was = __atomic_load_n(&byval_reg_w.started, __ATOMIC_RELAXED);
+    int rc = byval_reg_watch_start(msg, msglen);
+    byval_unlock(&byval_reg_w.lock);
+    return rc != 0 ? -1 : !was;
 }
 
 void byval_reg_watch_kick(void)
@@ -323,7 +349,7 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
     *pw = (pidfd_watch_t){WATCH_PIDFD, fcntl(pidfd, F_DUPFD_CLOEXEC, 0), fn, arg, NULL};
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
     byval_reg_w_lock();
-    int rc = pw->fd >= 0 && byval_reg_w.started
+    int rc = pw->fd >= 0 && byval_reg_watch_start(NULL, 0) == 0
                  ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev)
                  : -1;
     if (rc == 0) {

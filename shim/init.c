@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cache/locks.h"
+#include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/doctor.h"
@@ -61,8 +62,13 @@ static void init_run(void)
     init_depth++;
     init_problems = byval_config_load();
     init_enabled = byval_cfg.enable;
-    if (init_enabled)
+    if (init_enabled) {
         byval_rendezvous_configure(); /* IPCBYVAL_RENDEZVOUS_DIR, before any export */
+        /* The release watcher starts with the first closed mapping that
+         * depends on an exporter's registry (shim/track.c), not with the
+         * first open: a first open does not pay a thread start. */
+        byval_reg_watch_on_demand(1);
+    }
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */

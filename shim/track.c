@@ -63,10 +63,13 @@ static void track_init(void)
     byval_exporters_on_exit(exporter_exited);
 }
 
+static void track_watch(byval_import_t *m);
+
 byval_imports_t *byval_track_cache(byval_imports_ops_t *ops)
 {
     pthread_once(&track_once, track_init);
     ops->untrack = byval_track_untrack;
+    ops->watch = track_watch;
     byval_imports_t *c = byval_imports_create(ops, byval_cfg.cache_size);
     if (c)
         byval_stats_register_cache(ops->name, byval_imports_lru(c));
@@ -95,6 +98,20 @@ static void track_in(byval_import_t *m, byval_reg_view_t *v, uint64_t key, uint3
         byval_import_track(m, w, serial, v);
     else
         byval_import_track(m, &freed_word, 1, v); /* freed before we looked */
+}
+
+/* A closed mapping now waits on its exporter's frees: the watcher must
+ * run (registry_view.h, on demand). Without it a free is still seen by
+ * the next open of the mapping (its liveness word). */
+static void track_watch(byval_import_t *m)
+{
+    char msg[256] = "";
+    int rc = m->tracker ? byval_reg_watch_need(msg, sizeof(msg)) : 0;
+    if (rc < 0)
+        untracked(m->pid, msg);
+    else if (rc > 0)
+        BYVAL_LOG_DEBUG("release watcher started: a closed mapping of pid %u waits on its "
+                        "exporter's frees", m->pid);
 }
 
 void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino)

@@ -9,6 +9,12 @@
  *       ipcbyval a by-value handle naming its manifest); the importer
  *       times cuIpcOpenMemHandle (IPCBYVAL_STATS splits it into fetch,
  *       import and map): "open_us T".
+ *   vmm_cold --chunks N --mode byval --exporters 2
+ *       the same, then the first open of a second exporter's reservation
+ *       in the now warm importer: "open2_us T" (what first contact costs
+ *       per exporter, without what it costs once per process: the
+ *       library's first steps, its watcher thread, the first faults).
+ *       Each open's minor page faults: "open_faults F" / "open2_faults F".
  *   vmm_cold --chunks N --mode driver
  *       what the driver alone needs for the same memory: the exporter
  *       sends one POSIX fd per chunk (cuMemExportToShareableHandle,
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -123,21 +130,41 @@ static int exporter(int sock, int n, int byval)
     return read(sock, &c, 1) < 0; /* until the importer is done */
 }
 
-static int importer(int sock, int n, int byval)
+static long minflt(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
+}
+
+/* Open exporter i's handle (from socks[i]), timed, its faults counted. */
+static int open_one(const int *socks, int i)
+{
+    CUipcMemHandle ih;
+    CUdeviceptr p;
+    if (read(socks[i], &ih, sizeof(ih)) != (ssize_t)sizeof(ih))
+        return fprintf(stderr, "vmm_cold: no handle from exporter %d\n", i), 1;
+    long f0 = minflt();
+    double t0 = now_us();
+    CU(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    double t = now_us() - t0;
+    long f = minflt() - f0;
+    printf("open%s_us %.1f\nopen%s_faults %ld\n", i ? "2" : "", t, i ? "2" : "", f);
+    CU(cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+static int importer(const int *socks, int nx, int n, int byval)
 {
     static CUmemGenericAllocationHandle h[MAX_CHUNKS];
     static int fds[MAX_CHUNKS];
     CUdeviceptr p;
+    int sock = socks[0];
     if (init())
         return 1;
     if (byval) {
-        CUipcMemHandle ih;
-        if (read(sock, &ih, sizeof(ih)) != (ssize_t)sizeof(ih))
-            return fprintf(stderr, "vmm_cold: no handle from the exporter\n"), 1;
-        double t0 = now_us();
-        CU(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
-        printf("open_us %.1f\n", now_us() - t0);
-        CU(cuIpcCloseMemHandle(p));
+        for (int i = 0; i < nx; i++)
+            if (open_one(socks, i))
+                return 1;
         return 0;
     }
     for (int i = 0; i < n; i += FDS_PER_MSG)
@@ -166,31 +193,42 @@ static int importer(int sock, int n, int byval)
 
 int main(int argc, char **argv)
 {
-    int n = 0, byval = -1, sv[2], st = 0;
+    int n = 0, byval = -1, nx = 1, sv[2][2], st = 0, rc = 0;
+    pid_t pid[2];
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--chunks"))
             n = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--exporters"))
+            nx = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mode"))
             byval = !strcmp(argv[i + 1], "byval") ? 1 : !strcmp(argv[i + 1], "driver") ? 0 : -1;
     }
-    if (n < 1 || n > MAX_CHUNKS || byval < 0) {
-        fprintf(stderr, "usage: vmm_cold --chunks 1..%d --mode byval|driver\n", MAX_CHUNKS);
+    if (n < 1 || n > MAX_CHUNKS || byval < 0 || nx < 1 || nx > 2 || (nx > 1 && !byval)) {
+        fprintf(stderr, "usage: vmm_cold --chunks 1..%d --mode byval|driver "
+                "[--exporters 1|2 (byval)]\n", MAX_CHUNKS);
         return 2;
     }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return perror("vmm_cold: socketpair"), 1;
-    fflush(NULL);
-    pid_t pid = fork(); /* before any CUDA call; the importer is the parent (Yama) */
-    if (pid == 0) {
-        close(sv[0]);
-        _exit(exporter(sv[1], n, byval));
+    int socks[2];
+    for (int i = 0; i < nx; i++) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]) != 0)
+            return perror("vmm_cold: socketpair"), 1;
+        fflush(NULL);
+        pid[i] = fork(); /* before any CUDA call; the importer is the parent (Yama) */
+        if (pid[i] == 0) {
+            for (int j = 0; j <= i; j++) /* an earlier exporter's end too: it waits for EOF */
+                close(sv[j][0]);
+            _exit(exporter(sv[i][1], n, byval));
+        }
+        close(sv[i][1]);
+        socks[i] = sv[i][0];
     }
-    close(sv[1]);
-    int rc = importer(sv[0], n, byval);
-    close(sv[0]);
-    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "vmm_cold: the exporter failed (status 0x%x)\n", st);
-        rc = 1;
+    rc = importer(socks, nx, n, byval);
+    for (int i = 0; i < nx; i++) {
+        close(socks[i]);
+        if (waitpid(pid[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "vmm_cold: exporter %d failed (status 0x%x)\n", i, st);
+            rc = 1;
+        }
     }
     return rc;
 }

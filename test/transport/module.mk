@@ -16,6 +16,7 @@ TEST_BINS += $(XFER)
 UNIT_TESTS += $(BUILD)/test/unit/test_broker $(BUILD)/test/unit/test_transport \
               $(BUILD)/test/unit/test_registry $(BUILD)/test/unit/test_registry_fds \
               $(BUILD)/test/unit/test_registry_hostile $(BUILD)/test/unit/test_registry_wake \
+              $(BUILD)/test/unit/test_registry_demand \
               $(BUILD)/test/unit/test_registry_attach
 INTEG_TESTS += test/transport/test_xfer.sh
 
@@ -39,6 +40,12 @@ $(BUILD)/test/unit/test_registry_hostile: test/unit/test_registry_hostile.c \
 # No free's wake-up lost to another importer of the same exporter (issue
 # 22): the same peers; the second importer is this program exec'ed.
 $(BUILD)/test/unit/test_registry_wake: test/unit/test_registry_wake.c \
+		test/unit/test_registry_peers.c test/unit/test_registry_peers.h $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread
+
+# The watcher on demand (issue 23): the same exporter peer.
+$(BUILD)/test/unit/test_registry_demand: test/unit/test_registry_demand.c \
 		test/unit/test_registry_peers.c test/unit/test_registry_peers.h $(TRANSPORT_TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(TRANSPORT_TEST_OBJ) -lcmocka -lpthread

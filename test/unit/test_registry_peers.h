@@ -23,7 +23,8 @@ typedef struct peer_exporter {
 
 /* Fork an exporter that publishes KEY (inode 5, fd 3) and obeys commands:
  * 'r' remove KEY, 'a' add it again, 'n' 10,000 exports and frees of
- * another key, 'x' exit. 0, or -1. */
+ * another key, 'e' exec /bin/sleep 30 (answered before the exec: stop it
+ * with kill), 'x' exit. 0, or -1. */
 int peer_exporter_start(peer_exporter_t *e);
 /* One command and its reply within ms: 0, or -1 (no reply: blocked or
  * dead). */
@@ -63,8 +64,10 @@ int peer_event_after(int before, int ms);
 pid_t peer_spawn(char *const argv[], int *in_p, int *out_p);
 
 /* CPU time (user + system) of this process's ipcbyval-watch thread, ms;
- * -1 when it runs no such thread. */
+ * -1 when it runs no such thread (waited for up to 2 s). */
 long peer_watcher_cpu_ms(void);
+/* 1 when this process runs an ipcbyval-watch thread now (no wait). */
+int peer_watcher_running(void);
 
 typedef struct peer_forger {
     pid_t pid;
