@@ -77,7 +77,8 @@ static int case_free(void)
     CHECK(peer_events() == before); /* nobody watches yet */
     CHECK(!byval_reg_live(w, serial)); /* the liveness word tells at once */
     char msg[256] = "";
-    CHECK(byval_reg_watch_need(msg, sizeof(msg)) == 0);
+    CHECK(byval_reg_watch_need(msg, sizeof(msg)) == 1); /* started now */
+    CHECK(byval_reg_watch_need(msg, sizeof(msg)) == 0); /* running already */
     CHECK(peer_event_after(before, 5000)); /* the free made before it ran */
     CHECK(peer_watcher_cpu_ms() >= 0);
     byval_reg_view_put(v);
