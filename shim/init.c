@@ -25,12 +25,13 @@
 #include "shim/stats.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static int init_enabled;
-static int init_done; /* init_run finished (read atomically) */
+/* init.h's: byval_init reads them inline. */
+int byval_init_enabled_;
+int byval_init_done_; /* init_run finished (read atomically) */
 /* >0 while this thread runs ipcbyval code. Initial-exec: read on every
  * wrapped call, and the default model for a shared object's TLS calls
  * __tls_get_addr each time; a preloaded library gets static TLS. */
-static __thread int init_depth __attribute__((tls_model("initial-exec")));
+__thread int byval_init_depth_ __attribute__((tls_model("initial-exec")));
 
 static void init_fork_child(void)
 {
@@ -59,10 +60,10 @@ static int init_problems; /* warnings about the environment's values */
 
 static void init_run(void)
 {
-    init_depth++;
+    byval_init_depth_++;
     init_problems = byval_config_load();
-    init_enabled = byval_cfg.enable;
-    if (init_enabled) {
+    byval_init_enabled_ = byval_cfg.enable;
+    if (byval_init_enabled_) {
         byval_rendezvous_configure(); /* IPCBYVAL_RENDEZVOUS_DIR, before any export */
         /* The release watcher starts with the first closed mapping that
          * depends on an exporter's registry (shim/track.c), not with the
@@ -73,45 +74,44 @@ static void init_run(void)
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
         BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)",
-                       BYVAL_VERSION, init_enabled ? "enabled" : "disabled: pure pass-through",
+                       BYVAL_VERSION,
+                       byval_init_enabled_ ? "enabled" : "disabled: pure pass-through",
                        byval_cfg.ze, byval_cfg.cuda, byval_cfg.cache_size,
                        byval_cfg.export_cache_size);
-    __atomic_store_n(&init_done, 1, __ATOMIC_RELEASE);
-    init_depth--;
+    __atomic_store_n(&byval_init_done_, 1, __ATOMIC_RELEASE);
+    byval_init_depth_--;
 }
 
-int byval_init(void)
+int byval_init_slow(void)
 {
-    /* A call made from inside ipcbyval (or during its initialisation)
-     * passes straight through: no recursion into our own wrappers. */
-    if (init_depth)
+    if (byval_init_depth_)
         return 0;
     pthread_once(&init_once, init_run);
-    return init_enabled;
+    return byval_init_enabled_;
 }
 
 int byval_enabled(void)
 {
     /* Inside our own initialisation, pthread_once would wait for itself. */
-    if (init_depth && !__atomic_load_n(&init_done, __ATOMIC_ACQUIRE))
+    if (byval_init_depth_ && !__atomic_load_n(&byval_init_done_, __ATOMIC_ACQUIRE))
         return 0;
     pthread_once(&init_once, init_run);
-    return init_enabled;
+    return byval_init_enabled_;
 }
 
 int byval_in_shim(void)
 {
-    return init_depth != 0;
+    return byval_init_depth_ != 0;
 }
 
 void byval_enter(void)
 {
-    init_depth++;
+    byval_init_depth_++;
 }
 
 void byval_leave(void)
 {
-    init_depth--;
+    byval_init_depth_--;
 }
 
 /* ipcbyval-run loads the library into /bin/true for what it asks of it;
@@ -137,7 +137,7 @@ __attribute__((constructor)) static void init_print_config(void)
     if (check)
         _exit(init_problems ? 1 : 0);
     if (doctor) {
-        init_depth++; /* the probes' dlopen and dlsym are ours, not the program's */
+        byval_init_depth_++; /* the probes' dlopen and dlsym are ours, not the program's */
         int rc = byval_doctor();
         _exit(rc);
     }
