@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cudadrv: contexts. Primary contexts (one per device), contexts from
- * cuCtxCreate (pushed on creation) and the per-thread current-context
- * stack. CUDA 13 adds cuCtxGetDevice_v2 and cuCtxSynchronize_v2, which take
- * the context as an argument.
+ * cudadrv: contexts. Primary contexts (one per device) and contexts from
+ * cuCtxCreate (pushed on creation onto the per-thread current-context
+ * stack, drv_ctx_current.c, which also answers the queries on a context).
  *
  * Lifetimes, as measured on an H100 with driver 580.159.04 (CUDA 13.0):
  * - cuCtxDestroy frees the context's cuMemAlloc memory and closes its
@@ -34,23 +33,7 @@
  * pointer faults on the CPU and makes the copy calls fail with
  * CUDA_ERROR_ILLEGAL_ADDRESS, instead of reaching a later allocation.
  */
-#include "cudadrv.h"
-
-#include <string.h>
-
-#define CTX_MAGIC 0x63747864u /* "dxtc" */
-#define CTX_STACK 16
-#define CTX_POOL 64
-
-enum ctx_state { CTX_FREE = 0, CTX_LIVE, CTX_DESTROYED };
-
-struct CUctx_st {
-    unsigned magic;
-    int device;
-    int primary;
-    unsigned flags;
-    enum ctx_state state; /* primary: LIVE while active, else DESTROYED */
-};
+#include "drv_ctx.h"
 
 #define PRIMARY(i) { CTX_MAGIC, i, 1, 0, CTX_DESTROYED }
 static struct CUctx_st primary_ctx[CUDADRV_MAX_DEVICES] = {
@@ -70,10 +53,7 @@ static struct CUctx_st pool[CTX_POOL];
 static int free_stack[CTX_POOL];
 static int nfree, used_slots;
 
-static __thread CUcontext ctx_stack[CTX_STACK];
-static __thread int ctx_depth;
-
-static int is_primary(CUcontext ctx)
+int cudadrv_ctx_is_primary(CUcontext ctx)
 {
     return ctx >= &primary_ctx[0] && ctx < &primary_ctx[CUDADRV_MAX_DEVICES];
 }
@@ -83,22 +63,25 @@ static int is_pooled(CUcontext ctx)
     return ctx >= &pool[0] && ctx < &pool[CTX_POOL];
 }
 
-/* CUDA_SUCCESS, CUDA_ERROR_CONTEXT_IS_DESTROYED (a handle of ours that is
- * not live now) or CUDA_ERROR_INVALID_CONTEXT (not a context handle). */
-static CUresult ctx_check(CUcontext ctx)
+int cudadrv_ctx_pool_index(CUcontext ctx)
+{
+    return is_pooled(ctx) ? (int)(ctx - pool) : -1;
+}
+
+CUresult cudadrv_ctx_check(CUcontext ctx)
 {
     CUresult rc = CUDA_ERROR_INVALID_CONTEXT;
 
     if (!ctx)
         return rc;
-    if (is_primary(ctx) && ctx->device >= cudadrv_device_count())
+    if (cudadrv_ctx_is_primary(ctx) && ctx->device >= cudadrv_device_count())
         return rc;
-    if (!is_primary(ctx) && !is_pooled(ctx))
+    if (!cudadrv_ctx_is_primary(ctx) && !is_pooled(ctx))
         return rc;
     pthread_mutex_lock(&ctx_lock);
     if (ctx->state == CTX_LIVE)
         rc = CUDA_SUCCESS;
-    else if (ctx->state == CTX_DESTROYED || is_primary(ctx))
+    else if (ctx->state == CTX_DESTROYED || cudadrv_ctx_is_primary(ctx))
         rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
     pthread_mutex_unlock(&ctx_lock);
     return rc;
@@ -106,12 +89,7 @@ static CUresult ctx_check(CUcontext ctx)
 
 int cudadrv_ctx_device(CUcontext ctx)
 {
-    return ctx_check(ctx) == CUDA_SUCCESS ? ctx->device : -1;
-}
-
-CUcontext cudadrv_ctx_current(void)
-{
-    return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+    return cudadrv_ctx_check(ctx) == CUDA_SUCCESS ? ctx->device : -1;
 }
 
 CUresult cudadrv_need_ctx(void)
@@ -120,13 +98,13 @@ CUresult cudadrv_need_ctx(void)
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    return ctx_check(cudadrv_ctx_current());
+    return cudadrv_ctx_check(cudadrv_ctx_current());
 }
 
 CUresult cudadrv_current_device(int *dev_p)
 {
     CUcontext ctx = cudadrv_ctx_current();
-    CUresult rc = ctx_check(ctx);
+    CUresult rc = cudadrv_ctx_check(ctx);
 
     if (rc == CUDA_SUCCESS)
         *dev_p = ctx->device;
@@ -144,7 +122,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= cudadrv_device_count())
         return CUDA_ERROR_INVALID_DEVICE;
-    if (ctx_depth == CTX_STACK)
+    if (cudadrv_ctx_stack_full())
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&ctx_lock);
     if (nfree > 0)
@@ -157,7 +135,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     /* cuCtxCreate pushes the new context onto the thread's stack. */
-    ctx_stack[ctx_depth++] = c;
+    cudadrv_ctx_push(c);
     *pctx = c;
     cudadrv_trace("cuCtxCreate(dev %d) = %p", dev, (void *)c);
     return CUDA_SUCCESS;
@@ -210,14 +188,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
         return rc;
     /* Popped from this thread's stack; other threads keep it current and
      * get CUDA_ERROR_CONTEXT_IS_DESTROYED. */
-    for (int i = 0; i < ctx_depth; i++) {
-        if (ctx_stack[i] == ctx) {
-            memmove(&ctx_stack[i], &ctx_stack[i + 1],
-                    (size_t)(ctx_depth - i - 1) * sizeof(ctx_stack[0]));
-            ctx_depth--;
-            i--;
-        }
-    }
+    cudadrv_ctx_forget(ctx);
     cudadrv_trace("cuCtxDestroy(%p)", (void *)ctx);
     return CUDA_SUCCESS;
 }
@@ -344,157 +315,3 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
-/* An inactive primary context may be made current (its handle stays
- * valid); a destroyed cuCtxCreate context may not. */
-static CUresult settable(CUcontext ctx)
-{
-    CUresult rc = ctx_check(ctx);
-
-    return rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx) ? CUDA_SUCCESS
-           : rc == CUDA_SUCCESS                                    ? rc
-                                                                   : CUDA_ERROR_INVALID_CONTEXT;
-}
-
-CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (ctx && settable(ctx) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (!ctx) {
-        if (ctx_depth > 0)
-            ctx_depth--;
-    } else if (ctx_depth == 0) {
-        ctx_stack[ctx_depth++] = ctx;
-    } else {
-        ctx_stack[ctx_depth - 1] = ctx;
-    }
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pctx = cudadrv_ctx_current();
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (settable(ctx) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (ctx_depth == CTX_STACK)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    ctx_stack[ctx_depth++] = ctx;
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
-{
-    return cuCtxPushCurrent_v2(ctx);
-}
-
-CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (ctx_depth == 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    ctx_depth--;
-    if (pctx)
-        *pctx = ctx_stack[ctx_depth];
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
-{
-    return cuCtxPopCurrent_v2(pctx);
-}
-
-/* The device a context belongs to. Measured on an H100 (driver 580): a
- * reset primary context still current tells its device (CUDA_SUCCESS)
- * while cuMemGetInfo, cuCtxSynchronize, cuCtxGetId and cuIpcOpenMemHandle
- * answer CUDA_ERROR_CONTEXT_IS_DESTROYED. */
-static CUresult ctx_device(CUcontext ctx, CUdevice *device)
-{
-    CUresult rc = ctx_check(ctx);
-
-    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED && is_primary(ctx))
-        rc = CUDA_SUCCESS;
-    if (rc == CUDA_SUCCESS)
-        *device = ctx->device;
-    return rc;
-}
-
-CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
-    return ctx_device(cudadrv_ctx_current(), device);
-}
-
-/* CUDA 13: cuGetProcAddress("cuCtxGetDevice", 13000) hands out this one,
- * which takes the context as a second argument (NULL: the current one). */
-CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!ctx)
-        return cuCtxGetDevice(device);
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
-    return ctx_device(ctx, device);
-}
-
-/* The context's id; CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed or
- * reset one (H100, driver 580), CUDA_ERROR_INVALID_CONTEXT for no context. */
-CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *id)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!id)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!ctx)
-        ctx = cudadrv_ctx_current();
-    rc = ctx_check(ctx);
-    if (rc == CUDA_SUCCESS)
-        *id = is_primary(ctx) ? 1u + (unsigned)ctx->device : 1000u + (unsigned)(ctx - pool);
-    return rc;
-}
-
-CUresult CUDAAPI cuCtxSynchronize(void)
-{
-    return cudadrv_need_ctx();
-}
-
-CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
-{
-    CUresult rc = cudadrv_check_init();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!ctx)
-        return cuCtxSynchronize();
-    return ctx_check(ctx);
-}
