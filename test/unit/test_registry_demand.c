@@ -93,7 +93,7 @@ static int case_exec(void)
     CHECK(v);
     CHECK(peer_exporter_cmd(&e, 'e', 5000) == 0);
     /* The exec closes the registry's pipe (close-on-exec): wait for it. */
-    for (int i = 0; i < 100 && !byval_reg_view_gone(v); i++) {
+    for (int i = 0; i < 1000 && !byval_reg_view_gone(v); i++) { /* up to 10 s */
         char msg[512] = "";
         byval_reg_view_t *again = peer_attach(&e.rec, NULL, msg, sizeof(msg));
         if (again == v) {
@@ -129,7 +129,7 @@ static int case_many(void)
     }
     if (!rc && peer_watcher_cpu_ms() < 0)
         rc = __LINE__; /* one too many: the watcher runs, and evicts */
-    for (int i = 0; !rc && i < 2000 && byval_reg_views() > BYVAL_REG_VIEWS_MAX; i++)
+    for (int i = 0; !rc && i < 10000 && byval_reg_views() > BYVAL_REG_VIEWS_MAX; i++)
         usleep(1000);
     if (!rc && byval_reg_views() > BYVAL_REG_VIEWS_MAX)
         rc = __LINE__;
