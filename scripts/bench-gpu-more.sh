@@ -10,7 +10,9 @@
 #   2. the first open of a VMM reservation of 1, 8, 64 and 512 chunks of
 #      2 MiB (test/gpu/vmm_cold): ipcbyval's, split (fetch, import, map),
 #      beside the driver-only sum for the same chunks and PyTorch's own
-#      import of an expandable segment of the same size;
+#      import of an expandable segment of the same size; and a second
+#      exporter's first open in the warm importer (what first contact
+#      costs once per process vs once per exporter);
 #   3. a profile of the driver-API cached cycle: perf stat + record where
 #      perf is installed; else "perf: not installed" and test/bench/pmuprof
 #      (the PMU's instruction, cycle and locked-load counts per cycle, and
@@ -158,6 +160,14 @@ bgm_cold() {
             detail+="; torch column skipped: ${torch_skip:-no row}"
         fi
         row "$name" $res "$detail"
+        # Once per process vs once per exporter: the same first open, then a
+        # second exporter's in the now warm importer.
+        local w; w=$(for k in $(seq $reps); do
+            timeout 120 "$RUN" "$OUT/vmm_cold" --chunks "$n" --mode byval --exporters 2 2>/dev/null |
+                awk '$1 == "open_us" { o = $2 } $1 == "open2_us" { t = $2 } END { if (o && t) print t, o }'
+        done | sort -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
+        [ -n "$w" ] && row "  $n x 2 MiB: first contact in a warm importer" INFO \
+            "${w%% *} us (another exporter, same process) vs ${w##* } us (fresh process); driver-only $5 us"
     done
 }
 

@@ -80,10 +80,12 @@ fi
 med() { awk -v w="$1" '$1 == w { print $2 }' "$OUT/baseline.txt" | sort -n | sed -n 2p; }
 
 # A first VMM open at first contact (the exporter met for the first time:
-# registry attach, watcher start, every chunk fd) on the double, split by
-# IPCBYVAL_STATS, beside the driver-only import of the same chunks; 5 runs
-# a size (interleaved with the baseline's where BENCH_BASELINE is set),
-# the run of median open time: "which chunks open fetch import map dsum".
+# registry attach, every chunk fd; the watcher starts at a first close) on
+# the double, split by IPCBYVAL_STATS, beside the driver-only import of the
+# same chunks; 5 runs a size (interleaved with the baseline's where
+# BENCH_BASELINE is set), the run of median open time: "which chunks open
+# fetch import map dsum"; and 5 runs of a second exporter's first open in
+# the warm importer: "warm chunks open2 open".
 : >"$OUT/vmmcold.txt"
 if [ -x "$CUDRV/vmm_cold" ]; then
     echo "bench: first VMM open at first contact on the driver double ..."
@@ -101,6 +103,14 @@ if [ -x "$CUDRV/vmm_cold" ]; then
                     awk '$1 == "driver_us" { print $5 }')
                 [ -n "$o" ] && [ -n "$d" ] && echo "$which $n $o $d" >>"$OUT/vmmcold.txt"
             done
+        done
+        # What first contact costs once per process and once per exporter:
+        # the same open, then a second exporter's in the now warm importer.
+        for k in 1 2 3 4 5; do
+            LD_LIBRARY_PATH="$CUDRV${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RUN" "$CUDRV/vmm_cold" \
+                --chunks "$n" --mode byval --exporters 2 2>/dev/null |
+                awk -v n="$n" '$1 == "open_us" { o = $2 } $1 == "open2_us" { t = $2 }
+                               END { if (o && t) print "warm", n, t, o }' >>"$OUT/vmmcold.txt"
         done
     done
 fi
@@ -159,8 +169,11 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
         [ -n "$v" ] || continue
         set -- $v
         echo "first VMM open at first contact, $n x 2 MiB (CUDA double)|$1 us|$5 us|vs driver-only|-"
-        echo "  split: fetch (attach, watcher, chunk fds)/import/map|$2/$3/$4 us|-|reported|-"
+        echo "  split: fetch (attach, chunk fds)/import/map|$2/$3/$4 us|-|reported|-"
         vo=$1 vf=$2
+        w=$(awk -v n="$n" '$1 == "warm" && $2 == n { print $3, $4 }' "$OUT/vmmcold.txt" | sort -g |
+            awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
+        [ -n "$w" ] && echo "  first contact in a warm importer (another exporter) vs in a fresh one|${w%% *} us|${w##* } us|reported|-"
         v=$(vmid base "$n")
         [ -n "$v" ] || continue
         set -- $v
