@@ -6,10 +6,10 @@
  * that watches them is registry_watch.c's.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
