@@ -160,6 +160,9 @@ uint64_t cudadrv_next_block_id(void);
 unsigned cudadrv_map_access(const struct cudadrv_region *r);
 /** 1 when every byte of [p, p+n) is device memory the caller may access. */
 int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write);
+/** CUDA_ERROR_ILLEGAL_ADDRESS when [p, p+n) touches a destroyed range
+ * (cudadrv_lock held). */
+CUresult cudadrv_dead_check(uintptr_t p, size_t n);
 /** Caller holds cudadrv_lock: frees the context's cuMemAlloc memory and
  * closes its legacy IPC mappings (VMM memory is no context's). */
 void cudadrv_ctx_release_state(CUcontext ctx);

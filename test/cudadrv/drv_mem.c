@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cudadrv: the address-range registry, legacy allocations (cuMemAlloc)
- * and the synchronous copy/set calls. Device memory is host-mapped, so a
- * copy is memcpy after checking that the device side is memory the
- * current device may touch: a wrong cuMemSetAccess in the shim shows up as
- * CUDA_ERROR_INVALID_VALUE instead of silently working.
+ * cudadrv: the address-range registry and legacy allocations (cuMemAlloc).
+ * Device memory is host-mapped; the copy calls (drv_copy.c) check that the
+ * device side is memory the current device may touch: a wrong
+ * cuMemSetAccess in the shim shows up as CUDA_ERROR_INVALID_VALUE instead
+ * of silently working.
  *
  * Device memory is accounted in the ledger (test/devmem): cuMemGetInfo
  * counts what every process of the ledger holds, including memory whose
@@ -17,7 +17,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -138,11 +137,6 @@ int cudadrv_dev_range_ok(uintptr_t p, size_t n, int write)
     return range_ok(p, n, write, dev);
 }
 
-static CUresult need_ctx(void)
-{
-    return cudadrv_need_ctx();
-}
-
 void cudadrv_region_kill(struct cudadrv_region *r)
 {
     struct cudadrv_region *oldest = NULL;
@@ -188,8 +182,7 @@ void cudadrv_ctx_release_state(CUcontext ctx)
     }
 }
 
-/* CUDA_ERROR_ILLEGAL_ADDRESS when [p, p+n) touches a destroyed range. */
-static CUresult dead_check(uintptr_t p, size_t n)
+CUresult cudadrv_dead_check(uintptr_t p, size_t n)
 {
     for (size_t i = 0; i < nregions; i++) {
         const struct cudadrv_region *r = regions[i];
@@ -202,7 +195,7 @@ static CUresult dead_check(uintptr_t p, size_t n)
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = cudadrv_need_ctx();
     long page = sysconf(_SC_PAGESIZE);
     struct cudadrv_region *r;
     char name[128], tag[DEVMEM_TAG_LEN];
@@ -264,7 +257,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
  * holds on the current context's device. */
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_p, size_t *total_p)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = cudadrv_need_ctx();
     struct devmem_stats st;
     int dev = 0;
 
@@ -312,7 +305,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
  * pointers: CUDA_ERROR_NOT_FOUND, which NCCL tests for. */
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = cudadrv_need_ctx();
     struct cudadrv_region *r;
 
     if (rc != CUDA_SUCCESS)
@@ -329,101 +322,4 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
     }
     pthread_mutex_unlock(&cudadrv_lock);
     return rc;
-}
-
-/* kind bits: 1 = dst is device memory, 2 = src is device memory. */
-static CUresult copy(uintptr_t dst, uintptr_t src, size_t n, int kind)
-{
-    CUresult rc = need_ctx();
-
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (n == 0)
-        return CUDA_SUCCESS;
-    if (!dst || !src)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&cudadrv_lock);
-    if (dead_check(dst, n) != CUDA_SUCCESS || dead_check(src, n) != CUDA_SUCCESS)
-        rc = CUDA_ERROR_ILLEGAL_ADDRESS;
-    else if (((kind & 1) && !cudadrv_dev_range_ok(dst, n, 1)) ||
-             ((kind & 2) && !cudadrv_dev_range_ok(src, n, 0)))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        memmove((void *)dst, (const void *)src, n);
-    pthread_mutex_unlock(&cudadrv_lock);
-    return rc;
-}
-
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
-{
-    return copy((uintptr_t)dst, (uintptr_t)src, n, 1);
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
-{
-    return copy((uintptr_t)dst, (uintptr_t)src, n, 2);
-}
-
-CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    return copy((uintptr_t)dst, (uintptr_t)src, n, 3);
-}
-
-/* Unified addressing: a pointer inside any device range (reserved VA
- * included) is device memory and must be accessible; others are host. */
-CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    int kind = 0;
-
-    pthread_mutex_lock(&cudadrv_lock);
-    if (cudadrv_region_find((uintptr_t)dst, CUDADRV_ANY))
-        kind |= 1;
-    if (cudadrv_region_find((uintptr_t)src, CUDADRV_ANY))
-        kind |= 2;
-    pthread_mutex_unlock(&cudadrv_lock);
-    return copy((uintptr_t)dst, (uintptr_t)src, n, kind);
-}
-
-CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n)
-{
-    CUresult rc = need_ctx();
-
-    if (rc != CUDA_SUCCESS || n == 0)
-        return rc;
-    pthread_mutex_lock(&cudadrv_lock);
-    if (dead_check((uintptr_t)dst, n) != CUDA_SUCCESS)
-        rc = CUDA_ERROR_ILLEGAL_ADDRESS;
-    else if (!cudadrv_dev_range_ok((uintptr_t)dst, n, 1))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        memset((void *)(uintptr_t)dst, uc, n);
-    pthread_mutex_unlock(&cudadrv_lock);
-    return rc;
-}
-
-/* No streams in the double: the per-thread-default-stream entry points
- * are distinct symbols (so routing can be told apart) with equal effect. */
-CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    return cuMemcpy(dst, src, n);
-}
-
-CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
-{
-    return cuMemcpyHtoD_v2(dst, src, n);
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
-{
-    return cuMemcpyDtoH_v2(dst, src, n);
-}
-
-CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    return cuMemcpyDtoD_v2(dst, src, n);
-}
-
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char uc, size_t n)
-{
-    return cuMemsetD8_v2(dst, uc, n);
 }

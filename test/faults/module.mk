@@ -2,8 +2,7 @@
 # The fault and abuse suite (make check-faults; part of make check).
 FAULT_BIN := $(BUILD)/test/faults/fault_main
 FAULT_SRC := test/faults/fault_main.c test/faults/fault_more.c test/faults/fault_exporter.c \
-             test/faults/fault_xns.c test/faults/fault_registry.c \
-             test/mpi/zeapp.c test/mpi/zeapp_events.c
+             test/faults/fault_xns.c test/faults/fault_registry.c $(ZEAPP_SRC)
 TEST_BINS += $(FAULT_BIN)
 FAULT_TESTS += test/faults/test_faults.sh
 
@@ -16,7 +15,8 @@ $(FAULT_BIN): $(FAULT_SRC) test/faults/fault.h test/mpi/zeapp.h $(BUILD)/handles
 FAULT_STALE := $(BUILD)/test/faults/fault_stale
 TEST_BINS += $(FAULT_STALE)
 FAULT_TESTS += test/faults/test_stale.sh
-$(FAULT_STALE): test/faults/fault_stale.c test/faults/stale_peer.c test/faults/fault_exporter.c test/mpi/zeapp.c                 test/mpi/zeapp_events.c test/faults/fault.h test/faults/stale_peer.h test/mpi/zeapp.h
+$(FAULT_STALE): test/faults/fault_stale.c test/faults/stale_peer.c test/faults/fault_exporter.c \
+		$(ZEAPP_SRC) test/faults/fault.h test/faults/stale_peer.h test/mpi/zeapp.h
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) -DZEAPP_LINKED -lze_loader -ldl -lpthread
 

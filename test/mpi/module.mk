@@ -13,7 +13,7 @@
 # wrapper exists.
 
 ZEAPP_DIR  := $(BUILD)/test/mpi
-ZEAPP_SRC  := test/mpi/zeapp.c test/mpi/zeapp_events.c
+ZEAPP_SRC  := test/mpi/zeapp.c test/mpi/zeapp_data.c test/mpi/zeapp_events.c
 ZEAPP_DEPS := $(ZEAPP_SRC) test/mpi/zeapp.h test/mpi/module.mk
 ZEAPP_LINK := -DZEAPP_LINKED -lze_loader -ldl
 ZEAPP_DL   := -ldl

@@ -7,11 +7,11 @@ TEST_BINS     += $(STRESS_ZE)
 FAULT_TESTS   += test/stress/test_stress.sh test/stress/test_demo_quiet.sh
 TORTURE_TESTS += test/stress/test_stress.sh test/stress/test_demo_quiet.sh
 
-$(STRESS_ZE): $(STRESS_COMMON) test/stress/stress_ze.c test/stress/stress.h test/mpi/zeapp.c \
+$(STRESS_ZE): $(STRESS_COMMON) test/stress/stress_ze.c test/stress/stress.h $(ZEAPP_SRC) \
               test/mpi/zeapp.h
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(STRESS_COMMON) test/stress/stress_ze.c \
-	    test/mpi/zeapp.c -DZEAPP_LINKED -lze_loader -ldl -lpthread
+	    $(ZEAPP_SRC) -DZEAPP_LINKED -lze_loader -ldl -lpthread
 
 # The CUDA variants link libcuda: the double here (scripts/check-gpu.sh
 # builds the same source against the real driver).
