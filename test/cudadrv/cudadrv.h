@@ -185,6 +185,13 @@ struct cudadrv_alloc {
     int created;     /* cuMemCreate (the allocating side), not an import */
     struct devmem_ref mem;
 };
+/** drv_vmm_ctl.c, under cudadrv_lock: an export fd of allocation a (a new
+ * open file naming its memfd; CUDADRV_VMM_EXPORT=memfd: the memfd itself),
+ * or -1. */
+int cudadrv_vmm_ctl_export(const struct cudadrv_alloc *a);
+/** The allocation memfd an export fd of any process names, opened anew
+ * (O_CLOEXEC), or -1 when it is no export or its allocation is gone. */
+int cudadrv_vmm_ctl_import(int fd);
 
 /** Live allocation for a handle (refs > 0), or NULL. */
 struct cudadrv_alloc *cudadrv_alloc_lookup(CUmemGenericAllocationHandle h);
