@@ -55,6 +55,10 @@
      * shared, across the driver's close; a context purge and fork take it                     \
      * exclusive to wait for them. First: it is held across the driver. */                    \
     X(IMPORTS_GATE, "imports release gate")                                                     \
+    /* cache/once.c: once-only initialisations (byval_once). Held only to                      \
+     * mark an init running or done, never across it; fork's prepare waits                     \
+     * under it until no init runs. An init takes later ranks.  */                             \
+    X(ONCE, "once-only initialisation")                                                         \
     /* cache/exports.c: the export core's tables. Held while an export is                      \
      * published and withdrawn in handles/ (registry, broker offers,                          \
      * registry by fd) and while its LRU is used: all rank after. */                           \
@@ -133,6 +137,19 @@ typedef struct byval_rwlock {
 #define BYVAL_LOCK_INIT(r) {PTHREAD_MUTEX_INITIALIZER, BYVAL_RANK_##r, 0}
 #define BYVAL_RWLOCK_INIT(r)                                                                   \
     {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r}
+
+/* Once-only initialisation with a fork story (cache/once.c). pthread_once
+ * has none in ThreadSanitizer's interceptor or in musl: a child forked
+ * while another thread ran an init waited for it for ever (test_stress,
+ * a fork child's first open). fork's prepare waits until no init of
+ * another thread runs, so a child never inherits one half done. fn runs
+ * without any lock of ours held by byval_once: it may run other onces,
+ * never its own. */
+typedef struct byval_once {
+    int state;
+} byval_once_t;
+#define BYVAL_ONCE_INIT {0}
+void byval_once(byval_once_t *o, void (*fn)(void));
 
 /* A run-time instance (a class member); adaptive for short sections. */
 void byval_lock_init(byval_lock_t *l, byval_rank_t rank, int adaptive);

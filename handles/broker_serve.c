@@ -79,7 +79,7 @@ static struct {
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
 } br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1,
        .epoll_fd = -1};
-static pthread_once_t br_once = PTHREAD_ONCE_INIT;
+static byval_once_t br_once = BYVAL_ONCE_INIT;
 BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
 static void fork_child(void)
@@ -370,7 +370,7 @@ err_sock:;
 int byval_broker_serve(void)
 {
     int rc = 0;
-    pthread_once(&br_once, broker_once);
+    byval_once(&br_once, broker_once);
     byval_lock(&br.lock);
     if (br.listen_fd < 0 && broker_start_locked() != 0)
         rc = -1;

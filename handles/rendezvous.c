@@ -5,7 +5,7 @@
  * exporter's listening socket is rendezvous_listen.c).
  *
  * State is written once by byval_rendezvous_setup (the shim's init, under
- * its pthread_once) and only read afterwards.
+ * its byval_once) and only read afterwards.
  */
 #include "handles/rendezvous.h"
 

@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
@@ -53,7 +54,7 @@ typedef struct cu_export {
 } cu_export_t;
 
 static byval_exports_t *exports;
-static pthread_once_t export_once = PTHREAD_ONCE_INIT;
+static byval_once_t export_once = BYVAL_ONCE_INIT;
 
 /* The registry key of a reservation's chunk fds (manifest key, chunk kind):
  * importers need them listed before they duplicate them. */
@@ -315,7 +316,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
         byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
         byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
         return r;
-    pthread_once(&export_once, export_init);
+    byval_once(&export_once, export_init);
     if (!exports)
         return r;
 

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
@@ -44,7 +45,7 @@ typedef struct cu_mapping {
 } cu_mapping_t;
 
 static byval_imports_t *vmm_cache;
-static pthread_once_t import_once = PTHREAD_ONCE_INIT;
+static byval_once_t import_once = BYVAL_ONCE_INIT;
 
 /* Gives the mapping back to the driver; the caller frees m. */
 static void mapping_unmap(cu_mapping_t *m)
@@ -216,7 +217,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     CUcontext ctx = NULL;
     if (!rl)
         return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_once(&import_once, import_init);
+    byval_once(&import_once, import_init);
     if (!vmm_cache)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)

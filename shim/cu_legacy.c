@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "shim/config.h"
@@ -35,7 +36,7 @@ typedef struct cu_legacy {
 } cu_legacy_t;
 
 static byval_imports_t *legacy_cache;
-static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
+static byval_once_t legacy_once = BYVAL_ONCE_INIT;
 
 static void legacy_release(byval_import_t *b)
 {
@@ -87,7 +88,7 @@ CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMe
 {
     const byval_cu_real_t *rl = byval_cu_real();
     CUcontext ctx = NULL;
-    pthread_once(&legacy_once, legacy_init);
+    byval_once(&legacy_once, legacy_init);
     if (!rl || !legacy_cache || rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) {
         BYVAL_STAT_INC(open_passthrough);
         return next(pdptr, h, flags);

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "cache/locks.h"
 #include "cache/exports.h"
 #include "handles/registry.h"
 #include "shim/config.h"
@@ -29,7 +30,7 @@ typedef struct legacy_export {
 } legacy_export_t;
 
 static byval_exports_t *published;
-static pthread_once_t published_once = PTHREAD_ONCE_INIT;
+static byval_once_t published_once = BYVAL_ONCE_INIT;
 
 /* Withdrawn already; the driver's handle needs nothing back. */
 static void legacy_end(byval_export_t *core)
@@ -61,7 +62,7 @@ static int published_has(uint64_t start, uint64_t key)
 void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr)
 {
     uint64_t start = ptr, size = 0, ctx = 0;
-    pthread_once(&published_once, published_init);
+    byval_once(&published_once, published_init);
     uint64_t key = byval_reg_key_bytes(h->reserved, sizeof(h->reserved));
     /* The common repeat: the handle of an allocation's start. */
     if (published && published_has(start, key))

@@ -24,7 +24,7 @@
 #include "shim/log.h"
 #include "shim/stats.h"
 
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static byval_once_t init_once = BYVAL_ONCE_INIT;
 /* init.h's: byval_init reads them inline. */
 int byval_init_enabled_;
 int byval_init_done_; /* init_run finished (read atomically) */
@@ -86,16 +86,16 @@ int byval_init_slow(void)
 {
     if (byval_init_depth_)
         return 0;
-    pthread_once(&init_once, init_run);
+    byval_once(&init_once, init_run);
     return byval_init_enabled_;
 }
 
 int byval_enabled(void)
 {
-    /* Inside our own initialisation, pthread_once would wait for itself. */
+    /* Inside our own initialisation, byval_once would wait for itself. */
     if (byval_init_depth_ && !__atomic_load_n(&byval_init_done_, __ATOMIC_ACQUIRE))
         return 0;
-    pthread_once(&init_once, init_run);
+    byval_once(&init_once, init_run);
     return byval_init_enabled_;
 }
 

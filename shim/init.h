@@ -7,7 +7,7 @@
 #define BYVAL_SHIM_INIT_H
 
 /* init.c's state, read inline by byval_init (every wrapped call: a call
- * into init.c and pthread_once cost a cached re-open a few ns each). */
+ * into init.c and byval_once cost a cached re-open a few ns each). */
 extern __thread int byval_init_depth_ __attribute__((tls_model("initial-exec")));
 extern int byval_init_done_; /* init finished (release/acquire) */
 extern int byval_init_enabled_;

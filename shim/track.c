@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
@@ -54,7 +55,7 @@ static void exporter_exited(const byval_exporter_id_t *id)
     byval_imports_remove_if(of_exporter, (void *)id);
 }
 
-static pthread_once_t track_once = PTHREAD_ONCE_INIT;
+static byval_once_t track_once = BYVAL_ONCE_INIT;
 
 static void track_init(void)
 {
@@ -67,7 +68,7 @@ static void track_watch(byval_import_t *m);
 
 byval_imports_t *byval_track_cache(byval_imports_ops_t *ops)
 {
-    pthread_once(&track_once, track_init);
+    byval_once(&track_once, track_init);
     ops->untrack = byval_track_untrack;
     ops->watch = track_watch;
     byval_imports_t *c = byval_imports_create(ops, byval_cfg.cache_size);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 
+#include "cache/locks.h"
 #include "handles/broker.h"
 #include "handles/registry.h"
 #include "handles/registry_view.h"
@@ -27,7 +28,7 @@ static byval_exporter_id_t exporter_of(const byval_record_t *rec)
     return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
 }
 
-static pthread_once_t prover_once = PTHREAD_ONCE_INIT;
+static byval_once_t prover_once = BYVAL_ONCE_INIT;
 
 static void prover_init(void)
 {
@@ -45,7 +46,7 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
                               int *pidfd_p, char *msg, size_t msglen)
 {
     /* Nothing is duplicated that its exporter did not publish. */
-    pthread_once(&prover_once, prover_init);
+    byval_once(&prover_once, prover_init);
     /* A kept pidfd is matched by (pidns, pid, identity), which another
      * host's record could repeat: same boot only. */
     int kept = -1;

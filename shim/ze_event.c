@@ -59,6 +59,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
@@ -78,14 +79,14 @@ typedef struct pool_export {
 } pool_export_t;
 
 static byval_exports_t *pools;
-static pthread_once_t pools_once = PTHREAD_ONCE_INIT;
+static byval_once_t pools_once = BYVAL_ONCE_INIT;
 static uint64_t next_id;
 
 /* The context of each IPC pool created (key: the pool; value: its
  * context), for the export's context. */
 #define POOL_CTX_MAX 4096
 static byval_lru_t *pool_ctx;
-static pthread_once_t pool_ctx_once = PTHREAD_ONCE_INIT;
+static byval_once_t pool_ctx_once = BYVAL_ONCE_INIT;
 
 static void pool_ctx_init(void)
 {
@@ -164,7 +165,7 @@ int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p)
 static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
 {
     uint32_t ino = (uint32_t)byval_fd_inode((int)fd);
-    pthread_once(&pools_once, pools_init);
+    byval_once(&pools_once, pools_init);
     for (int tries = 0; pools && tries < 3; tries++) {
         byval_lru_ref_t ref;
         pool_export_t *e = (pool_export_t *)byval_exports_get(pools, &pool, &ref);
@@ -239,7 +240,7 @@ ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle
     if (r != ZE_RESULT_SUCCESS || !desc || !(desc->flags & ZE_EVENT_POOL_FLAG_IPC) || !pool_p ||
         !*pool_p || !byval_init() || !byval_cfg.ze)
         return r;
-    pthread_once(&pool_ctx_once, pool_ctx_init);
+    byval_once(&pool_ctx_once, pool_ctx_init);
     ze_event_pool_handle_t pool = *pool_p;
     void *old;
     for (int tries = 0; pool_ctx && tries < 2; tries++) {

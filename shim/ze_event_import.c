@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
@@ -54,7 +55,7 @@ typedef struct pool_import {
 } pool_import_t;
 
 static byval_imports_t *imports;
-static pthread_once_t import_once = PTHREAD_ONCE_INIT;
+static byval_once_t import_once = BYVAL_ONCE_INIT;
 static ze_pfnEventPoolCloseIpcHandle_t real_close;
 
 static void pool_release(byval_import_t *b)
@@ -171,7 +172,7 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
         BYVAL_STAT_INC(open_passthrough);
         return next(ctx, handle, pool_p);
     }
-    pthread_once(&import_once, import_init);
+    byval_once(&import_once, import_init);
     if (!imports)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     pool_key_t key;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/exports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
@@ -52,7 +53,7 @@ typedef struct ze_export {
 } ze_export_t;
 
 static byval_exports_t *exports;
-static pthread_once_t export_once = PTHREAD_ONCE_INIT;
+static byval_once_t export_once = BYVAL_ONCE_INIT;
 
 static ze_pfnMemGetAllocProperties_t real_get_props;
 static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
@@ -185,7 +186,7 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
 int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
                       ze_device_handle_t dev, unsigned index)
 {
-    pthread_once(&export_once, export_init);
+    byval_once(&export_once, export_init);
     return describe(h, ctx, ptr, alloc_id, dev,
                     ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h));
 }
@@ -193,7 +194,7 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
                          ze_device_handle_t *dev_p)
 {
-    pthread_once(&export_once, export_init);
+    byval_once(&export_once, export_init);
     if (!real_get_props)
         return -1;
     ze_memory_allocation_properties_t props = {
@@ -225,7 +226,7 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
 {
     if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
         return call_get(next, ctx, ptr, handle);
-    pthread_once(&export_once, export_init);
+    byval_once(&export_once, export_init);
     if (!exports || !real_get_props)
         return call_get(next, ctx, ptr, handle);
 
@@ -320,7 +321,7 @@ static int by_fd_visit(void *arg, const byval_export_t *core)
 
 int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
 {
-    pthread_once(&export_once, export_init);
+    byval_once(&export_once, export_init);
     by_fd_t b = {.fd = (uint64_t)fd};
     if (fd < 0 || !byval_exports_visit(exports, by_fd_visit, &b))
         return 0;

@@ -48,7 +48,7 @@ static struct {
     unsigned next;
 } dups = {.lock = BYVAL_LOCK_INIT(ZE_FDCONV)};
 
-static pthread_once_t dups_once = PTHREAD_ONCE_INIT;
+static byval_once_t dups_once = BYVAL_ONCE_INIT;
 
 /* fork: the table stays right in the child (it inherits the duplicates,
  * open); only the lock must not be inherited held. A leaf: nothing is
@@ -136,7 +136,7 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
             byval_export_register_fd((int)*fd_p);
         return r;
     }
-    pthread_once(&dups_once, dups_init);
+    byval_once(&dups_once, dups_init);
     int fd = dup_of_handle(&handle);
     if (fd < 0) {
         ze_result_t r = byval_ze_resolve_as(API_FD, &rec, &fd);
@@ -158,7 +158,7 @@ ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     if (!handle || fd > INT32_MAX || !byval_init() || !byval_cfg.ze)
         return next(ctx, fd, handle);
-    pthread_once(&dups_once, dups_init);
+    byval_once(&dups_once, dups_init);
     /* One of our duplicates: the by-value handle it came from. */
     if (handle_of_dup((int)fd, handle))
         return ZE_RESULT_SUCCESS;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
@@ -52,7 +53,7 @@ typedef struct ze_import {
 } ze_import_t;
 
 static byval_imports_t *imports;
-static pthread_once_t import_once = PTHREAD_ONCE_INIT;
+static byval_once_t import_once = BYVAL_ONCE_INIT;
 static ze_pfnMemCloseIpcHandle_t close_fn; /* the loader's, found at the first release */
 
 void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr)
@@ -231,7 +232,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
         BYVAL_STAT_INC(open_passthrough);
         return next(ctx, dev, handle, flags, pptr);
     }
-    pthread_once(&import_once, import_init);
+    byval_once(&import_once, import_init);
     if (!imports)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
@@ -50,7 +51,7 @@ typedef struct opaque_import {
 } opaque_import_t;
 
 static byval_imports_t *imports;
-static pthread_once_t import_once = PTHREAD_ONCE_INIT;
+static byval_once_t import_once = BYVAL_ONCE_INIT;
 
 static void opaque_release(byval_import_t *b)
 {
@@ -136,7 +137,7 @@ ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handl
         byval_ze_opaque_strip((uint8_t *)handle.data);
         return next(ctx, dev, handle, flags, pptr);
     }
-    pthread_once(&import_once, import_init);
+    byval_once(&import_once, import_init);
     if (!imports)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     opaque_key_t key;
