@@ -55,10 +55,6 @@
      * shared, across the driver's close; a context purge and fork take it                     \
      * exclusive to wait for them. First: it is held across the driver. */                    \
     X(IMPORTS_GATE, "imports release gate")                                                     \
-    /* cache/once.c: once-only initialisations (byval_once). Held only to                      \
-     * mark an init running or done, never across it; fork's prepare waits                     \
-     * under it until no init runs. An init takes later ranks.  */                             \
-    X(ONCE, "once-only initialisation")                                                         \
     /* cache/exports.c: the export core's tables. Held while an export is                      \
      * published and withdrawn in handles/ (registry, broker offers,                          \
      * registry by fd) and while its LRU is used: all rank after. */                           \
@@ -101,6 +97,11 @@
      * thread runs our code, so that no fork copies a sanitizer's or                           \
      * libc's thread bookkeeping mid-start. Last: only pthread_create's                        \
      * own locks are taken under it. */                                                        \
+    /* cache/once.c: once-only initialisations (byval_once). Held only to                      \
+     * mark an init running or done, never across the init: an init may be                     \
+     * asked for under any lock above (the export core's, publishing).                          \
+     * Nothing is taken under it. */                                                            \
+    X(ONCE, "once-only initialisation")                                                         \
     X(BGTHREAD, "background thread start")
 
 typedef enum byval_rank {
@@ -139,12 +140,12 @@ typedef struct byval_rwlock {
     {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r}
 
 /* Once-only initialisation with a fork story (cache/once.c). pthread_once
- * has none in ThreadSanitizer's interceptor or in musl: a child forked
- * while another thread ran an init waited for it for ever (test_stress,
- * a fork child's first open). fork's prepare waits until no init of
- * another thread runs, so a child never inherits one half done. fn runs
- * without any lock of ours held by byval_once: it may run other onces,
- * never its own. */
+ * has one in glibc only (not in ThreadSanitizer's interceptor, not in
+ * musl): a child forked while another thread ran an init waited for that
+ * thread for ever (test_stress, a fork child's first open). Here, as in
+ * glibc, an init left running by a thread the child does not have is run
+ * again by the child's first caller. fn runs with no lock of byval_once
+ * held: it may run other onces, never its own. */
 typedef struct byval_once {
     int state;
 } byval_once_t;

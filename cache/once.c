@@ -1,57 +1,54 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * once.c - byval_once (see locks.h): once-only initialisation whose fork
- * story is the ONCE rank's. A thread marks an init running under the lock,
- * runs it unlocked, and marks it done under the lock; others wait on the
- * condition variable. fork's prepare takes the lock and waits until no
- * init of another thread runs (the forking thread's own, if it forks from
- * inside one, are its business), so the child sees every init either not
- * started or done.
+ * story is glibc's pthread_once's, whatever the C library or sanitizer.
+ * A thread marks an init running (with the fork generation) under the
+ * lock, runs it unlocked, and marks it done under the lock; others wait
+ * on the condition variable. A fork child starts a new generation: an
+ * init marked running in an older one was left by a thread the child
+ * does not have, so the child's first caller runs it again (what it had
+ * done of it is the parent's state, which each module's fork handler
+ * already resets: caches empty themselves in a child).
  */
 #include <pthread.h>
 
 #include "cache/locks.h"
 
-enum { ONCE_NEW = 0, ONCE_RUNNING, ONCE_DONE };
+enum { ONCE_NEW = 0, ONCE_DONE = 1, ONCE_RUNNING = 2 }; /* running: | generation << 2 */
 
 static byval_lock_t once_lock = BYVAL_LOCK_INIT(ONCE);
 static pthread_cond_t once_cond = PTHREAD_COND_INITIALIZER;
-static unsigned running;        /* inits running, every thread (once_lock) */
-static __thread unsigned mine;  /* those of this thread */
+static unsigned generation; /* forks since load, in this process's line (once_lock) */
+BYVAL_LOCK_STATIC(once, &once_lock);
 
-static void fork_take(void)
+static void fork_child(void)
 {
-    pthread_mutex_lock(&once_lock.m);
-    while (running > mine)
-        pthread_cond_wait(&once_cond, &once_lock.m);
+    generation++;
+    pthread_cond_init(&once_cond, NULL); /* its waiters are not in the child */
 }
-
-static void fork_drop(void)
-{
-    pthread_mutex_unlock(&once_lock.m);
-}
-BYVAL_LOCK_CLASS(once, ONCE, fork_take, fork_drop);
+BYVAL_FORK_CHILD(once, fork_child);
 
 void byval_once(byval_once_t *o, void (*fn)(void))
 {
     if (__atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == ONCE_DONE)
         return;
     byval_lock(&once_lock);
-    while (__atomic_load_n(&o->state, __ATOMIC_RELAXED) == ONCE_RUNNING)
+    const int mine = (int)(ONCE_RUNNING | (generation & 0x1fffffffu) << 2);
+    for (;;) {
+        int s = __atomic_load_n(&o->state, __ATOMIC_RELAXED);
+        if (s == ONCE_DONE) {
+            byval_unlock(&once_lock);
+            return;
+        }
+        if (s != mine) /* new, or left running by a thread of the parent */
+            break;
         pthread_cond_wait(&once_cond, &once_lock.m);
-    if (__atomic_load_n(&o->state, __ATOMIC_RELAXED) == ONCE_DONE) {
-        byval_unlock(&once_lock);
-        return;
     }
-    __atomic_store_n(&o->state, ONCE_RUNNING, __ATOMIC_RELAXED);
-    running++;
-    mine++;
+    __atomic_store_n(&o->state, mine, __ATOMIC_RELAXED);
     byval_unlock(&once_lock);
     fn();
     byval_lock(&once_lock);
     __atomic_store_n(&o->state, ONCE_DONE, __ATOMIC_RELEASE);
-    running--;
-    mine--;
     pthread_cond_broadcast(&once_cond);
     byval_unlock(&once_lock);
 }
