@@ -33,6 +33,9 @@ bgm_build() {
 
 bgm_pin() { if command -v taskset >/dev/null; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
 
+# the median line of the lines on stdin, by their first number
+bgm_midline() { sort -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }'; }
+
 # min median max of the numbers on stdin
 bgm_mmm() { sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%s %s %s", v[1], v[int((NR + 1) / 2)], v[NR] }'; }
 
@@ -140,7 +143,7 @@ bgm_cold() {
             [ -n "$o" ] && [ -n "$d" ] && echo "$o $(bgm_split "$LOGS/bgm-cold-$n-$k.log") $d" >>"$LOGS/bgm-cold-$n.txt"
         done
         # the run of median open time: open fetch import map | dsum dimport dmap daccess
-        local mid; mid=$(sort -g "$LOGS/bgm-cold-$n.txt" | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
+        local mid; mid=$(bgm_midline <"$LOGS/bgm-cold-$n.txt")
         local name="first VMM open, $n x 2 MiB (<= 1.1x driver, <= 1.0x torch)"
         if [ -z "$mid" ]; then
             row "$name" FAIL "no result (see $LOGS/bgm-cold-$n-*.log)"
@@ -165,7 +168,7 @@ bgm_cold() {
         local w; w=$(for k in $(seq $reps); do
             timeout 120 "$RUN" "$OUT/vmm_cold" --chunks "$n" --mode byval --exporters 2 2>/dev/null |
                 awk '$1 == "open_us" { o = $2 } $1 == "open2_us" { t = $2 } END { if (o && t) print t, o }'
-        done | sort -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
+        done | bgm_midline)
         [ -n "$w" ] && row "  $n x 2 MiB: first contact in a warm importer" INFO \
             "${w%% *} us (another exporter, same process) vs ${w##* } us (fresh process); driver-only $5 us"
     done

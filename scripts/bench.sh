@@ -171,9 +171,8 @@ for n in ${THREADS//,/ }; do [ "$n" -le "$cores" ] && ncore=$n; done
         echo "first VMM open at first contact, $n x 2 MiB (CUDA double)|$1 us|$5 us|vs driver-only|-"
         echo "  split: fetch (attach, chunk fds)/import/map|$2/$3/$4 us|-|reported|-"
         vo=$1 vf=$2
-        w=$(awk -v n="$n" '$1 == "warm" && $2 == n { print $3, $4 }' "$OUT/vmmcold.txt" | sort -g |
-            awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
-        [ -n "$w" ] && echo "  first contact in a warm importer (another exporter) vs in a fresh one|${w%% *} us|${w##* } us|reported|-"
+        read -r w2 w1 <<<"$(vmid warm "$n")"
+        [ -n "$w1" ] && echo "  first contact in a warm importer (another exporter) vs in a fresh one|$w2 us|$w1 us|reported|-"
         v=$(vmid base "$n")
         [ -n "$v" ] || continue
         set -- $v
