@@ -73,7 +73,7 @@ static void withdraw_locked(byval_export_t *e)
     if (is_withdrawn(e))
         return;
     __atomic_store_n(&e->withdrawn, 1, __ATOMIC_RELEASE);
-    byval_exports_give_locked(e);
+    byval_exports_give_locked(e, 0);
     if (e->listed) {
         byval_exports_t *x = e->home;
         if (e->prev)
@@ -256,6 +256,16 @@ int byval_exports_visit(byval_exports_t *x, int (*visit)(void *arg, const byval_
         r = visit(arg, e);
     byval_exports_unlock();
     return r;
+}
+
+void byval_exports_trim(byval_export_t *e, uint32_t nitems)
+{
+    byval_exports_lock();
+    if (!is_withdrawn(e) && nitems < e->nitems) {
+        byval_exports_give_locked(e, nitems);
+        e->nitems = nitems;
+    }
+    byval_exports_unlock();
 }
 
 size_t byval_exports_live(byval_exports_t *x)

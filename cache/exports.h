@@ -128,6 +128,11 @@ int byval_exports_end(byval_exports_t *x, const void *key);
 size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byval_export_t *e),
                             void *arg);
 
+/* Withdraw e's items from nitems on (what they name goes before the
+ * export does: an allocation that keeps only its first part); e stays
+ * live with the others. */
+void byval_exports_trim(byval_export_t *e, uint32_t nitems);
+
 /* Every export of x that lives in context ctx (it is being destroyed: a
  * driver may close the context's exported fds with it). */
 size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx);

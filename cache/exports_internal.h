@@ -16,9 +16,10 @@
 void byval_exports_lock(void);
 void byval_exports_unlock(void);
 
-/* (locked) Take e's items' stages through the sink / give them back. */
+/* (locked) Take e's items' stages through the sink / give back those of
+ * items from `from` on. */
 int byval_exports_take_locked(byval_export_t *e);
-void byval_exports_give_locked(byval_export_t *e);
+void byval_exports_give_locked(byval_export_t *e, uint32_t from);
 
 /* (locked) Is any registry entry of key held? */
 int byval_exports_key_held_locked(uint64_t key);

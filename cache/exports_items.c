@@ -131,12 +131,18 @@ int byval_exports_take_locked(byval_export_t *e)
     return rc;
 }
 
-void byval_exports_give_locked(byval_export_t *e)
+void byval_exports_give_locked(byval_export_t *e, uint32_t from)
 {
     /* Everything that names an fd goes before the API's end can close it:
      * the registry entry first (importers release what they cached), then
-     * the offer and the registration. */
-    for (uint32_t i = e->nitems; i-- > 0;) {
+     * the offer and the registration. Item 0's entry before all: an
+     * importer that finds a later item unlisted and item 0 listed knows
+     * the export was trimmed, not ended. */
+    if (!from && e->nitems && (e->items[0].taken & EXP_PUBLISHED)) {
+        give(EXP_PUBLISHED, &e->items[0]);
+        e->items[0].taken &= ~EXP_PUBLISHED;
+    }
+    for (uint32_t i = e->nitems; i-- > from;) {
         byval_export_item_t *it = &e->items[i];
         if (it->taken & EXP_PUBLISHED)
             give(EXP_PUBLISHED, it);

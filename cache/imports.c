@@ -284,12 +284,13 @@ static int shed_pred(void *ctx, const void *key, void *value)
         return -1;
     if (!LD_ACQ(&m->counted))
         return 0;
-    s->excess = m->bytes >= s->excess ? 0 : s->excess - m->bytes;
+    uint64_t bytes = __atomic_load_n(&m->bytes, __ATOMIC_RELAXED);
+    s->excess = bytes >= s->excess ? 0 : s->excess - bytes;
     return 1;
 }
 
 /* Closed bytes over the budget: evict unreferenced counted mappings. */
-static void shed(void)
+void byval_imports_shed(void)
 {
     unsigned n = LD_ACQ(&g.ncaches);
     for (unsigned i = 0; i < n; i++) {
@@ -300,6 +301,28 @@ static void shed(void)
         shed_t s = {held - budget};
         byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &s);
     }
+}
+
+/* Count delta more of m's bytes as closed (first: m's first charge).
+ * Under the lists' lock, so that a growth and the first close count
+ * each byte once, and the release takes back what was counted. 1 when
+ * the total is over the budget. */
+static int charge(byval_import_t *m, uint64_t delta, int first)
+{
+    byval_lock(&g.lock);
+    uint64_t bytes = __atomic_add_fetch(&m->bytes, delta, __ATOMIC_RELAXED), add = 0;
+    if (first) {
+        __atomic_store_n(&m->counted, 2, __ATOMIC_RELEASE);
+        add = bytes;
+    } else if (LD_ACQ(&m->counted) == 2) {
+        add = delta; /* else not charged yet: its first close counts every byte */
+    }
+    m->charged += add;
+    uint64_t held = __atomic_add_fetch(&g.closed, add, __ATOMIC_RELAXED);
+    if (held > __atomic_load_n(&g.peak, __ATOMIC_RELAXED))
+        __atomic_store_n(&g.peak, held, __ATOMIC_RELAXED);
+    byval_unlock(&g.lock);
+    return held > __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
 }
 
 /* A mapping's first close (we still hold the reference being closed):
@@ -316,12 +339,12 @@ static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
         byval_lru_remove_ref(c->lru, ref);
     else if (c->ops->watch && LD_ACQ(&m->live))
         c->ops->watch(m);
-    uint64_t held = __atomic_add_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
-    uint64_t peak = __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
-    while (held > peak && !__atomic_compare_exchange_n(&g.peak, &peak, held, 1,
-                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
-    return held > __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
+    return charge(m, 0, 1);
+}
+
+int byval_imports_grow(byval_import_t *m, uint64_t delta)
+{
+    return charge(m, delta, 0);
 }
 
 int byval_imports_close(uintptr_t ptr)
@@ -350,6 +373,6 @@ int byval_imports_close(uintptr_t ptr)
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
     if (over)
-        shed();
+        byval_imports_shed();
     return BYVAL_IMPORTS_CLOSED;
 }

@@ -31,7 +31,8 @@ typedef struct byval_import {
     /* Filled by the API before byval_imports_insert. */
     uint64_t bytes;  /* memory the mapping holds (the byte budget) */
     uintptr_t ctx;   /* local context it lives in (byval_imports_purge_ctx) */
-    uintptr_t addr;  /* where it is mapped (0: not memory); [addr, addr + bytes) */
+    uintptr_t addr;  /* where it is mapped (0: not memory); [addr, addr + span) */
+    uint64_t span;   /* address space it holds; 0: bytes */
     uint32_t pidns, pid; /* exporter; all zero: not known */
     uint64_t identity;
     /* Liveness: while *live == serial the exporter's allocation lives;
@@ -43,7 +44,8 @@ typedef struct byval_import {
     /* The core's. */
     byval_imports_t *home;
     struct byval_import *unext; /* uncached mappings' list */
-    uint32_t counted; /* its bytes count as closed (first close on) */
+    uint32_t counted; /* its bytes count as closed (first close on; 2: charged) */
+    uint64_t charged; /* bytes counted as closed (under the lists' lock) */
     uint32_t uncached;
     uint32_t dead; /* its context is gone: release without driver calls */
     uint32_t inserting; /* listed, not in its cache yet */
@@ -109,6 +111,15 @@ void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref);
  * its last close). Returns 0, or -1 when m could not be kept (released). */
 int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
                          byval_import_t **out_p, byval_lru_ref_t *ref_p);
+
+/* m maps delta bytes more than it did (an import that grows in place):
+ * the byte budget counts them as it counts m's others. Returns 1 when the
+ * closed bytes are over the budget now: call byval_imports_shed, under
+ * no lock. */
+int byval_imports_grow(byval_import_t *m, uint64_t delta);
+
+/* Evict closed mappings until the closed bytes fit the budget. */
+void byval_imports_shed(void);
 
 /* The application opened ptr from m (reference ref from get or insert).
  * 0, or -1 on ENOMEM (the reference is dropped). */

@@ -52,7 +52,7 @@ int byval_imports_holds(uintptr_t ptr)
     int in = 0;
     byval_lock(&g.lock);
     for (byval_import_t *m = g.live; m && !in; m = m->lnext)
-        in = m->addr && ptr >= m->addr && ptr - m->addr < m->bytes;
+        in = m->addr && ptr >= m->addr && ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
     byval_unlock(&g.lock);
     return in;
 }
@@ -72,8 +72,12 @@ void byval_imports_release(byval_import_t *m)
     /* Closed for the application from here on, recorded until the driver
      * has unmapped it (imports.c, design notes). */
     byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
-    if (LD_ACQ(&m->counted))
-        __atomic_sub_fetch(&g.closed, m->bytes, __ATOMIC_RELAXED);
+    if (LD_ACQ(&m->counted)) {
+        byval_lock(&g.lock);
+        __atomic_sub_fetch(&g.closed, m->charged, __ATOMIC_RELAXED);
+        m->charged = 0;
+        byval_unlock(&g.lock);
+    }
     byval_rdlock(&g.gate);
     ops->release(m);
     byval_rdunlock(&g.gate);

@@ -12,8 +12,8 @@
  * aborts with both names on a violation.
  *
  * Outside the order. ipcbyval never holds one of its locks while it calls
- * the GPU driver or the application, with one exception, the release gate
- * (first rank); and drivers and applications may call into ipcbyval while
+ * the GPU driver or the application, with two exceptions, the release gate
+ * (first rank) and a VMM mirror's growth (CU_MIRROR); and drivers and applications may call into ipcbyval while
  * holding their own locks (the driver's pidfd_getfd reaches the rescue).
  * So in the whole process's order, their locks rank before all of ours,
  * except the driver's, which also rank after the gate.
@@ -55,6 +55,14 @@
      * shared, across the driver's close; a context purge and fork take it                     \
      * exclusive to wait for them. First: it is held across the driver. */                    \
     X(IMPORTS_GATE, "imports release gate")                                                     \
+    /* shim/cu_export.c: the exporter's VMM pools (chunks exported once                        \
+     * each). Held while a pool's exports start and end (EXPORTS). */                           \
+    X(CU_POOLS, "cuda vmm pools")                                                               \
+    /* shim/cu_import.c: a mirror's growth (chunks mapped into a cached                        \
+     * mirror). Held across the fetch and the driver's import and map, the                     \
+     * second lock held across the driver (a driver never calls the                             \
+     * application's cuIpcOpenMemHandle); nothing releases under it. */                         \
+    X(CU_MIRROR, "cuda vmm mirror growth")                                                      \
     /* cache/exports.c: the export core's tables. Held while an export is                      \
      * published and withdrawn in handles/ (registry, broker offers,                          \
      * registry by fd) and while its LRU is used: all rank after. */                           \

@@ -35,10 +35,12 @@ static int chunks_ok(const byval_manifest_t *m, uint32_t pid, char *msg, size_t 
             why = "is empty";
         else if (c->offset > m->reserve_size || c->size > m->reserve_size - c->offset)
             why = "lies outside the reservation";
-        else if (c->offset < end)
-            why = "overlaps the chunk before it or is out of order";
+        else if (i && c->offset != end)
+            why = "does not follow the chunk before it";
         else if (c->fd > INT32_MAX)
             why = "names an fd number no process can have";
+        else if (c->id == 0 || c->id > BYVAL_WIRE_MAX_ALLOC_ID)
+            why = "has an id no export can have";
         if (why) {
             byval_msg(msg, msglen,
                       "manifest from pid %u: chunk %u (offset %llu, size %llu, fd %u) %s "
@@ -74,7 +76,7 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
                   hdr.nchunks, BYVAL_MANIFEST_MAX_CHUNKS);
         return NULL;
     }
-    size_t need = BYVAL_MANIFEST_LEN(hdr.nchunks); /* <= 24600: no overflow */
+    size_t need = BYVAL_MANIFEST_LEN(hdr.nchunks); /* <= 40 MiB: no overflow */
     if (len != need) {
         byval_msg(msg, msglen,
                   "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu "
@@ -106,8 +108,8 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
 byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, char *msg,
                                       size_t msglen)
 {
-    /* The record's size bounds what we read: no manifest is longer than
-     * 1024 chunks' worth, which travels as 7 pages (28672 bytes). */
+    /* The record's size bounds what we read, and the chunk bound bounds
+     * the record's size. */
     if (rec_size < BYVAL_MANIFEST_LEN(1) ||
         pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN)) {
         byval_msg(msg, msglen,

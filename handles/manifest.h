@@ -3,12 +3,15 @@
  * manifest.h - the layout of a VMM export manifest, and its reader.
  *
  * A by-value CUDA VMM handle names ONE fd in the exporter: a sealed memfd
- * holding this manifest. It lists every physical chunk mapped into the
- * exporter's reservation (PyTorch expandable segments map many) with the
- * exporter's fd number for each chunk's POSIX-fd export, so the importer
- * can pidfd_getfd them all and rebuild the reservation with every byte at
- * the same offset. The layout is host-endian: exporter and importer share
- * one host (the record's boot id says so).
+ * holding this manifest. It lists the chunks the handle makes readable:
+ * the pointer's chunk (cuMemGetAddressRange's mapping) and every chunk
+ * mapped after it without a hole, as the exporter's reservation held them
+ * at the get, each with the exporter's fd number of its POSIX-fd export
+ * and its chunk id (the registry key it is published under; never reused,
+ * so a chunk mapped anew at the same offset is told apart). The pool id
+ * names the reservation: an importer keeps one mirror per pool, into
+ * which every chunk is mapped once at its offset. Host-endian: exporter
+ * and importer share one host (the record's boot id says so).
  *
  * The reader is pure (no GPU API, nothing but pread on the fd it is
  * given): the importer runs it on bytes a peer wrote, possibly hostile.
@@ -21,12 +24,15 @@
 #include <stdint.h>
 
 #define BYVAL_MANIFEST_MAGIC 0x4d564249u /* "IBVM" */
-#define BYVAL_MANIFEST_VERSION 1u
-#define BYVAL_MANIFEST_MAX_CHUNKS 1024u
+#define BYVAL_MANIFEST_VERSION 2u
+/* A bound on what an importer reads (40 MiB), far above a GPU's worth of
+ * 2 MiB chunks. */
+#define BYVAL_MANIFEST_MAX_CHUNKS (1u << 20)
 
 typedef struct byval_manifest_chunk {
     uint64_t offset; /* from the reservation start */
     uint64_t size;
+    uint64_t id;     /* the exporter's chunk id (48 bits) */
     uint32_t fd;     /* in the exporter */
     uint32_t fd_ino; /* low 32 bits of its inode */
 } byval_manifest_chunk_t;
@@ -37,6 +43,7 @@ typedef struct byval_manifest {
     uint32_t nchunks;
     uint32_t device;
     uint64_t reserve_size; /* bytes of the exporter's reservation */
+    uint64_t pool_id;      /* the reservation, as the exporter names it */
     byval_manifest_chunk_t chunks[];
 } byval_manifest_t;
 
@@ -52,10 +59,11 @@ typedef struct byval_manifest {
  * the exporter's, for the message. Returns a malloc'd copy of exactly
  * BYVAL_MANIFEST_LEN(nchunks) bytes, every one of them from buf, or NULL
  * with one line in msg (may be NULL) saying exactly what is wrong:
- * header, magic or version; a chunk count of 0 or above 1024; fewer or
- * more bytes than the count needs; a length the record's size does not
- * cover; a chunk that is empty, outside the reservation, out of order or
- * overlapping the one before, or whose fd number cannot be one.
+ * header, magic or version; a chunk count of 0 or above the bound; fewer
+ * or more bytes than the count needs; a length the record's size does not
+ * cover; a chunk that is empty, outside the reservation, not right after
+ * the one before (a handle's chunks are one run), or whose fd number or
+ * id cannot be one.
  */
 byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size,
                                        uint32_t pid, char *msg, size_t msglen);

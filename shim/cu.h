@@ -4,8 +4,8 @@
  *
  * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
  * cu_real.c    the real libcuda entry points, found at run time
- * cu_export.c  by-value export of VMM memory (manifest of chunks)
- * cu_import.c  VMM import, close, context destruction
+ * cu_export.c  by-value export of VMM memory (pools of chunks, extents)
+ * cu_import.c  VMM import into one mirror per exporter pool, close
  * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
  * cu_legacy_export.c  legacy exports published for importers
  * cu_ctx.c     context destruction: release the mappings kept in it first
@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "cache/lru.h"
+#include "handles/registry.h"
 
 /* The header maps these names to their newest versions; we wrap every
  * version under its exported name. */
@@ -92,10 +93,19 @@ const byval_cu_real_t *byval_cu_real(void);
 /* "CUDA_ERROR_INVALID_VALUE" etc. for logs. */
 const char *byval_cu_err(CUresult r);
 
-/* Offsets of the CUDA handle: bytes 0-7 carry the exporter's chunk offset
- * within its reservation; the record sits where Level Zero's does. */
+/* Offsets of the CUDA handle: bytes 0-7 carry the offset of the pointer's
+ * chunk in the exporter's reservation, 8-15 the exporter's pool id (the
+ * mirror an importer maps it into: cu_import.c); the record sits where
+ * Level Zero's does. */
 #define BYVAL_CU_OFF_CHUNK 0
+#define BYVAL_CU_OFF_POOL 8
 #define BYVAL_CU_RECORD_OFF 17
+
+/* The registry entry of an exporter's pool, live while no chunk of it was
+ * unmapped since it was made: what importers' mirrors watch. Not a record
+ * kind: its own key space. */
+#define BYVAL_CU_POOL_KEY(pool_id) BYVAL_REG_KEY(0x40, (pool_id))
+#define BYVAL_CU_POOL_INO 1u
 
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr);
 CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
@@ -109,16 +119,19 @@ int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdevice
 /* The export fast path (cu_export_fast.c): pointer -> handle last given,
  * validated by the pointer's BUFFER_ID. */
 void byval_cu_fast_init(size_t capacity);
-void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t reserve_start,
-                            uint64_t reserve_size, const CUipcMemHandle *h);
-int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHandle *h);
+void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t mapgen,
+                            uint64_t reserve_start, uint64_t reserve_size, const CUipcMemHandle *h);
+int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t mapgen,
+                         CUipcMemHandle *h);
 void byval_cu_fast_forget_range(CUdeviceptr ptr, size_t size);
 void byval_cu_fast_forget_all(void);
 
-/* Exporter-side invalidation: drop export entries overlapping the range
- * (cuMemUnmap, cuMemFree) or holding the allocation (cuMemRelease). */
+/* Exporter side: chunks in the range are unmapped (cuMemUnmap, cuMemFree)
+ * or the allocation released (cuMemRelease): the exports naming them end.
+ * A chunk was mapped (cuMemMap): remembered handles are checked again. */
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
+void byval_cu_export_mapped(void);
 
 /* Import of a VMM manifest handle (cu_import.c); rec parsed without its
  * checksum. *ours_p = 0 (and nothing done) when the record turns out not

@@ -88,16 +88,15 @@ CU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     return rl->mem_unmap(ptr, size);
 }
 
-/* A chunk mapped into a reservation that was exported: the manifest no
- * longer names every chunk (a reservation that grew, a chunk replaced),
- * so the export goes and the next get exports the reservation anew. */
+/* A chunk mapped (a pool that grows) ends no export; a handle remembered
+ * for a pointer is checked against the longer run at its next get. */
 CU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                             CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     REAL_OR_FAIL(map);
     CUresult r = rl->map(ptr, size, offset, handle, flags);
     if (r == CUDA_SUCCESS && byval_init() && byval_cfg.cuda)
-        byval_cu_export_forget_range(ptr, size);
+        byval_cu_export_mapped();
     return r;
 }
 

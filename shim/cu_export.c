@@ -3,28 +3,35 @@
  * cu_export.c - cuIpcGetMemHandle for VMM memory.
  *
  * The driver refuses VMM memory (CUDA_ERROR_INVALID_VALUE); its only
- * export is cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR), which
- * costs up to ~1 ms and returns a new fd every call. We export every chunk
- * of the pointer's reservation once, write a manifest (cu_manifest.h) into
- * a sealed memfd, and put a by-value record naming that memfd in the
- * handle. One export per reservation (cache/exports.h, keyed by the
- * reservation, validated by buffer id) makes repeated gets a lookup;
- * unmap/release/free end it: registry entries and broker offers of the
- * manifest and every chunk withdrawn, then their fds closed.
- * A context's destroy, reset or last release does not: VMM memory is no
- * context's (an H100 kept a mapping after a reset), so its export lives
- * on (cu_ctx.c ends the legacy exports of a context).
- * Legacy memory never gets here: the driver's own handle is returned.
+ * export is cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR): up to
+ * ~1 ms and a new fd every call. VMM users map many chunks into one large
+ * reservation and keep mapping after an export (PyTorch's expandable
+ * segments: 20 MiB pages in a range the size of the GPU). So:
+ *  - a pool per reservation holds each chunk's export, made once, when a
+ *    handle first needs the chunk, and kept until the chunk is unmapped
+ *    or released;
+ *  - a handle names an extent: the pointer's chunk and every chunk mapped
+ *    after it without a hole, as at the get (all that a buffer starting
+ *    in that chunk can cover: the driver does not say where it ends).
+ *    One export per extent (cache/exports.h): a sealed memfd listing its
+ *    chunks (handles/manifest.h), the manifest and each chunk published
+ *    and offered; a repeated get is a lookup;
+ *  - mapping more chunks ends nothing; an unmap or a release of a chunk
+ *    ends the extents naming it, closes its export, and renews the pool's
+ *    liveness entry, which importers' mirrors of the pool watch
+ *    (cu_import.c): exports not naming the chunk stay valid.
+ * A context's end does not end VMM exports: VMM memory is no context's
+ * (an H100 kept a mapping after a reset). Legacy memory never gets here:
+ * the driver's own handle is returned.
  */
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cache/locks.h"
 #include "cache/exports.h"
+#include "cache/locks.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -35,58 +42,58 @@
 #include "shim/stats.h"
 #include "shim/transport.h"
 
-/* One entry per exported reservation (all its chunks, one fd each). */
+/* A chunk's export, made once. */
+typedef struct cu_chunk {
+    uint64_t off, size; /* in the reservation */
+    uint64_t id;        /* its registry key's id */
+    CUmemGenericAllocationHandle gh;
+    int fd;
+    uint32_t ino;
+} cu_chunk_t;
+
+typedef struct cu_export cu_export_t;
+
+typedef struct cu_pool {
+    struct cu_pool *next;
+    uint64_t start, size, id;
+    uint64_t unmaps;    /* unmaps and releases in its range so far */
+    unsigned busy;      /* gets exporting chunks of it, unlocked */
+    size_t n, cap;
+    cu_chunk_t *chunks; /* by offset */
+    cu_export_t *live;  /* its liveness entry (not kept in the table) */
+} cu_pool_t;
+
+/* An extent: offsets [first, end) of one reservation. */
 typedef struct cu_export_key {
-    uint64_t reserve_start;
-    uint64_t reserve_size;
+    uint64_t reserve_start, reserve_size, first, end;
 } cu_export_key_t;
 
-typedef struct cu_export {
+struct cu_export {
     byval_export_t core; /* first: cache/exports.h */
+    cu_export_key_t key;
+    uint64_t end; /* what it names now: [key.first, end) (an unmap cuts it) */
     CUipcMemHandle handle;
-    uint64_t reserve_start, reserve_size;
-    int manifest_fd;
-    uint32_t nchunks;
-    int *fds;                              /* chunk fds, nchunks */
-    CUmemGenericAllocationHandle *handles; /* chunk allocations, nchunks */
-    uint64_t *ids;                         /* chunk buffer ids, nchunks */
-    byval_export_item_t *items;            /* the manifest's, then each chunk's */
-} cu_export_t;
+    int manifest_fd; /* -1: a pool's liveness entry */
+    byval_export_item_t items[];
+};
 
 static byval_exports_t *exports;
 static byval_once_t export_once = BYVAL_ONCE_INIT;
+static byval_lock_t pools_lock = BYVAL_LOCK_INIT(CU_POOLS);
+BYVAL_LOCK_STATIC(cu_pools, &pools_lock);
+static cu_pool_t *pools;
+static size_t npools;   /* read without the lock: a hint to skip work */
+static uint64_t ids;    /* pool, chunk and export ids, never reused */
+static uint64_t mapgen; /* bumped by every cuMemMap: a remembered handle's extent may be short */
 
-/* The registry key of a reservation's chunk fds (manifest key, chunk kind):
- * importers need them listed before they duplicate them. */
-static uint64_t chunks_key(uint64_t manifest_key)
-{
-    return BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, manifest_key);
-}
-
-/* Close what e holds and free it (withdrawn first, if it was started). */
-static void export_free(cu_export_t *e)
-{
-    if (!e)
-        return;
-    for (uint32_t i = 0; e->fds && i < e->nchunks; i++)
-        if (e->fds[i] >= 0)
-            close(e->fds[i]);
-    if (e->manifest_fd >= 0)
-        close(e->manifest_fd);
-    free(e->fds);
-    free(e->handles);
-    free(e->ids);
-    free(e->items);
-    free(e);
-}
-
-/* The export ended, everything naming its fds withdrawn: the handles
- * remembered for its pointers go, then its fds. */
 static void export_end(byval_export_t *core)
 {
     cu_export_t *e = (cu_export_t *)core;
-    byval_cu_fast_forget_range(e->reserve_start, e->reserve_size);
-    export_free(e);
+    if (e->manifest_fd >= 0) {
+        byval_cu_fast_forget_range(e->key.reserve_start, e->key.reserve_size);
+        close(e->manifest_fd);
+    }
+    free(e);
 }
 
 static const byval_exports_ops_t export_ops = {"cuda export", sizeof(cu_export_key_t), export_end};
@@ -98,79 +105,304 @@ static void export_init(void)
     byval_cu_fast_init(byval_cfg.export_cache_size);
 }
 
-/* Export every chunk mapped in [start, start+size). 0 or -1 (logged). */
-static int export_chunks(const byval_cu_real_t *rl, cu_export_t *e, CUdeviceptr start,
-                         uint64_t size)
+static uint64_t new_id(void)
 {
-    uint64_t off = 0;
-    while (off < size) {
-        CUdeviceptr base = 0;
-        size_t csize = 0;
-        if (rl->mem_get_address_range(&base, &csize, start + off) != CUDA_SUCCESS || !csize) {
-            off += 2u << 20; /* unmapped hole: VMM granularity is >= 2 MiB */
-            continue;
-        }
-        if (e->nchunks == BYVAL_MANIFEST_MAX_CHUNKS) {
-            BYVAL_LOG_WARN("reservation at 0x%llx has more than %u chunks",
-                           (unsigned long long)start, BYVAL_MANIFEST_MAX_CHUNKS);
-            return -1;
-        }
-        CUmemGenericAllocationHandle gh;
-        CUmemAllocationProp prop;
-        memset(&prop, 0, sizeof(prop));
-        if (rl->retain_allocation_handle(&gh, (void *)(uintptr_t)base) != CUDA_SUCCESS)
-            return -1;
-        CUresult r = rl->get_allocation_properties(&prop, gh);
-        int fd = -1;
-        if (r == CUDA_SUCCESS && !(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-            BYVAL_LOG_WARN("VMM allocation at 0x%llx cannot be shared by value: it was created "
-                           "without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in "
-                           "requestedHandleTypes (0x%x)",
-                           (unsigned long long)base, (unsigned)prop.requestedHandleTypes);
-            r = CUDA_ERROR_NOT_SUPPORTED;
-        } else if (r == CUDA_SUCCESS) {
-            r = rl->export_shareable(&fd, gh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-            if (r != CUDA_SUCCESS)
-                BYVAL_LOG_WARN("cuMemExportToShareableHandle(0x%llx) failed: %s",
-                               (unsigned long long)base, byval_cu_err(r));
-        }
-        rl->mem_release(gh); /* the retain's reference; the mapping keeps its own */
-        if (r != CUDA_SUCCESS)
-            return -1;
-        e->fds[e->nchunks] = fd;
-        e->handles[e->nchunks] = gh;
-        if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &e->ids[e->nchunks]) != 0)
-            e->ids[e->nchunks] = 0;
-        e->nchunks++;
-        off = base - start + csize;
-    }
-    return e->nchunks ? 0 : -1;
+    return __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED) & BYVAL_WIRE_MAX_ALLOC_ID;
 }
 
-static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
+static cu_export_t *export_new(uint32_t nitems)
 {
-    size_t len = sizeof(byval_manifest_t) + e->nchunks * sizeof(byval_manifest_chunk_t);
+    cu_export_t *e = calloc(1, sizeof(*e) + nitems * sizeof(e->items[0]));
+    if (e) {
+        e->manifest_fd = -1;
+        e->core.nitems = nitems;
+        e->core.items = e->items;
+    }
+    return e;
+}
+
+/* ---- pools (under pools_lock) ------------------------------------------ */
+
+/* The pool's liveness entry: published while the pool has extents and no
+ * chunk of it was unmapped since it was made. Importers' mirrors note its
+ * serial. */
+static void live_start(cu_pool_t *p)
+{
+    cu_export_t *e = export_new(1);
+    if (!e)
+        return;
+    e->items[0] = (byval_export_item_t){
+        .key = BYVAL_CU_POOL_KEY(p->id), .fd = -1, .ino = BYVAL_CU_POOL_INO, .size = p->size};
+    if (byval_exports_start(exports, &e->core) != 0) {
+        byval_exports_discard(&e->core);
+        return; /* importers find no entry: their mirrors are not kept closed */
+    }
+    p->live = e;
+}
+
+static void live_end(cu_pool_t *p)
+{
+    if (p->live)
+        byval_exports_discard(&p->live->core);
+    p->live = NULL;
+}
+
+static cu_pool_t *pool_find(uint64_t start, uint64_t size)
+{
+    for (cu_pool_t *p = pools; p; p = p->next)
+        if (p->start == start && p->size == size)
+            return p;
+    return NULL;
+}
+
+static cu_pool_t *pool_get(uint64_t start, uint64_t size)
+{
+    cu_pool_t *p = pool_find(start, size);
+    if (p || !(p = calloc(1, sizeof(*p))))
+        return p;
+    p->start = start;
+    p->size = size;
+    p->id = new_id();
+    p->next = pools;
+    pools = p;
+    __atomic_store_n(&npools, npools + 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+static void pool_free(cu_pool_t *p)
+{
+    for (cu_pool_t **pp = &pools; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    __atomic_store_n(&npools, npools - 1, __ATOMIC_RELAXED);
+    live_end(p);
+    free(p->chunks);
+    free(p);
+}
+
+/* Index of the first chunk of p ending after off. */
+static size_t chunk_at(const cu_pool_t *p, uint64_t off)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->chunks[mid].off + p->chunks[mid].size <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int chunk_known(const cu_pool_t *p, uint64_t off, uint64_t size)
+{
+    size_t i = chunk_at(p, off);
+    return i < p->n && p->chunks[i].off == off && p->chunks[i].size == size;
+}
+
+/* Keep c in p (its offset free there); 0 or -1 (ENOMEM). */
+static int chunk_add(cu_pool_t *p, const cu_chunk_t *c)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        cu_chunk_t *n = realloc(p->chunks, cap * sizeof(*n));
+        if (!n)
+            return -1;
+        p->chunks = n;
+        p->cap = cap;
+    }
+    size_t i = chunk_at(p, c->off);
+    memmove(&p->chunks[i + 1], &p->chunks[i], (p->n - i) * sizeof(*c));
+    p->chunks[i] = *c;
+    p->n++;
+    return 0;
+}
+
+typedef struct fd_list {
+    int *fd;
+    size_t n, cap;
+} fd_list_t;
+
+static void fd_list_add(fd_list_t *l, int fd)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        int *n = realloc(l->fd, cap * sizeof(*n));
+        if (!n) {
+            close(fd); /* withdrawn already: closing it now is safe, only early */
+            return;
+        }
+        l->fd = n;
+        l->cap = cap;
+    }
+    l->fd[l->n++] = fd;
+}
+
+static void fd_list_close(fd_list_t *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        close(l->fd[i]);
+    free(l->fd);
+}
+
+typedef struct range {
+    uint64_t start, size, lo, hi; /* the reservation; offsets [lo, hi) in it */
+} range_t;
+
+static int names_range(void *arg, const byval_export_t *core)
+{
+    const range_t *r = arg;
+    const cu_export_t *e = (const cu_export_t *)core;
+    return e->manifest_fd >= 0 && e->key.reserve_start == r->start &&
+           e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
+}
+
+/* Extents that begin before a dropped range and run into it. */
+typedef struct cut {
+    range_t r;
+    cu_export_t **e;
+    size_t n, cap;
+} cut_t;
+
+static int runs_into(void *arg, const byval_export_t *core)
+{
+    cut_t *c = arg;
+    const cu_export_t *e = (const cu_export_t *)core;
+    if (names_range(&c->r, core) && e->key.first < c->r.lo) {
+        if (c->n < c->cap)
+            c->e[c->n] = (cu_export_t *)e;
+        c->n++;
+    }
+    return 0;
+}
+
+/* Chunks of p in offsets [lo, hi) are unmapped or released: extents that
+ * begin before them keep only their chunks before them (no live buffer
+ * runs over a page its allocator unmapped), extents that begin in them
+ * end; all withdrawn before the chunks' fds close (into fds). The pool's
+ * liveness entry is renewed. Returns the extents cut or ended. */
+static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
+{
+    size_t i = chunk_at(p, lo), j = i;
+    while (j < p->n && p->chunks[j].off < hi)
+        j++;
+    if (i == j)
+        return 0;
+    range_t r = {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size};
+    cut_t cut = {.r = r};
+    byval_exports_visit(exports, runs_into, &cut); /* how many */
+    cut.cap = cut.n;
+    cut.n = 0;
+    if (cut.cap && (cut.e = calloc(cut.cap, sizeof(*cut.e))))
+        byval_exports_visit(exports, runs_into, &cut);
+    else
+        cut.n = 0; /* none to cut (or no memory: they end below) */
+    for (size_t k = 0; cut.e && k < cut.n && k < cut.cap; k++) {
+        cu_export_t *e = cut.e[k];
+        uint32_t keep = (uint32_t)(i - chunk_at(p, e->key.first)); /* its chunks before r */
+        e->end = r.lo;
+        byval_exports_trim(&e->core, 1 + keep);
+    }
+    size_t n = cut.n + byval_exports_end_if(exports, names_range, &r); /* the cut ones no more */
+    free(cut.e);
+    for (size_t k = i; k < j; k++)
+        fd_list_add(fds, p->chunks[k].fd);
+    memmove(&p->chunks[i], &p->chunks[j], (p->n - j) * sizeof(p->chunks[0]));
+    p->n -= j - i;
+    live_end(p);
+    r.lo = 0;
+    r.hi = p->size;
+    if (byval_exports_visit(exports, names_range, &r)) /* extents left to watch it */
+        live_start(p);
+    return n;
+}
+
+/* ---- the get ------------------------------------------------------------ */
+
+typedef struct run {
+    uint64_t first, end; /* offsets in the reservation */
+    size_t n, cap;
+    uint64_t (*c)[2];    /* each chunk's offset and size */
+} run_t;
+
+/* The chunks from ptr's to the first hole or the reservation's end. */
+static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CUdeviceptr ptr,
+                    run_t *r)
+{
+    CUdeviceptr at = ptr;
+    memset(r, 0, sizeof(*r));
+    for (;;) {
+        CUdeviceptr base = 0;
+        size_t len = 0;
+        if (at >= start + size || rl->mem_get_address_range(&base, &len, at) != CUDA_SUCCESS ||
+            !len || base < start || len > start + size - base || (r->n && base != at))
+            break;
+        if (r->n == r->cap) {
+            size_t cap = r->cap ? r->cap * 2 : 16;
+            void *n = realloc(r->c, cap * sizeof(r->c[0]));
+            if (!n)
+                break;
+            r->c = n;
+            r->cap = cap;
+        }
+        r->c[r->n][0] = base - start;
+        r->c[r->n][1] = len;
+        r->n++;
+        at = base + len;
+    }
+    if (!r->n)
+        return -1;
+    r->first = r->c[0][0];
+    r->end = r->c[r->n - 1][0] + r->c[r->n - 1][1];
+    return 0;
+}
+
+/* Export the chunk mapped at base. 0, or -1 (logged). */
+static int chunk_export(const byval_cu_real_t *rl, CUdeviceptr base, cu_chunk_t *c)
+{
+    CUmemGenericAllocationHandle gh;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    if (rl->retain_allocation_handle(&gh, (void *)(uintptr_t)base) != CUDA_SUCCESS)
+        return -1;
+    CUresult r = rl->get_allocation_properties(&prop, gh);
+    int fd = -1;
+    if (r == CUDA_SUCCESS && !(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        BYVAL_LOG_WARN("VMM allocation at 0x%llx cannot be shared by value: it was created "
+                       "without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in "
+                       "requestedHandleTypes (0x%x)",
+                       (unsigned long long)base, (unsigned)prop.requestedHandleTypes);
+        r = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (r == CUDA_SUCCESS) {
+        r = rl->export_shareable(&fd, gh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (r != CUDA_SUCCESS)
+            BYVAL_LOG_WARN("cuMemExportToShareableHandle(0x%llx) failed: %s",
+                           (unsigned long long)base, byval_cu_err(r));
+    }
+    rl->mem_release(gh); /* the retain's reference; the mapping keeps its own */
+    if (r != CUDA_SUCCESS)
+        return -1;
+    c->gh = gh;
+    c->fd = fd;
+    c->ino = (uint32_t)byval_fd_inode(fd);
+    return 0;
+}
+
+/* The sealed manifest of p's chunks [i, i + n). fd, or -1 (logged). */
+static int manifest_write(const cu_pool_t *p, size_t i, size_t n, uint32_t device, size_t *len_p)
+{
+    size_t len = BYVAL_MANIFEST_LEN(n);
     byval_manifest_t *m = calloc(1, len);
     if (!m)
         return -1;
-    m->magic = BYVAL_MANIFEST_MAGIC;
-    m->version = BYVAL_MANIFEST_VERSION;
-    m->nchunks = e->nchunks;
-    m->device = device;
-    m->reserve_size = e->reserve_size;
-    const byval_cu_real_t *rl = byval_cu_real();
-    for (uint32_t i = 0; i < e->nchunks; i++) {
-        CUdeviceptr base = 0;
-        size_t csize = 0;
-        /* Walk again in the same order to record offsets and sizes. */
-        uint64_t at = i ? m->chunks[i - 1].offset + m->chunks[i - 1].size : 0;
-        while (at < e->reserve_size &&
-               (rl->mem_get_address_range(&base, &csize, start + at) != CUDA_SUCCESS || !csize))
-            at += 2u << 20;
-        m->chunks[i].offset = base - start;
-        m->chunks[i].size = csize;
-        m->chunks[i].fd = (uint32_t)e->fds[i];
-        m->chunks[i].fd_ino = (uint32_t)byval_fd_inode(e->fds[i]);
+    *m = (byval_manifest_t){.magic = BYVAL_MANIFEST_MAGIC, .version = BYVAL_MANIFEST_VERSION,
+                            .nchunks = (uint32_t)n, .device = device, .reserve_size = p->size,
+                            .pool_id = p->id};
+    for (size_t k = 0; k < n; k++) {
+        const cu_chunk_t *c = &p->chunks[i + k];
+        m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size, c->id, (uint32_t)c->fd, c->ino};
     }
     int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     int ok = fd >= 0 && write(fd, m, len) == (ssize_t)len &&
@@ -182,107 +414,151 @@ static int write_manifest(cu_export_t *e, CUdeviceptr start, uint32_t device)
             close(fd);
         return -1;
     }
-    e->manifest_fd = fd;
-    return 0;
+    *len_p = len;
+    return fd;
 }
 
-/* The handle for ptr from a reservation entry, if ptr's chunk is one of
- * the chunks exported (same buffer id): 1, else 0 (stale entry). */
-static int handle_from_entry(const byval_cu_real_t *rl, const cu_export_t *e, CUdeviceptr ptr,
-                             uint64_t buffer_id, CUipcMemHandle *h)
+/* The extent export of p's chunks r (all in p now), kept under key; its
+ * handle in *h. 0, or -1 (logged). Under pools_lock. */
+static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *key, uint32_t device,
+                         CUipcMemHandle *h)
 {
-    uint32_t i = 0;
-    while (i < e->nchunks && e->ids[i] != buffer_id)
-        i++;
-    CUdeviceptr chunk_base = 0;
-    size_t chunk_size = 0;
-    if (i == e->nchunks || rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS)
-        return 0;
-    *h = e->handle;
-    uint64_t chunk_off = chunk_base - e->reserve_start;
-    memcpy(h->reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
-    return 1;
-}
-
-/* Build the by-value handle for the VMM pointer ptr. 0, or -1 (logged). */
-static int export_vmm(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
-                      uint64_t reserve_start, uint64_t reserve_size, uint64_t buffer_id)
-{
-    CUdeviceptr chunk_base = 0;
-    size_t chunk_size = 0;
-    uint64_t device = 0;
     byval_self_t self;
-    if (rl->mem_get_address_range(&chunk_base, &chunk_size, ptr) != CUDA_SUCCESS ||
-        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr, &device) != 0 ||
-        byval_self_get(&self) != 0)
+    size_t i = chunk_at(p, r->first), len = 0;
+    if (byval_self_get(&self) != 0 || i + r->n > p->n)
         return -1;
-    cu_export_t *e = calloc(1, sizeof(*e));
-    if (!e)
+    for (size_t k = 0; k < r->n; k++) /* every chunk of the run kept (no ENOMEM) */
+        if (p->chunks[i + k].off != r->c[k][0] || p->chunks[i + k].size != r->c[k][1])
+            return -1;
+    cu_export_t *e = export_new(1 + (uint32_t)r->n);
+    if (!e || (e->manifest_fd = manifest_write(p, i, r->n, device, &len)) < 0) {
+        free(e);
         return -1;
-    e->manifest_fd = -1;
-    e->reserve_start = reserve_start;
-    e->reserve_size = reserve_size;
-    e->fds = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(int));
-    e->handles = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->handles));
-    e->ids = calloc(BYVAL_MANIFEST_MAX_CHUNKS, sizeof(*e->ids));
-    e->items = calloc(BYVAL_MANIFEST_MAX_CHUNKS + 1, sizeof(*e->items));
-    if (!e->fds || !e->handles || !e->ids || !e->items || export_chunks(rl, e, reserve_start, reserve_size) != 0 ||
-        write_manifest(e, reserve_start, (uint32_t)device) != 0)
-        goto err;
-
+    }
+    e->key = *key;
+    e->end = key->end;
     byval_record_t rec = {0};
     byval_record_set_exporter(&rec, &self);
     rec.kind = BYVAL_KIND_CU_VMM_MANIFEST;
     rec.fd = (uint32_t)e->manifest_fd;
     rec.fd_ino = (uint32_t)byval_fd_inode(e->manifest_fd);
-    /* The first chunk's buffer id names the reservation: every pointer
-     * into it shares one import mapping. */
-    rec.alloc_id = e->ids[0] & BYVAL_WIRE_MAX_ALLOC_ID;
-    rec.size = sizeof(byval_manifest_t) + e->nchunks * sizeof(byval_manifest_chunk_t);
+    rec.alloc_id = new_id();
+    rec.size = len;
     rec.device = (uint8_t)device;
-    memset(&e->handle, 0, sizeof(e->handle));
-    uint64_t chunk_off = chunk_base - reserve_start;
-    memcpy(e->handle.reserved + BYVAL_CU_OFF_CHUNK, &chunk_off, sizeof(chunk_off));
+    memcpy(e->handle.reserved + BYVAL_CU_OFF_CHUNK, &r->first, sizeof(r->first));
+    memcpy(e->handle.reserved + BYVAL_CU_OFF_POOL, &p->id, sizeof(p->id));
     if (byval_wire_encode(&rec, (uint8_t *)e->handle.reserved + BYVAL_CU_RECORD_OFF) !=
-        BYVAL_WIRE_OK)
-        goto err;
-    *h = e->handle;
-    /* Started before a racing free can end it: the manifest, then each
-     * chunk, listed and offered. */
-    uint64_t reg_key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id);
-    e->items[0] = (byval_export_item_t){.key = reg_key, .fd = e->manifest_fd, .ino = rec.fd_ino,
-                                        .size = reserve_size, .flags = BYVAL_EXPORT_OFFER};
-    for (uint32_t i = 0; i < e->nchunks; i++)
-        e->items[1 + i] = (byval_export_item_t){.key = chunks_key(reg_key), .fd = e->fds[i],
-                                                .ino = (uint32_t)byval_fd_inode(e->fds[i]),
+        BYVAL_WIRE_OK) {
+        export_end(&e->core);
+        return -1;
+    }
+    e->items[0] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
+                                        .fd = e->manifest_fd, .ino = rec.fd_ino,
+                                        .size = r->end - r->first, .flags = BYVAL_EXPORT_OFFER};
+    for (size_t k = 0; k < r->n; k++) {
+        const cu_chunk_t *c = &p->chunks[i + k];
+        e->items[1 + k] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id),
+                                                .fd = c->fd, .ino = c->ino, .size = c->size,
                                                 .flags = BYVAL_EXPORT_OFFER};
-    e->core.nitems = 1 + e->nchunks;
-    e->core.items = e->items;
+    }
     if (byval_exports_start(exports, &e->core) != 0) {
         byval_exports_discard(&e->core);
         return -1;
     }
-    cu_export_key_t key = {reserve_start, reserve_size};
     byval_export_t *existing = NULL;
     byval_lru_ref_t ref = 0;
-    int ins = byval_exports_insert(exports, &key, &e->core, &existing, &ref);
-    if (ins == 0) {
-        byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_exports_unget(exports, ref);
-        return 0;
-    }
-    /* Not kept: its fds go with it, so the handle must be the export's
-     * that a racing thread kept first (the handle we built would name
-     * closed fds). */
-    int ok = ins == BYVAL_LRU_EXISTS && handle_from_entry(rl, (cu_export_t *)existing, ptr, buffer_id, h);
-    if (ins == BYVAL_LRU_EXISTS) {
-        byval_exports_unget(exports, ref);
+    int ins = byval_exports_insert(exports, key, &e->core, &existing, &ref);
+    if (ins != 0 && ins != BYVAL_LRU_EXISTS)
+        return -1;
+    *h = ins == 0 ? e->handle : ((cu_export_t *)existing)->handle; /* a racing get's */
+    byval_exports_unget(exports, ref);
+    if (ins == BYVAL_LRU_EXISTS)
         byval_exports_discard(&e->core);
+    return 0;
+}
+
+/* Export the chunks of r that p lacks (the driver's calls, unlocked),
+ * then the extent. 0, or -1 (logged). */
+static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, const run_t *r,
+                      uint32_t device, CUipcMemHandle *h)
+{
+    cu_chunk_t *fresh = calloc(r->n, sizeof(*fresh));
+    size_t nfresh = 0;
+    int rc = -1;
+    if (!fresh)
+        return -1;
+    byval_lock(&pools_lock);
+    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size);
+    uint64_t unmaps = p ? p->unmaps : 0;
+    for (size_t k = 0; p && k < r->n; k++)
+        if (!chunk_known(p, r->c[k][0], r->c[k][1]))
+            fresh[nfresh++] = (cu_chunk_t){.off = r->c[k][0], .size = r->c[k][1], .fd = -1};
+    if (p)
+        p->busy++; /* kept for us while we export unlocked */
+    byval_unlock(&pools_lock);
+    if (!p)
+        goto out;
+    int exported = 1;
+    for (size_t k = 0; k < nfresh && exported; k++)
+        exported = chunk_export(rl, key->reserve_start + fresh[k].off, &fresh[k]) == 0;
+    byval_lock(&pools_lock);
+    p->busy--;
+    if (exported && p->unmaps != unmaps) /* the application unmapped it meanwhile */
+        BYVAL_LOG_DEBUG("cuIpcGetMemHandle: the reservation at 0x%llx was unmapped during the "
+                        "export", (unsigned long long)key->reserve_start);
+    if (!exported || p->unmaps != unmaps) {
+        if (!p->n && !p->busy)
+            pool_free(p);
+        byval_unlock(&pools_lock);
+        goto out;
     }
-    return ok ? 0 : -1;
-err:
-    export_free(e);
-    return -1;
+    for (size_t k = 0; k < nfresh; k++) {
+        if (chunk_known(p, fresh[k].off, fresh[k].size))
+            continue; /* a racing get exported it first: ours is closed below */
+        fresh[k].id = new_id();
+        if (chunk_add(p, &fresh[k]) != 0)
+            break;
+        fresh[k].fd = -1; /* the pool's now */
+    }
+    if (!p->live)
+        live_start(p);
+    rc = extent_export(p, r, key, device, h);
+    if (!p->n && !p->busy) /* nothing kept (no memory) */
+        pool_free(p);
+    byval_unlock(&pools_lock);
+out:
+    for (size_t k = 0; k < nfresh; k++)
+        if (fresh[k].fd >= 0)
+            close(fresh[k].fd);
+    free(fresh);
+    return rc;
+}
+
+/* The handle of ptr's extent, exported now or before. 0, or -1 (logged). */
+static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
+                      uint64_t start, uint64_t size, int *fresh_p)
+{
+    uint64_t device = 0, gen = __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), buffer_id = 0;
+    run_t r;
+    if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr, &device) != 0 ||
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0 ||
+        run_walk(rl, start, size, ptr, &r) != 0)
+        return -1;
+    cu_export_key_t key = {start, size, r.first, r.end};
+    byval_lru_ref_t ref;
+    cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
+    int rc = 0;
+    *fresh_p = !e;
+    if (e) {
+        *h = e->handle;
+        byval_exports_unget(exports, ref);
+    } else {
+        rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
+    }
+    if (rc == 0)
+        byval_cu_fast_remember(ptr, buffer_id, gen, start, size, h);
+    free(r.c);
+    return rc;
 }
 
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
@@ -292,7 +568,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE))) {
         byval_enter();
-        int hit = byval_cu_fast_lookup(rl, ptr, h);
+        int hit = byval_cu_fast_lookup(rl, ptr, __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), h);
         byval_leave();
         if (hit) {
             BYVAL_STAT_INC(export_hits);
@@ -308,38 +584,20 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
             byval_cu_legacy_published(rl, h, ptr);
         return r;
     }
-    uint64_t legacy = 1, start = 0, size = 0, buffer_id = 0;
+    uint64_t legacy = 1, start = 0, size = 0;
     if (r != CUDA_ERROR_INVALID_VALUE || !rl ||
         byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 || legacy)
         return r; /* not VMM memory: the driver's answer stands */
     if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
-        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0 ||
-        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &buffer_id) != 0)
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0)
         return r;
     byval_once(&export_once, export_init);
     if (!exports)
         return r;
-
-    cu_export_key_t key = {start, size};
-    byval_lru_ref_t ref;
-    cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
-    if (e) {
-        byval_enter();
-        int ok = handle_from_entry(rl, e, ptr, buffer_id, h);
-        byval_leave();
-        if (ok)
-            byval_cu_fast_remember(ptr, buffer_id, e->reserve_start, e->reserve_size, h);
-        byval_exports_unget(exports, ref);
-        if (ok) {
-            BYVAL_STAT_INC(export_hits);
-            return CUDA_SUCCESS;
-        }
-        /* The reservation was remapped behind our back: export it anew. */
-        byval_exports_end(exports, &key);
-    }
     byval_ptracer_allow();
     byval_enter();
-    int rc = export_vmm(rl, h, ptr, start, size, buffer_id);
+    int fresh = 0;
+    int rc = vmm_handle(rl, h, ptr, start, size, &fresh);
     byval_leave();
     if (rc != 0) {
         BYVAL_LOG_WARN("cuIpcGetMemHandle(0x%llx): VMM memory cannot be exported by value; "
@@ -347,48 +605,80 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
                        (unsigned long long)ptr, byval_cu_err(r));
         return r;
     }
-    BYVAL_STAT_INC(exports);
-    byval_log_export("", 0, (const void *)(uintptr_t)ptr, -1);
+    if (fresh) {
+        BYVAL_STAT_INC(exports);
+        byval_log_export("", 0, (const void *)(uintptr_t)ptr, -1);
+    } else {
+        BYVAL_STAT_INC(export_hits);
+    }
     return CUDA_SUCCESS;
 }
 
-static int overlaps(void *arg, const byval_export_t *core)
-{
-    const uint64_t *range = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    return e->reserve_start < range[0] + range[1] && range[0] < e->reserve_start + e->reserve_size;
-}
+/* ---- unmap, release, map ------------------------------------------------- */
 
-void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
+/* End what names chunks of every pool in [ptr, ptr + size), or the chunk
+ * of allocation gh (gh != 0). */
+static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh)
 {
-    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
-    if (!byval_exports_live(x))
+    if (!__atomic_load_n(&npools, __ATOMIC_RELAXED) ||
+        !byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE)))
         return;
-    uint64_t range[2] = {ptr, size ? size : 1};
-    byval_cu_fast_forget_range(ptr, size);
-    size_t n = byval_exports_end_if(x, overlaps, range);
+    fd_list_t fds = {0};
+    size_t n = 0;
+    uint64_t lo = ptr, hi = ptr + (size ? size : 1);
+    byval_lock(&pools_lock);
+    for (cu_pool_t *p = pools, *next; p; p = next) {
+        next = p->next; /* p may be freed */
+        if (gh) {
+            for (size_t k = 0; k < p->n; k++)
+                if (p->chunks[k].gh == gh) { /* mapped more than once: each mapping */
+                    n += pool_drop(p, p->chunks[k].off, p->chunks[k].off + 1, &fds);
+                    p->unmaps++;
+                    k--;
+                }
+        } else if (p->start < hi && lo < p->start + p->size) {
+            uint64_t olo = lo > p->start ? lo - p->start : 0;
+            n += pool_drop(p, olo, hi - p->start, &fds);
+            p->unmaps++; /* a get in flight exported what may be gone */
+        }
+        if (!p->n && !p->busy)
+            pool_free(p);
+    }
+    byval_unlock(&pools_lock);
+    fd_list_close(&fds);
     BYVAL_STAT_ADD(frees, n);
     if (n)
         byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);
 }
 
-static int holds_handle(void *arg, const byval_export_t *core)
+void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
 {
-    const CUmemGenericAllocationHandle *h = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    for (uint32_t i = 0; i < e->nchunks; i++)
-        if (e->handles[i] == *h)
-            return 1;
-    return 0;
+    forget(ptr, size, 0);
 }
 
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
 {
-    byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
-    if (!byval_exports_live(x))
-        return;
-    size_t n = byval_exports_end_if(x, holds_handle, &h);
-    if (n) /* pointers into it may sit in the fast map: start it afresh */
-        byval_cu_fast_forget_all();
-    BYVAL_STAT_ADD(frees, n);
+    if (h)
+        forget(0, 0, h);
 }
+
+void byval_cu_export_mapped(void)
+{
+    __atomic_add_fetch(&mapgen, 1, __ATOMIC_ACQ_REL);
+}
+
+/* A fork child exported nothing: its copies of the pools' fds go, and
+ * the pools with them (the export core forgets their entries itself). */
+static void pools_fork_child(void)
+{
+    for (cu_pool_t *p = pools, *next; p; p = next) {
+        next = p->next;
+        for (size_t k = 0; k < p->n; k++)
+            close(p->chunks[k].fd);
+        free(p->chunks);
+        free(p);
+    }
+    pools = NULL;
+    npools = 0;
+}
+BYVAL_FORK_CHILD(cu_pools, pools_fork_child);

@@ -4,9 +4,11 @@
  * pointer, validated by one BUFFER_ID query (the driver gives a reused
  * address a new id), so a repeated cuIpcGetMemHandle on VMM memory costs
  * a lookup instead of the driver's failing call and a reservation walk.
- * A memo, not an export table: it holds no fd and nothing shared; the
- * export core's end of a reservation's export (cu_export.c) clears its
- * pointers, so a hit never hands out a handle of an ended export.
+ * A chunk mapped since the handle was made (anywhere: a counter) sends the
+ * get to the reservation walk, as the pointer's extent may have grown. A
+ * memo, not an export table: it holds no fd and nothing shared; the end of
+ * an extent's export (cu_export.c) clears its reservation's pointers, so a
+ * hit never hands out a handle of an ended export.
  */
 #include <stdlib.h>
 
@@ -15,6 +17,7 @@
 
 typedef struct cu_fast {
     uint64_t buffer_id;
+    uint64_t mapgen; /* a chunk mapped since: the extent may be longer now */
     uint64_t reserve_start, reserve_size;
     CUipcMemHandle handle;
 } cu_fast_t;
@@ -31,23 +34,30 @@ void byval_cu_fast_init(size_t capacity)
     fast_cache = byval_lru_create(capacity, sizeof(uint64_t), fast_evicted, NULL);
 }
 
-void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t reserve_start,
-                            uint64_t reserve_size, const CUipcMemHandle *h)
+void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t mapgen,
+                            uint64_t reserve_start, uint64_t reserve_size, const CUipcMemHandle *h)
 {
     cu_fast_t *f = fast_cache ? malloc(sizeof(*f)) : NULL;
     if (!f)
         return;
     f->buffer_id = buffer_id;
+    f->mapgen = mapgen;
     f->reserve_start = reserve_start;
     f->reserve_size = reserve_size;
     f->handle = *h;
     uint64_t key = ptr;
     void *existing;
-    if (byval_lru_insert(fast_cache, &key, f, 0, &existing) != BYVAL_LRU_OK)
+    int rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
+    if (rc == BYVAL_LRU_EXISTS) { /* a handle of an older extent: this one replaces it */
+        byval_lru_remove(fast_cache, &key);
+        rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
+    }
+    if (rc != BYVAL_LRU_OK)
         free(f);
 }
 
-int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHandle *h)
+int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t mapgen,
+                         CUipcMemHandle *h)
 {
     uint64_t key = ptr, id = 0;
     void *v;
@@ -55,6 +65,10 @@ int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, CUipcMemHan
     if (!fast_cache || !byval_lru_get_ref(fast_cache, &key, &v, &ref))
         return 0;
     cu_fast_t *f = v;
+    if (f->mapgen != mapgen) { /* a chunk mapped since: the walk decides */
+        byval_lru_put_ref(fast_cache, ref);
+        return 0;
+    }
     int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 &&
              id == f->buffer_id;
     if (ok)

@@ -1,27 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle, and what a
- * context's destruction must release first.
+ * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle for by-value VMM
+ * handles.
  *
- * A by-value VMM handle names the exporter's manifest memfd. A miss
- * duplicates it with pidfd_getfd, reads the chunk list, duplicates each
- * chunk's fd, imports it (cuMemImportFromShareableHandle), reserves one
- * range as large as the exporter's, maps every chunk at its offset and
- * grants the current device read/write: every byte of the exporter's
- * buffer sits at the same offset. The pointer returned has the driver's
- * legacy semantics: the base of the exporter's cuMemGetAddressRange
- * allocation (callers add their offset). The mapping's lifetime is the
- * import core's (cache/imports.h): close drops an open; the exporter's
- * free or exit, the context's destruction or a budget release it.
+ * One mirror per exporter pool and local context: a reservation as large
+ * as the exporter's, made at the pool's first open, into which every
+ * chunk a handle names is imported (its export's fd fetched, then
+ * cuMemImportFromShareableHandle) and mapped once, at its offset, shared
+ * by every handle into the pool. The pointer handed out is the mirror's
+ * address of the handle's first chunk: the driver's legacy semantics (the
+ * base of the exporter's cuMemGetAddressRange allocation; callers add
+ * their offset, also past that chunk, as far as the handle's run goes).
+ * A mirror is one import of the lifecycle core (cache/imports.h): it
+ * remembers the records it has served, so a re-open of any is a hit; a
+ * record it has not served maps what the mirror lacks (a pool that grew)
+ * and joins them. It lives while its exporter's pool entry does
+ * (cu_export.c renews it at every unmap in the pool), noted before any
+ * chunk is fetched; with that, every rule of the core: close drops an
+ * open, the exporter's free or exit, the context's end or the byte budget
+ * (the bytes mapped) release it.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/locks.h"
 #include "cache/imports.h"
+#include "cache/locks.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
@@ -34,21 +39,36 @@
 #include "shim/track.h"
 #include "shim/transport.h"
 
-typedef struct cu_mapping {
+/* Records a mirror remembers (a hit); more are served as misses that
+ * find their chunks mapped already. */
+#define MIRROR_RECORDS 32
+
+typedef struct mirror_chunk {
+    uint64_t off, size, id;
+} mirror_chunk_t;
+
+typedef struct cu_mirror {
     byval_import_t core; /* the lifecycle core's part (cache/imports.h) */
     CUdeviceptr base;
-    uint64_t size;
+    uint64_t size, pool_id;
     CUcontext ctx;
-    uint8_t rec[BYVAL_WIRE_LEN]; /* a hit must carry the same record */
-    uint32_t nchunks;
-    byval_manifest_chunk_t chunks[]; /* offsets and sizes (fd fields unused) */
-} cu_mapping_t;
+    uint32_t nrecs; /* records served, published with a release */
+    struct {
+        uint64_t first; /* the chunk offset the handle carries */
+        uint8_t rec[BYVAL_WIRE_LEN];
+    } recs[MIRROR_RECORDS];
+    size_t n, cap; /* chunks mapped, by offset: written under mirror_lock */
+    mirror_chunk_t *chunks;
+} cu_mirror_t;
 
 static byval_imports_t *vmm_cache;
 static byval_once_t import_once = BYVAL_ONCE_INIT;
+static byval_lock_t mirror_lock = BYVAL_LOCK_INIT(CU_MIRROR);
+BYVAL_LOCK_STATIC(cu_mirror, &mirror_lock);
 
-/* Gives the mapping back to the driver; the caller frees m. */
-static void mapping_unmap(cu_mapping_t *m)
+/* Gives every chunk and the reservation back to the driver; the caller
+ * frees m. */
+static void mirror_unmap(cu_mirror_t *m)
 {
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && m->base && !__atomic_load_n(&m->core.dead, __ATOMIC_RELAXED)) {
@@ -56,33 +76,46 @@ static void mapping_unmap(cu_mapping_t *m)
         /* From the watcher thread too: the context the mapping was made
          * in, which a purge keeps alive until this returns. */
         CUcontext saved = byval_cu_ctx_push(m->ctx);
-        for (uint32_t i = 0; i < m->nchunks; i++)
-            if (m->chunks[i].size)
-                rl->mem_unmap(m->base + m->chunks[i].offset, m->chunks[i].size);
+        for (size_t i = 0; i < m->n; i++)
+            rl->mem_unmap(m->base + m->chunks[i].off, m->chunks[i].size);
         rl->address_free(m->base, m->size);
         byval_cu_ctx_pop(saved);
         byval_leave();
     }
+    free(m->chunks);
+    m->chunks = NULL;
 }
 
 static void vmm_release(byval_import_t *b)
 {
-    mapping_unmap((cu_mapping_t *)b);
+    mirror_unmap((cu_mirror_t *)b);
+}
+
+/* 1 when m has served rec for a handle carrying first. */
+static int served(const cu_mirror_t *m, const uint8_t *rec, uint64_t first)
+{
+    uint32_t n = __atomic_load_n(&m->nrecs, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (m->recs[i].first == first && memcmp(m->recs[i].rec, rec, BYVAL_WIRE_LEN) == 0)
+            return 1;
+    return 0;
+}
+
+/* m serves rec from now on (if it has room to remember it). */
+static void serve(cu_mirror_t *m, const uint8_t *rec, uint64_t first)
+{
+    uint32_t n = m->nrecs;
+    if (n == MIRROR_RECORDS || served(m, rec, first))
+        return;
+    m->recs[n].first = first;
+    memcpy(m->recs[n].rec, rec, BYVAL_WIRE_LEN);
+    __atomic_store_n(&m->nrecs, n + 1, __ATOMIC_RELEASE);
 }
 
 static int vmm_same(const byval_import_t *a, const byval_import_t *b)
 {
-    return memcmp(((const cu_mapping_t *)a)->rec, ((const cu_mapping_t *)b)->rec,
-                  BYVAL_WIRE_LEN) == 0;
-}
-
-/* At the first close: where the exporter says whether it still lives. */
-static void vmm_track(byval_import_t *b)
-{
-    byval_record_t rec;
-    if (byval_wire_decode(((cu_mapping_t *)b)->rec, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK)
-        byval_track_record(b, &rec, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
-                           rec.fd_ino);
+    const cu_mirror_t *fresh = (const cu_mirror_t *)b;
+    return served((const cu_mirror_t *)a, fresh->recs[0].rec, fresh->recs[0].first);
 }
 
 static byval_imports_ops_t vmm_ops = {
@@ -93,7 +126,7 @@ static byval_imports_ops_t vmm_ops = {
     .key_len = BYVAL_CU_VMM_KEY_LEN,
     .release = vmm_release,
     .same = vmm_same,
-    .track = vmm_track,
+    /* no .track: a mirror notes its pool's entry when it is made */
 };
 
 static void import_init(void)
@@ -106,106 +139,239 @@ static int vmm_seen[BYVAL_E_SYS + 2];
 #define vmm_log_failure(st, ...)                                                               \
     byval_log_once_per_kind(vmm_seen, BYVAL_E_SYS + 2, (int)(st), "cuIpcOpenMemHandle", __VA_ARGS__)
 
-/* vmm_map's work; the time of fd fetches and driver imports goes to
- * *fetch_ns and *import_ns. */
-static CUresult vmm_map_chunks(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                               const byval_manifest_t *man, cu_mapping_t **m_p,
-                               uint64_t *fetch_ns, uint64_t *import_ns)
+/* A chunk of the manifest that m maps already (0), lacks (1), or that
+ * another chunk holds the place of (-1: the exporter mapped anew there). */
+static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, size_t *at_p)
+{
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->chunks[mid].off + m->chunks[mid].size <= c->offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *at_p = lo;
+    if (lo == m->n || m->chunks[lo].off >= c->offset + c->size)
+        return 1;
+    const mirror_chunk_t *h = &m->chunks[lo];
+    return h->off == c->offset && h->size == c->size && h->id == c->id ? 0 : -1;
+}
+
+/* Import chunk c of rec's exporter and map it into m at its offset (at:
+ * its place in m->chunks; first: the handle's first chunk). The time of
+ * the fetch and of the driver's import goes to t[0] and t[1].
+ * CUDA_ERROR_NOT_FOUND: the handle's run ends before c. */
+static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
+                          const byval_manifest_chunk_t *c, int first, CUdevice dev,
+                          cu_mirror_t *m, size_t at, uint64_t t[2])
 {
     char msg[512];
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 16;
+        mirror_chunk_t *n = realloc(m->chunks, cap * sizeof(*n));
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        m->chunks = n;
+        m->cap = cap;
+    }
+    /* Proven as the chunk's own export: its registry key is the chunk's
+     * id, the kind memory. */
+    byval_record_t crec = *rec;
+    crec.kind = BYVAL_KIND_CU_VMM;
+    crec.fd = c->fd;
+    crec.fd_ino = c->fd_ino;
+    crec.alloc_id = c->id;
+    int fd = -1;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_status_t st = byval_fetch_more_fd(&crec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
+    t[0] += byval_stats_now_ns() - t0;
+    if (st == BYVAL_E_FDKIND && !first &&
+        byval_track_listed(rec, pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
+                           rec->fd_ino)) {
+        /* Not listed while the handle's manifest is: the exporter unmapped
+         * it since the handle was made, which cut the handle's run there
+         * (cu_export.c; an export that ends unlists its manifest first). */
+        BYVAL_LOG_DEBUG("open: chunk at offset %llu of pid %u: %s: the handle's run ends "
+                        "before it", (unsigned long long)c->offset, rec->pid, msg);
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if (st != BYVAL_OK) {
+        vmm_log_failure(st, "chunk at offset %llu: %s", (unsigned long long)c->offset, msg);
+        return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    }
+    CUmemGenericAllocationHandle gh;
+    t0 = byval_stats_now_ns();
+    CUresult r = rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    t[1] += byval_stats_now_ns() - t0;
+    close(fd);
+    if (r != CUDA_SUCCESS) {
+        vmm_log_failure(BYVAL_E_SYS, "cuMemImportFromShareableHandle(chunk of pid %u) failed: %s",
+                        rec->pid, byval_cu_err(r));
+        return r;
+    }
+    r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
+    rl->mem_release(gh); /* the mapping holds the allocation now */
+    if (r != CUDA_SUCCESS) {
+        vmm_log_failure(BYVAL_E_SYS, "cuMemMap(chunk of pid %u, %llu bytes) failed: %s", rec->pid,
+                        (unsigned long long)c->size, byval_cu_err(r));
+        return r;
+    }
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = dev;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
+    if (r != CUDA_SUCCESS) {
+        vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk of pid %u) failed: %s", rec->pid,
+                        byval_cu_err(r));
+        rl->mem_unmap(m->base + c->offset, c->size);
+        return r;
+    }
+    memmove(&m->chunks[at + 1], &m->chunks[at], (m->n - at) * sizeof(m->chunks[0]));
+    m->chunks[at] = (mirror_chunk_t){c->offset, c->size, c->id};
+    m->n++;
+    return CUDA_SUCCESS;
+}
+
+/* Map every chunk of man that m lacks; the bytes mapped in *added_p.
+ * CUDA_ERROR_ALREADY_MAPPED when another chunk holds a place in m. The
+ * statistics split the time: fds fetched, driver imports, the rest. */
+static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
+                            const byval_manifest_t *man, cu_mirror_t *m, uint64_t *added_p)
+{
+    uint64_t t_all = byval_stats_now_ns(), t[2] = {0, 0};
     CUdevice dev = 0;
     CUresult r = rl->ctx_get_device(&dev);
-    if (r != CUDA_SUCCESS)
-        return r;
-    cu_mapping_t *m = calloc(1, sizeof(*m) + man->nchunks * sizeof(m->chunks[0]));
+    *added_p = 0;
+    for (uint32_t i = 0; r == CUDA_SUCCESS && i < man->nchunks; i++) {
+        size_t at;
+        int need = chunk_need(m, &man->chunks[i], &at);
+        if (need < 0)
+            r = CUDA_ERROR_ALREADY_MAPPED;
+        else if (need && (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
+                             CUDA_SUCCESS)
+            *added_p += man->chunks[i].size;
+    }
+    if (r == CUDA_ERROR_NOT_FOUND)
+        r = CUDA_SUCCESS; /* the run was cut: what comes before it is mapped */
+    uint64_t all = byval_stats_now_ns() - t_all;
+    BYVAL_STAT_ADD(miss_fetch_ns, t[0]);
+    BYVAL_STAT_ADD(miss_import_ns, t[1]);
+    BYVAL_STAT_ADD(miss_map_ns, all > t[0] + t[1] ? all - t[0] - t[1] : 0);
+    return r;
+}
+
+/* A new mirror of man's pool holding its chunks, in *m_p. */
+static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
+                           const byval_manifest_t *man, CUcontext ctx, cu_mirror_t **m_p)
+{
+    cu_mirror_t *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
-    rl->ctx_get_current(&m->ctx);
-    r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
+    m->pool_id = man->pool_id;
+    m->ctx = ctx;
+    CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
         vmm_log_failure(BYVAL_E_SYS, "cuMemAddressReserve(%llu bytes) failed: %s",
                         (unsigned long long)m->size, byval_cu_err(r));
-        m->base = 0;
-        goto err;
+        free(m);
+        return r;
     }
-    for (uint32_t i = 0; i < man->nchunks; i++) {
-        const byval_manifest_chunk_t *c = &man->chunks[i];
-        int fd = -1;
-        uint64_t t0 = byval_stats_now_ns();
-        byval_status_t st =
-            byval_fetch_more_fd(rec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
-        *fetch_ns += byval_stats_now_ns() - t0;
-        if (st != BYVAL_OK) {
-            vmm_log_failure(st, "chunk %u: %s", i, msg);
-            r = st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
-            goto err;
-        }
-        CUmemGenericAllocationHandle gh;
-        t0 = byval_stats_now_ns();
-        r = rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        *import_ns += byval_stats_now_ns() - t0;
-        close(fd);
-        if (r != CUDA_SUCCESS) {
-            vmm_log_failure(BYVAL_E_SYS, "cuMemImportFromShareableHandle(chunk %u of pid %u) "
-                            "failed: %s", i, rec->pid, byval_cu_err(r));
-            goto err;
-        }
-        r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
-        rl->mem_release(gh); /* the mapping holds the allocation now */
-        if (r != CUDA_SUCCESS) {
-            vmm_log_failure(BYVAL_E_SYS, "cuMemMap(chunk %u of pid %u, %llu bytes) failed: %s", i,
-                            rec->pid, (unsigned long long)c->size, byval_cu_err(r));
-            goto err;
-        }
-        m->chunks[m->nchunks++] = *c;
-        CUmemAccessDesc acc;
-        memset(&acc, 0, sizeof(acc));
-        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        acc.location.id = dev;
-        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
-        if (r != CUDA_SUCCESS) {
-            vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk %u of pid %u) failed: %s", i,
-                            rec->pid, byval_cu_err(r));
-            goto err;
-        }
+    /* The pool's entry, before any chunk is fetched: an unmap from here on
+     * changes it (the mirror is then released at its last close). */
+    byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id),
+                          BYVAL_CU_POOL_INO);
+    uint64_t added = 0;
+    r = mirror_fill(rl, pidfd, rec, man, m, &added);
+    if (r != CUDA_SUCCESS) {
+        mirror_unmap(m);
+        if (m->core.tracker)
+            byval_track_untrack(m->core.tracker);
+        free(m);
+        return r;
     }
+    m->core.bytes = added;
+    m->core.span = m->size;
+    m->core.ctx = (uintptr_t)ctx;
+    m->core.addr = (uintptr_t)m->base;
+    m->core.pidns = rec->pidns;
+    m->core.pid = rec->pid;
+    m->core.identity = rec->identity;
     *m_p = m;
     return CUDA_SUCCESS;
-err:
-    mapping_unmap(m);
-    free(m);
-    return r;
 }
 
-/* Import every chunk and map it; on success *m_p owns the mapping. The
- * statistics split its time: fds fetched, driver imports, the rest
- * (reserve, map, access) mapping. */
-static CUresult vmm_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                        const byval_manifest_t *man, cu_mapping_t **m_p)
+/* Map what m lacks of man and serve rb from m. CUDA_ERROR_ALREADY_MAPPED
+ * when m cannot hold it (its pool changed since m was made): the caller
+ * makes a new mirror. */
+static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
+                            const byval_manifest_t *man, const uint8_t *rb, uint64_t first,
+                            cu_mirror_t *m)
 {
-    uint64_t t_all = byval_stats_now_ns(), t_fetch = 0, t_import = 0, t;
-    CUresult r = vmm_map_chunks(rl, pidfd, rec, man, m_p, &t_fetch, &t_import);
-    t = byval_stats_now_ns() - t_all;
-    BYVAL_STAT_ADD(miss_fetch_ns, t_fetch);
-    BYVAL_STAT_ADD(miss_import_ns, t_import);
-    BYVAL_STAT_ADD(miss_map_ns, t > t_fetch + t_import ? t - t_fetch - t_import : 0);
+    uint64_t added = 0;
+    int over = 0;
+    CUresult r = CUDA_SUCCESS;
+    byval_lock(&mirror_lock);
+    if (!served(m, rb, first)) {
+        if (!byval_import_alive(&m->core))
+            r = CUDA_ERROR_ALREADY_MAPPED;
+        else
+            r = mirror_fill(rl, pidfd, rec, man, m, &added);
+        if (added)
+            over = byval_imports_grow(&m->core, added);
+        if (r == CUDA_SUCCESS)
+            serve(m, rb, first);
+    }
+    byval_unlock(&mirror_lock);
+    if (over)
+        byval_imports_shed();
     return r;
 }
 
-/* Hand out the open of m (referenced by ref) at chunk offset chunk_off. */
-static CUresult vmm_hand_out(cu_mapping_t *m, byval_lru_ref_t ref, uint64_t chunk_off,
+/* Hand out the open of m (referenced by ref) at chunk offset first. */
+static CUresult vmm_hand_out(cu_mirror_t *m, byval_lru_ref_t ref, uint64_t first,
                              CUdeviceptr *pdptr)
 {
-    if (chunk_off >= m->size) {
+    if (first >= m->size) {
         byval_imports_unget(vmm_cache, ref);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (byval_imports_open(vmm_cache, &m->core, ref, (uintptr_t)(m->base + chunk_off)) < 0)
+    if (byval_imports_open(vmm_cache, &m->core, ref, (uintptr_t)(m->base + first)) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *pdptr = m->base + chunk_off;
+    *pdptr = m->base + first;
     return CUDA_SUCCESS;
+}
+
+/* The manifest rec names, checked against the handle's pool and chunk. */
+static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_self_t *self,
+                                        uint64_t pool_id, uint64_t first, int *pidfd_p,
+                                        byval_status_t *st_p)
+{
+    char msg[512];
+    int mfd = -1;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_status_t st = byval_fetch_fd(rec, self, &mfd, pidfd_p, msg, sizeof(msg));
+    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
+    *st_p = st;
+    if (st != BYVAL_OK) {
+        vmm_log_failure(st, "%s", msg);
+        return NULL;
+    }
+    byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
+    close(mfd);
+    *st_p = BYVAL_E_FDKIND;
+    if (!man)
+        vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
+    else if (man->pool_id != pool_id || man->chunks[0].offset != first)
+        vmm_log_failure(BYVAL_E_FDKIND, "malformed handle from pid %u: its pool or chunk is not "
+                        "its manifest's", rec->pid);
+    else
+        return man;
+    free(man);
+    return NULL;
 }
 
 CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
@@ -224,6 +390,12 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         return CUDA_ERROR_INVALID_CONTEXT;
     byval_exporters_poll();
 
+    /* Where the exporter's pointer sits in its reservation, and the pool:
+     * every handle into one pool shares one mirror (the key has no
+     * offset). */
+    uint64_t first, pool_id;
+    memcpy(&first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(first));
+    memcpy(&pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(pool_id));
     byval_cu_key_t key;
     memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes of the key left unset */
     key.type = BYVAL_CU_KEY_VMM;
@@ -232,28 +404,18 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     key.u.vmm.pidns = rec->pidns;
     key.u.vmm.pid = rec->pid;
     key.u.vmm.identity = rec->identity;
-    key.u.vmm.alloc_id = rec->alloc_id;
-    /* Where the exporter's pointer sits in its reservation: every pointer
-     * into one reservation shares one mapping (the key has no offset). */
-    uint64_t chunk_off;
-    memcpy(&chunk_off, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(chunk_off));
+    key.u.vmm.alloc_id = pool_id;
 
     unsigned long long t_open = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
-    cu_mapping_t *m = (cu_mapping_t *)byval_imports_get(vmm_cache, &key, &ref);
-    if (m && memcmp(m->rec, rb, BYVAL_WIRE_LEN) != 0) {
-        /* Same key, another record (a new export of the reservation, or a
-         * forged or corrupted one): resolve it. */
-        byval_imports_unget(vmm_cache, ref);
-        m = NULL;
-    }
-    if (m) {
-        CUresult r = vmm_hand_out(m, ref, chunk_off, pdptr);
+    cu_mirror_t *m = (cu_mirror_t *)byval_imports_get(vmm_cache, &key, &ref);
+    if (m && served(m, rb, first)) {
+        CUresult r = vmm_hand_out(m, ref, first, pdptr);
         if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
-            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid, m->size,
+            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid, __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
                            (const void *)(uintptr_t)*pdptr, t_open);
         }
         return r;
@@ -261,68 +423,63 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     /* rec was parsed without its checksum (a hit equals a checked record):
      * check it now, before anything trusts it. */
     byval_record_t checked;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
     if (byval_wire_decode(rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK) {
         *ours_p = 0;
-        return CUDA_ERROR_INVALID_VALUE;
+        goto out;
     }
+    r = CUDA_ERROR_NOT_INITIALIZED;
     if (byval_self_get(&self) != 0) /* who we are: only a miss needs it */
-        return CUDA_ERROR_NOT_INITIALIZED;
+        goto out;
     /* The driver's own open checks the current context first: with a reset
      * primary context current it answers CUDA_ERROR_CONTEXT_IS_DESTROYED,
      * while cuCtxGetDevice and cuMemAddressReserve, the calls a VMM import
      * makes, still succeed (H100, driver 580). cuCtxGetId answers as the
      * open does. A hit needs no check: a context's end purges its imports. */
     unsigned long long ctx_id;
-    CUresult cr = rl->ctx_get_id ? rl->ctx_get_id(ctx, &ctx_id) : CUDA_SUCCESS;
-    if (cr != CUDA_SUCCESS)
-        return cr;
+    r = rl->ctx_get_id ? rl->ctx_get_id(ctx, &ctx_id) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+        goto out;
     BYVAL_STAT_INC(opens);
     BYVAL_STAT_INC(open_misses);
 
-    char msg[512];
-    int mfd = -1, pidfd = -1;
-    uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_fd(rec, &self, &mfd, &pidfd, msg, sizeof(msg));
-    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
-    if (st != BYVAL_OK) {
-        byval_fetch_done(rec, pidfd);
-        BYVAL_STAT_INC(open_errors);
-        vmm_log_failure(st, "%s", msg);
-        return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    int pidfd = -1;
+    byval_status_t st;
+    byval_manifest_t *man = manifest_fetch(rec, &self, pool_id, first, &pidfd, &st);
+    r = !man ? (st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE)
+        : m && m->size == man->reserve_size
+            ? mirror_grow(rl, pidfd, rec, man, rb, first, m)
+            : CUDA_ERROR_ALREADY_MAPPED;
+    if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
+        if (m)
+            byval_imports_unget(vmm_cache, ref);
+        m = NULL;
+        r = mirror_new(rl, pidfd, rec, man, ctx, &m);
+        if (r == CUDA_SUCCESS) {
+            serve(m, rb, first);
+            byval_import_t *out;
+            byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
+            if (!ref) /* every cached mapping is open: this one lives uncached */
+                BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
+                                "0x%llx not cached", byval_cfg.cache_size,
+                                (unsigned long long)m->base);
+            m = (cu_mirror_t *)out;
+        }
     }
-    byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
-    close(mfd);
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (!man)
-        vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
-    else if (chunk_off >= man->reserve_size)
-        vmm_log_failure(BYVAL_E_FDKIND, "malformed manifest from pid %u: offset beyond the "
-                        "reservation", rec->pid);
-    else
-        r = vmm_map(rl, pidfd, rec, man, &m);
     free(man);
     byval_fetch_done(rec, pidfd);
     if (r != CUDA_SUCCESS) {
         BYVAL_STAT_INC(open_errors);
-        return r;
+        goto out;
     }
-    memcpy(m->rec, rb, BYVAL_WIRE_LEN);
-    m->core.bytes = m->size;
-    m->core.ctx = (uintptr_t)ctx;
-    m->core.addr = (uintptr_t)m->base;
-    m->core.pidns = rec->pidns;
-    m->core.pid = rec->pid;
-    m->core.identity = rec->identity;
-    byval_import_t *out;
-    byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
-    if (!ref) /* every cached mapping is open: this one lives uncached */
-        BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
-                        "0x%llx not cached", byval_cfg.cache_size,
-                        (unsigned long long)((cu_mapping_t *)out)->base);
-    r = vmm_hand_out((cu_mapping_t *)out, ref, chunk_off, pdptr);
+    r = vmm_hand_out(m, ref, first, pdptr);
     if (r == CUDA_SUCCESS)
-        byval_log_open("", byval_fetch_route(), rec->pid, ((cu_mapping_t *)out)->size,
+        byval_log_open("", byval_fetch_route(), rec->pid, __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
                        (const void *)(uintptr_t)*pdptr, t_open);
+    return r;
+out:
+    if (m)
+        byval_imports_unget(vmm_cache, ref);
     return r;
 }
 

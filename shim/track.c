@@ -115,19 +115,36 @@ static void track_watch(byval_import_t *m)
                         "exporter's frees", m->pid);
 }
 
-void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino)
+void byval_track_record_on(byval_import_t *m, const byval_record_t *rec, int pidfd, uint64_t key,
+                           uint32_t ino)
 {
     char msg[512] = "";
-    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
-    int pidfd = byval_exporters_hold(&id);
     byval_reg_view_t *v =
         pidfd >= 0 ? byval_reg_attach(rec, byval_cfg.transport, pidfd, msg, sizeof(msg)) : NULL;
-    byval_exporters_release(&id, pidfd);
     if (!v) {
         untracked(rec->pid, msg[0] ? msg : "no pidfd of it is kept");
         return;
     }
     track_in(m, v, key, ino);
+}
+
+int byval_track_listed(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t ino)
+{
+    char msg[512] = "";
+    uint64_t serial = 0;
+    byval_reg_view_t *v =
+        pidfd >= 0 ? byval_reg_attach(rec, byval_cfg.transport, pidfd, msg, sizeof(msg)) : NULL;
+    int listed = v && byval_reg_find(v, key, ino, &serial) != NULL;
+    byval_reg_view_put(v);
+    return listed;
+}
+
+void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino)
+{
+    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
+    int pidfd = byval_exporters_hold(&id);
+    byval_track_record_on(m, rec, pidfd, key, ino);
+    byval_exporters_release(&id, pidfd);
 }
 
 void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key)

@@ -21,9 +21,18 @@ byval_imports_t *byval_track_cache(byval_imports_ops_t *ops);
  * close); no registry reachable: m stays untracked (budget only). */
 void byval_track_record(byval_import_t *m, const byval_record_t *rec, uint64_t key, uint32_t ino);
 
+/* The same through pidfd, the exporter's, which the caller holds (an
+ * import that tracks before it has given its fetch's pidfd back). */
+void byval_track_record_on(byval_import_t *m, const byval_record_t *rec, int pidfd, uint64_t key,
+                           uint32_t ino);
+
 /* For ops->track of a legacy CUDA mapping: the exporter named by its pid
  * (the driver's bytes 8-11) and the key of its 64 handle bytes. */
 void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
+
+/* 1 when the registry of rec's exporter (pidfd: its, held by the caller)
+ * lists (key, ino) live now. */
+int byval_track_listed(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t ino);
 
 /* For ops->untrack. */
 void byval_track_untrack(void *tracker);

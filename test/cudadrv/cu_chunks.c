@@ -8,7 +8,7 @@
  *                           handle; the importer opens it and reads every
  *                           index back. 1024 is the manifest's limit.
  *   cu_chunks --forge short the exporter sends a by-value handle naming a
- *                           sealed memfd of 48 bytes whose header claims
+ *                           sealed memfd of 64 bytes whose header claims
  *                           150 chunks; the importer's open must fail.
  *
  * The driver (the test double) is reached like cu_pair does (--route,
@@ -62,14 +62,14 @@ static int export_chunks(int n, struct msg *m, CUdeviceptr *base_p, size_t *len_
     return 0;
 }
 
-/* A by-value handle naming a sealed memfd of 48 bytes: the manifest header
+/* A by-value handle naming a sealed memfd of 64 bytes: the manifest header
  * and one chunk, with nchunks saying 150. */
 static int export_forged(struct msg *m, int *keep_p)
 {
     uint8_t bytes[sizeof(byval_manifest_t) + sizeof(byval_manifest_chunk_t)];
-    byval_manifest_t hdr = {BYVAL_MANIFEST_MAGIC, BYVAL_MANIFEST_VERSION, 150, 0,
-                            (uint64_t)150 << 21};
-    byval_manifest_chunk_t c0 = {0, 2u << 20, 0, 0};
+    byval_manifest_t hdr = {.magic = BYVAL_MANIFEST_MAGIC, .version = BYVAL_MANIFEST_VERSION,
+                            .nchunks = 150, .reserve_size = (uint64_t)150 << 21};
+    byval_manifest_chunk_t c0 = {.size = 2u << 20, .id = 1};
     memcpy(bytes, &hdr, sizeof(hdr));
     memcpy(bytes + sizeof(hdr), &c0, sizeof(c0));
     int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -147,7 +147,7 @@ static int import_forged(const struct msg *m)
     const char *name = NULL;
     CUresult rc = d.IpcOpenMemHandle(&p, m->handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (rc == CUDA_SUCCESS) {
-        fprintf(stderr, "cu_chunks: importer: a 48-byte manifest claiming 150 chunks opened\n");
+        fprintf(stderr, "cu_chunks: importer: a 64-byte manifest claiming 150 chunks opened\n");
         d.IpcCloseMemHandle(p);
         return 1;
     }

@@ -44,7 +44,12 @@ CU_LIFE        := $(CUDADRV_DIR)/cu_life
 $(CU_LIFE): test/cudadrv/cu_life.c $(CUDADRV_LIB)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
 
-TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_CHUNKS) $(CU_LIFE)
+# A pool as PyTorch's expandable segments keep one (grows after an export).
+CU_POOL        := $(CUDADRV_DIR)/cu_pool
+$(CU_POOL): test/cudadrv/cu_pool.c $(CUDADRV_LIB)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDADRV_DIR) -Wl,-rpath,'$$ORIGIN' -lcuda
+
+TEST_BINS += $(CUDADRV_LIB) $(CU_PAIR) $(CUDADRV_CHECK) $(CU_CHUNKS) $(CU_LIFE) $(CU_POOL)
 
 # make bench's first VMM open at first contact (scripts/bench.sh): the GPU
 # host's vmm_cold (test/gpu), on the double.

@@ -8,7 +8,7 @@
  * A forked exporter maps two chunks into one reservation and exports it
  * (cuIpcGetMemHandle: a by-value handle naming a manifest memfd, whose
  * number and chunks ipcbyval offers to its broker). Once the export ends
- * (cuMemUnmap, or cuMemRelease of a chunk handle while mapped), the
+ * (cuMemUnmap, or cuMemRelease of its first chunk's handle while mapped), the
  * manifest's number is the exporter's own socket: the bystander's
  * requests for it are refused, and the exporter's exit statistics show
  * nothing held. Exit 1 on any failure.
@@ -69,7 +69,9 @@ static int exporter(const char *path, int sock)
     if (!strcmp(path, "unmap")) {
         CU(MemUnmap, base, 2 * gran);
     } else {
-        CU(MemRelease, h[1]); /* still mapped: the driver keeps it, the export ends */
+        /* The chunk the handle's pointer is in, still mapped: the driver
+         * keeps it, the export (which begins in it) ends. */
+        CU(MemRelease, h[0]);
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)

@@ -8,7 +8,7 @@
 # make check-gpu.
 . "$(dirname "$0")/lib.sh"
 CU="$BUILD/test/cudadrv"
-need "$LIB" "$CU/libcuda.so.1" "$CU/cu_pair" "$CU/cu_chunks"
+need "$LIB" "$CU/libcuda.so.1" "$CU/cu_pair" "$CU/cu_chunks" "$CU/cu_pool"
 nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle ||
     { skip cuda "library built without the CUDA headers"; exit 77; }
 export LD_LIBRARY_PATH="$CU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -30,22 +30,52 @@ expect_ok "vmm-multi across devices 0 -> 1" "$L/cu-xdev.log" \
 expect_ok "old API version (cuIpcOpenMemHandle v1 via cuGetProcAddress 10020)" "$L/cu-v1.log" \
     "$RUN" "$P" --mem vmm --route procaddr --cuda-version 10020
 
-# Manifests at their limits: 1024 chunks import (the limit is compared
-# with the record's page-rounded size); a manifest shorter than its chunk
-# count is refused for that reason, before any chunk is asked for.
+# Manifests at their limits: 1024 chunks import (the first manifest
+# version's limit) and 4100 (past it: a pool of expandable segments); a
+# manifest shorter than its chunk count is refused for that reason,
+# before any chunk is asked for.
 C="$CU/cu_chunks"
-expect_ok "VMM reservation of 1024 chunks (the manifest's limit) opens by value" \
+expect_ok "VMM reservation of 1024 chunks opens by value" \
     "$L/cu-chunks-1024.log" "$RUN" "$C" --chunks 1024
+expect_ok "VMM reservation of 4100 chunks (past 1024) opens by value" \
+    "$L/cu-chunks-4100.log" "$RUN" "$C" --chunks 4100
 log="$L/cu-chunks-forged.log"
 # The forger exported nothing through ipcbyval: its manifest is refused
 # before it is duplicated (not in a registry); the reader's own checks are
 # test_manifest's and the fuzzer's.
 if "$RUN" "$C" --forge short >"$log" 2>&1 &&
-    grep -q 'is not proven exported\|manifest from pid [0-9]* is 48 bytes long, but its header lists 150 chunks (3624 bytes)' "$log"; then
-    pass "forged manifest (48 bytes claiming 150 chunks) refused, said exactly"
+    grep -q 'is not proven exported\|manifest from pid [0-9]* is 64 bytes long, but its header lists 150 chunks (4832 bytes)' "$log"; then
+    pass "forged manifest (64 bytes claiming 150 chunks) refused, said exactly"
 else
     fail "forged manifest" "$(grep -v '^$' "$log" | tail -2 | tr '\n' ' ')"
 fi
+
+# Pools as PyTorch's expandable segments keep them (cu_pool): an export
+# outlives the pool's growth and its re-opens hit the cache; tensors
+# exported between growths share one mirror; unmapping pages gives their
+# memory back while the rest of the pool stays exported; a pool past 1024
+# pages exports and opens, from its first page to its last. Every case's
+# opens land in one reservation of the importer, however many there are.
+CP="$CU/cu_pool"
+expect_fail "pool: natively a VMM pool cannot be exported" "$L/cu-pool-native.log" \
+    'cuIpcGetMemHandle.*CUDA_ERROR_INVALID_VALUE' "$CP" --case grow
+pool_case() { # CASE NAME PATTERN...: it prints its OK line and every PATTERN
+    local c=$1 name=$2 log="$L/cu-pool-$1.log" p ok=1
+    shift 2
+    IPCBYVAL_STATS=1 timeout 120 "$RUN" "$CP" --case "$c" >"$log" 2>&1 || ok=0
+    for p in "^OK cu_pool $c: " "$@"; do grep -qE "$p" "$log" || ok=0; done
+    [ $ok = 1 ] && pass "$name" ||
+        fail "$name" "$(grep -E '^(OK|FAILED)|vmm import cache|open_(hits|misses)|ipcbyval.*(warn|error)' "$log" |
+            head -4 | tr '\n' ' ')"
+}
+one='; 1 reservation\(s\)$'
+pool_case grow "pool: an export outlives the pool's growth; 49 of 50 re-opens hit the cache" \
+    "$one" 'cuda vmm import cache: hits 49 misses 1 '
+pool_case interleave "pool: tensors exported between growths share one mirror; every re-open hits" \
+    "$one" 'stats: open_hits +150 '
+pool_case shrink "pool: unmapped pages' memory comes back, the rest of the pool stays exported"
+pool_case big "pool: 4100 pages (past 1024) export and open, first page to last" \
+    "$one" 'cuda vmm import cache: hits 100 misses 1 '
 
 # Cache behaviour, read from the exit statistics.
 log="$L/cu-legacy-cache.log"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_manifest.c - the VMM manifest reader (handles/manifest.c): what an
- * exporter writes is read back whole, 1 to 1024 chunks; anything a
+ * exporter writes is read back whole, 1 to 80,000 chunks; anything a
  * hostile or broken exporter could write instead is refused with the
  * exact reason, and nothing is read that the file does not hold.
  */
@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,7 +30,8 @@ static byval_manifest_t *make(uint32_t n)
     m->nchunks = n;
     m->reserve_size = (uint64_t)n << 21;
     for (uint32_t i = 0; i < n; i++)
-        m->chunks[i] = (byval_manifest_chunk_t){(uint64_t)i << 21, 1u << 21, 100 + i, 7 * i};
+        m->chunks[i] = (byval_manifest_chunk_t){(uint64_t)i << 21, 1u << 21, 500 + i, 100 + i, 7 * i};
+    m->pool_id = 77;
     return m;
 }
 
@@ -62,9 +64,11 @@ static void refused(const void *m, size_t len, uint64_t rec_size, const char *wh
     assert_non_null(strstr(msg, "pid 4242"));
 }
 
-static void test_roundtrip_1_to_1024(void **state)
+/* Past the 1024 chunks of the first manifest version: a pool of 2 MiB
+ * chunks as large as a 157 GiB reservation. */
+static void test_roundtrip_1_to_80000(void **state)
 {
-    static const uint32_t ns[] = {1, 2, 3, 169, 170, 1023, 1024};
+    static const uint32_t ns[] = {1, 2, 3, 169, 170, 1023, 1024, 1025, 4096, 80384};
     for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
         byval_manifest_t *m = make(ns[k]);
         size_t len = BYVAL_MANIFEST_LEN(ns[k]);
@@ -83,16 +87,16 @@ static void test_roundtrip_1_to_1024(void **state)
     }
 }
 
-/* The case: 48 bytes whose header claims 150 chunks. */
+/* A header that claims more chunks than the file holds. */
 static void test_short_file(void **state)
 {
     byval_manifest_t *m = make(150);
-    refused(m, BYVAL_MANIFEST_LEN(1), 4096,
-            "is 48 bytes long, but its header lists 150 chunks (3624 bytes)");
-    refused(m, 10, 4096, "shorter than its 24-byte header");
-    refused(m, 0, 4096, "shorter than its 24-byte header");
+    refused(m, BYVAL_MANIFEST_LEN(1), 8192,
+            "is 64 bytes long, but its header lists 150 chunks (4832 bytes)");
+    refused(m, 10, 4096, "shorter than its 32-byte header");
+    refused(m, 0, 4096, "shorter than its 32-byte header");
     /* One byte short of the last chunk. */
-    refused(m, BYVAL_MANIFEST_LEN(150) - 1, 4096, "is 3623 bytes long");
+    refused(m, BYVAL_MANIFEST_LEN(150) - 1, 8192, "is 4831 bytes long");
     free(m);
 }
 
@@ -102,7 +106,7 @@ static void test_long_file(void **state)
     size_t len = BYVAL_MANIFEST_LEN(2);
     uint8_t *big = calloc(1, 4097);
     memcpy(big, m, len);
-    refused(big, len + 1, 4096, "but its header lists 2 chunks (72 bytes)");
+    refused(big, len + 1, 4096, "but its header lists 2 chunks (96 bytes)");
     refused(big, 4097, 4096, "is longer than the 4096 bytes its handle records");
     free(big);
     free(m);
@@ -115,13 +119,13 @@ static void test_header(void **state)
     m->magic ^= 1;
     refused(m, len, 4096, "not an ipcbyval manifest");
     m->magic ^= 1;
-    m->version = 2;
-    refused(m, len, 4096, "not an ipcbyval manifest of version 1");
+    m->version = 1; /* the first layout, without chunk ids */
+    refused(m, len, 4096, "not an ipcbyval manifest of version 2");
     m->version = BYVAL_MANIFEST_VERSION;
     m->nchunks = 0;
-    refused(m, len, 4096, "lists 0 chunks (1 to 1024 allowed)");
-    m->nchunks = 1025;
-    refused(m, len, 4096, "lists 1025 chunks");
+    refused(m, len, 4096, "lists 0 chunks (1 to 1048576 allowed)");
+    m->nchunks = BYVAL_MANIFEST_MAX_CHUNKS + 1;
+    refused(m, len, 4096, "lists 1048577 chunks");
     m->nchunks = UINT32_MAX;
     refused(m, len, 4096, "lists 4294967295 chunks");
     free(m);
@@ -131,10 +135,14 @@ static void test_header(void **state)
 static void test_record_size(void **state)
 {
     byval_manifest_t *m = make(1024);
-    size_t len = BYVAL_MANIFEST_LEN(1024);
+    size_t len = BYVAL_MANIFEST_LEN(1024); /* 32800 bytes: 9 pages */
     refused(m, len, 4096, "is longer than the 4096 bytes its handle records");
-    refused(m, len, 20480, "is longer than the 20480 bytes its handle records");
-    refused(m, len, 32768, "records a manifest of 32768 bytes");
+    refused(m, len, 32768, "is longer than the 32768 bytes its handle records");
+    refused(m, len, 40960, "the handle records 40960 bytes (10 pages, not 9)");
+    uint64_t past = (BYVAL_MANIFEST_MAX_LEN / BYVAL_WIRE_PAGE + 2) * BYVAL_WIRE_PAGE;
+    char why[64];
+    snprintf(why, sizeof(why), "records a manifest of %llu bytes", (unsigned long long)past);
+    refused(m, len, past, why);
     refused(m, len, 0, "records a manifest of 0 bytes");
     free(m);
     m = make(1);
@@ -158,10 +166,19 @@ static void test_chunks(void **state)
     refused(m, len, 4096, "lies outside the reservation");
     m->chunks[2].size = 1u << 21;
     m->chunks[1].offset = 1u << 20; /* into chunk 0 */
-    refused(m, len, 4096, "chunk 1 (offset 1048576, size 2097152, fd 101) overlaps");
+    refused(m, len, 4096, "chunk 1 (offset 1048576, size 2097152, fd 101) does not follow");
+    m->chunks[1].offset = 3u << 20; /* a hole: a handle's chunks are one run */
+    m->chunks[1].size = 1u << 20;
+    refused(m, len, 4096, "chunk 1 (offset 3145728, size 1048576, fd 101) does not follow");
     m->chunks[1].offset = 1u << 21;
+    m->chunks[1].size = 1u << 21;
     m->chunks[0].fd = 0x80000000u;
     refused(m, len, 4096, "names an fd number no process can have");
+    m->chunks[0].fd = 100;
+    m->chunks[2].id = 0;
+    refused(m, len, 4096, "chunk 2 (offset 4194304, size 2097152, fd 102) has an id no export");
+    m->chunks[2].id = BYVAL_WIRE_MAX_ALLOC_ID + 1;
+    refused(m, len, 4096, "has an id no export can have");
     free(m);
 }
 
@@ -176,7 +193,7 @@ static void test_pread_error(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_1_to_1024),
+        cmocka_unit_test(test_roundtrip_1_to_80000),
         cmocka_unit_test(test_short_file),
         cmocka_unit_test(test_long_file),
         cmocka_unit_test(test_header),
