@@ -15,6 +15,15 @@
  * the export ends (registry entry, broker offer and rescue registration
  * withdrawn, then the driver's put) when the allocation is freed, its
  * context destroyed, or the table needs room.
+ *
+ * USM pools: compute-runtime serves small allocations from pool buffers.
+ * Every allocation of a pool has the pool's id and its handle the pool's
+ * one fd (with its poolOffset), so an allocation is told by its id and
+ * its base (zeMemGetAddressRange gives the pooled allocation), and a free
+ * ends only that allocation's exports: the shared registry entry and
+ * offers are counted by the core and stay while others name them. The
+ * driver takes one of the fd's references at any free in the pool, so
+ * while the fd stays exported by us a free is handed one of its own.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,6 +56,7 @@ typedef struct ze_export {
     byval_export_t core; /* first: cache/exports.h */
     byval_export_item_t item;
     uint64_t alloc_id;
+    uintptr_t base; /* the allocation's (a pooled one's, not its pool's); 0: unknown */
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
     int put; /* the driver's reference is the export's: its put at the end */
@@ -56,6 +66,8 @@ static byval_exports_t *exports;
 static byval_once_t export_once = BYVAL_ONCE_INIT;
 
 static ze_pfnMemGetAllocProperties_t real_get_props;
+static ze_pfnMemGetAddressRange_t real_get_range;
+static ze_pfnMemGetIpcHandle_t real_get;
 static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 
 /* The export ended (freed, evicted, its context destroyed), everything
@@ -77,10 +89,25 @@ static void export_end(byval_export_t *core)
 
 static const byval_exports_ops_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end};
 
+/* The base of the allocation that holds ptr (of the pooled allocation in
+ * a USM pool), or 0 when the driver cannot say. */
+static uintptr_t alloc_base(ze_context_handle_t ctx, const void *ptr)
+{
+    void *base = NULL;
+    if (!ptr || !real_get_range)
+        return 0;
+    byval_enter();
+    ze_result_t r = real_get_range(ctx, ptr, &base, NULL);
+    byval_leave();
+    return r == ZE_RESULT_SUCCESS ? (uintptr_t)base : 0;
+}
+
 static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
     real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
+    real_get_range = (ze_pfnMemGetAddressRange_t)byval_ze_sym("zeMemGetAddressRange");
+    real_get = (ze_pfnMemGetIpcHandle_t)byval_ze_sym("zeMemGetIpcHandle");
     /* Read without the once by the free and destroy paths: published with
      * a release. */
     __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
@@ -92,7 +119,7 @@ static void export_init(void)
  * what the registry lists, and hear of its end from it. 0, or -1 when it
  * could not be published (the handle must not be handed out by value). */
 static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *opaque,
-                       ze_context_handle_t ctx, uint64_t alloc_id, int put)
+                       ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id, int put)
 {
     byval_record_t rec;
     ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
@@ -101,6 +128,7 @@ static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_recor
         return -1;
     }
     e->alloc_id = alloc_id;
+    e->base = alloc_base(ctx, ptr);
     e->ctx = ctx;
     /* Until it is kept, the driver's reference stays the application's:
      * a handle that passes through is put by the application. */
@@ -159,7 +187,7 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
         byval_record_t rec;
         if (byval_ze_layout_is_opaque(h) && byval_ze_opaque_describable(h, 0) &&
             byval_ze_opaque_record(h, alloc_id, &rec) == 0 &&
-            export_keep(&key, h, &rec, ctx, alloc_id, route == 0) == 0) {
+            export_keep(&key, h, &rec, ctx, ptr, alloc_id, route == 0) == 0) {
             BYVAL_STAT_INC(exports); /* for importers in other pods (ze_opaque.c) */
             return 1;
         }
@@ -171,7 +199,7 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
         return 0;
     }
     if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
-        export_keep(&key, h, NULL, ctx, alloc_id, route == 0) != 0) {
+        export_keep(&key, h, NULL, ctx, ptr, alloc_id, route == 0) != 0) {
         memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
         BYVAL_STAT_INC(export_passthrough);
         BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
@@ -344,9 +372,32 @@ ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
     return ZE_RESULT_SUCCESS;
 }
 
+typedef struct alloc_ref {
+    uint64_t id;
+    uintptr_t base; /* 0: any allocation of the id */
+    int given;      /* a driver reference handed to the free already */
+} alloc_ref_t;
+
+/* compute-runtime's free of an allocation in a USM pool drops one
+ * reference of the pool's exported fd (Context::freeMem), whoever took
+ * it: the first ended export of the allocation leaves its reference to
+ * the free instead of putting it (one that never puts, a zex export or
+ * without zeMemPutIpcHandle in the loader, leaves it there anyway). */
+static void give_to_free(alloc_ref_t *a, ze_export_t *e)
+{
+    if (!a->given)
+        __atomic_store_n(&e->put, 0, __ATOMIC_RELAXED);
+    a->given = 1;
+}
+
 static int of_alloc(void *arg, const byval_export_t *core)
 {
-    return ((const ze_export_t *)core)->alloc_id == *(const uint64_t *)arg;
+    alloc_ref_t *a = arg;
+    ze_export_t *e = (ze_export_t *)core;
+    if (e->alloc_id != a->id || (a->base && e->base && e->base != a->base))
+        return 0;
+    give_to_free(a, e);
+    return 1;
 }
 
 /* The allocation at (ctx, ptr) is being freed: its exports end first, and
@@ -357,19 +408,40 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
     byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
     if (!ptr || !byval_exports_live(x))
         return;
+    alloc_ref_t a = {0, 0, 0};
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
+    byval_lru_ref_t ref;
+    ze_export_t *e = (ze_export_t *)byval_exports_get(x, &key, &ref);
+    if (e) {
+        give_to_free(&a, e);
+        byval_exports_unget(x, ref);
+    }
     if (byval_exports_end(x, &key)) {
         BYVAL_STAT_INC(frees);
         byval_log_export("", 1, ptr, -1);
     }
     /* Other exports of it (another context's get, zexMemGetIpcHandles, a
-     * handle made from its fd) are found by the allocation's id: one
-     * driver query, only while one of its registry entries is held. */
-    uint64_t id;
+     * handle made from its fd, an interior pointer's) are found by the
+     * allocation's id and base: driver queries only while one of the id's
+     * registry entries is held. */
     ze_device_handle_t dev = NULL;
-    if (byval_exports_live(x) && byval_ze_alloc_props(ctx, ptr, &id, &dev) == 0 &&
-        byval_exports_key_held(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, id)))
-        byval_exports_end_if(x, of_alloc, &id);
+    uint64_t reg;
+    if (!byval_exports_live(x) || byval_ze_alloc_props(ctx, ptr, &a.id, &dev) != 0 ||
+        !byval_exports_key_held(reg = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, a.id)))
+        return;
+    a.base = alloc_base(ctx, ptr);
+    byval_exports_end_if(x, of_alloc, &a);
+    /* Still held with nothing of this allocation's left to the free:
+     * another allocation of the same USM pool is exported with the same
+     * fd, and the free would take that one's reference: take one for it. */
+    if (!a.given && a.base && real_get && byval_exports_key_held(reg)) {
+        ze_ipc_mem_handle_t h;
+        byval_enter();
+        ze_result_t r = real_get(ctx, ptr, &h);
+        byval_leave();
+        BYVAL_LOG_DEBUG("zeMemFree(%p) in an exported USM pool: a reference for the free (0x%x)",
+                        ptr, (unsigned)r);
+    }
 }
 
 void byval_ze_exports_ctx_gone(ze_context_handle_t ctx)

@@ -14,6 +14,9 @@
 #     close and re-open results and imports held natively and under ipcbyval
 #   event pools: the exporter's destroy and exit release an idle importer's
 #     closed import, re-open, context destroy, double close
+#   a USM pool (small allocations share one fd): each handle opens its own
+#     bytes, re-opens are cache hits, and a free of one allocation leaves
+#     the others' handles working, the freed one's as natively
 . "$(dirname "$0")/lib.sh"
 ZL="$APPS/ze_life" ZP="$APPS/ze_pool_life" CL="$BUILD/test/cudadrv/cu_life"
 need "$LIB" "$ZEDRV" "$ZL"
@@ -53,6 +56,25 @@ both "Level Zero context destroyed and created (same handle value)" "$L/ze-life-
     "$ZL" --case context --rounds 2 --scm-rights -- "$ZL" --case context --rounds 2
 grep -q 'context has the old handle value' "$L/ze-life-ctx.log" ||
     fail "Level Zero context reuse" "the test driver did not reuse the handle value: nothing was tested"
+
+log="$L/ze-life-pool.log"
+both "Level Zero USM pool: three allocations of one pool, one freed" "$log" \
+    "$ZL" --case pool --size 4096 --scm-rights -- env IPCBYVAL_STATS=1 "$ZL" --case pool --size 4096
+nat=$(grep -h '^ze_life: pool:' "$log.native") byv=$(grep -h '^ze_life: pool:' "$log")
+[ -n "$nat" ] && [ "$nat" = "$byv" ] &&
+    pass "Level Zero USM pool: every open's result and data as natively" ||
+    fail "Level Zero USM pool: as natively" "$(diff <(echo "$nat") <(echo "$byv") | grep '^[<>]' | head -4 | tr '\n' ' ')"
+grep -q '^ze_life: pool phase 3: new context, live 2: open ZE_RESULT_SUCCESS, data right' "$log" &&
+    pass "Level Zero USM pool: a second free (after an unshared one's) leaves the last handle working" ||
+    fail "Level Zero USM pool: second free" "$(grep -h 'phase 3: new context, live' "$log")"
+hits=$(sed -nE 's/.*ze import cache: hits ([0-9]+) .*/\1/p' "$log" | sort -n | tail -1)
+[ "${hits:-0}" -ge 6 ] && pass "Level Zero USM pool: the 6 re-opens of closed mappings were cache hits ($hits)" ||
+    fail "Level Zero USM pool: cache hits" "'${hits:-none}' hits, 6 re-opens"
+# With zeMemPutIpcHandle in the loader (a spec-1.15 one), the export's end
+# puts its reference back: the free's must not take another one's.
+LD_LIBRARY_PATH="$BUILD/test/zeldr${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    expect_ok "Level Zero USM pool, loader with zeMemPutIpcHandle: one freed, the others live on" \
+    "$L/ze-life-pool-put.log" "$RUN" "$ZL" --case pool --size 4096
 
 for c in destroy exit reopen context; do
     both "Level Zero event pools: $c" "$L/ze-pool-$c.log" "$ZP" --case "$c" --scm-rights -- \

@@ -8,7 +8,8 @@
 need "$LIB" "$ZEDRV" "$APPS/ze_pair"
 L="$BUILD/test-logs"
 DENY="$BUILD/test/transport/deny_getfd"
-A=(--allocs 2 --size 65536 --iters 3)
+# Above the USM pools' sizes: a mapping is the allocation, not its pool.
+A=(--allocs 2 --size 4194304 --iters 3)
 why() { grep -v '^$' "$1" | tail -4 | tr '\n' '|' | cut -c1-500; }
 
 # routes NAME LOG ROUTE: two misses served by ROUTE, hits after them, a
@@ -17,8 +18,8 @@ why() { grep -v '^$' "$1" | tail -4 | tr '\n' '|' | cut -c1-500; }
 routes() {
     local name=$1 log=$2 route=$3 exporter misses hits closes opens
     exporter=$(sed -nE 's/^\[ipcbyval ([0-9]+) [^]]*\] debug: export: .* by value \(fd [0-9]+\)$/\1/p' "$log" | sort -u)
-    misses=$(grep -cE "\] debug: open: miss via $route: exporter pid $exporter, 65536 bytes at 0x[0-9a-f]+, [0-9.]+ us$" "$log")
-    hits=$(grep -cE "\] debug: open: hit: exporter pid $exporter, 65536 bytes at 0x[0-9a-f]+, [0-9.]+ us$" "$log")
+    misses=$(grep -cE "\] debug: open: miss via $route: exporter pid $exporter, 4194304 bytes at 0x[0-9a-f]+, [0-9.]+ us$" "$log")
+    hits=$(grep -cE "\] debug: open: hit: exporter pid $exporter, 4194304 bytes at 0x[0-9a-f]+, [0-9.]+ us$" "$log")
     opens=$(grep -c '\] debug: open: ' "$log")
     closes=$(grep -cE '\] debug: close: 0x[0-9a-f]+: closed .*, [0-9.]+ us$' "$log")
     if grep -q 'OK' "$log" && [ -n "$exporter" ] && [ "$misses" -eq 2 ] && [ "$hits" -eq 4 ] &&

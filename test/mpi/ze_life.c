@@ -18,6 +18,16 @@
  *                    the driver), then open again: the data must be right.
  *   --case context   open, close, destroy the context, create one (the
  *                    driver hands out the same handle value), open again.
+ *   --case pool      four small allocations of one USM pool (--size 4096:
+ *                    the driver pools them), three shared: the importer
+ *                    opens the three at once, checks each one's data,
+ *                    closes and re-opens each twice; the exporter frees
+ *                    one shared and the unshared one, the importer opens
+ *                    the three again (in its context and in a new one);
+ *                    without --scm-rights the exporter then frees a second
+ *                    one and the importer opens the three once more. Prints
+ *                    one "ze_life: pool" line per result of the first two
+ *                    rounds, to compare with a native run.
  * Prints "OK ze_life ..." or "FAILED ze_life: ..." (exit 1).
  */
 #include "test/mpi/zeapp.h"
@@ -27,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,6 +154,159 @@ static uint64_t freed_held(void)
     return st.freed_held;
 }
 
+/* ---- --case pool ---------------------------------------------------------- */
+#define POOL_SHARED 3
+
+/* Open m's handle and check its data: 1 when both are right; the
+ * mapping in *p (NULL when the open failed), the result in *r. */
+static int pool_open_check(struct zeapp *app, const struct msg *m, int fd, void *stage,
+                           void **p, ze_result_t *r)
+{
+    *p = NULL;
+    *r = open_msg(app, m, fd, p);
+    if (*r != ZE_RESULT_SUCCESS)
+        *p = NULL;
+    return *p && data_ok(app, *p, stage, m->seed);
+}
+
+static int pool_importer(int s)
+{
+    struct zeapp app;
+    struct msg m[POOL_SHARED];
+    int fd[POOL_SHARED], rc = 0;
+    void *p[POOL_SHARED];
+    ze_result_t r;
+    zeapp_init(&app, ZEAPP_DEFAULT_ROUTE, "importer", zeapp_exit);
+    void *stage = zeapp_alloc_host(&app, size);
+    for (int phase = 1; !rc; phase++) {
+        int got = 0;
+        for (int i = 0; i < POOL_SHARED; i++)
+            got += zeapp_recv_fd(s, &m[i], sizeof(m[i]), &fd[i]) == 0;
+        if (got == 0 && phase > 1)
+            break; /* the exporter is done */
+        if (got != POOL_SHARED)
+            return 1;
+        if (phase == 1) {
+            /* All open at once: each its own bytes (the same fd, other offsets). */
+            for (int i = 0; i < POOL_SHARED; i++) {
+                int ok = pool_open_check(&app, &m[i], fd[i], stage, &p[i], &r);
+                printf("ze_life: pool: open %d: %s, data %s\n", i, zeapp_result_name(r),
+                       ok ? "right" : "wrong");
+                rc |= !ok;
+            }
+            for (int i = 0; i < POOL_SHARED; i++)
+                if (p[i])
+                    zeapp_ipc_close(&app, p[i]);
+            /* Re-opens of closed mappings (cache hits under ipcbyval). */
+            for (int k = 0; k < 2; k++) {
+                for (int i = 0; i < POOL_SHARED; i++) {
+                    int ok = pool_open_check(&app, &m[i], fd[i], stage, &p[i], &r);
+                    printf("ze_life: pool: re-open %d: %s, data %s\n", i, zeapp_result_name(r),
+                           ok ? "right" : "wrong");
+                    rc |= !ok;
+                    if (p[i])
+                        zeapp_ipc_close(&app, p[i]);
+                }
+            }
+        } else {
+            /* Allocations 0 (phase 2), then 1 (phase 3) were freed: the
+             * others live on, the freed ones as natively. Then the same in
+             * a new context: misses, that fetch the exporter's fd again. */
+            ze_context_desc_t cd = {.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC};
+            ze_context_handle_t first = app.context, other = NULL;
+            if (app.ContextCreate(app.driver, &cd, &other) != ZE_RESULT_SUCCESS)
+                return 1;
+            for (int k = 0; k < 2; k++) {
+                app.context = k ? other : first;
+                for (int i = POOL_SHARED - 1; i >= 0; i--) {
+                    int ok = pool_open_check(&app, &m[i], fd[i], stage, &p[i], &r);
+                    printf("ze_life: pool%s: %s%s %d: open %s, data %s\n",
+                           phase == 2 ? "" : " phase 3", k ? "new context, " : "",
+                           i >= phase - 1 ? "live" : "freed", i, zeapp_result_name(r),
+                           ok ? "right" : p[i] ? "wrong" : "none");
+                    rc |= i >= phase - 1 && !ok;
+                    if (p[i])
+                        zeapp_ipc_close(&app, p[i]);
+                }
+            }
+            app.context = first;
+            app.ContextDestroy(other);
+        }
+        for (int i = 0; i < POOL_SHARED; i++)
+            if (fd[i] >= 0)
+                close(fd[i]);
+        if (write(s, &rc, sizeof(rc)) != sizeof(rc))
+            return 1;
+    }
+    zeapp_free(&app, stage);
+    zeapp_fini(&app);
+    return rc;
+}
+
+static int pool_exporter(struct zeapp *app, int s)
+{
+    void *buf[POOL_SHARED + 1], *stage = zeapp_alloc_host(app, size);
+    struct msg m[POOL_SHARED];
+    uint64_t fd0 = 0, off0 = 0;
+    ino_t ino0 = 0;
+    int rc = 0, pooled = 1;
+    for (int i = 0; i <= POOL_SHARED; i++) {
+        buf[i] = zeapp_alloc_device(app, size);
+        zeapp_pattern(stage, 0, size, zeapp_seed(0, i, 7));
+        zeapp_copy(app, buf[i], stage, size);
+    }
+    for (int i = 0; i < POOL_SHARED; i++) {
+        ze_ipc_mem_handle_t h;
+        uint64_t fd, off;
+        ze_result_t r = zeapp_ipc_get(app, buf[i], &h);
+        if (r != ZE_RESULT_SUCCESS)
+            zeapp_fail(app, zeapp_ipc_get_name(app), r);
+        m[i] = (struct msg){.round = (uint32_t)i, .seed = zeapp_seed(0, i, 7)};
+        memcpy(m[i].data, h.data, sizeof(m[i].data));
+        memcpy(&fd, h.data, sizeof(fd));
+        memcpy(&off, h.data + 8, sizeof(off));
+        if (i == 0) {
+            struct stat st;
+            fd0 = fd;
+            off0 = off;
+            ino0 = fd <= INT32_MAX && fstat((int)fd, &st) == 0 ? st.st_ino : 0;
+        }
+        /* One fd; offsets as far apart as the pointers. */
+        pooled &= fd == fd0 && off - off0 == (uint64_t)((char *)buf[i] - (char *)buf[0]);
+    }
+    printf("ze_life: pool: %d handles name %s\n", POOL_SHARED,
+           pooled ? "one buffer at their own offsets" : "separate buffers");
+    /* Phase 3 frees a second shared allocation after the unshared one:
+     * natively its free closes the pool's fd (compute-runtime counts the
+     * unshared one's free too), so the last handle cannot be sent by
+     * SCM_RIGHTS any more: by value only. */
+    for (int phase = 1; phase <= (scm ? 2 : 3) && !rc; phase++) {
+        for (int i = 0; i < POOL_SHARED && !rc; i++) {
+            int fd = -1;
+            if (scm)
+                memcpy(&fd, m[i].data, sizeof(fd));
+            rc = zeapp_send_fd(s, &m[i], sizeof(m[i]), fd) != 0;
+        }
+        if (rc || read(s, &rc, sizeof(rc)) != sizeof(rc))
+            rc = 1;
+        if (phase == 1) {
+            zeapp_free(app, buf[0]);
+            zeapp_free(app, buf[POOL_SHARED]); /* never shared */
+        }
+        if (phase == 2 && !scm)
+            zeapp_free(app, buf[1]);
+    }
+    for (int i = scm ? 1 : 2; i < POOL_SHARED; i++)
+        zeapp_free(app, buf[i]);
+    /* The driver's references of the pool's fd: none left, none leaked. */
+    struct stat st;
+    int gone = fd0 > INT32_MAX || fstat((int)fd0, &st) != 0 || st.st_ino != ino0;
+    printf("ze_life: pool: the pool's exported fd after the last free: %s\n",
+           gone ? "closed" : "still open");
+    zeapp_free(app, stage);
+    return rc || !pooled || !gone;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -161,7 +325,9 @@ int main(int argc, char **argv)
     pid_t child = fork();
     if (child == 0) {
         close(sv[0]);
-        int rc = importer(sv[1]);
+        int rc = !strcmp(kase, "pool") ? pool_importer(sv[1]) : importer(sv[1]);
+        if (!strcmp(kase, "pool"))
+            exit(rc); /* with the preload's exit statistics: its cache hits */
         fflush(stdout); /* _exit flushes nothing */
         _exit(rc);
     }
@@ -172,6 +338,10 @@ int main(int argc, char **argv)
     int failed = 0;
     uint64_t held_max = 0;
     double release_ms = -1;
+    if (!strcmp(kase, "pool")) {
+        failed = pool_exporter(&app, sv[0]);
+        rounds = 0;
+    }
     for (unsigned r = 0; r < rounds && !failed; r++) {
         uint64_t held = freed_held();
         if (held > held_max)

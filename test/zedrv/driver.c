@@ -59,6 +59,9 @@ static void config_load(void)
     else if (destroy != NULL && *destroy != '\0' && strcmp(destroy, "ipc") != 0)
         fprintf(stderr, "[zedrv %d] unknown ZEDRV_CONTEXT_DESTROY=%s, using ipc\n",
                 (int)getpid(), destroy);
+    /* compute-runtime's debug keys: -1 default (on), 0 off, N on. */
+    config.pool_device = env_flag("EnableDeviceUsmAllocationPool", true);
+    config.pool_host = env_flag("EnableHostUsmAllocationPool", true);
     config.debug = env_flag("ZEDRV_DEBUG", false);
     config.fd_spread = env_flag("ZEDRV_FD_SPREAD", true);
     config.layout = ZEDRV_LAYOUT_CLASSIC;

@@ -100,12 +100,12 @@ int zedrv_fd_from_pid(pid_t pid, int fd)
     return newfd < 0 ? -1 : newfd;
 }
 
-void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a)
+void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a,
+                        uint64_t pool_offset)
 {
     uint8_t ipc_type = a->type == ZE_MEMORY_TYPE_HOST ? ZEDRV_IPC_TYPE_HOST
                                                       : ZEDRV_IPC_TYPE_DEVICE;
     uint8_t *d = (uint8_t *)h->data;
-    uint64_t pool_offset = 0; /* no USM pools: an interior pointer gives 0 too */
 
     if (zedrv_config()->layout == ZEDRV_LAYOUT_CLASSIC) {
         uint64_t fd64 = (uint64_t)a->export_fd;
@@ -132,6 +132,7 @@ ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t context, const void *pt
                                      ze_ipc_mem_handle_t *handle)
 {
     struct zedrv_alloc *a;
+    uint64_t pool_offset;
 
     if (!zedrv_context_ok(context))
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
@@ -139,11 +140,16 @@ ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t context, const void *pt
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     pthread_mutex_lock(&zedrv_lock);
     a = zedrv_alloc_find(ptr);
-    if (a == NULL || a->imported) {
+    /* A pointer in a USM pool that no allocation holds is refused too. */
+    if (a == NULL || a->imported || (a->pool && zedrv_pool_chunk(a, ptr) == NULL)) {
         pthread_mutex_unlock(&zedrv_lock);
         return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     }
-    /* One fd per allocation until put or free, however often asked. */
+    /* A pooled allocation's handle names the pool's buffer and where the
+     * pointer lies in it (Context::setIPCHandleData); any other's, the
+     * allocation, whatever the pointer inside it. */
+    pool_offset = a->pool ? (uint64_t)((const char *)ptr - a->base) : 0;
+    /* One fd per allocation (or pool) until put or free, however often asked. */
     if (a->export_fd < 0) {
         a->export_fd = zedrv_fd_export(a->memfd);
         if (a->export_fd < 0) {
@@ -151,11 +157,12 @@ ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t context, const void *pt
             pthread_mutex_unlock(&zedrv_lock);
             return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
         }
+        a->export_offset = pool_offset;
     }
     a->export_refs++;
-    zedrv_handle_write(handle, a);
-    ZEDRV_LOG("zeMemGetIpcHandle(%p) = fd %d (id %llu, refs %u)", ptr, a->export_fd,
-              (unsigned long long)a->id, a->export_refs);
+    zedrv_handle_write(handle, a, pool_offset);
+    ZEDRV_LOG("zeMemGetIpcHandle(%p) = fd %d offset %llu (id %llu, refs %u)", ptr, a->export_fd,
+              (unsigned long long)pool_offset, (unsigned long long)a->id, a->export_refs);
     pthread_mutex_unlock(&zedrv_lock);
     return ZE_RESULT_SUCCESS;
 }

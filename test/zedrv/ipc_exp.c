@@ -97,7 +97,7 @@ ze_result_t zedrv_mem_get_ipc_handle_from_fd(ze_context_handle_t context, uint64
     pthread_mutex_lock(&zedrv_lock);
     a = fd <= INT_MAX ? zedrv_alloc_find_export((int)fd) : NULL;
     if (a != NULL)
-        zedrv_handle_write(handle, a);
+        zedrv_handle_write(handle, a, a->export_offset);
     pthread_mutex_unlock(&zedrv_lock);
     ZEDRV_LOG("zeMemGetIpcHandleFromFileDescriptorExp(fd %llu) = %s", (unsigned long long)fd,
               a != NULL ? "its handle" : "not an export of this process");

@@ -218,8 +218,15 @@ void zedrv_alloc_release(struct zedrv_alloc *alloc)
         close(alloc->export_fd);
     if (alloc->memfd >= 0)
         close(alloc->memfd);
-    ZEDRV_LOG("released %s %p (id %llu)", alloc->imported ? "import" : "allocation",
+    ZEDRV_LOG("released %s %p (id %llu)",
+              alloc->imported ? "import" : alloc->pool ? "USM pool" : "allocation",
               (void *)alloc->base, (unsigned long long)alloc->id);
+    while (alloc->chunks != NULL) {
+        struct zedrv_chunk *c = alloc->chunks;
+
+        alloc->chunks = c->next;
+        free(c);
+    }
     free(alloc);
 }
 
@@ -292,11 +299,11 @@ static bool relaxed_size(const void *pnext)
 /* maxMemAllocSize of zedrv_device_get_properties. */
 #define ZEDRV_MAX_ALLOC ((size_t)1 << 32)
 
-static ze_result_t mem_alloc(ze_context_handle_t context, ze_device_handle_t device,
-                             size_t size, size_t alignment, ze_memory_type_t type,
-                             const void *pnext, void **ptr)
+struct zedrv_alloc *zedrv_alloc_new(ze_context_handle_t context, ze_device_handle_t device,
+                                    size_t size, size_t align, ze_memory_type_t type,
+                                    int pool_class, ze_result_t *r)
 {
-    size_t map_size = 0, align = effective_alignment(alignment);
+    size_t map_size = page_round(size);
     const bool device_mem = type != ZE_MEMORY_TYPE_HOST;
     const ze_result_t oom = device_mem ? ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
                                        : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -306,23 +313,13 @@ static ze_result_t mem_alloc(ze_context_handle_t context, ze_device_handle_t dev
     void *base = NULL;
     int fd = -1;
 
-    if (!zedrv_context_ok(context))
-        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
-    if (device != NULL && !zedrv_device_ok(device))
-        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
-    if (ptr == NULL)
-        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    if (size == 0 || (size > ZEDRV_MAX_ALLOC && !relaxed_size(pnext)))
-        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
-    if (align == 0)
-        return oom;
-    map_size = page_round(size);
     if (device_mem) {
         zedrv_devmem_setup();
         if (devmem_alloc(0, map_size, &mem) != 0) {
             ZEDRV_LOG("alloc type %d size %zu: device memory full (ZEDRV_TOTAL_MEM)", (int)type,
                       size);
-            return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+            *r = ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+            return NULL;
         }
         devmem_tag(&mem, tag, sizeof(tag));
     }
@@ -339,8 +336,11 @@ static ze_result_t mem_alloc(ze_context_handle_t context, ze_device_handle_t dev
         base = map_aligned(fd, map_size, align);
     if (base != NULL)
         a = alloc_add(context, device, base, size, map_size, fd, type);
-    if (a != NULL)
+    if (a != NULL) {
         a->mem = mem;
+        a->pool = pool_class >= 0;
+        a->bucket = pool_class >= 0 ? (unsigned)pool_class : 0;
+    }
     pthread_mutex_unlock(&zedrv_lock);
     if (a == NULL) {
         if (base != NULL)
@@ -348,11 +348,50 @@ static ze_result_t mem_alloc(ze_context_handle_t context, ze_device_handle_t dev
         if (fd >= 0)
             close(fd);
         devmem_release(&mem, 1);
-        return base != NULL ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY : oom;
+        *r = base != NULL ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY : oom;
+        return NULL;
     }
+    *r = ZE_RESULT_SUCCESS;
+    return a;
+}
+
+void zedrv_alloc_take_id(void)
+{
+    alloc_next_id++;
+}
+
+struct zedrv_alloc *zedrv_alloc_first(void)
+{
+    return alloc_list;
+}
+
+static ze_result_t mem_alloc(ze_context_handle_t context, ze_device_handle_t device,
+                             size_t size, size_t alignment, ze_memory_type_t type,
+                             uint32_t flags, const void *pnext, void **ptr)
+{
+    size_t align = effective_alignment(alignment);
+    struct zedrv_alloc *a;
+    ze_result_t r;
+
+    if (!zedrv_context_ok(context))
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (device != NULL && !zedrv_device_ok(device))
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (ptr == NULL)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (size == 0 || (size > ZEDRV_MAX_ALLOC && !relaxed_size(pnext)))
+        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    if (align == 0)
+        return type != ZE_MEMORY_TYPE_HOST ? ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
+                                           : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    if (zedrv_pool_alloc(context, device, size, alignment, type, flags, pnext, ptr, &r))
+        return r;
+    a = zedrv_alloc_new(context, device, size, align, type, -1, &r);
+    if (a == NULL)
+        return r;
     ZEDRV_LOG("alloc type %d size %zu align %zu = %p (id %llu, memfd %d)", (int)type, size,
-              alignment, base, (unsigned long long)a->id, fd);
-    *ptr = base;
+              alignment, (void *)a->base, (unsigned long long)a->id, a->memfd);
+    *ptr = a->base;
     return ZE_RESULT_SUCCESS;
 }
 
@@ -364,7 +403,8 @@ ze_result_t zedrv_mem_alloc_device(ze_context_handle_t context,
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     if (!zedrv_device_ok(device))
         return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
-    return mem_alloc(context, device, size, alignment, ZE_MEMORY_TYPE_DEVICE, desc->pNext, ptr);
+    return mem_alloc(context, device, size, alignment, ZE_MEMORY_TYPE_DEVICE, desc->flags,
+                     desc->pNext, ptr);
 }
 
 ze_result_t zedrv_mem_alloc_host(ze_context_handle_t context,
@@ -373,7 +413,8 @@ ze_result_t zedrv_mem_alloc_host(ze_context_handle_t context,
 {
     if (desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-    return mem_alloc(context, NULL, size, alignment, ZE_MEMORY_TYPE_HOST, desc->pNext, ptr);
+    return mem_alloc(context, NULL, size, alignment, ZE_MEMORY_TYPE_HOST, desc->flags,
+                     desc->pNext, ptr);
 }
 
 ze_result_t zedrv_mem_alloc_shared(ze_context_handle_t context,
@@ -384,7 +425,7 @@ ze_result_t zedrv_mem_alloc_shared(ze_context_handle_t context,
     if (device_desc == NULL || host_desc == NULL)
         return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
     return mem_alloc(context, device, size, alignment, ZE_MEMORY_TYPE_SHARED,
-                     device_desc->pNext, ptr);
+                     device_desc->flags, device_desc->pNext, ptr);
 }
 
 ze_result_t zedrv_free_any(const void *ptr, const char *what)
@@ -397,6 +438,13 @@ ze_result_t zedrv_free_any(const void *ptr, const char *what)
         pthread_mutex_unlock(&zedrv_lock);
         ZEDRV_LOG("%s(%p): no allocation or IPC mapping there", what, ptr);
         return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    }
+    if (a->pool) {
+        ze_result_t r = zedrv_pool_free(a, ptr);
+
+        pthread_mutex_unlock(&zedrv_lock);
+        ZEDRV_LOG("%s(%p): pooled allocation: 0x%x", what, ptr, (unsigned)r);
+        return r;
     }
     ZEDRV_LOG("%s(%p): releasing %s %p", what, ptr, a->imported ? "IPC mapping" : "allocation",
               (void *)a->base);
@@ -426,7 +474,14 @@ void zedrv_alloc_context_destroyed(ze_context_handle_t context)
     while (*pp != NULL) {
         struct zedrv_alloc *a = *pp;
 
-        if (a->context != context || (!a->imported && mode != ZEDRV_CTX_DESTROY_ALL)) {
+        if (a->pool && mode == ZEDRV_CTX_DESTROY_ALL &&
+            zedrv_pool_context_destroyed(a, context)) {
+            /* The pool is the device's: only the context's chunks went, and
+             * the pool may have gone with them: start over. */
+            pp = &alloc_list;
+            continue;
+        }
+        if (a->pool || a->context != context || (!a->imported && mode != ZEDRV_CTX_DESTROY_ALL)) {
             pp = &a->next;
             continue;
         }
@@ -481,6 +536,22 @@ ze_result_t zedrv_mem_get_address_range(ze_context_handle_t context, const void 
          * (spec 1.10+, compute-runtime 78b291bafc, Oct 2025) is not in the
          * 1.8.12 headers. */
         return ZE_RESULT_ERROR_UNKNOWN;
+    }
+    if (a->pool) {
+        /* Context::getMemAddressRange: the pooled allocation, not the pool;
+         * a pointer in the pool that no allocation holds is not found. */
+        const struct zedrv_chunk *c = zedrv_pool_chunk(a, ptr);
+
+        if (c == NULL) {
+            pthread_mutex_unlock(&zedrv_lock);
+            return ZE_RESULT_ERROR_UNKNOWN;
+        }
+        if (base != NULL)
+            *base = a->base + c->offset;
+        if (size != NULL)
+            *size = c->size;
+        pthread_mutex_unlock(&zedrv_lock);
+        return ZE_RESULT_SUCCESS;
     }
     if (base != NULL)
         *base = a->base;

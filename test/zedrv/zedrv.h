@@ -57,6 +57,8 @@ struct zedrv_config {
     bool fd_spread;           /* ZEDRV_FD_SPREAD=0 turns it off */
     bool id_address;          /* ZEDRV_ALLOC_ID=address: ids from addresses */
     enum zedrv_ctx_destroy ctx_destroy; /* ZEDRV_CONTEXT_DESTROY=ipc|all|keep */
+    bool pool_device; /* EnableDeviceUsmAllocationPool=0 turns USM pooling off */
+    bool pool_host;   /* EnableHostUsmAllocationPool=0 */
 };
 
 /* Device memory without ZEDRV_TOTAL_MEM (a Data Center GPU Max 1550's). */
@@ -145,6 +147,15 @@ void *zedrv_shm_create(const char *name, size_t size, int *fd_p, size_t *map_siz
 /* Map an imported memfd whole; its size comes from fstat. */
 void *zedrv_shm_map(int fd, size_t *map_size_p);
 
+/* A pooled allocation: a chunk of a USM pool's buffer (usm_pool.c). */
+struct zedrv_chunk {
+    struct zedrv_chunk *next; /* by offset */
+    size_t offset;            /* from the pool's base */
+    size_t size;              /* requested (zeMemGetAddressRange) */
+    size_t span;              /* taken from the pool */
+    ze_context_handle_t context;
+};
+
 /* Allocation registry (mem.c). Callers hold zedrv_lock. */
 struct zedrv_alloc {
     struct zedrv_alloc *next;
@@ -161,9 +172,24 @@ struct zedrv_alloc {
     int export_fd;    /* fd in handed-out IPC handles; -1 if none */
     uint32_t export_refs; /* gets not yet matched by a put */
     struct devmem_ref mem; /* device memory held (test/devmem) */
+    /* A USM pool's buffer: never handed out itself, its chunks are. */
+    bool pool;
+    unsigned bucket;             /* which size class it serves */
+    struct zedrv_chunk *chunks;  /* live chunks, by offset */
+    uint64_t export_offset;      /* poolOffset of the get that opened export_fd */
 };
 
 struct zedrv_alloc *zedrv_alloc_find(const void *ptr);
+/* A new allocation backed by its own memfd (device memory accounted),
+ * registered; a USM pool's buffer of size class pool_class when >= 0.
+ * Takes zedrv_lock itself. NULL with *r set on failure. */
+struct zedrv_alloc *zedrv_alloc_new(ze_context_handle_t context, ze_device_handle_t device,
+                                    size_t size, size_t align, ze_memory_type_t type,
+                                    int pool_class, ze_result_t *r);
+/* Consume one allocation id, as a pooled allocation does. */
+void zedrv_alloc_take_id(void);
+/* The allocations, for the pool registry's scans. */
+struct zedrv_alloc *zedrv_alloc_first(void);
 /* IPC mappings held now (takes zedrv_lock). */
 uint64_t zedrv_alloc_count_imports(void);
 struct zedrv_alloc *zedrv_alloc_find_export(int fd);
@@ -183,6 +209,23 @@ ze_result_t zedrv_free_any(const void *ptr, const char *what);
 void zedrv_alloc_context_destroyed(ze_context_handle_t context);
 /* Device memory accounting of this library (first use sets it up). */
 void zedrv_devmem_setup(void);
+
+/* USM pools (usm_pool.c), modelled on compute-runtime's
+ * UsmMemAllocPoolsManager. zedrv_pool_alloc: false when the allocation
+ * is not one a pool serves (the caller allocates it alone), else *r is
+ * the result and *ptr the chunk. Takes zedrv_lock. */
+bool zedrv_pool_alloc(ze_context_handle_t context, ze_device_handle_t device, size_t size,
+                      size_t alignment, ze_memory_type_t type, uint32_t flags, const void *pnext,
+                      void **ptr, ze_result_t *r);
+/* The live chunk of pool a that contains ptr, or NULL. Caller holds zedrv_lock. */
+struct zedrv_chunk *zedrv_pool_chunk(const struct zedrv_alloc *a, const void *ptr);
+/* zeMemFree of ptr in pool a (Context::freeMem): the pool's IPC export
+ * loses one reference, the chunk goes back, and an empty pool beyond
+ * one per size class is released. Caller holds zedrv_lock. */
+ze_result_t zedrv_pool_free(struct zedrv_alloc *a, const void *ptr);
+/* ZEDRV_CONTEXT_DESTROY=all: free the chunks context allocated; true
+ * when it freed any (a may be gone). Caller holds zedrv_lock. */
+bool zedrv_pool_context_destroyed(struct zedrv_alloc *a, ze_context_handle_t context);
 
 /* Event pool registry (events.c). Callers of the first two hold zedrv_lock. */
 bool zedrv_pool_fd_is_internal(int fd);
@@ -235,8 +278,10 @@ ze_result_t zedrv_mem_get_address_range(ze_context_handle_t, const void *, void 
                                         size_t *);
 
 /* ipc.c */
-/* The IPC handle of alloc a (export_fd set), in the configured layout. */
-void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a);
+/* The IPC handle of alloc a (export_fd set), in the configured layout;
+ * pool_offset is where the pointer lies in a pool's buffer (else 0). */
+void zedrv_handle_write(ze_ipc_mem_handle_t *h, const struct zedrv_alloc *a,
+                        uint64_t pool_offset);
 ze_result_t zedrv_mem_get_ipc_handle(ze_context_handle_t, const void *,
                                      ze_ipc_mem_handle_t *);
 ze_result_t zedrv_mem_open_ipc_handle(ze_context_handle_t, ze_device_handle_t,

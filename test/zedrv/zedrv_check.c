@@ -155,7 +155,7 @@ static void check_contexts(void)
     m = ipc_open(b, g, p);
     CHECK(m != NULL && zeMemFree(g, m) == ZE_RESULT_SUCCESS);
     CHECK(mem_type(g, m, NULL) == ZE_MEMORY_TYPE_UNKNOWN);
-    x = dev_alloc(g, 4096, 0);
+    x = dev_alloc(g, 4 * MiB, 0); /* above the USM pools' sizes */
     CHECK(x != NULL && zeMemCloseIpcHandle(g, x) == ZE_RESULT_SUCCESS);
     CHECK(mem_type(g, x, NULL) == ZE_MEMORY_TYPE_UNKNOWN);
     CHECK(zeMemFree(b, p) == ZE_RESULT_SUCCESS);
@@ -163,15 +163,16 @@ static void check_contexts(void)
     CHECK(zeContextDestroy(g) == ZE_RESULT_SUCCESS && zeContextDestroy(b) == ZE_RESULT_SUCCESS);
 }
 
-/* The counter ids of compute-runtime: never reused. */
+/* The counter ids of compute-runtime: never reused (allocations too big
+ * for a USM pool: pooled ones report their pool's). */
 static void check_counter_ids(ze_context_handle_t c)
 {
     uint64_t id1 = 0, id2 = 0;
-    void *p = dev_alloc(c, MiB, 0), *q;
+    void *p = dev_alloc(c, 4 * MiB, 0), *q;
 
     CHECK(p && mem_type(c, p, &id1) == ZE_MEMORY_TYPE_DEVICE && id1 != 0);
     CHECK(zeMemFree(c, p) == ZE_RESULT_SUCCESS);
-    q = dev_alloc(c, MiB, 0);
+    q = dev_alloc(c, 4 * MiB, 0);
     CHECK(q && mem_type(c, q, &id2) == ZE_MEMORY_TYPE_DEVICE && id2 > id1);
     CHECK(zeMemFree(c, q) == ZE_RESULT_SUCCESS);
 }
@@ -282,13 +283,13 @@ static void scenario_address(void)
     init();
     c = ctx_new();
     d = ctx_new();
-    p = dev_alloc(c, 2 * MiB, 0);
+    p = dev_alloc(c, 4 * MiB, 0);
     CHECK(p && mem_type(c, p, &id1) == ZE_MEMORY_TYPE_DEVICE && id1 == (uint64_t)(uintptr_t)p);
     m = ipc_open(c, d, p);
     CHECK(m && mem_type(d, m, &idm) == ZE_MEMORY_TYPE_DEVICE && idm == (uint64_t)(uintptr_t)m);
     CHECK(zeMemCloseIpcHandle(d, m) == ZE_RESULT_SUCCESS);
     CHECK(zeMemFree(c, p) == ZE_RESULT_SUCCESS);
-    q = dev_alloc(c, 2 * MiB, 0);
+    q = dev_alloc(c, 4 * MiB, 0);
     CHECK(q == p && mem_type(c, q, &id2) == ZE_MEMORY_TYPE_DEVICE && id2 == id1);
     zeMemFree(c, q);
     zeContextDestroy(d);
@@ -305,8 +306,8 @@ static void scenario_destroy(int keep)
     init();
     c = ctx_new();
     d = ctx_new();
-    p = dev_alloc(c, MiB, 0);
-    own = dev_alloc(d, MiB, 0);
+    p = dev_alloc(c, 4 * MiB, 0);
+    own = dev_alloc(d, 4 * MiB, 0);
     m = p ? ipc_open(c, d, p) : NULL;
     CHECK(p && own && m);
     CHECK(zeContextDestroy(d) == ZE_RESULT_SUCCESS);
@@ -598,6 +599,146 @@ out:
     close(null);
 }
 
+/* ---- USM pools -----------------------------------------------------------
+ * compute-runtime (Xe2 and later) serves device and host allocations of
+ * at most 2 MiB from pool buffers: one fd for the pool, poolOffset in the
+ * handle, the pool's id for every pointer in it, and the fd's references
+ * lost one per free of any chunk. */
+static uint64_t h_fd(const ze_ipc_mem_handle_t *h)
+{
+    uint64_t v;
+
+    memcpy(&v, h->data, sizeof(v));
+    return v;
+}
+
+static uint64_t h_off(const ze_ipc_mem_handle_t *h)
+{
+    uint64_t v;
+
+    memcpy(&v, h->data + 8, sizeof(v));
+    return v;
+}
+
+static int fd_open(uint64_t fd)
+{
+    return fd <= INT32_MAX && fcntl((int)fd, F_GETFD) >= 0;
+}
+
+static char *h_open(ze_context_handle_t c, ze_ipc_mem_handle_t h)
+{
+    void *m = NULL;
+
+    return zeMemOpenIpcHandle(c, dev, h, 0, &m) == ZE_RESULT_SUCCESS ? m : NULL;
+}
+
+static void scenario_pool(void)
+{
+    ze_host_mem_alloc_desc_t hd = {.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC};
+    ze_device_mem_alloc_desc_t dd = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC};
+    ze_ipc_mem_handle_t ha, hb, hi, hh, hl;
+    uint64_t ida = 0, idb = 0, idx = 0, idl = 0, idh = 0, ids = 0, idn = 0, id = 0;
+    ze_context_handle_t c, d;
+    char *a, *b, *x, *l, *ma, *mb, *mi;
+    void *hp = NULL, *sh = NULL, *un = NULL, *base = NULL, *many[513];
+    size_t size = 0;
+    int distinct = 0;
+
+    init();
+    c = ctx_new();
+    d = ctx_new();
+    a = dev_alloc(c, 4096, 0);
+    b = dev_alloc(c, 4096, 0);
+    x = dev_alloc(c, 3000, 0);
+    l = dev_alloc(c, 4 * MiB, 0);
+    CHECK(a && b && x && l && a != b && (size_t)llabs(b - a) < 2 * MiB);
+    CHECK(mem_type(c, a, &ida) == ZE_MEMORY_TYPE_DEVICE && mem_type(c, b, &idb) ==
+          ZE_MEMORY_TYPE_DEVICE && mem_type(c, x, &idx) == ZE_MEMORY_TYPE_DEVICE);
+    CHECK(ida == idb && ida == idx && mem_type(c, l, &idl) == ZE_MEMORY_TYPE_DEVICE &&
+          idl > ida + 3); /* each chunk used up an id */
+    CHECK(zeMemGetAddressRange(c, b + 10, &base, &size) == ZE_RESULT_SUCCESS && base == b &&
+          size == 4096);
+    memset(a, 'a', 4096);
+    memset(b, 'b', 4096);
+    memset(&ha, 0xee, sizeof(ha));
+    CHECK(zeMemGetIpcHandle(c, a, &ha) == ZE_RESULT_SUCCESS);
+    CHECK(zeMemGetIpcHandle(c, b, &hb) == ZE_RESULT_SUCCESS);
+    CHECK(zeMemGetIpcHandle(c, b + 100, &hi) == ZE_RESULT_SUCCESS);
+    CHECK(zeMemGetIpcHandle(c, l, &hl) == ZE_RESULT_SUCCESS);
+    CHECK(h_fd(&ha) == h_fd(&hb) && h_fd(&ha) == h_fd(&hi) && h_fd(&hl) != h_fd(&ha));
+    CHECK(h_off(&hb) - h_off(&ha) == (uint64_t)(b - a) && h_off(&hi) == h_off(&hb) + 100 &&
+          h_off(&hl) == 0 && ha.data[16] == 0 && (uint8_t)ha.data[17] == 0xee);
+    ma = h_open(d, ha);
+    mb = h_open(d, hb);
+    mi = h_open(d, hi);
+    CHECK(ma && mb && mi && ma[0] == 'a' && ma[4095] == 'a' && mb[0] == 'b' && mi[-100] == 'b');
+    CHECK(mb && mem_type(d, mb, &id) == ZE_MEMORY_TYPE_DEVICE && id != ida);
+    /* The importer's mapping is the whole pool: an interior close releases it. */
+    CHECK(zeMemGetAddressRange(d, mb, &base, &size) == ZE_RESULT_SUCCESS && size == 2 * MiB &&
+          (char *)base == mb - h_off(&hb));
+    CHECK(zeMemCloseIpcHandle(d, ma) == ZE_RESULT_SUCCESS &&
+          zeMemCloseIpcHandle(d, mb) == ZE_RESULT_SUCCESS &&
+          zeMemCloseIpcHandle(d, mi) == ZE_RESULT_SUCCESS);
+    /* 3 gets: the free of a, then of x (never exported), leave one. */
+    CHECK(zeMemFree(c, a) == ZE_RESULT_SUCCESS && fd_open(h_fd(&hb)));
+    CHECK(zeMemFree(c, a) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+    CHECK(zeMemGetIpcHandle(c, a, &ha) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+    CHECK(zeMemGetAddressRange(c, a, &base, &size) != ZE_RESULT_SUCCESS);
+    CHECK(mem_type(c, a, &id) == ZE_MEMORY_TYPE_DEVICE && id == ida); /* still the pool */
+    ma = h_open(d, ha);
+    CHECK(ma && ma[0] == 'a' && zeMemCloseIpcHandle(d, ma) == ZE_RESULT_SUCCESS);
+    CHECK(zeMemFree(c, x) == ZE_RESULT_SUCCESS && fd_open(h_fd(&hb)));
+    CHECK(zeMemFree(c, b) == ZE_RESULT_SUCCESS && !fd_open(h_fd(&hb)));
+    CHECK(h_open(d, hb) == NULL);
+    /* Host memory pools apart; shared, uncached and exported memory never. */
+    CHECK(zeMemAllocHost(c, &hd, 64, 0, &hp) == ZE_RESULT_SUCCESS &&
+          mem_type(c, hp, &idh) == ZE_MEMORY_TYPE_HOST && idh != ida);
+    CHECK(zeMemGetIpcHandle(c, (char *)hp + 8, &hh) == ZE_RESULT_SUCCESS && (uint8_t)hh.data[16] == 1 &&
+          h_off(&hh) % 512 == 8);
+    CHECK(zeMemAllocShared(c, &dd, &hd, 64, 0, dev, &sh) == ZE_RESULT_SUCCESS &&
+          mem_type(c, sh, &ids) == ZE_MEMORY_TYPE_SHARED &&
+          zeMemGetAddressRange(c, sh, &base, &size) == ZE_RESULT_SUCCESS && size == 64);
+    dd.flags = ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_UNCACHED;
+    CHECK(zeMemAllocDevice(c, &dd, 64, 0, dev, &un) == ZE_RESULT_SUCCESS &&
+          mem_type(c, un, &idn) == ZE_MEMORY_TYPE_DEVICE && idn > ids);
+    zeMemFree(c, hp);
+    zeMemFree(c, sh);
+    zeMemFree(c, un);
+    /* A full pool (512 chunks of 4 KiB) makes another one. */
+    for (int i = 0; i < 513; i++) {
+        many[i] = dev_alloc(c, 4096, 0);
+        CHECK(many[i] && mem_type(c, many[i], &id) == ZE_MEMORY_TYPE_DEVICE);
+        distinct += i > 0 && id != idb;
+        idb = id;
+    }
+    CHECK(distinct == 1);
+    for (int i = 0; i < 513; i++)
+        zeMemFree(c, many[i]);
+    zeMemFree(c, l);
+    zeContextDestroy(d);
+    zeContextDestroy(c);
+}
+
+/* EnableDeviceUsmAllocationPool=0: every allocation its own. */
+static void scenario_no_pool(void)
+{
+    ze_context_handle_t c;
+    ze_ipc_mem_handle_t h;
+    uint64_t id1 = 0, id2 = 0;
+    char *p, *q;
+
+    init();
+    c = ctx_new();
+    p = dev_alloc(c, 4096, 0);
+    q = dev_alloc(c, 4096, 0);
+    CHECK(p && q && mem_type(c, p, &id1) == ZE_MEMORY_TYPE_DEVICE &&
+          mem_type(c, q, &id2) == ZE_MEMORY_TYPE_DEVICE && id1 != id2);
+    CHECK(zeMemGetIpcHandle(c, q + 100, &h) == ZE_RESULT_SUCCESS && h_off(&h) == 0);
+    zeMemFree(c, p);
+    zeMemFree(c, q);
+    zeContextDestroy(c);
+}
+
 /* Runs fn in a child with the variables of env set ("NAME=value", NULL
  * terminated) and adds its counts to ours. */
 static void run(const char *name, void (*fn)(void), const char *const *env)
@@ -639,6 +780,7 @@ int main(void)
     static const char *const keep[] = {"ZEDRV_CONTEXT_DESTROY=keep", NULL};
     static const char *const all[] = {"ZEDRV_CONTEXT_DESTROY=all", NULL};
     static const char *const debug[] = {"ZEDRV_DEBUG=1", NULL};
+    static const char *const no_pool[] = {"EnableDeviceUsmAllocationPool=0", NULL};
     const char *churn[] = {"ZEDRV_TOTAL_MEM=32M", "ZEDRV_IPC_LAYOUT=opaque", ledger_env, NULL};
 
     if (!getenv("ZE_ENABLE_ALT_DRIVERS")) {
@@ -648,6 +790,8 @@ int main(void)
     snprintf(ledger, sizeof(ledger), "/tmp/zedrv_check.%d.ledger", (int)getpid());
     snprintf(ledger_env, sizeof(ledger_env), "ZEDRV_LEDGER=%s", ledger);
     run("default", scenario_default, NULL);
+    run("USM pools", scenario_pool, NULL);
+    run("USM pools off", scenario_no_pool, no_pool);
     run("address ids", scenario_address, address);
     run("context destroy keep", scenario_keep, keep);
     run("context destroy all", scenario_all, all);

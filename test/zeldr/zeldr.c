@@ -114,6 +114,7 @@ GETTER(zeGetEventProcAddrTable, ze_event_dditable_t, T_EVENT)
     X(zeMemAllocHost, T_MEM, IX(ze_mem_dditable_t, pfnAllocHost))                         \
     X(zeMemFree, T_MEM, IX(ze_mem_dditable_t, pfnFree))                                   \
     X(zeMemGetAllocProperties, T_MEM, IX(ze_mem_dditable_t, pfnGetAllocProperties))       \
+    X(zeMemGetAddressRange, T_MEM, IX(ze_mem_dditable_t, pfnGetAddressRange))             \
     X(zeMemGetIpcHandle, T_MEM, IX(ze_mem_dditable_t, pfnGetIpcHandle))                   \
     X(zeMemOpenIpcHandle, T_MEM, IX(ze_mem_dditable_t, pfnOpenIpcHandle))                 \
     X(zeMemCloseIpcHandle, T_MEM, IX(ze_mem_dditable_t, pfnCloseIpcHandle))               \
