@@ -6,6 +6,10 @@
 #     inside a launch line, IPCBYVAL_STATS_DIR, the library's own file)
 #     with symlinks to a root 0600 file: the job never writes through them,
 #     and either prints its table or refuses the folder with a message
+#   helper-only variables: IPCBYVAL_PRINT_CONFIG and IPCBYVAL_DOCTOR in an
+#     ordinary preloaded program change nothing (its main runs, one
+#     warning once it calls a GPU API); ipcbyval-run's own helper still
+#     obeys them
 . "$(dirname "$0")/lib.sh"
 need "$LIB" "$ZEDRV" "$APPS/ze_pair"
 L="$BUILD/test-logs"
@@ -133,4 +137,35 @@ else
     skip "stats folders of another uid" "needs root and setpriv"
 fi
 
+# ---- helper-only variables -----------------------------------------------
+# An ordinary program with the variables set: its main runs as without them.
+for var in IPCBYVAL_PRINT_CONFIG=check IPCBYVAL_PRINT_CONFIG=1 IPCBYVAL_DOCTOR=1; do
+    out=$(env "$var" LD_PRELOAD="$PRE" sh -c 'echo "main ran"; exit 3' 2>&1)
+    rc=$?
+    [ $rc -eq 3 ] && [ "$out" = "main ran" ] &&
+        pass "$var in an ordinary preloaded program: its main runs (exit 3), no output of ours" ||
+        fail "$var in an ordinary program" "rc $rc: $(head -3 <<<"$out" | tr '\n' '|')"
+done
+# One that calls a GPU API runs and is told once why the variable is ignored.
+log="$L/trust-helper-gpu.log"
+IPCBYVAL_DOCTOR=1 IPCBYVAL_PRINT_CONFIG=check LD_PRELOAD="$PRE" timeout 120 "$APPS/ze_pair" "${A[@]}" >"$log" 2>&1
+rc=$?
+n=$(grep -c "IPCBYVAL_DOCTOR and IPCBYVAL_PRINT_CONFIG are for ipcbyval-run's own helper: ignored" "$log")
+[ $rc -eq 0 ] && grep -q OK "$log" && [ "$n" = 2 ] && ! grep -q '^ipcbyval doctor' "$log" &&
+    pass "a GPU program with both variables runs; each of its 2 processes warns once" ||
+    fail "GPU program with helper variables" "rc $rc, $n warnings: $(grep -v '^OK' "$log" | head -3 | tr '\n' '|')"
+# A token of another process (as an exported variable leaves it), or of
+# this pid with another start time (a reused pid), is no token.
+out=$(IPCBYVAL_HELPER="$$:1" IPCBYVAL_DOCTOR=1 LD_PRELOAD="$PRE" sh -c 'echo "main ran"' 2>&1)
+out2=$(sh -c 'export IPCBYVAL_HELPER="$$:1" IPCBYVAL_DOCTOR=1 LD_PRELOAD="$1"; exec sh -c "echo main ran"' \
+    sh "$PRE" 2>&1)
+[ "$out" = "main ran" ] && [ "$out2" = "main ran" ] &&
+    pass "a helper token of another process, or of this pid started at another time, is ignored" ||
+    fail "stray helper token" "$(head -3 <<<"$out$out2" | tr '\n' '|')"
+# The launcher's own helper still obeys them.
+"$RUN" --print-config | grep -q '^IPCBYVAL_CACHE_SIZE=1024$' &&
+    "$RUN" --doctor 2>&1 | grep -q '^verdict: ' &&
+    ! "$RUN" --log=bogus true 2>/dev/null && "$RUN" --log=warn true &&
+    pass "ipcbyval-run --print-config, --doctor and --log checks still work" ||
+    fail "launcher helper" "print-config, doctor or the --log check broke"
 finish
