@@ -18,7 +18,7 @@ PRE="${SAN_PRELOAD:+$SAN_PRELOAD:}$LIB"
 HOST=$(hostname)
 HOST=${HOST%%.*}
 
-top=$(mktemp -d)
+top=$(mktemp -d /tmp/ipcbyval-trust.XXXXXX) # another uid must reach it
 trap 'rm -rf "$top"' EXIT
 chmod 755 "$top"
 
