@@ -45,13 +45,13 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     # symlinks to root files.
     tmp="$top/tmp1"
     mkdir -m 1777 "$tmp"
-    vd=$(victim done) vs=$(victim started) vo=$(victim other)
+    vd=$(victim "done") vs=$(victim started) vo=$(victim other)
     as_other sh -c 'd=$1/ipcbyval-stats-0-ompi-4242; mkdir -m 755 "$d" &&
         ln -s "$2" "$d/.done-0" && ln -s "$3" "$d/.started-0"' sh "$tmp" "$vd" "$vs"
     log="$L/trust-stats-default.log"
     TMPDIR=$tmp rank0 timeout 120 "$RUN" --stats "$APPS/ze_pair" "${A[@]}" >"$log" 2>&1
     rc=$?
-    if intact "$vd" done && intact "$vs" started && [ $rc -eq 0 ] &&
+    if intact "$vd" "done" && intact "$vs" started && [ $rc -eq 0 ] &&
         grep -q '^ipcbyval statistics: 2 processes' "$log"; then
         pass "--stats in a launch line: a folder planted at the old guessable name is not used, the table printed"
     else
