@@ -224,7 +224,8 @@ static int is_launcher_variable(const char *name, size_t len)
 {
     static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
                                         "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
-                                        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT"};
+                                        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",
+                                        "IPCBYVAL_HELPER"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (name_is(names[i], name, len))
             return 1;

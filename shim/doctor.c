@@ -18,6 +18,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "handles/rendezvous.h"
 #include "shim/config.h"
 #include "shim/symbols.h"
 
@@ -189,23 +190,37 @@ static void gpu_ze(int *found)
          alt ? " (ZE_ENABLE_ALT_DRIVERS)" : "");
 }
 
-static void rendezvous(void)
+/* IPCBYVAL_RENDEZVOUS_DIR as the library judges it: the check its init
+ * ran (byval_rendezvous_setup, run again for the reason when it refused
+ * the folder). 1 when the folder is set and refused. */
+static int rendezvous(void)
 {
-    char dir[300];
+    char dir[300], msg[512];
     /* Through the config table once it has the variable, else as set. */
     if (byval_config_get("IPCBYVAL_RENDEZVOUS_DIR", dir, sizeof(dir)) != 0) {
         const char *v = getenv("IPCBYVAL_RENDEZVOUS_DIR");
         snprintf(dir, sizeof(dir), "%s", v ? v : "");
     }
-    struct stat st;
-    if (!dir[0])
+    if (!dir[0]) {
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR not set");
-    else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: not a folder (%s)", dir,
-             strerror(errno ? errno : ENOTDIR));
-    else
-        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: %s", dir,
-             access(dir, W_OK | X_OK) == 0 ? "a writable folder" : "not writable by this user");
+        return 0;
+    }
+    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: ignored with IPCBYVAL_TRANSPORT=pidfd", dir);
+        return 0;
+    }
+    if (!byval_rendezvous_enabled()) {
+        long gid = byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid
+                                                 : BYVAL_RENDEZVOUS_NO_GID;
+        if (byval_rendezvous_setup(dir, gid, msg, sizeof(msg)) != 0) {
+            LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: refused by the library: %s", dir, msg);
+            return 1;
+        }
+    }
+    LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: used (the library's check passed)%s", dir,
+         access(dir, W_OK | X_OK) == 0 ? ""
+                                       : "; not writable by this user: exporters cannot listen there");
+    return 0;
 }
 
 static const char *transport_names[] = {"auto", "pidfd", "socket"};
@@ -249,7 +264,7 @@ int byval_doctor(void)
          e.p.socket_err ? errname(e.p.socket_err) : "works",
          e.p.socket_err ? "" : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
                                              : " (no SO_PEERPIDFD: Linux < 6.5)");
-    rendezvous();
+    int rdv_refused = rendezvous();
     int gpu = 0;
     gpu_cuda(&gpu);
     gpu_ze(&gpu);
@@ -293,15 +308,27 @@ int byval_doctor(void)
              how);
         if (!pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET)
             LINE("for pidfd", "%s", pidfd_fix(&e));
-        LINE("other ranks", "another pid namespace: the socket%s; another node: refused",
-             sock_ok ? " (same network namespace only)" : " (not working here)");
+        LINE("other ranks", "another pid namespace: the socket%s%s; another node: refused",
+             sock_ok ? " (same network namespace only)" : " (not working here)",
+             rdv_refused                  ? ", not the rendezvous directory (refused)"
+             : byval_rendezvous_enabled() ? ", or the rendezvous directory"
+                                          : "");
     }
     if (!gpu)
         LINE("note", "no GPU library found: nothing for ipcbyval to do (LD_LIBRARY_PATH?)");
-    if (how)
+    if (how && rdv_refused) {
+        printf("verdict: by-value will NOT work across namespaces: the library refuses "
+               "IPCBYVAL_RENDEZVOUS_DIR (same-node pairs use %s)\n"
+               "fix: a folder of this user's or root's, not a symlink, not writable by others "
+               "(mkdir -m 700 DIR; for peers of another uid, writable by the group "
+               "IPCBYVAL_RENDEZVOUS_GID names), or unset IPCBYVAL_RENDEZVOUS_DIR\n",
+               how);
+        how = NULL;
+    } else if (how) {
         printf("verdict: by-value works here, through %s\n", how);
-    else
+    } else {
         printf("verdict: by-value will NOT work here: %s\nfix: %s\n", why, fix);
+    }
     fflush(stdout);
     return how ? 0 : 1;
 }

@@ -2,7 +2,8 @@
 /*
  * doctor.h - `ipcbyval-run --doctor`: what ipcbyval will do on this
  * machine or inside this container, and why. The library is loaded into
- * /bin/true with IPCBYVAL_DOCTOR=1 (as --print-config is), so the probes
+ * ipcbyval-run's helper, /bin/true, with IPCBYVAL_DOCTOR=1 (as for
+ * --print-config; only that helper obeys it, init.c), so the probes
  * run in the environment the ranks will have: its kernel, Yama, seccomp
  * filter, capabilities, namespaces and library path.
  */

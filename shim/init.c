@@ -9,7 +9,9 @@
  */
 #include "shim/init.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
+#include "handles/resolve_internal.h"
 #include "shim/config.h"
 #include "shim/doctor.h"
 #include "shim/rendezvous.h"
@@ -57,6 +60,9 @@ static void init_at_exit(void)
 }
 
 static int init_problems; /* warnings about the environment's values */
+/* The helper-only variables were set in a process that is not
+ * ipcbyval-run's helper: said once, at its first GPU call. */
+static int init_helper_ignored;
 
 static void init_run(void)
 {
@@ -70,6 +76,10 @@ static void init_run(void)
          * first open: a first open does not pay a thread start. */
         byval_reg_watch_on_demand(1);
     }
+    if (init_helper_ignored)
+        BYVAL_LOG_WARN("IPCBYVAL_DOCTOR and IPCBYVAL_PRINT_CONFIG are for ipcbyval-run's own "
+                       "helper: ignored in this process (use ipcbyval-run --doctor or "
+                       "--print-config)");
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
@@ -114,8 +124,33 @@ void byval_leave(void)
     byval_init_depth_--;
 }
 
+/* Is this process ipcbyval-run's own helper? IPCBYVAL_HELPER names it
+ * ("PID:STARTTIME", written by the launcher's subshell just before it
+ * execs the helper, which keeps both): a value inherited by any other
+ * process names another. Without /proc the start time reads as 0. */
+static int init_is_helper(void)
+{
+    const char *h = getenv("IPCBYVAL_HELPER");
+    if (!h)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long pid = strtoull(h, &end, 10);
+    if (errno || end == h || *end != ':')
+        return 0;
+    const char *s = end + 1;
+    unsigned long long start = strtoull(s, &end, 10);
+    if (errno || end == s || *end)
+        return 0;
+    uint64_t own = 0;
+    if (byval_proc_start_time(getpid(), &own) != 0)
+        own = 0;
+    return pid == (unsigned long long)getpid() && start == own;
+}
+
 /* ipcbyval-run loads the library into /bin/true for what it asks of it;
- * that is the only work ever done at load time:
+ * that is the only work ever done at load time, and only in that helper
+ * process (init_is_helper):
  *   IPCBYVAL_PRINT_CONFIG=1      print every variable (--print-config);
  *   IPCBYVAL_PRINT_CONFIG=check  only parse them: the warnings, once for
  *                                the whole job, and exit 1 if any;
@@ -124,6 +159,13 @@ __attribute__((constructor)) static void init_print_config(void)
 {
     const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
     const char *d = getenv("IPCBYVAL_DOCTOR");
+    if (!p && !d)
+        return;
+    if (!init_is_helper()) {
+        init_helper_ignored = 1;
+        return;
+    }
+    unsetenv("IPCBYVAL_HELPER"); /* one-shot: not for the probes' children */
     int print = p && strcmp(p, "1") == 0, check = p && strcmp(p, "check") == 0;
     int doctor = d && strcmp(d, "1") == 0;
     if (!print && !check && !doctor)

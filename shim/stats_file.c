@@ -97,9 +97,42 @@ static void cache_fields(void *ctx, const char *name, byval_lru_t *lru)
           "memory per entry when full at capacity");
 }
 
+/* The folder as a directory fd, or -1 after one warning: made if missing;
+ * never a symlink (as its last component), owned by us and not writable
+ * by others, so nobody else can plant a name we then write through. */
+static int stats_dir_open(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot create %s: %m", dir);
+        return -1;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR)
+            BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is a symlink or not a directory: not used", dir);
+        else
+            BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot open %s: %m", dir);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(dfd, &st) != 0) {
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: fstat %s: %m", dir);
+    } else if (st.st_uid != geteuid()) {
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is owned by uid %u, not by us (uid %u): not used", dir,
+                       (unsigned)st.st_uid, (unsigned)geteuid());
+    } else if (st.st_mode & S_IWOTH) {
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is writable by others (mode %o): not used", dir,
+                       (unsigned)(st.st_mode & 07777));
+    } else {
+        return dfd;
+    }
+    close(dfd);
+    return -1;
+}
+
 int byval_stats_write_file(const char *dir)
 {
-    char host[256] = "localhost", comm[64] = "?", path[4096], tmp[4096];
+    char host[256] = "localhost", comm[64] = "?", name[320], tmp[320];
     gethostname(host, sizeof(host) - 1);
     host[strcspn(host, ".")] = '\0';
     FILE *f = fopen("/proc/self/comm", "re");
@@ -109,12 +142,11 @@ int byval_stats_write_file(const char *dir)
         fclose(f);
     }
     pid_t pid = getpid();
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot create %s: %m", dir);
+    int dfd = stats_dir_open(dir);
+    if (dfd < 0)
         return -1;
-    }
-    snprintf(path, sizeof(path), "%s/%s.%d.stats", dir, host, (int)pid);
-    snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, host, (int)pid);
+    snprintf(name, sizeof(name), "%s.%d.stats", host, (int)pid);
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", host, (int)pid);
 
     stats_buf_t b = {0};
     put(&b, "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n",
@@ -126,19 +158,29 @@ int byval_stats_write_file(const char *dir)
 #undef STATS_FIELD_
     byval_stats_each_gauge(gauge_field, &b);
     byval_stats_each_cache(cache_fields, &b);
-    if (!b.p)
+    if (!b.p) {
+        close(dfd);
         return -1;
+    }
 
-    /* Whole or not at all: a merger never reads half a file. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Whole or not at all: a merger never reads half a file. A new file
+     * only (a name already there is a stale file of an earlier process
+     * with our pid, removed once, never opened). */
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = openat(dfd, tmp, flags, 0644);
+    if (fd < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0)
+        fd = openat(dfd, tmp, flags, 0644);
     int ok = fd >= 0 && write(fd, b.p, b.len) == (ssize_t)b.len;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
     free(b.p);
-    if (!ok || rename(tmp, path) != 0) {
-        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot write %s: %m", path);
-        unlink(tmp);
+    if (!ok || renameat(dfd, tmp, dfd, name) != 0) {
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot write %s/%s: %m", dir, name);
+        if (fd >= 0)
+            unlinkat(dfd, tmp, 0);
+        close(dfd);
         return -1;
     }
+    close(dfd);
     return 0;
 }

@@ -91,6 +91,21 @@ xfail() {
     fi
 }
 
+# copy_for_uid UID DIR FILE...: copies of the library, the launcher, the
+# Level Zero test driver and FILEs in DIR (made mode 755; the caller
+# removes it), for a process of uid UID to run: the checkout may sit
+# where that uid cannot enter (a clone in /root, a mktemp -d). The copies
+# keep their names; run them with IPCBYVAL_LIB and ZE_ENABLE_ALT_DRIVERS
+# pointing into DIR. Fails, with the reason on stdout, when UID cannot
+# run the launcher's copy there either.
+copy_for_uid() {
+    local uid=$1 dir=$2 out; shift 2
+    mkdir -p "$dir" && chmod 755 "$dir" && cp "$LIB" "$RUN" "$ZEDRV" "$@" "$dir/" ||
+        { echo "cannot copy what uid $uid runs to $dir"; return 1; }
+    out=$(setpriv --reuid "$uid" --regid "$uid" --clear-groups "$dir/${RUN##*/}" --version 2>&1) ||
+        { echo "uid $uid cannot run $dir/${RUN##*/}: $out"; return 1; }
+}
+
 need() {
     for f in "$@"; do
         [ -e "$f" ] || { skip "$(basename "$0" .sh)" "$f not built"; exit 77; }

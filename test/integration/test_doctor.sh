@@ -110,10 +110,33 @@ else
     skip "pid namespace" "unshare -p not allowed (needs root)"
 fi
 
+# IPCBYVAL_RENDEZVOUS_DIR: the library's own check decides, and the
+# doctor reports its verdict: a folder of ours is used; a world-writable
+# one and a symlink to a good one are refused, never called working.
 log="$L/doctor-rendezvous.log"
 rdir=$(mktemp -d)
 doctor "$log" IPCBYVAL_RENDEZVOUS_DIR="$rdir" --
-has "$log" "^  rendezvous +IPCBYVAL_RENDEZVOUS_DIR=$rdir: a writable folder" &&
-    pass "IPCBYVAL_RENDEZVOUS_DIR reported" || fail "rendezvous" "$(why "$log")"
+[ $rc -eq 0 ] && has "$log" "^  rendezvous +IPCBYVAL_RENDEZVOUS_DIR=$rdir: used \(the library's check passed\)" &&
+    has "$log" '^verdict: by-value works here' &&
+    pass "IPCBYVAL_RENDEZVOUS_DIR of ours: used, exit 0" || fail "rendezvous" "rc $rc: $(why "$log")"
+# refused NAME DIR PATTERN: the doctor names the library's refusal.
+refused() {
+    log="$L/doctor-rendezvous-$1.log"
+    doctor "$log" IPCBYVAL_RENDEZVOUS_DIR="$2" --
+    if [ $rc -ne 0 ] && has "$log" "^  rendezvous +IPCBYVAL_RENDEZVOUS_DIR=$2: refused by the library: .*$3" &&
+        ! grep -E 'works|writable folder' "$log" | grep -qv -e '^  kernel ' -e '^  socket ' &&
+        has "$log" '^verdict: by-value will NOT work across namespaces: the library refuses IPCBYVAL_RENDEZVOUS_DIR' &&
+        has "$log" '^fix: '; then
+        pass "IPCBYVAL_RENDEZVOUS_DIR $1: refused as the library refuses it, not called working (exit $rc)"
+    else
+        fail "IPCBYVAL_RENDEZVOUS_DIR $1" "rc $rc: $(why "$log")"
+    fi
+}
+chmod 1777 "$rdir"
+refused world-writable "$rdir" 'is world-writable \(mode 1777\)'
+chmod 700 "$rdir"
+ln -s "$rdir" "$rdir.link"
+refused symlink "$rdir.link" 'a symlink or not a directory'
+rm -f "$rdir.link"
 rmdir "$rdir"
 finish

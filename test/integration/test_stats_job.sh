@@ -34,8 +34,9 @@ if [ -n "$MPIRUN_OMPI" ] && [ -x "$APPS/ze_mpi_exchange_ompi" ]; then
     tmp=$(mktemp -d)
     TMPDIR=$tmp timeout 120 "${OMPI[@]}" -np 2 "$RUN" --stats "$APP" "${A[@]}" >"$log" 2>&1
     one_table "Open MPI, 2 ranks, --stats inside the launch line" "$log" 2
-    left=$(find "$tmp" -maxdepth 1 -name 'ipcbyval-stats*')
-    [ -z "$left" ] && pass "the temporary folder is removed" || fail "temporary folder" "left: $left"
+    left=$(find "$tmp" -maxdepth 1 -name 'ipcbyval-*')
+    [ -z "$left" ] && pass "the temporary folder (and the per-user folder around it) is removed" ||
+        fail "temporary folder" "left: $left"
     rm -rf "$tmp"
     # A folder of one's own is kept, and named.
     dir=$(mktemp -d)

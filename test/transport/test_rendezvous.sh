@@ -34,7 +34,8 @@ fi
 NS=(unshare --pid --net --mount --fork --mount-proc --kill-child)
 unshare --fork --kill-child true 2>/dev/null ||
     { skip rendezvous "unshare has no --kill-child (util-linux 2.32+)"; exit 77; }
-top=$(mktemp -d)
+# Under /tmp, whatever TMPDIR says: another uid must reach it.
+top=$(mktemp -d /tmp/ipcbyval-rdv.XXXXXX)
 trap 'rm -rf "$top"' EXIT
 chmod 755 "$top"
 n=0
@@ -284,8 +285,14 @@ grep -q 'is world-writable (mode 1777)' "$L/rdv-ww-imp.log" &&
     fail "world-writable directory" "$(grep -h 'warn' "$L"/rdv-ww-*.log | head -2 | tr '\n' ' ')"
 
 # Another uid: refused by default; served when the group is opted in.
-if command -v setpriv >/dev/null && getent group nogroup >/dev/null; then
+# It runs copies in $top/bin: the checkout may be out of its reach.
+if ! command -v setpriv >/dev/null || ! getent group nogroup >/dev/null; then
+    skip "another uid" "needs setpriv and the nogroup group"
+elif ! why=$(copy_for_uid 65534 "$top/bin" "$T/rdv_ze"); then
+    skip "another uid" "$why"
+else
     G=$(getent group nogroup | cut -d: -f3)
+    O=$top/bin
     for mode in uid gid; do
         newdir
         # uid: the group may enter and use the FIFOs, not write the directory
@@ -297,7 +304,8 @@ if command -v setpriv >/dev/null && getent group nogroup >/dev/null; then
             side "$L/rdv-$mode-exp.log" "$T/rdv_ze" export "$D" --rounds 3 &
             ep=$!
             timeout -s KILL 60 "${NS[@]}" setpriv --reuid 65534 --regid "$G" --clear-groups \
-                "$RUN" "$T/rdv_ze" import "$D" --rounds 3 >"$L/rdv-$mode-imp.log" 2>&1
+                env IPCBYVAL_LIB="$O/${LIB##*/}" ZE_ENABLE_ALT_DRIVERS="$O/${ZEDRV##*/}" \
+                "$O/${RUN##*/}" "$O/rdv_ze" import "$D" --rounds 3 >"$L/rdv-$mode-imp.log" 2>&1
             [ $mode = uid ] && kill -KILL $ep 2>/dev/null # it waits for an answer never sent
             wait $ep
         ) 2>/dev/null
@@ -311,7 +319,5 @@ if command -v setpriv >/dev/null && getent group nogroup >/dev/null; then
                 fail "group opt-in" "$(grep -E 'error|warn|FAILED' "$L/rdv-$mode-imp.log" "$L/rdv-$mode-exp.log" | head -3 | tr '\n' ' ')"
         fi
     done
-else
-    skip "another uid" "needs setpriv and the nogroup group"
 fi
 finish
