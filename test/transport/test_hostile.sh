@@ -87,8 +87,16 @@ if [ $NS_OK = 1 ] && command -v setpriv >/dev/null && getent group nogroup >/dev
                 >"$L/hostile-grab.log" 2>&1
             timeout 20 "${NS[@]}" "${AS_MEMBER[@]}" "$H" import "$I" --idx 2 --dir "$D" --gid "$G" \
                 >"$L/hostile-grab-imp.log" 2>&1
+            # Group G among 301 supplementary groups, after the first 256
+            # (the kernel sorts them): SO_PEERGROUPS read without a cap.
+            timeout 20 "${NS[@]}" setpriv --reuid 65534 --regid 65533 \
+                --groups "$(seq -s, 1000 1299),$G" "$H" import "$I" --idx 1 --dir "$D" --gid "$G" \
+                >"$L/hostile-groups-imp.log" 2>&1
             touch "$I.done"
             wait $ep
+            grep -q '^OK' "$L/hostile-groups-imp.log" &&
+                pass "a group member with 301 groups (the group after the 256th) is served" ||
+                fail "member of 301 groups" "$(tr '\n' ' ' <"$L/hostile-groups-imp.log")"
             grep -qE '^grab: 0 of [0-9]+ exports fetched' "$L/hostile-grab.log" &&
                 pass "a group member sent nothing fetches none of the exports ($(sed -n 's/^grab: //p' "$L/hostile-grab.log"))" ||
                 fail "group member sent nothing" "$(tr '\n' ' ' <"$L/hostile-grab.log")"
