@@ -180,4 +180,53 @@ if [ $NS_OK = 1 ]; then
 else
     skip "squatter at the abstract name" "needs root and unshare --pid --net --mount"
 fi
+# --- names planted in the directory do not hide an event pool's exporter -----
+# A short record (event pools) names 32 bits of its exporter's identity:
+# names with those bits that come before the exporter's socket in the
+# directory's order must not hide it.
+if [ $NS_OK = 1 ] && [ -x "$BUILD/test/transport/rdv_ze" ]; then
+    n=$((n + 1)); D="$top/d$n"
+    mkdir -m 700 "$D" && mkfifo "$D/c.h" "$D/c.a"
+    IPCBYVAL_RENDEZVOUS_DIR=$D timeout -s KILL 60 "${NS[@]}" "$RUN" "$BUILD/test/transport/rdv_ze" \
+        export "$D" --case pools --rounds 1 --hold "$top/go$n" >"$L/hostile-plant-exp.log" 2>&1 &
+    ep=$!
+    # The importer opens the FIFOs the exporter waits on; it gets the
+    # handle once the names are planted.
+    IPCBYVAL_RENDEZVOUS_DIR=$D timeout -s KILL 60 "${NS[@]}" "$RUN" "$BUILD/test/transport/rdv_ze" \
+        import "$D" --case pools --rounds 1 >"$L/hostile-plant-imp.log" 2>&1 &
+    ip=$!
+    S=""
+    for _ in $(seq 500); do
+        S=$(ls "$D"/ipcbyval-*.sock 2>/dev/null | head -1)
+        [ -n "$S" ] && break
+        sleep 0.02
+    done
+    if [ -n "$S" ]; then
+        real=$(basename "$S")
+        pre=${real%????????.sock} low=${real#"$pre"}
+        low=${low%.sock} pre=${pre%????????} # ipcbyval-BOOT- and the low 32 bits
+        # Plant until at least 16 come before the real name in readdir order.
+        k=0
+        while [ $k -lt 4096 ]; do
+            for _ in $(seq 64); do
+                k=$((k + 1))
+                : >"$D/${pre}$(printf '%08x' $k)${low}.sock"
+            done
+            ahead=$(ls -U "$D" | grep -n -F "$real" | cut -d: -f1)
+            [ "${ahead:-0}" -gt 20 ] && break
+        done
+        touch "$top/go$n"
+        wait $ip
+        wait $ep
+        grep -q '^OK rdv' "$L/hostile-plant-imp.log" &&
+            pass "an event pool's exporter found behind $((ahead - 1)) planted names with its 32 bits" ||
+            fail "planted names ($((ahead - 1)) ahead)" "$(grep -E 'error|FAILED' "$L/hostile-plant-imp.log" | head -2 | tr '\n' ' ')"
+    else
+        fail "planted names" "the exporter made no socket in the directory"
+        kill $ep $ip 2>/dev/null
+        wait
+    fi
+else
+    skip "planted names" "needs root, unshare --pid --net --mount and rdv_ze"
+fi
 finish
