@@ -369,8 +369,10 @@ static int broker_start_locked(void)
     if (byval_self_get(&self) != 0)
         return -1;
     int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd < 0)
+    if (lfd < 0) {
+        byval_rendezvous_start_failed(errno);
         return -1;
+    }
     int efd = -1;
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
@@ -392,6 +394,7 @@ static int broker_start_locked(void)
 
 err_sock:;
     int err = errno;
+    byval_rendezvous_start_failed(err); /* said once by the shim, at warning level */
     br.epoll_fd = -1;
     if (efd >= 0)
         close(efd);

@@ -187,7 +187,8 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
         int err = errno;
         byval_msg(msg, msglen,
                   "exporter pid %u has no socket in the rendezvous directory %s (%s): it does "
-                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, or it exited",
+                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen there "
+                  "(its log says why), or it exited",
                   rec->pid, byval_rdv.dir, strerror(err));
         return err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
     }

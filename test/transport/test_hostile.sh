@@ -229,4 +229,23 @@ if [ $NS_OK = 1 ] && [ -x "$BUILD/test/transport/rdv_ze" ]; then
 else
     skip "planted names" "needs root, unshare --pid --net --mount and rdv_ze"
 fi
+# --- an exporter that cannot listen in the directory says so, once -----------
+if [ $NS_OK = 1 ] && [ -x "$BUILD/test/transport/rdv_ze" ]; then
+    n=$((n + 1)); D="$top/d$n"
+    mkdir -m 700 "$D" && mkfifo "$D/c.h" "$D/c.a"
+    (ulimit -n 16; IPCBYVAL_RENDEZVOUS_DIR=$D timeout -s KILL 60 "$RUN" "$BUILD/test/transport/rdv_ze" \
+        export "$D" --rounds 2 >"$L/hostile-nofile-exp.log" 2>&1) &
+    ep=$!
+    IPCBYVAL_RENDEZVOUS_DIR=$D timeout -s KILL 60 "${NS[@]}" "$RUN" "$BUILD/test/transport/rdv_ze" \
+        import "$D" --rounds 2 >"$L/hostile-nofile-imp.log" 2>&1
+    wait $ep
+    said=$(grep -c 'warn: cannot listen in the rendezvous directory .*Too many open files' "$L/hostile-nofile-exp.log")
+    if [ "$said" = 1 ] && grep -q 'could not listen there' "$L/hostile-nofile-imp.log"; then
+        pass "with ulimit -n 16 the exporter says once, as a warning, why it does not listen in the directory"
+    else
+        fail "ulimit -n 16" "said $said times; importer: $(grep error "$L/hostile-nofile-imp.log" | head -1)"
+    fi
+else
+    skip "ulimit -n 16" "needs root, unshare --pid --net --mount and rdv_ze"
+fi
 finish
