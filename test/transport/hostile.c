@@ -18,9 +18,11 @@
  *                                "grab: K of M exports fetched"
  *   hostile idle ADDR N SECS     hold N connections that send nothing
  *   hostile squat NAME SECS      listen at the abstract NAME
+ *   hostile stack                the stack size of a background thread
  * ADDR: @NAME (abstract) or the path of a socket.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "handles/bgthread.h"
 #include "handles/broker.h"
 #include "handles/broker_internal.h"
 #include "handles/registry.h"
@@ -336,6 +339,29 @@ static int do_squat(const char *name, int secs)
     return 0;
 }
 
+static void *stack_of(void *arg)
+{
+    pthread_attr_t a;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        pthread_attr_getstacksize(&a, &size);
+        pthread_attr_destroy(&a);
+    }
+    __atomic_store_n((size_t *)arg, size ? size : 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int do_stack(void)
+{
+    static size_t size;
+    if (byval_bgthread_start(stack_of, &size, NULL) != 0)
+        return 1;
+    for (int i = 0; i < 1000 && !__atomic_load_n(&size, __ATOMIC_ACQUIRE); i++)
+        usleep(10000);
+    printf("stack: %zu bytes\n", size);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -351,6 +377,8 @@ int main(int argc, char **argv)
         return do_idle(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 4 && !strcmp(argv[1], "squat"))
         return do_squat(argv[2], atoi(argv[3]));
+    if (argc == 2 && !strcmp(argv[1], "stack"))
+        return do_stack();
     fprintf(stderr, "usage: see test/transport/hostile.c\n");
     return 2;
 }

@@ -248,4 +248,10 @@ if [ $NS_OK = 1 ] && [ -x "$BUILD/test/transport/rdv_ze" ]; then
 else
     skip "ulimit -n 16" "needs root, unshare --pid --net --mount and rdv_ze"
 fi
+# --- background threads have room for a driver call ---------------------------
+# The watcher runs the driver's close on its stack (the test drivers need
+# under 9 KiB there; real drivers more): 256 KiB at least.
+sz=$("$H" stack | sed -n 's/^stack: \([0-9]*\) bytes/\1/p')
+[ "${sz:-0}" -ge 262144 ] && pass "a background thread's stack is $((sz / 1024)) KiB (256 KiB at least)" ||
+    fail "background thread stack" "${sz:-unknown} bytes, under 256 KiB"
 finish
