@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* bgthread.h - ipcbyval's own background threads (the broker, the
  * registry watcher, the closer of unsafe fds): detached, stacks with room
- * for a driver call, and
- * every signal blocked, so that the application's signals stay with its
- * own threads. */
+ * for a driver call, and every signal blocked, so that the application's
+ * signals stay with its own threads. */
 #ifndef BYVAL_HANDLES_BGTHREAD_H
 #define BYVAL_HANDLES_BGTHREAD_H
 
