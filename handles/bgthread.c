@@ -77,7 +77,11 @@ int byval_bgthread_start(void *(*fn)(void *), void *arg, pthread_t *t_p)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
+    /* The watcher runs the driver's close (an import's release) on this
+     * stack. Measured with the test drivers: 8.4 KiB at most (Level Zero
+     * event pools), 5.8 KiB for the broker; a real driver's needs are its
+     * own, so leave it room: only the pages touched are ever backed. */
+    pthread_attr_setstacksize(&attr, BYVAL_BGTHREAD_STACK);
     pthread_t t;
     byval_lock(&start_lock);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits the mask */

@@ -272,7 +272,15 @@ byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *
      * nobody answers at the abstract name (another network namespace). */
     byval_status_t st =
         fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
-    if (st == BYVAL_E_GONE && byval_rendezvous_enabled())
+    /* A squatter at the abstract name switches the directory off no more
+     * than an absent exporter does (resolve_socket.c). */
+    if ((st == BYVAL_E_GONE || st == BYVAL_E_IDENTITY) && byval_rendezvous_enabled()) {
+        char first[512] = "";
+        if (st == BYVAL_E_IDENTITY && msg)
+            snprintf(first, sizeof(first), "%s", msg);
         st = fetch(rec, BYVAL_BROKER_DIR, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+        if (st != BYVAL_OK && first[0])
+            byval_msg_prefix(msg, msglen, first);
+    }
     return st;
 }

@@ -13,8 +13,12 @@
  * its bytes arrive (broker_proto.c) and answered at once; a connection
  * that has not sent a whole request within 500 ms is dropped. Pending
  * connections are bounded (they cost the exporter fds): 8 per peer process
- * (SO_PEERCRED's pid; peers outside our pid namespace all show pid 0 and
- * share one bound) and 64 in all. A peer over its bound is answered
+ * and 64 in all. A peer process is told by its pidfs inode (SO_PEERPIDFD),
+ * unique across pid namespaces: SO_PEERCRED's pid is 0 for every peer
+ * outside ours, and one idle peer there would hold the bound of all of
+ * them. Without pidfs (before Linux 6.9) a visible pid names the peer, an
+ * invisible one shares one bound with the peers of its uid. A peer over
+ * its bound is answered
  * -EAGAIN and retries (broker_fetch.c), so one that stalls its own
  * connections delays only itself; a full table drops the oldest
  * connection of the peer holding the most, never the only one of a peer,
@@ -48,6 +52,14 @@
 #include "handles/broker_internal.h"
 #include "handles/rendezvous.h"
 
+#ifndef SO_PEERPIDFD
+#if defined(__alpha__) || defined(__mips__) || defined(__hppa__) || defined(__sparc__)
+#define SO_PEERPIDFD (-1)
+#else
+#define SO_PEERPIDFD 77
+#endif
+#endif
+
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
  * connection of the peer that holds the most (never a peer's only one). */
@@ -62,7 +74,7 @@
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
     int fd;            /* -1: free slot */
-    pid_t pid;         /* SO_PEERCRED: the peer process (0 if not visible) */
+    uint64_t peer;     /* the peer process (peer_key) */
     uint32_t gen;      /* tells a reused slot from the one an event named */
     uint32_t have;     /* request bytes received */
     int64_t deadline;  /* ms, CLOCK_MONOTONIC */
@@ -187,10 +199,33 @@ static void conn_read(int i)
     }
 }
 
-/* A slot for a new connection from pid: a free one, or the oldest of the
- * peer that holds the most (told to retry). -1 when pid itself holds its
+#define PEER_PIDFS (UINT64_C(1) << 63)
+#define PEER_PID (UINT64_C(1) << 62)
+#define PEER_UID (UINT64_C(1) << 61)
+
+/* What tells the peer process on connection fd from the others (see the
+ * top): its pidfs inode, else its pid where we see it, else its uid. */
+static uint64_t peer_key(int fd, const struct ucred *cred)
+{
+    struct stat st;
+    int pidfd = -1;
+    socklen_t len = sizeof(pidfd);
+    uint64_t key = 0;
+    if (SO_PEERPIDFD >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 &&
+        pidfd >= 0) {
+        if (byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0)
+            key = PEER_PIDFS | ((uint64_t)st.st_ino & (PEER_PIDFS - 1));
+        close(pidfd);
+    }
+    if (!key)
+        key = cred->pid > 0 ? PEER_PID | (uint32_t)cred->pid : PEER_UID | cred->uid;
+    return key;
+}
+
+/* A slot for a new connection from peer: a free one, or the oldest of the
+ * peer that holds the most (told to retry). -1 when peer itself holds its
  * bound. */
-static int conn_slot(pid_t pid)
+static int conn_slot(uint64_t peer)
 {
     int free_i = -1, mine = 0, victim = -1, victim_n = 0;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
@@ -198,7 +233,7 @@ static int conn_slot(pid_t pid)
             if (free_i < 0)
                 free_i = i;
         } else {
-            mine += br.conns[i].pid == pid;
+            mine += br.conns[i].peer == peer;
         }
     }
     if (mine >= BROKER_PEER_CONNS)
@@ -210,7 +245,7 @@ static int conn_slot(pid_t pid)
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
         int n = 0;
         for (int j = 0; j < BROKER_MAX_CONNS; j++)
-            n += br.conns[j].pid == br.conns[i].pid;
+            n += br.conns[j].peer == br.conns[i].peer;
         if (n > victim_n || (n == victim_n && br.conns[i].deadline < br.conns[victim].deadline))
             victim = i, victim_n = n;
     }
@@ -246,7 +281,8 @@ static void accept_some(int lfd, int efd, int via_dir)
             close(fd);
             continue;
         }
-        int i = conn_slot(cred.pid);
+        uint64_t peer = peer_key(fd, &cred);
+        int i = conn_slot(peer);
         if (i < 0) {
             answer(fd, -EAGAIN, -1); /* over its bound: the peer retries */
             close(fd);
@@ -255,7 +291,7 @@ static void accept_some(int lfd, int efd, int via_dir)
         conn_t *c = &br.conns[i];
         byval_lock(&br.lock);
         c->fd = fd;
-        c->pid = cred.pid;
+        c->peer = peer;
         c->via_dir = (uint8_t)via_dir;
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
@@ -333,8 +369,10 @@ static int broker_start_locked(void)
     if (byval_self_get(&self) != 0)
         return -1;
     int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd < 0)
+    if (lfd < 0) {
+        byval_rendezvous_start_failed(errno);
         return -1;
+    }
     int efd = -1;
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
@@ -356,6 +394,7 @@ static int broker_start_locked(void)
 
 err_sock:;
     int err = errno;
+    byval_rendezvous_start_failed(err); /* said once by the shim, at warning level */
     br.epoll_fd = -1;
     if (efd >= 0)
         close(efd);

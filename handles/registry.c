@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/locks.h"
@@ -60,6 +61,8 @@ static struct {
     int tried;   /* creation attempted (once per process image or fork) */
     int offered; /* its fds were handed out to be offered (once per registry) */
     int page_fd; /* a read-only open file of the sealed page: what peers get */
+    dev_t page_dev; /* the page's inode, to re-prove page_fd before serving it */
+    ino_t page_ino;
     int pipe_rd; /* the read end peers get: never read here (see above) */
     int pipe_wr, drain_rd; /* ours alone */
     byval_reg_header_t *hdr; /* the shared page: written, never read */
@@ -182,6 +185,14 @@ static int page_create_locked(void)
         close(mfd);
         mfd = hinted;
     }
+    struct stat st;
+    if (fstat(mfd, &st) != 0) {
+        munmap(m, BYVAL_REG_BYTES);
+        close(mfd);
+        return -1;
+    }
+    reg.page_dev = st.st_dev;
+    reg.page_ino = st.st_ino;
     reg.page_fd = mfd;
     reg.hdr = m;
     reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);
@@ -332,15 +343,29 @@ unsigned byval_reg_exports_live(void)
 }
 
 /* For the broker: the page an importer in another pid namespace cannot
- * reach through our /proc (rendezvous_registry.c). */
+ * reach through our /proc (rendezvous_registry.c). The application owns
+ * our fd numbers (dup2, close and reopen): what page_fd holds now is
+ * served only when the duplicate is the page made here, sealed as made. */
 int32_t byval_reg_dup_page(int *dup_p)
 {
+    struct stat st;
+    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
+               (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE);
+    *dup_p = -1;
     reg_lock();
-    int32_t st = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
-    if (st == 0 && (*dup_p = fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0)) < 0)
-        st = -errno;
+    int32_t rc = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
+    int dup = rc == 0 ? fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (rc == 0 && dup < 0)
+        rc = -errno;
+    else if (rc == 0 && (fstat(dup, &st) != 0 || st.st_dev != reg.page_dev ||
+                         st.st_ino != reg.page_ino || (fcntl(dup, F_GET_SEALS) & want) != want))
+        rc = -ESTALE; /* another file at its number now */
     byval_unlock(&reg.lock);
-    return st;
+    if (rc == 0)
+        *dup_p = dup;
+    else if (dup >= 0)
+        close(dup);
+    return rc;
 }
 
 int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -140,19 +141,28 @@ const char *byval_rendezvous_dir(void)
     return byval_rdv.dirfd >= 0 ? byval_rdv.dir : "";
 }
 
+/* Is gid among the supplementary groups of conn's peer? However many it
+ * has: on ERANGE the kernel says how many bytes they take. */
+static int peer_in_group(int conn, gid_t gid)
+{
+    gid_t small[64], *groups = small;
+    socklen_t len = sizeof(small);
+    int in = 0, rc = getsockopt(conn, SOL_SOCKET, SO_PEERGROUPS, groups, &len);
+    if (rc != 0 && errno == ERANGE && len > sizeof(small) && (groups = malloc(len)) != NULL)
+        rc = getsockopt(conn, SOL_SOCKET, SO_PEERGROUPS, groups, &len);
+    for (size_t i = 0; rc == 0 && groups && i < len / sizeof(gid_t); i++)
+        in |= groups[i] == gid;
+    if (groups != small)
+        free(groups);
+    return in;
+}
+
 int byval_rendezvous_peer_allowed(int conn, const struct ucred *cred)
 {
-    gid_t groups[256];
-    socklen_t len = sizeof(groups);
     long gid = byval_rdv.gid;
-    if (gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid()) {
-        if (cred->gid == (gid_t)gid)
-            return 1;
-        if (getsockopt(conn, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-            for (size_t i = 0; i < len / sizeof(gid_t); i++)
-                if (groups[i] == (gid_t)gid)
-                    return 1;
-    }
+    if (gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid() &&
+        (cred->gid == (gid_t)gid || peer_in_group(conn, (gid_t)gid)))
+        return 1;
     return byval_broker_uid_allowed(cred->uid); /* counts the refusal */
 }
 
@@ -177,7 +187,8 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
         int err = errno;
         byval_msg(msg, msglen,
                   "exporter pid %u has no socket in the rendezvous directory %s (%s): it does "
-                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, or it exited",
+                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen there "
+                  "(its log says why), or it exited",
                   rec->pid, byval_rdv.dir, strerror(err));
         return err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
     }

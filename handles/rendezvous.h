@@ -66,6 +66,11 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen);
  * byval_rendezvous_take_error: the abstract socket serves as before. */
 void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int *fd_p);
 
+/* Exporter (the broker's start): the server could not start (errno err),
+ * so the directory is not listened on either; kept for
+ * byval_rendezvous_take_error as any listen failure. */
+void byval_rendezvous_start_failed(int err);
+
 /* Why the exporter does not listen in the directory, once (1 and the
  * reason in msg), for the shim's log; 0 when there is nothing (new) to say. */
 int byval_rendezvous_take_error(char *msg, size_t msglen);

@@ -161,6 +161,22 @@ void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int
     __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
 
+void byval_rendezvous_start_failed(int err)
+{
+    static int said; /* every export tries the start again: once is enough */
+    char msg[512];
+    if (!byval_rendezvous_enabled() || __atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+        return;
+    byval_msg(msg, sizeof(msg),
+              "cannot listen in the rendezvous directory %s: the socket fallback did not "
+              "start: %s%s",
+              byval_rdv.dir, strerror(err),
+              err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
+    memcpy(failed, msg, sizeof(failed));
+    __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
+}
+
 int byval_rendezvous_take_error(char *msg, size_t msglen)
 {
     if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||

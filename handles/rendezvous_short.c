@@ -36,18 +36,16 @@
 #define SO_PEERPIDFD 77
 #endif
 
-#define CANDIDATES_MAX 8 /* names sharing 32 bits of identity: rare */
-
 /* The pidfd of the listener on rec's socket when it proves rec's
  * identity, else -1. */
-static int proven_pidfd(const byval_record_t *rec)
+static int proven_pidfd(const byval_record_t *rec, int64_t deadline)
 {
     struct stat st;
     int pidfd = -1, s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t len = sizeof(pidfd);
     if (s < 0)
         return -1;
-    if (byval_rendezvous_connect(s, rec, byval_broker_now_ms() + BROKER_FETCH_MS, NULL, 0) !=
+    if (byval_rendezvous_connect(s, rec, deadline, NULL, 0) !=
             BYVAL_OK ||
         getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
         pidfd = -1;
@@ -72,27 +70,22 @@ static uint32_t pidns_of(int pidfd)
     return ino;
 }
 
-/* Identities named in the directory with our boot and these 32 bits. */
-static int candidates(uint32_t boot, uint32_t id32, uint64_t *ids, int max)
+/* The next identity named in the directory d with our boot and these 32
+ * bits; 0 at the end. */
+static int next_candidate(DIR *d, uint32_t boot, uint32_t id32, uint64_t *id_p)
 {
-    int n = 0, fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
-    while (n < max && (e = readdir(d)) != NULL) {
+    while ((e = readdir(d)) != NULL) {
         unsigned b;
         unsigned long long id;
         char tail[8];
         if (sscanf(e->d_name, "ipcbyval-%8x-%16llx%7s", &b, &id, tail) == 3 &&
-            !strcmp(tail, ".sock") && b == boot && (uint32_t)id == id32)
-            ids[n++] = id;
+            !strcmp(tail, ".sock") && b == boot && (uint32_t)id == id32) {
+            *id_p = id;
+            return 1;
+        }
     }
-    closedir(d);
-    return n;
+    return 0;
 }
 
 byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval_self_t *self,
@@ -100,7 +93,9 @@ byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval
                                              byval_record_t *rec_p, int *pidfd_p, char *msg,
                                              size_t msglen)
 {
-    uint64_t ids[CANDIDATES_MAX];
+    /* Every name with these 32 bits is tried, each proven by its full
+     * identity: names planted by whoever may write the directory cost a
+     * connect each (all within one deadline), never hide the exporter. */
     if (!(s->flags & BYVAL_FLAG_ID_PIDFS)) {
         byval_msg(msg, msglen,
                   "event pool of pid %u: its exporter has no pidfs identity (kernel before 6.9): "
@@ -108,14 +103,20 @@ byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval
                   s->pid);
         return BYVAL_E_IDENTITY;
     }
-    int n = candidates(self->boot, s->id32, ids, CANDIDATES_MAX);
-    for (int i = 0; i < n; i++) {
+    int n = 0, fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    uint64_t id;
+    int64_t deadline = byval_broker_now_ms() + BROKER_FETCH_MS;
+    if (!d && fd >= 0)
+        close(fd);
+    while (d && next_candidate(d, self->boot, s->id32, &id) && byval_broker_now_ms() < deadline) {
+        n++;
         byval_record_t rec = {0};
         rec.pid = s->pid;
         rec.boot = self->boot;
-        rec.identity = ids[i];
+        rec.identity = id;
         rec.flags = BYVAL_FLAG_ID_PIDFS;
-        int pidfd = proven_pidfd(&rec);
+        int pidfd = proven_pidfd(&rec, deadline);
         if (pidfd < 0)
             continue;
         rec.pidns = pidns_of(pidfd);
@@ -123,6 +124,7 @@ byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval
             close(pidfd);
             continue;
         }
+        closedir(d);
         /* Its pid names nothing here: the registry's pipe and the pool's
          * fd must come through the socket, not pidfd_getfd with that pid. */
         byval_transport_remember_socket(&rec);
@@ -136,6 +138,8 @@ byval_status_t byval_rendezvous_attach_short(const byval_short_t *s, const byval
         *pidfd_p = pidfd;
         return BYVAL_OK;
     }
+    if (d)
+        closedir(d);
     byval_msg(msg, msglen,
               "event pool of pid %u comes from another pid namespace and no exporter in the "
               "rendezvous directory %s proves to be it (%d named with its identity): it does "

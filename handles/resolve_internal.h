@@ -133,4 +133,15 @@ __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, si
     va_end(ap);
 }
 
+/* msg becomes "FIRST; then the rendezvous directory: MSG" (both routes'
+ * reasons, when the second failed too). */
+static inline void byval_msg_prefix(char *msg, size_t msglen, const char *first)
+{
+    char both[1024];
+    if (!msg || !msglen)
+        return;
+    snprintf(both, sizeof(both), "%s; then the rendezvous directory: %s", first, msg);
+    byval_msg(msg, msglen, "%s", both);
+}
+
 #endif

@@ -9,13 +9,16 @@
  *              records) or SO_PEERCRED (broker_fetch.c).
  *   directory  with IPCBYVAL_RENDEZVOUS_DIR, when nobody listens at the
  *              abstract name (the exporter is in another network
- *              namespace: another pod or container): its socket in the
+ *              namespace: another pod or container) or the listener
+ *              there is not the exporter: its socket in the
  *              directory, named by its identity (rendezvous.h), with the
  *              pidfs proof mandatory.
  * The broker proves its identity and serves only what its exporter
  * offered (steps 2-4 on its side); the duplicate is proven here (step 5,
  * no registry proof: the broker checked its own registry).
  */
+#include <stdio.h>
+
 #include "handles/broker.h"
 #include "handles/rendezvous.h"
 #include "handles/resolve_internal.h"
@@ -39,9 +42,17 @@ byval_status_t byval_fetch_socket(const byval_want_t *w, byval_exporter_t *x, in
     x->pid = w->rec->pid; /* as the exporter named itself: the broker's name */
     byval_via_t via = BYVAL_VIA_SOCKET;
     byval_status_t st = at_route(w, x, BYVAL_BROKER_ABSTRACT, fd_p, msg, msglen);
-    if (st == BYVAL_E_GONE && byval_rendezvous_enabled()) {
+    /* Any process of any uid in our network namespace can bind the
+     * abstract name first: a listener that is not the exporter must not
+     * keep the directory from being tried. */
+    if ((st == BYVAL_E_GONE || st == BYVAL_E_IDENTITY) && byval_rendezvous_enabled()) {
+        char first[512] = "";
+        if (st == BYVAL_E_IDENTITY && msg)
+            snprintf(first, sizeof(first), "%s", msg);
         via = BYVAL_VIA_RENDEZVOUS;
         st = at_route(w, x, BYVAL_BROKER_DIR, fd_p, msg, msglen);
+        if (st != BYVAL_OK && first[0])
+            byval_msg_prefix(msg, msglen, first);
     }
     if (st != BYVAL_OK)
         return st;

@@ -61,3 +61,13 @@ $(FDSHARE): test/transport/fdshare.c test/cudadrv/cu_pair.h $(BUILD)/test/cudadr
 endif
 INTEG_TESTS += test/transport/test_rescue.sh
 -include test/transport/rendezvous.mk
+
+# Hostile peers of an exporter's broker (test_hostile.sh): the exporter on
+# handles/ alone and attackers that speak the broker's protocol themselves.
+HOSTILE := $(BUILD)/test/transport/hostile
+TEST_BINS += $(HOSTILE)
+INTEG_TESTS += test/transport/test_hostile.sh
+
+$(HOSTILE): test/transport/hostile.c $(TRANSPORT_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(TRANSPORT_TEST_OBJ) -lpthread
