@@ -4,9 +4,11 @@
 #   1. the cached re-open as a real program runs it: two exec'd processes
 #      (test/gpu/gpu_cycle), static cudart (--api rt) and the driver API
 #      (--api drv), legacy and VMM, batches of 10,000 open+close cycles,
-#      the importer pinned to each vCPU in turn (BGM_CPUS), BGM_ROUNDS
-#      rounds (3) interleaving the driver's own cycle and ipcbyval's, the
-#      median of the rounds per vCPU, min/median/max over the vCPUs;
+#      the importer pinned to each sampled vCPU in turn (BGM_CPUS: at most
+#      BGM_NCPUS, 8, spread over the host, first and last included),
+#      BGM_ROUNDS rounds (3) interleaving the driver's own cycle and
+#      ipcbyval's, the median of the rounds per vCPU, min/median/max over
+#      the vCPUs;
 #   2. the first open of a VMM reservation of 1, 8, 64 and 512 chunks of
 #      2 MiB (test/gpu/vmm_cold): ipcbyval's, split (fetch, import, map),
 #      beside the driver-only sum for the same chunks and PyTorch's own
@@ -66,7 +68,7 @@ bgm_permed() {
         END { for (i = 1; i <= k; i++) print o[i], v[o[i], int((n[o[i]] + 1) / 2)] }'
 }
 
-# The cached cycle against the driver's own cycle, per vCPU. A shared
+# The cached cycle against the driver's own cycle, per sampled vCPU. A shared
 # host's noise hits one run on one vCPU (2x outliers on single vCPUs, on
 # either side, on the GPU host): so BGM_ROUNDS rounds (3), each the
 # driver's cycle then ipcbyval's legacy then VMM on every vCPU, and the
@@ -231,12 +233,15 @@ bgm_perf() {
 }
 
 bgm_all() {
-    local ncpu; ncpu=$(nproc)
-    # every vCPU of a 16-vCPU host; a sample of 16 on a bigger one
-    BGM_CPUS=${BGM_CPUS:-$(awk -v n="$ncpu" 'BEGIN { s = n > 16 ? n / 16 : 1; for (c = 0; c < n; c += s) printf "%d ", int(c) }')}
+    # A sample of the vCPUs: every vCPU 3 rounds on a 32-vCPU host took
+    # make bench-gpu past 9 minutes.
+    BGM_CPUS=${BGM_CPUS:-$(cpu_sample "${BGM_NCPUS:-8}")}
+    echo "-- vCPUs sampled for the per-vCPU rows: $BGM_CPUS (of $(nproc))"
     bgm_build || return
     bgm_cycles
+    local t0=$SECONDS
     bgm_cold
+    echo "-- first VMM open rows took $((SECONDS - t0)) s"
     bgm_perf
 }
 
