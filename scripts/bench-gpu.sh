@@ -5,7 +5,8 @@
 # the import cache's hit throughput from 1 to 16 threads on its cores, and
 # bench-gpu-more.sh's rows (exec'd static-cudart pairs on a sample of
 # vCPUs, the first VMM open at 1-512 chunks beside the driver and PyTorch,
-# a perf profile of the cached cycle under $OUT).
+# a 32 MiB tensor in PyTorch pools of 1-64 GiB beside PyTorch's own
+# import, a perf profile of the cached cycle under $OUT).
 # One table; ratios come from medians of this run. The whole must end
 # within 8 minutes (a row says how long it took): per-vCPU rows run on a
 # sample of the vCPUs, which the output names.
