@@ -141,7 +141,8 @@ def consume(ctx, target, args, payload, preload):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pools", default="1,16,64", help="pool sizes in GiB")
     ap.add_argument("--reps", type=int, default=3, help="ipcbyval consumers (first opens) a pool")
     ap.add_argument("--reopens", type=int, default=200, help="cached open+close cycles")

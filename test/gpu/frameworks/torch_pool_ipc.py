@@ -658,7 +658,8 @@ def probe_plan(n, page_elems, first_off, wins, w):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", default=",".join(CASES),
                     help=f"comma-separated, from {','.join(CASES)} (default: all)")
     ap.add_argument("--opens", type=int, default=50, help="open/read/close cycles (grow)")
