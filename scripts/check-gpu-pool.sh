@@ -42,7 +42,8 @@ gp_job() {
     shift 3
     local slug log d rc c line detail why
     slug=$(echo "$tag" | tr -c 'A-Za-z0-9_.-' '_')
-    log="$LOGS/pool-$slug.log" d="$PWD/$LOGS/pool-$slug.d"
+    log="$LOGS/pool-$slug.log" d="$LOGS/pool-$slug.d"
+    [ "${d#/}" = "$d" ] && d="$PWD/$d" # the ranks read it too
     rm -rf "$d" && mkdir -p "$d"
     timeout -k 5 "$to" mpirun --oversubscribe -np 2 -x IPCBYVAL_LIB -x LD_LIBRARY_PATH \
         -x PYTHONUNBUFFERED=1 -x IPCBYVAL_LOG=debug -x IPCBYVAL_LOG_FILE="$d/%p.log" \
