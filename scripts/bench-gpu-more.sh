@@ -4,23 +4,31 @@
 #   1. the cached re-open as a real program runs it: two exec'd processes
 #      (test/gpu/gpu_cycle), static cudart (--api rt) and the driver API
 #      (--api drv), legacy and VMM, batches of 10,000 open+close cycles,
-#      the importer pinned to each vCPU in turn (BGM_CPUS), BGM_ROUNDS
-#      rounds (3) interleaving the driver's own cycle and ipcbyval's, the
-#      median of the rounds per vCPU, min/median/max over the vCPUs;
+#      the importer pinned to each sampled vCPU in turn (BGM_CPUS: at most
+#      BGM_NCPUS, 8, spread over the host, first and last included),
+#      BGM_ROUNDS rounds (3) interleaving the driver's own cycle and
+#      ipcbyval's, the median of the rounds per vCPU, min/median/max over
+#      the vCPUs;
 #   2. the first open of a VMM reservation of 1, 8, 64 and 512 chunks of
 #      2 MiB (test/gpu/vmm_cold): ipcbyval's, split (fetch, import, map),
 #      beside the driver-only sum for the same chunks and PyTorch's own
 #      import of an expandable segment of the same size; and a second
 #      exporter's first open in the warm importer (what first contact
 #      costs once per process vs once per exporter);
-#   3. a profile of the driver-API cached cycle: perf stat + record where
+#   3. a 32 MiB tensor at the end of a PyTorch pool of 1, 16 and 64 GiB
+#      (BGM_POOLS; a pool the GPU has no memory for is a SKIP row that
+#      says so): ipcbyval's first open and cached re-open beside PyTorch's
+#      own import and re-import of the same tensor, and the first open of
+#      the largest pool against the 1 GiB one
+#      (test/gpu/frameworks/torch_pool_bench.py);
+#   4. a profile of the driver-API cached cycle: perf stat + record where
 #      perf is installed; else "perf: not installed" and test/bench/pmuprof
 #      (the PMU's instruction, cycle and locked-load counts per cycle, and
 #      the top symbols); saved under $OUT when the caller set it.
 # Sourced by bench-gpu.sh after gpu-lib.sh (bgm_all adds its rows), or
 # run alone: BENCH_GPU_DOUBLE=1 scripts/bench-gpu-more.sh runs it against
 # the CUDA double of make check (test/cudadrv, no GPU: tests the logic;
-# the runtime rows are skipped there, the double cannot start cudart).
+# the runtime and PyTorch rows are skipped there).
 BGM_RESULTS=${BGM_RESULTS:-${OUT:-}} # the caller's $OUT, before gpu-lib.sh takes the name
 # BGM_PERF=name: the perf(1) to use (a name not installed tests the
 # fallback where perf is missing, as on the GPU host).
@@ -66,7 +74,7 @@ bgm_permed() {
         END { for (i = 1; i <= k; i++) print o[i], v[o[i], int((n[o[i]] + 1) / 2)] }'
 }
 
-# The cached cycle against the driver's own cycle, per vCPU. A shared
+# The cached cycle against the driver's own cycle, per sampled vCPU. A shared
 # host's noise hits one run on one vCPU (2x outliers on single vCPUs, on
 # either side, on the GPU host): so BGM_ROUNDS rounds (3), each the
 # driver's cycle then ipcbyval's legacy then VMM on every vCPU, and the
@@ -174,6 +182,59 @@ bgm_cold() {
     done
 }
 
+# A 32 MiB tensor at the end of a PyTorch pool of each size in BGM_POOLS.
+bgm_pool() {
+    local log="$LOGS/bgm-pool.log" t0=$SECONDS g line skip pools=${BGM_POOLS:-1,16,64}
+    local name1 name2 r res first1="" firstn="" gn=""
+    if [ -n "${BENCH_GPU_DOUBLE:-}" ]; then
+        row "torch pool: first open, re-open beside torch" INFO "SKIP: needs PyTorch on a GPU"
+        return
+    fi
+    echo "-- a 32 MiB tensor at the end of a PyTorch pool of $pools GiB: first open and" \
+        "cached re-open, ipcbyval beside PyTorch's own import"
+    timeout -k 5 420 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$RUN" python3 -u \
+        test/gpu/frameworks/torch_pool_bench.py --pools "$pools" >"$log" 2>&1
+    grep '^INFO\|^pool\|^ERROR\|^SKIP' "$log"
+    if grep -q '^SKIP' "$log"; then
+        row "torch pool: first open, re-open beside torch" SKIP "$(grep -m1 '^SKIP' "$log" | cut -c1-100)"
+        return
+    fi
+    for g in ${pools//,/ }; do
+        name1="32 MiB, $g GiB pool: first open (<= 1.0x torch)"
+        name2="32 MiB, $g GiB pool: cached re-open (>= 100x torch)"
+        skip=$(awk -v g="$g" '$1 == "pool_skip" && $2 == g { $1 = $2 = ""; sub(/^ +/, ""); print }' "$log")
+        line=$(awk -v g="$g" '$1 == "pool" && $2 == g' "$log")
+        if [ -n "$skip" ]; then
+            row "$name1" SKIP "$skip"
+            row "$name2" SKIP "$skip"
+            continue
+        fi
+        # pool G byval_first_us A byval_reopen_us B torch_first_us C
+        # torch_reimport_us D export_us E pages N
+        set -- $line
+        if [ $# -lt 14 ] || [ "$4" = nan ] || [ "$8" = nan ]; then
+            r="no result: $(grep -m1 "^ERROR pool $g" "$log" || tail -1 "$log")"
+            row "$name1" FAIL "${r:0:150} (see $log)"
+            row "$name2" FAIL "${r:0:150}"
+            continue
+        fi
+        r=$(awk -v a="$4" -v b="$8" 'BEGIN { printf "%.3f", a / b }')
+        res=PASS; awk -v r="$r" 'BEGIN { exit !(r <= 1.0) }' || res=FAIL
+        row "$name1" $res "ipcbyval $4 us vs torch $8 us = ${r}x (${14} pages of the pool; get ${12} us)"
+        r=$(awk -v a="${10}" -v b="$6" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print 0 }')
+        res=PASS; awk -v r="$r" 'BEGIN { exit !(r >= 100) }' || res=FAIL
+        row "$name2" $res "ipcbyval $6 us vs torch re-import ${10} us = ${r}x"
+        [ -z "$first1" ] && first1=$4
+        firstn=$4 gn=$g
+    done
+    if [ -n "$first1" ] && [ -n "$gn" ] && [ "$gn" != "${pools%%,*}" ]; then
+        r=$(awk -v a="$firstn" -v b="$first1" 'BEGIN { printf "%.2f", a / b }')
+        res=PASS; awk -v r="$r" 'BEGIN { exit !(r <= 2.0) }' || res=FAIL
+        row "first open: $gn GiB pool vs ${pools%%,*} GiB (<= 2x)" $res "$firstn us / $first1 us = ${r}x"
+    fi
+    echo "-- torch pool rows took $((SECONDS - t0)) s"
+}
+
 # What pmuprof counted in a run of the cached cycle with ITERS cycles:
 # "instructions cycles locked-loads" ("n/a" where it could not count).
 bgm_pmu_counts() {
@@ -231,12 +292,16 @@ bgm_perf() {
 }
 
 bgm_all() {
-    local ncpu; ncpu=$(nproc)
-    # every vCPU of a 16-vCPU host; a sample of 16 on a bigger one
-    BGM_CPUS=${BGM_CPUS:-$(awk -v n="$ncpu" 'BEGIN { s = n > 16 ? n / 16 : 1; for (c = 0; c < n; c += s) printf "%d ", int(c) }')}
+    # A sample of the vCPUs: every vCPU 3 rounds on a 32-vCPU host took
+    # make bench-gpu past 9 minutes.
+    BGM_CPUS=${BGM_CPUS:-$(cpu_sample "${BGM_NCPUS:-8}")}
+    echo "-- vCPUs sampled for the per-vCPU rows: $BGM_CPUS (of $(nproc))"
     bgm_build || return
     bgm_cycles
+    local t0=$SECONDS
     bgm_cold
+    echo "-- first VMM open rows took $((SECONDS - t0)) s"
+    bgm_pool
     bgm_perf
 }
 

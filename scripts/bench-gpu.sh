@@ -3,10 +3,13 @@
 # bench-gpu.sh - the GPU half of the benchmarks (make bench-gpu), on the
 # GPU machine: CUDA IPC latencies natively and under ipcbyval (bench_ipc),
 # the import cache's hit throughput from 1 to 16 threads on its cores, and
-# bench-gpu-more.sh's rows (exec'd static-cudart pairs on every vCPU, the
-# first VMM open at 1-512 chunks beside the driver and PyTorch, a perf
-# profile of the cached cycle under $OUT).
-# One table; ratios come from medians of this run.
+# bench-gpu-more.sh's rows (exec'd static-cudart pairs on a sample of
+# vCPUs, the first VMM open at 1-512 chunks beside the driver and PyTorch,
+# a 32 MiB tensor in PyTorch pools of 1-64 GiB beside PyTorch's own
+# import, a perf profile of the cached cycle under $OUT).
+# One table; ratios come from medians of this run. The whole must end
+# within 8 minutes (a row says how long it took): per-vCPU rows run on a
+# sample of the vCPUs, which the output names.
 set -u
 cd "$(dirname "$0")/.."
 BGM_RESULTS=${OUT:-} # where the perf profile goes (the caller's $OUT)
@@ -26,13 +29,15 @@ B="$OUT/bench_ipc"
 # and the ipcbyval run are pinned to the same vCPU, on several vCPUs
 # spread over the machine, and each ratio is the median of the per-vCPU
 # ratios (every vCPU's numbers are listed below the table).
-ncpu=$(nproc)
-CPUS=${BENCH_GPU_CPUS:-"0 $((ncpu / 4)) $((ncpu / 2)) $((3 * ncpu / 4)) $((ncpu - 1))"}
+CPUS=${BENCH_GPU_CPUS:-$(cpu_sample "${BENCH_GPU_NCPUS:-5}")}
 pin() { if command -v taskset >/dev/null; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
+echo "-- bench_ipc natively and under ipcbyval, pinned to vCPUs $CPUS (of $(nproc))"
+t_sec=$SECONDS
 for c in $CPUS; do
     pin "$c" timeout 120 "$B" --iters 500 >"$LOGS/bench-native-$c.log" 2>&1
     pin "$c" timeout 120 "$RUN" "$B" --iters 20000 >"$LOGS/bench-ipcbyval-$c.log" 2>&1
 done
+echo "-- pinned bench_ipc runs took $((SECONDS - t_sec)) s"
 first=${CPUS%% *}
 echo "-- native (vCPU $first)"; grep '^|\|^bench' "$LOGS/bench-native-$first.log"
 echo "-- under ipcbyval (vCPU $first)"; grep '^|\|^bench' "$LOGS/bench-ipcbyval-$first.log"
@@ -138,6 +143,10 @@ t16=$(awk '$1 == "lru_threads" && $2 == 16 { print $3 }' "$LOGS/bench-lru.log")
 ratio "cache hits/s: 16 threads vs 1" 8 "$t16" "$t1" "hits/s"
 
 bgm_all
+
+took=$((SECONDS - t_start))
+res=PASS; [ "$took" -lt 480 ] || res=FAIL
+row "make bench-gpu wall time (< 480 s)" $res "$took s on $(nproc) vCPUs; sampled: bench_ipc $CPUS, per-vCPU rows $BGM_CPUS"
 
 echo
 printf '%s' "$spread"

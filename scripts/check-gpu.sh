@@ -3,8 +3,9 @@
 # check-gpu.sh - everything GPU-related in one go, on a machine with an
 # NVIDIA GPU, CUDA, Open MPI and no package registry (make check-gpu).
 # Builds the library and the GPU programs, runs the routing tests against
-# the real driver, the static-cudart runtime program, a 2-rank MPI job, and
-# the latency benchmark, then prints a summary table last.
+# the real driver, the static-cudart runtime program, a 2-rank MPI job, the
+# latency benchmark, PyTorch's own pool shared over MPI (check-gpu-pool.sh)
+# and check-gpu-more.sh's cases, then prints a summary table last.
 set -u
 cd "$(dirname "$0")/.."
 . scripts/gpu-lib.sh # BUILD, OUT, LOGS, LIB, RUN; rows and ratios
@@ -147,6 +148,9 @@ ratio "VMM export: cuMemExportToShareableHandle vs cached by-value get" 100 \
 
 # Across pod-like namespaces through the rendezvous directory (issue 24).
 [ -f scripts/check-gpu-rendezvous.sh ] && . scripts/check-gpu-rendezvous.sh
+
+# PyTorch's expandable segments shared as servers share them.
+[ -f scripts/check-gpu-pool.sh ] && . scripts/check-gpu-pool.sh
 
 # Several GPUs and the frameworks (issue: multi-GPU), when present.
 [ -f scripts/check-gpu-more.sh ] && . scripts/check-gpu-more.sh

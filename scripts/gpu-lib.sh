@@ -26,6 +26,29 @@ run() {
     else row "$name" FAIL "rc=$rc: $last"; fi
 }
 
+# cpu_sample N: at most N of the vCPUs this process may run on, spread over
+# them (the first, the last and evenly between), in increasing order.
+cpu_sample() {
+    awk -v n="$1" -v np="$(nproc)" '
+        /^Cpus_allowed_list:/ {
+            k = split($2, parts, ",")
+            for (i = 1; i <= k; i++) {
+                split(parts[i], r, "-")
+                hi = (r[2] == "") ? r[1] : r[2]
+                for (c = r[1] + 0; c <= hi + 0; c++) cpu[m++] = c
+            }
+        }
+        END {
+            if (m == 0) for (c = 0; c < np; c++) cpu[m++] = c
+            k = m < n ? m : n
+            for (i = 0; i < k; i++) {
+                j = (k == 1) ? 0 : int(i * (m - 1) / (k - 1) + 0.5)
+                printf "%s%d", (i ? " " : ""), cpu[j]
+            }
+            print ""
+        }' /proc/self/status 2>/dev/null
+}
+
 # Median column of the row whose name starts with $2 in bench log $1.
 med() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
 # ratio NAME TARGET NUM DEN [UNIT]: a row comparing two medians measured in
