@@ -46,6 +46,7 @@
 typedef struct cu_chunk {
     uint64_t off, size; /* in the reservation */
     uint64_t id;        /* its registry key's id */
+    uint64_t buffer_id; /* the driver's: a chunk mapped anew there has another */
     CUmemGenericAllocationHandle gh;
     int fd;
     uint32_t ino;
@@ -196,10 +197,15 @@ static size_t chunk_at(const cu_pool_t *p, uint64_t off)
     return lo;
 }
 
-static int chunk_known(const cu_pool_t *p, uint64_t off, uint64_t size)
+/* 1: p holds the chunk mapped at off now; 0: nothing there; -1: another
+ * (unmapped and mapped anew behind our back: a driver call we did not see). */
+static int chunk_known(const cu_pool_t *p, uint64_t off, uint64_t size, uint64_t buffer_id)
 {
     size_t i = chunk_at(p, off);
-    return i < p->n && p->chunks[i].off == off && p->chunks[i].size == size;
+    if (i == p->n || p->chunks[i].off >= off + size)
+        return 0;
+    const cu_chunk_t *c = &p->chunks[i];
+    return c->off == off && c->size == size && c->buffer_id == buffer_id ? 1 : -1;
 }
 
 /* Keep c in p (its offset free there); 0 or -1 (ENOMEM). */
@@ -324,7 +330,7 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
 typedef struct run {
     uint64_t first, end; /* offsets in the reservation */
     size_t n, cap;
-    uint64_t (*c)[2];    /* each chunk's offset and size */
+    uint64_t (*c)[3];    /* each chunk's offset, size and buffer id */
 } run_t;
 
 /* The chunks from ptr's to the first hole or the reservation's end. */
@@ -349,6 +355,8 @@ static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CU
         }
         r->c[r->n][0] = base - start;
         r->c[r->n][1] = len;
+        if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &r->c[r->n][2]) != 0)
+            break;
         r->n++;
         at = base + len;
     }
@@ -357,6 +365,19 @@ static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CU
     r->first = r->c[0][0];
     r->end = r->c[r->n - 1][0] + r->c[r->n - 1][1];
     return 0;
+}
+
+/* 1 when the pool holds every chunk of r as mapped now (an extent kept
+ * under its key names them, not chunks mapped there before). */
+static int run_known(const cu_export_key_t *key, const run_t *r)
+{
+    byval_lock(&pools_lock);
+    cu_pool_t *p = pool_find(key->reserve_start, key->reserve_size);
+    size_t k = 0;
+    while (p && k < r->n && chunk_known(p, r->c[k][0], r->c[k][1], r->c[k][2]) == 1)
+        k++;
+    byval_unlock(&pools_lock);
+    return k == r->n;
 }
 
 /* Export the chunk mapped at base. 0, or -1 (logged). */
@@ -487,15 +508,24 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
     int rc = -1;
     if (!fresh)
         return -1;
+    fd_list_t stale = {0};
     byval_lock(&pools_lock);
     cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size);
+    for (size_t k = 0; p && k < r->n; k++) {
+        int known = chunk_known(p, r->c[k][0], r->c[k][1], r->c[k][2]);
+        if (known < 0) { /* what we hold there is gone: as an unmap would */
+            pool_drop(p, r->c[k][0], r->c[k][0] + r->c[k][1], &stale);
+            p->unmaps++;
+        }
+        if (known <= 0)
+            fresh[nfresh++] = (cu_chunk_t){.off = r->c[k][0], .size = r->c[k][1],
+                                           .buffer_id = r->c[k][2], .fd = -1};
+    }
     uint64_t unmaps = p ? p->unmaps : 0;
-    for (size_t k = 0; p && k < r->n; k++)
-        if (!chunk_known(p, r->c[k][0], r->c[k][1]))
-            fresh[nfresh++] = (cu_chunk_t){.off = r->c[k][0], .size = r->c[k][1], .fd = -1};
     if (p)
         p->busy++; /* kept for us while we export unlocked */
     byval_unlock(&pools_lock);
+    fd_list_close(&stale);
     if (!p)
         goto out;
     int exported = 1;
@@ -513,7 +543,7 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
         goto out;
     }
     for (size_t k = 0; k < nfresh; k++) {
-        if (chunk_known(p, fresh[k].off, fresh[k].size))
+        if (chunk_known(p, fresh[k].off, fresh[k].size, fresh[k].buffer_id))
             continue; /* a racing get exported it first: ours is closed below */
         fresh[k].id = new_id();
         if (chunk_add(p, &fresh[k]) != 0)
@@ -548,13 +578,13 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     byval_lru_ref_t ref;
     cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
     int rc = 0;
-    *fresh_p = !e;
     if (e) {
         *h = e->handle;
         byval_exports_unget(exports, ref);
-    } else {
-        rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
     }
+    *fresh_p = !e || !run_known(&key, &r);
+    if (*fresh_p)
+        rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
     if (rc == 0)
         byval_cu_fast_remember(ptr, buffer_id, gen, start, size, h);
     free(r.c);
@@ -620,8 +650,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
  * of allocation gh (gh != 0). */
 static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh)
 {
-    if (!__atomic_load_n(&npools, __ATOMIC_RELAXED) ||
-        !byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE)))
+    if (!__atomic_load_n(&npools, __ATOMIC_RELAXED)) /* chunks kept with no export live too */
         return;
     fd_list_t fds = {0};
     size_t n = 0;

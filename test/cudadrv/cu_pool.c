@@ -19,6 +19,10 @@
  *               releases B's pages (empty_cache), waits until the memory is
  *               back (the double's ledger: nothing freed is held), then the
  *               importer opens A again (still valid) and B (refused);
+ *   reuse       A exported, opened and closed; every page unmapped and
+ *               released page by page (empty_cache), the freed memory back;
+ *               the pool grows again over the same addresses, B is placed
+ *               where A was and exported: the importer reads B's bytes;
  *   big         --pages N (default 4100) pages: A exported before the pool
  *               grows to N pages, then a handle of the reservation's first
  *               page (vLLM's RANGE_START_ADDR base) and of the last
@@ -270,6 +274,18 @@ static int exporter(const char *c, size_t pages, const struct link *l)
             return 1;
         return send_all(l->to_imp, &go, 1) || recv_all(l->from_imp, &go, 1);
     }
+    if (!strcmp(c, "reuse")) {
+        if (pool_grow(4) || tensor_place(&t[0], 1, g / 2, 3 * g))
+            return 1;
+        if (send_all(l->to_imp, t, sizeof(t[0])) || recv_all(l->from_imp, &go, 1))
+            return 1;
+        if (pool_drop(0, 4) || wait_freed_back())
+            return 1;
+        pool.mapped = 0;
+        if (pool_grow(4) || tensor_place(&t[1], 2, g / 2, 3 * g))
+            return 1;
+        return send_all(l->to_imp, &t[1], sizeof(t[1])) || recv_all(l->from_imp, &go, 1);
+    }
     /* big: A exported while the pool is small, then growth to `pages`. */
     if (pool_grow(2) || tensor_place(&t[0], 1, 0, g + 5))
         return 1;
@@ -325,6 +341,13 @@ static int importer(const char *c, int opens, size_t pages, const struct link *l
         }
         printf("OK cu_pool shrink: the unmapped pages' memory came back; the other tensor "
                "re-opens and reads right; the unmapped one is refused\n");
+    } else if (!strcmp(c, "reuse")) {
+        if (recv_all(l->from_exp, t, sizeof(t[0])) || reopen(&t[0], 1) ||
+            send_all(l->to_exp, &go, 1) || recv_all(l->from_exp, &t[1], sizeof(t[1])) ||
+            reopen(&t[1], opens))
+            return 1;
+        printf("OK cu_pool reuse: a pool emptied and grown again over the same addresses: the "
+               "new tensor reads right %d times; %d reservation(s)\n", opens, nbases);
     } else {
         if (recv_all(l->from_exp, t, 3 * sizeof(t[0])) || reopen(&t[0], opens))
             return 1;
@@ -360,8 +383,9 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* the exporter leaves with _exit */
     if (!c || opens < 1 || pages < 4 ||
-        (strcmp(c, "grow") && strcmp(c, "interleave") && strcmp(c, "shrink") && strcmp(c, "big"))) {
-        fprintf(stderr, "usage: cu_pool --case grow|interleave|shrink|big [--opens N] "
+        (strcmp(c, "grow") && strcmp(c, "interleave") && strcmp(c, "shrink") &&
+         strcmp(c, "reuse") && strcmp(c, "big"))) {
+        fprintf(stderr, "usage: cu_pool --case grow|interleave|shrink|reuse|big [--opens N] "
                         "[--pages N]\n");
         return 2;
     }

@@ -53,7 +53,8 @@ fi
 # Pools as PyTorch's expandable segments keep them (cu_pool): an export
 # outlives the pool's growth and its re-opens hit the cache; tensors
 # exported between growths share one mirror; unmapping pages gives their
-# memory back while the rest of the pool stays exported; a pool past 1024
+# memory back while the rest of the pool stays exported; a pool emptied and
+# grown again serves its new bytes; a pool past 1024
 # pages exports and opens, from its first page to its last. Every case's
 # opens land in one reservation of the importer, however many there are.
 CP="$CU/cu_pool"
@@ -74,6 +75,7 @@ pool_case grow "pool: an export outlives the pool's growth; 49 of 50 re-opens hi
 pool_case interleave "pool: tensors exported between growths share one mirror; every re-open hits" \
     "$one" 'stats: open_hits +150 '
 pool_case shrink "pool: unmapped pages' memory comes back, the rest of the pool stays exported"
+pool_case reuse "pool: emptied and grown again over the same addresses, the new bytes are read"
 pool_case big "pool: 4100 pages (past 1024) export and open, first page to last" \
     "$one" 'cuda vmm import cache: hits 100 misses 1 '
 
