@@ -411,8 +411,13 @@ int main(int argc, char **argv)
         printf("FAILED cu_pool %s: no CUDA context\n", pid ? "importer" : "exporter");
         return 1;
     }
-    if (pid == 0)
+    if (pid == 0) {
+        close(a[0]); /* each side holds only its ends: a peer that dies is an EOF */
+        close(b[1]);
         _exit(exporter(c, pages, &l));
+    }
+    close(a[1]);
+    close(b[0]);
     int rc = importer(c, opens, pages, &l), st = 0;
     close(a[0]);
     close(b[1]);
