@@ -50,10 +50,13 @@ byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct 
 
 /* Exporter (broker_offers.c, for the server in broker_serve.c): the
  * status for req (0 or a negative errno) with *dup_p a duplicate of what
- * it asks for when 0; and whether a peer of uid is served (counted when
- * not). */
-int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p);
+ * it asks for when 0; own_uid: the peer is of the uid served (not only
+ * of the directory's group, which gets no rescue by number); and whether
+ * a peer of uid is served (counted when not). */
+int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p);
 int byval_broker_uid_allowed(uid_t uid);
+/* The same, not counted. */
+int byval_broker_uid_served(uid_t uid);
 
 /* Importer: one fetch's whole budget, connect to answer. */
 #define BROKER_FETCH_MS 2000

@@ -83,14 +83,17 @@ static void drop_locked(byval_fdproof_t *x)
     *x = of.fds[--of.n];
 }
 
-int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
+int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p)
 {
     int32_t status = -EBADF;
     *dup_p = -1;
     if (req->magic == BROKER_MAGIC_RESCUE && req->fd == BYVAL_RENDEZVOUS_FD_REGISTRY)
         return byval_rendezvous_registry_dup(dup_p); /* not a number: our registry */
+    /* The rescue stands in for a pidfd_getfd the kernel refused, which a
+     * peer of another uid (a member of the directory's group) could
+     * never have made: by number, it would be every export. */
     if (req->magic == BROKER_MAGIC_RESCUE)
-        return byval_reg_dup_fd((int)req->fd, dup_p);
+        return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
     of_lock();
     byval_fdproof_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
     if (x && (uint32_t)x->ino != req->fd_ino) {
@@ -103,6 +106,14 @@ int32_t byval_broker_lookup(const struct broker_req *req, int *dup_p)
     of.served += status == 0;
     byval_unlock(&of.lock);
     return status;
+}
+
+int byval_broker_uid_served(uid_t uid)
+{
+    of_lock();
+    int served = uid == (of.uid_set ? of.uid : geteuid());
+    byval_unlock(&of.lock);
+    return served;
 }
 
 int byval_broker_uid_allowed(uid_t uid)

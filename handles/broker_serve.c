@@ -79,6 +79,7 @@ typedef struct conn {
     uint32_t have;     /* request bytes received */
     int64_t deadline;  /* ms, CLOCK_MONOTONIC */
     uint8_t via_dir;   /* accepted on the directory's socket */
+    uint8_t own_uid;   /* of the uid served, not only of the directory's group */
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
@@ -190,7 +191,7 @@ static void conn_read(int i)
             return;
         }
         int dup = -1;
-        int32_t status = byval_broker_lookup(&req, &dup);
+        int32_t status = byval_broker_lookup(&req, c->own_uid, &dup);
         if (status == 0 && c->via_dir)
             byval_rendezvous_served(); /* stats: served to another pod */
         answer(c->fd, status, dup);
@@ -293,6 +294,7 @@ static void accept_some(int lfd, int efd, int via_dir)
         c->fd = fd;
         c->peer = peer;
         c->via_dir = (uint8_t)via_dir;
+        c->own_uid = (uint8_t)(!via_dir || byval_broker_uid_served(cred.uid));
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         byval_unlock(&br.lock);

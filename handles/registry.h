@@ -16,7 +16,9 @@
  * is freed, then bumps the header's seq and writes a byte to a pipe whose
  * read end importers hold (epoll, edge-triggered: every write wakes every
  * importer; the write end closes at the exporter's exit or exec, which
- * importers see as a hang-up: that process image's exports are all gone).
+ * importers see as a hang-up: that process image's exports are all gone;
+ * as a peer can hold a write end too, importers that see the exporter in
+ * /proc also check once a second that it still holds its registry).
  * Serials are never reused in a process image, so an importer that noted
  * (slot, serial) at attach time tells "freed" from "slot reused" with one
  * load. Importers find the memfd by its name at /proc/PID/fd/1000

@@ -15,6 +15,11 @@
  * peer writing its pipe in a loop, coalesces into one rescan). */
 #define BYVAL_REG_RESCAN_NS 5000000u
 
+/* How often the watcher asks whether each exporter it can see in /proc
+ * still holds its registry (registry_watch.c: the pipe's hang-up alone
+ * depends on who else holds the pipe). */
+#define BYVAL_REG_LIVE_NS 1000000000u
+
 /* What a view's pipe is watched for (edge-triggered: every write). */
 #define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
 
@@ -44,6 +49,12 @@ struct byval_reg_view {
     int idle; /* wake-ups without a new seq since the last scan or arm */
     uint32_t pidns, pid;
     uint64_t identity;
+    /* Where the exporter holds its registry, for the watcher's liveness
+     * check: its pid here (0: not visible, no check), the fd number in
+     * it and the page's inode. live_round: the watcher's alone. */
+    int live_pid;
+    uint32_t live_fd, live_round;
+    uint64_t page_dev, page_ino;
     const byval_reg_header_t *hdr;
     const byval_reg_slot_t *slot;
     /* Where byval_reg_find_fd starts (relaxed, any thread): the slot after
@@ -64,6 +75,7 @@ struct byval_reg_watch {
     int kick_fd; /* our eventfd: views to evict */
     int kick_kind;
     int started;   /* the thread (atomic: read unlocked by byval_reg_watch_need) */
+    uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
     int on_demand; /* byval_reg_watch_on_demand */
     byval_reg_event_fn on_event;
 };

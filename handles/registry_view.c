@@ -138,6 +138,8 @@ static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const u
     v->pid = pid;
     v->identity = h->identity;
     v->hdr = h;
+    v->page_dev = (uint64_t)st.st_dev;
+    v->page_ino = (uint64_t)st.st_ino;
     v->slot = (const byval_reg_slot_t *)(h + 1);
     v->kind = WATCH_VIEW;
     v->refs = 1; /* the list's */
@@ -241,6 +243,10 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
         v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
         if (!v && seen.kind)
             continue;
+        if (v && !rdv) {
+            v->live_pid = pid;
+            v->live_fd = rfd;
+        }
         if (v)
             v = byval_reg_publish(v, msg, msglen);
         if (!v)
@@ -300,6 +306,8 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
         byval_msg(msg, msglen, "pid %u publishes no registry", pid);
     } else if (fetch_pid(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) == BYVAL_OK &&
                (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {
+        v->live_pid = (int)pid;
+        v->live_fd = rfd;
         rec.identity = v->identity;
         if (byval_check_identity(&rec, pidfd, msg, msglen) != BYVAL_OK) {
             byval_reg_view_free(v);

@@ -10,7 +10,10 @@
  * the first closed mapping depends on one, registry_view.h), sleeps in
  * epoll_wait on the views' pipes (edge-triggered: the exporter's every
  * write wakes every importer; a hang-up means the exporter's image is
- * gone) and costs nothing while nothing is freed. It only reports; what
+ * gone) and, once it runs, wakes once a second to check that
+ * each exporter it sees in /proc still holds its registry (exec closes
+ * it): the hang-up comes only when every write end is closed, and a peer
+ * holding the read end can reopen it for writing. It only reports; what
  * to release is the cache's business (byval_reg_event_fn).
  *
  * The pipe is a doorbell, never a queue: we never read it. Its buffer is
@@ -51,12 +54,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,6 +201,59 @@ static int due_views(uint64_t now)
     }
 }
 
+/* 1 when v's exporter no longer holds the registry it had at attach:
+ * the fd number is closed (exit, exec: it is O_CLOEXEC) or holds another
+ * file. Anything else (EACCES after a credential change, no memory) is
+ * no answer: v stays. */
+static int view_dropped(const byval_reg_view_t *v)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%u", v->live_pid, v->live_fd);
+    if (stat(path, &st) != 0)
+        return errno == ENOENT;
+    return (uint64_t)st.st_dev != v->page_dev || (uint64_t)st.st_ino != v->page_ino;
+}
+
+/* The liveness pass, once per BYVAL_REG_LIVE_NS once the watcher runs:
+ * each view whose exporter we see in /proc is checked to still hold its
+ * registry. The pipe's hang-up says the same, but only when every write
+ * end is closed, and any holder of the read end can reopen it for
+ * writing through /proc/self/fd; this check depends on no one but the
+ * exporter. Views of exporters outside our pid namespace (reached
+ * through the directory) have no such check: their exit is the pidfd's,
+ * their exec the pipe's. The time until the next pass, in ms. */
+static int live_views(uint64_t now)
+{
+    static uint64_t next;
+    if (now < next)
+        return (int)((next - now) / 1000000u) + 1;
+    next = now + BYVAL_REG_LIVE_NS;
+    /* With no views the pass is a lock and a compare: cheaper than a kick
+     * from the next publish, whose eventfd would be one more fd of ours. */
+    uint32_t round = ++byval_reg_w.live_round;
+    for (;;) {
+        byval_reg_view_t *v = NULL;
+        byval_reg_w_lock();
+        for (byval_reg_view_t *x = byval_reg_w.head; x && !v; x = x->next)
+            if (x->live_pid > 0 && x->live_round != round) {
+                v = x;
+                v->refs++;
+            }
+        byval_unlock(&byval_reg_w.lock);
+        if (!v)
+            break;
+        v->live_round = round;
+        if (!byval_reg_view_gone(v) && view_dropped(v)) {
+            __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+            report(v, 1);
+            unlist(v);
+        }
+        byval_reg_view_put(v);
+    }
+    return (int)(BYVAL_REG_LIVE_NS / 1000000u);
+}
+
 /* Evict down to BYVAL_REG_VIEWS_MAX listed views (see the top). */
 static void evict_views(void)
 {
@@ -236,7 +294,7 @@ static void *watch_main(void *arg)
      * to procfs on the first open's path. */
     pthread_setname_np(pthread_self(), "ipcbyval-watch");
     struct epoll_event ev[16];
-    int timeout = -1;
+    int timeout = (int)(BYVAL_REG_LIVE_NS / 1000000u); /* the first liveness pass */
     for (;;) {
         int n = epoll_wait(byval_reg_w.epfd, ev, 16, timeout);
         if (n < 0 && errno != EINTR)
@@ -271,7 +329,11 @@ static void *watch_main(void *arg)
         }
         /* Between batches only: a batch's events may name a view. */
         evict_views();
-        timeout = due_views(mono_ns());
+        now = mono_ns();
+        timeout = due_views(now);
+        int live = live_views(now);
+        if (live >= 0 && (timeout < 0 || live < timeout))
+            timeout = live;
     }
 }
 

@@ -4,8 +4,8 @@
  * broker, for test_hostile.sh. The attackers speak the broker's wire
  * protocol themselves (broker_internal.h): they run no ipcbyval code.
  *   hostile export INFO [--dir D] [--gid G] [--n N] [--dup2 FILE] [--secs S]
- *       N memfd exports (default 2), offered and published in the
- *       registry as the shim does; with --dup2, FILE then sits at the
+ *       N memfd exports (default 2), offered, registered for the rescue
+ *       and published in the registry as the shim does; with --dup2, FILE then sits at the
  *       registry's fd number (an application's dup2). Writes INFO (the
  *       abstract name, the directory's socket, one record per export),
  *       waits for INFO.done (or S seconds, default 30)
@@ -14,8 +14,9 @@
  *       "FAILED (status): message"
  *   hostile page ADDR            ask for the registry page (rescue request)
  *   hostile grab ADDR            a peer sent nothing: the page, then every
- *                                live export it lists, by handle:
- *                                "grab: K of M exports fetched"
+ *                                live export it lists, by handle and by
+ *                                number (rescue): "grab: K of M exports
+ *                                fetched", "rescue: K of M ..."
  *   hostile idle ADDR N SECS     hold N connections that send nothing
  *   hostile squat NAME SECS      listen at the abstract NAME
  *   hostile stack                the stack size of a background thread
@@ -107,7 +108,7 @@ static int do_export(int argc, char **argv)
         rec.fd_ino = (uint32_t)byval_fd_inode(fd);
         uint8_t wire[BYVAL_WIRE_LEN];
         int page_fd, pipe_rd;
-        if (byval_broker_offer(fd) != 0 ||
+        if (byval_broker_offer(fd) != 0 || byval_reg_add_fd(fd) != 0 ||
             byval_reg_add(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino, rec.fd,
                           H_SIZE) != 0 ||
             byval_wire_encode(&rec, wire) != BYVAL_WIRE_OK) {
@@ -283,6 +284,7 @@ static int do_grab(const char *addr)
     }
     const byval_reg_slot_t *slot = (const byval_reg_slot_t *)(h + 1);
     uint32_t high = h->high < BYVAL_REG_SLOTS ? h->high : BYVAL_REG_SLOTS;
+    int rescued = 0;
     for (uint32_t i = 0; i < high; i++) {
         int fd;
         if (!slot[i].serial || !slot[i].ino)
@@ -292,7 +294,12 @@ static int do_grab(const char *addr)
             got++;
             close(fd);
         }
+        if (ask(addr, BROKER_MAGIC_RESCUE, slot[i].fd, 0, &fd) == 0 && fd >= 0) {
+            rescued++;
+            close(fd);
+        }
     }
+    printf("rescue: %d of %d exports fetched by number\n", rescued, live);
     printf("grab: %d of %d exports fetched\n", got, live);
     return 0;
 }

@@ -7,7 +7,8 @@
 #     registry's fd number; a peer asking for the page must not get it
 #   group member sent nothing: with IPCBYVAL_RENDEZVOUS_GID, a member that
 #     holds no handle reads the registry page and asks for every export
-#     it lists: it must get none (a member with a handle still opens)
+#     it lists, by number (the rescue) and by handle: it must get none (a
+#     member with a handle still opens; by handle is an open defect)
 #   idle peer in another pid namespace: it holds idle connections without
 #     end; a real importer, also outside the exporter's pid namespace,
 #     must still open
@@ -97,9 +98,16 @@ if [ $NS_OK = 1 ] && command -v setpriv >/dev/null && getent group nogroup >/dev
             grep -q '^OK' "$L/hostile-groups-imp.log" &&
                 pass "a group member with 301 groups (the group after the 256th) is served" ||
                 fail "member of 301 groups" "$(tr '\n' ' ' <"$L/hostile-groups-imp.log")"
-            # Open: a handle carries nothing a member could not read in the
-            # registry page or guess (fd numbers, sequential inodes); the
-            # fix needs a per-export secret in the record (a wire change).
+            # By number (the rescue of a refused pidfd_getfd): a member of
+            # another uid could never have made that pidfd_getfd.
+            if grep -qE '^rescue: 0 of [1-9][0-9]* exports fetched' "$L/hostile-grab.log"; then
+                pass "a group member fetches no export by number ($(sed -n 's/^rescue: //p' "$L/hostile-grab.log"))"
+            else
+                fail "group member by number" "$(tr '\n' ' ' <"$L/hostile-grab.log")"
+            fi
+            # By handle, still open: a handle carries nothing a member could
+            # not read in the registry page or guess (fd numbers, sequential
+            # inodes); the fix needs a per-export secret in the record.
             if grep -qE '^grab: 0 of [0-9]+ exports fetched' "$L/hostile-grab.log"; then
                 pass "a group member sent nothing fetches none of the exports ($(sed -n 's/^grab: //p' "$L/hostile-grab.log"))"
             else

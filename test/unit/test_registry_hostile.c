@@ -11,6 +11,8 @@
  *   - clears O_NONBLOCK on the pipe's shared open file and shrinks it to
  *     4096 bytes: 10,000 frees do not block, the watcher keeps reporting;
  *   - writes the pipe in a loop: the watcher's CPU time stays bounded;
+ *   - holds a write end of the pipe (reopened from its read end): the
+ *     exporter's exec is still seen;
  *   - as uid 65534 (setpriv), forges an exporter whose page is unsealed
  *     (refused, then truncated) or sealed with hostile values (bounded).
  * Also: 100 live exporters under RLIMIT_NOFILE 256 are all attached and
@@ -153,6 +155,33 @@ static void test_pipe_spam_bounded(void **state)
     pair_stop(&e, v);
 }
 
+/* A third process holds a write end of the pipe (reopened from the read
+ * end it took): the exporter's exec is still reported as the end of its
+ * image (waited for up to 10 s), so the importer releases what it keeps
+ * of it. */
+static void test_exec_seen_past_a_held_write_end(void **state)
+{
+    (void)state;
+    peer_exporter_t e;
+    byval_reg_view_t *v = pair_start(&e);
+    pid_t holder = peer_hold_pipe_writer(e.pid, e.pipe_fd);
+    assert_true(holder > 0);
+    int before = peer_events();
+    assert_int_equal(peer_exporter_cmd(&e, 'e', 5000), 0);
+    for (int i = 0; i < 1000 && !byval_reg_view_gone(v); i++)
+        usleep(10000);
+    int gone = byval_reg_view_gone(v);
+    printf("exec with a write end held by pid %d: %s\n", (int)holder,
+           gone ? "reported gone" : "NOT reported within 10 s");
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    assert_true(gone);
+    assert_true(peer_events() > before);
+    byval_reg_view_put(v);
+    kill(e.pid, SIGKILL);
+    (void)peer_exporter_stop(&e); /* killed: sleep(1) is no exporter */
+}
+
 /* A forger of another uid: an unsealed page is refused (and its
  * truncation harms nobody); a sealed one full of hostile values is read
  * within bounds, and its pipe spam is bounded too. */
@@ -272,6 +301,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_page_written_and_truncated),
         cmocka_unit_test(test_pipe_blocking_and_shrunk),
         cmocka_unit_test(test_pipe_spam_bounded),
+        cmocka_unit_test(test_exec_seen_past_a_held_write_end),
         cmocka_unit_test(test_forger_of_another_uid),
         cmocka_unit_test(test_hundred_exporters_few_fds),
     };

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -189,6 +190,36 @@ static void pipe_attack(pid_t pid, int pipe_fd, char *out, size_t len)
 void peer_attack_pipe(pid_t pid, int pipe_fd, char *what, size_t len)
 {
     third(pipe_attack, pid, pipe_fd, what, len);
+}
+
+pid_t peer_hold_pipe_writer(pid_t pid, int pipe_fd)
+{
+    int p[2];
+    char ok = 0;
+    if (pipe(p) != 0)
+        return -1;
+    pid_t c = fork();
+    if (c == 0) {
+        char path[64];
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test */
+        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        int rd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, pipe_fd, 0);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", rd);
+        int wr = rd < 0 ? -1 : open(path, O_WRONLY | O_CLOEXEC);
+        if (rd >= 0)
+            close(rd); /* only the write end it made stays */
+        (void)!write(p[1], wr >= 0 ? "y" : "n", 1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    if (c > 0 && (read(p[0], &ok, 1) != 1 || ok != 'y')) {
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+        c = -1;
+    }
+    close(p[0]);
+    return c;
 }
 
 static int spam_ms;

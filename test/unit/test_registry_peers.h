@@ -39,6 +39,10 @@ void peer_attack_page(pid_t pid, int page_fd, char *what, size_t len);
 /* A third process takes the pipe's read end (pidfd_getfd: the shared open
  * file), clears O_NONBLOCK and shrinks the pipe to 4096 bytes. */
 void peer_attack_pipe(pid_t pid, int pipe_fd, char *what, size_t len);
+/* A third process takes the pipe's read end, reopens it for writing
+ * through /proc/self/fd and holds that write end until killed: its pid,
+ * or -1. */
+pid_t peer_hold_pipe_writer(pid_t pid, int pipe_fd);
 /* A third process writes the pipe in a loop for ms; its writes. */
 uint64_t peer_spam_pipe(pid_t pid, int pipe_fd, int ms);
 
