@@ -269,6 +269,19 @@ int byval_imports_open(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t re
     return -1;
 }
 
+int byval_imports_opens(const byval_import_t *m, uintptr_t ptr)
+{
+    int n = byval_ptrmap_count_value(LD_ACQ(&g.open_ptrs), ptr, m);
+    return n > 0 ? n : 0;
+}
+
+void byval_imports_gated(void (*fn)(void *arg), void *arg)
+{
+    byval_rdlock(&g.gate);
+    fn(arg);
+    byval_rdunlock(&g.gate);
+}
+
 /* ---- close ---------------------------------------------------------------- */
 
 typedef struct shed {
@@ -369,6 +382,11 @@ int byval_imports_close(uintptr_t ptr)
     }
     byval_imports_t *c = m->home;
     int over = LD_ACQ(&m->counted) ? 0 : first_close(c, m, ref, left);
+    if (c->ops->closed_dead && left >= 0 && !alive(m)) {
+        byval_rdlock(&g.gate);
+        c->ops->closed_dead(m);
+        byval_rdunlock(&g.gate);
+    }
     if (c->ops->shared_ptr && !left && !alive(m)) /* kept while open (imports.h) */
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */

@@ -77,6 +77,10 @@ typedef struct byval_imports_ops {
      * driver's re-open succeeds), as a second mapping cannot be recorded
      * under the same pointer. */
     int shared_ptr;
+    /* Optional: at a close of m when its exporter freed part of what it
+     * maps (m not alive) while other opens of it remain: give back what
+     * no open needs. Under the release gate, never under a cache lock. */
+    void (*closed_dead)(byval_import_t *m);
 } byval_imports_ops_t;
 
 /* For ops->track: m lives while *word == serial; tracker is the
@@ -130,6 +134,13 @@ enum {
     BYVAL_IMPORTS_CLOSED = 1,   /* one open closed */
     BYVAL_IMPORTS_NOT_OPEN = -1, /* ours, but every open of it is closed */
 };
+
+/* How many opens of ptr the application holds from m. */
+int byval_imports_opens(const byval_import_t *m, uintptr_t ptr);
+
+/* fn(arg) under the release gate: a driver call a thread of ours makes
+ * on mappings (fork waits for it; see release). */
+void byval_imports_gated(void (*fn)(void *arg), void *arg);
 
 /* The application closes ptr (any cache). */
 int byval_imports_close(uintptr_t ptr);

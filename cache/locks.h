@@ -12,8 +12,8 @@
  * aborts with both names on a violation.
  *
  * Outside the order. ipcbyval never holds one of its locks while it calls
- * the GPU driver or the application, with two exceptions, the release gate
- * (first rank) and a VMM mirror's growth (CU_MIRROR); and drivers and applications may call into ipcbyval while
+ * the GPU driver or the application, with these exceptions: the release
+ * gate (first rank) and the VMM mirrors' (CU_MIRRORS, CU_MIRROR); and drivers and applications may call into ipcbyval while
  * holding their own locks (the driver's pidfd_getfd reaches the rescue).
  * So in the whole process's order, their locks rank before all of ours,
  * except the driver's, which also rank after the gate.
@@ -58,6 +58,10 @@
     /* shim/cu_export.c: the exporter's VMM pools (chunks exported once                        \
      * each). Held while a pool's exports start and end (EXPORTS). */                           \
     X(CU_POOLS, "cuda vmm pools")                                                               \
+    /* shim/cu_import.c: the list of live mirrors. Held while a dead                           \
+     * mirror gives back what no open needs (CU_MIRROR; the driver's                            \
+     * unmaps, like CU_MIRROR below). */                                                        \
+    X(CU_MIRRORS, "cuda vmm mirror list")                                                       \
     /* shim/cu_import.c: a mirror's growth (chunks mapped into a cached                        \
      * mirror). Held across the fetch and the driver's import and map, the                     \
      * second lock held across the driver (a driver never calls the                             \

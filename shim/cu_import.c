@@ -53,18 +53,31 @@ typedef struct cu_mirror {
     uint64_t size, pool_id;
     CUcontext ctx;
     uint32_t nrecs; /* records served, published with a release */
+    uint32_t forgot; /* served more than it remembers: what opens need is unknown */
+    uint32_t watched; /* alive when made: its death is an unmap in the pool */
     struct {
-        uint64_t first; /* the chunk offset the handle carries */
+        uint64_t first, end; /* the chunk offset the handle carries; its run's end */
         uint8_t rec[BYVAL_WIRE_LEN];
     } recs[MIRROR_RECORDS];
     size_t n, cap; /* chunks mapped, by offset: written under mirror_lock */
     mirror_chunk_t *chunks;
+    struct cu_mirror *next, *prev; /* live mirrors (mirrors_lock) */
 } cu_mirror_t;
 
 static byval_imports_t *vmm_cache;
 static byval_once_t import_once = BYVAL_ONCE_INIT;
 static byval_lock_t mirror_lock = BYVAL_LOCK_INIT(CU_MIRROR);
 BYVAL_LOCK_STATIC(cu_mirror, &mirror_lock);
+static byval_lock_t mirrors_lock = BYVAL_LOCK_INIT(CU_MIRRORS);
+BYVAL_LOCK_STATIC(cu_mirrors, &mirrors_lock);
+static cu_mirror_t *mirrors;
+
+/* A fork child holds no mirror (the import core drops them unreleased). */
+static void mirrors_fork_child(void)
+{
+    mirrors = NULL;
+}
+BYVAL_FORK_CHILD(cu_mirrors, mirrors_fork_child);
 
 /* Gives every chunk and the reservation back to the driver; the caller
  * frees m. */
@@ -88,7 +101,83 @@ static void mirror_unmap(cu_mirror_t *m)
 
 static void vmm_release(byval_import_t *b)
 {
-    mirror_unmap((cu_mirror_t *)b);
+    cu_mirror_t *m = (cu_mirror_t *)b;
+    byval_lock(&mirrors_lock);
+    if (m->prev)
+        m->prev->next = m->next;
+    else if (mirrors == m)
+        mirrors = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    byval_unlock(&mirrors_lock);
+    mirror_unmap(m);
+}
+
+/* m is dead (its exporter unmapped a chunk of the pool) and may be open:
+ * unmap the chunks that no open's run covers, as natively the exporter's
+ * freed memory comes back once no import holds it. Under mirror_lock and
+ * the release gate. */
+static void mirror_prune(cu_mirror_t *m)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    uint32_t nrecs = __atomic_load_n(&m->nrecs, __ATOMIC_ACQUIRE);
+    if (!rl || !m->watched || __atomic_load_n(&m->forgot, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&m->core.dead, __ATOMIC_RELAXED) || byval_import_alive(&m->core))
+        return;
+    int open[MIRROR_RECORDS];
+    for (uint32_t i = 0; i < nrecs; i++)
+        open[i] = byval_imports_opens(&m->core, (uintptr_t)(m->base + m->recs[i].first)) > 0;
+    size_t kept = 0, dropped = 0;
+    CUcontext saved = NULL;
+    for (size_t k = 0; k < m->n; k++) {
+        const mirror_chunk_t *c = &m->chunks[k];
+        int needed = 0;
+        for (uint32_t i = 0; i < nrecs && !needed; i++)
+            needed = open[i] && c->off < m->recs[i].end && m->recs[i].first < c->off + c->size;
+        if (needed) {
+            m->chunks[kept++] = *c;
+            continue;
+        }
+        if (!dropped++) {
+            byval_enter();
+            saved = byval_cu_ctx_push(m->ctx);
+        }
+        rl->mem_unmap(m->base + c->off, c->size);
+    }
+    if (dropped) {
+        byval_cu_ctx_pop(saved);
+        byval_leave();
+        BYVAL_LOG_DEBUG("open mirror of pid %u: %zu chunk%s no open needs given back", m->core.pid,
+                        dropped, dropped == 1 ? "" : "s");
+    }
+    m->n = kept;
+}
+
+static void vmm_closed_dead(byval_import_t *b)
+{
+    byval_lock(&mirror_lock);
+    mirror_prune((cu_mirror_t *)b);
+    byval_unlock(&mirror_lock);
+}
+
+/* After an exporter's event (the watcher thread): dead mirrors still open
+ * give back what no open needs now, without waiting for a close. */
+static void prune_dead(void *arg)
+{
+    (void)arg;
+    byval_lock(&mirrors_lock);
+    for (cu_mirror_t *m = mirrors; m; m = m->next)
+        if (!byval_import_alive(&m->core)) {
+            byval_lock(&mirror_lock);
+            mirror_prune(m);
+            byval_unlock(&mirror_lock);
+        }
+    byval_unlock(&mirrors_lock);
+}
+
+static void on_event(void)
+{
+    byval_imports_gated(prune_dead, NULL);
 }
 
 /* 1 when m has served rec for a handle carrying first. */
@@ -101,13 +190,19 @@ static int served(const cu_mirror_t *m, const uint8_t *rec, uint64_t first)
     return 0;
 }
 
-/* m serves rec from now on (if it has room to remember it). */
-static void serve(cu_mirror_t *m, const uint8_t *rec, uint64_t first)
+/* m serves rec, whose run ends at end, from now on (if it has room to
+ * remember it). */
+static void serve(cu_mirror_t *m, const uint8_t *rec, uint64_t first, uint64_t end)
 {
     uint32_t n = m->nrecs;
-    if (n == MIRROR_RECORDS || served(m, rec, first))
+    if (served(m, rec, first))
         return;
+    if (n == MIRROR_RECORDS) {
+        __atomic_store_n(&m->forgot, 1, __ATOMIC_RELAXED);
+        return;
+    }
     m->recs[n].first = first;
+    m->recs[n].end = end;
     memcpy(m->recs[n].rec, rec, BYVAL_WIRE_LEN);
     __atomic_store_n(&m->nrecs, n + 1, __ATOMIC_RELEASE);
 }
@@ -127,11 +222,13 @@ static byval_imports_ops_t vmm_ops = {
     .release = vmm_release,
     .same = vmm_same,
     /* no .track: a mirror notes its pool's entry when it is made */
+    .closed_dead = vmm_closed_dead,
 };
 
 static void import_init(void)
 {
     vmm_cache = byval_track_cache(&vmm_ops);
+    byval_track_on_event(on_event);
 }
 
 /* One error line per kind of failure (shim/log.h). */
@@ -235,11 +332,13 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
     return CUDA_SUCCESS;
 }
 
-/* Map every chunk of man that m lacks; the bytes mapped in *added_p.
- * CUDA_ERROR_ALREADY_MAPPED when another chunk holds a place in m. The
- * statistics split the time: fds fetched, driver imports, the rest. */
+/* Map every chunk of man that m lacks; the bytes mapped in *added_p, the
+ * end of the run mapped in *end_p. CUDA_ERROR_ALREADY_MAPPED when another
+ * chunk holds a place in m. The statistics split the time: fds fetched,
+ * driver imports, the rest. */
 static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                            const byval_manifest_t *man, cu_mirror_t *m, uint64_t *added_p)
+                            const byval_manifest_t *man, cu_mirror_t *m, uint64_t *added_p,
+                            uint64_t *end_p)
 {
     uint64_t t_all = byval_stats_now_ns(), t[2] = {0, 0};
     CUdevice dev = 0;
@@ -253,6 +352,8 @@ static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_re
         else if (need && (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
                              CUDA_SUCCESS)
             *added_p += man->chunks[i].size;
+        if (r == CUDA_SUCCESS)
+            *end_p = man->chunks[i].offset + man->chunks[i].size;
     }
     if (r == CUDA_ERROR_NOT_FOUND)
         r = CUDA_SUCCESS; /* the run was cut: what comes before it is mapped */
@@ -284,8 +385,8 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
      * changes it (the mirror is then released at its last close). */
     byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id),
                           BYVAL_CU_POOL_INO);
-    uint64_t added = 0;
-    r = mirror_fill(rl, pidfd, rec, man, m, &added);
+    uint64_t added = 0, end = 0;
+    r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
     if (r != CUDA_SUCCESS) {
         mirror_unmap(m);
         if (m->core.tracker)
@@ -300,6 +401,18 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     m->core.pidns = rec->pidns;
     m->core.pid = rec->pid;
     m->core.identity = rec->identity;
+    m->recs[0].end = end; /* its first record's, served by the caller */
+    byval_lock(&mirrors_lock);
+    m->next = mirrors;
+    if (mirrors)
+        mirrors->prev = m;
+    mirrors = m;
+    byval_unlock(&mirrors_lock);
+    /* While open, a mirror may hold chunks that no open needs once its
+     * exporter unmaps them: the watcher must hear of that. */
+    m->watched = m->core.live && byval_import_alive(&m->core);
+    if (m->watched)
+        byval_track_watch(&m->core);
     *m_p = m;
     return CUDA_SUCCESS;
 }
@@ -311,7 +424,7 @@ static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_re
                             const byval_manifest_t *man, const uint8_t *rb, uint64_t first,
                             cu_mirror_t *m)
 {
-    uint64_t added = 0;
+    uint64_t added = 0, end = 0;
     int over = 0;
     CUresult r = CUDA_SUCCESS;
     byval_lock(&mirror_lock);
@@ -319,11 +432,11 @@ static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_re
         if (!byval_import_alive(&m->core))
             r = CUDA_ERROR_ALREADY_MAPPED;
         else
-            r = mirror_fill(rl, pidfd, rec, man, m, &added);
+            r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
         if (added)
             over = byval_imports_grow(&m->core, added);
         if (r == CUDA_SUCCESS)
-            serve(m, rb, first);
+            serve(m, rb, first, end);
     }
     byval_unlock(&mirror_lock);
     if (over)
@@ -410,8 +523,18 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
     byval_lru_ref_t ref = 0;
     const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
     cu_mirror_t *m = (cu_mirror_t *)byval_imports_get(vmm_cache, &key, &ref);
+    int retries = 0;
     if (m && served(m, rb, first)) {
         CUresult r = vmm_hand_out(m, ref, first, pdptr);
+        if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core)) {
+            /* It died since the get: an exporter's unmap, after which a
+             * dead mirror gives back what no open needs, which this open,
+             * counted only now, may not have been (mirror_prune). */
+            byval_imports_close((uintptr_t)*pdptr);
+            m = NULL;
+            ref = 0;
+            goto miss;
+        }
         if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
@@ -420,6 +543,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         }
         return r;
     }
+miss:;
     /* rec was parsed without its checksum (a hit equals a checked record):
      * check it now, before anything trusts it. */
     byval_record_t checked;
@@ -456,7 +580,7 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         m = NULL;
         r = mirror_new(rl, pidfd, rec, man, ctx, &m);
         if (r == CUDA_SUCCESS) {
-            serve(m, rb, first);
+            serve(m, rb, first, m->recs[0].end);
             byval_import_t *out;
             byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
             if (!ref) /* every cached mapping is open: this one lives uncached */
@@ -473,6 +597,14 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         goto out;
     }
     r = vmm_hand_out(m, ref, first, pdptr);
+    if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core) && ++retries < 8) {
+        /* Died before this open was counted: it may have given back the
+         * chunks this open needs (mirror_prune). Import afresh. */
+        byval_imports_close((uintptr_t)*pdptr);
+        m = NULL;
+        ref = 0;
+        goto miss;
+    }
     if (r == CUDA_SUCCESS)
         byval_log_open("", byval_fetch_route(), rec->pid, __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
                        (const void *)(uintptr_t)*pdptr, t_open);

@@ -30,9 +30,19 @@ static int of_view(void *ctx, const byval_import_t *m)
            (byval_reg_view_gone(v) || !byval_import_alive(m));
 }
 
+static void (*event_hook)(void);
+
+void byval_track_on_event(void (*fn)(void))
+{
+    __atomic_store_n(&event_hook, fn, __ATOMIC_RELEASE);
+}
+
 static void on_registry_event(byval_reg_view_t *v, int gone)
 {
     size_t n = byval_imports_remove_if(of_view, v);
+    void (*hook)(void) = __atomic_load_n(&event_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook();
     if (gone) { /* its kept pidfd goes too, without waiting for an open */
         byval_exporter_id_t id;
         byval_reg_view_id(v, &id.pidns, &id.pid, &id.identity);
@@ -64,13 +74,12 @@ static void track_init(void)
     byval_exporters_on_exit(exporter_exited);
 }
 
-static void track_watch(byval_import_t *m);
 
 byval_imports_t *byval_track_cache(byval_imports_ops_t *ops)
 {
     byval_once(&track_once, track_init);
     ops->untrack = byval_track_untrack;
-    ops->watch = track_watch;
+    ops->watch = byval_track_watch;
     byval_imports_t *c = byval_imports_create(ops, byval_cfg.cache_size);
     if (c)
         byval_stats_register_cache(ops->name, byval_imports_lru(c));
@@ -104,7 +113,7 @@ static void track_in(byval_import_t *m, byval_reg_view_t *v, uint64_t key, uint3
 /* A closed mapping now waits on its exporter's frees: the watcher must
  * run (registry_view.h, on demand). Without it a free is still seen by
  * the next open of the mapping (its liveness word). */
-static void track_watch(byval_import_t *m)
+void byval_track_watch(byval_import_t *m)
 {
     char msg[256] = "";
     int rc = m->tracker ? byval_reg_watch_need(msg, sizeof(msg)) : 0;

@@ -34,6 +34,14 @@ void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
  * lists (key, ino) live now. */
 int byval_track_listed(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t ino);
 
+/* fn runs on the watcher thread after each event of an exporter's
+ * registry has been applied to the import caches (one hook). */
+void byval_track_on_event(void (*fn)(void));
+
+/* Start the watcher for m, tracked (ops->watch; also for an import that
+ * must hear of frees while it is open). */
+void byval_track_watch(byval_import_t *m);
+
 /* For ops->untrack. */
 void byval_track_untrack(void *tracker);
 

@@ -19,6 +19,11 @@
  *               releases B's pages (empty_cache), waits until the memory is
  *               back (the double's ledger: nothing freed is held), then the
  *               importer opens A again (still valid) and B (refused);
+ *   prune       A exported over two pages, then B over two more; the
+ *               importer opens both, closes B and keeps A open; the
+ *               exporter unmaps and releases B's pages: their memory must
+ *               come back while A stays open (no open needs them), and A
+ *               still reads right;
  *   reuse       A exported, opened and closed; every page unmapped and
  *               released page by page (empty_cache), the freed memory back;
  *               the pool grows again over the same addresses, B is placed
@@ -28,6 +33,8 @@
  *               page (vLLM's RANGE_START_ADDR base) and of the last
  *               tensor; the importer checks A, both ends of the pool
  *               through the first page's handle, and the last tensor.
+ * shrink, prune and reuse read the double's ledger of device memory, which
+ * must be shared between the two processes (CUDADRV_LEDGER=FILE).
  * The importer prints how many distinct reservations its opens returned
  * (cuPointerGetAttribute RANGE_START_ADDR): one per exporter pool. Knows
  * nothing about ipcbyval. Prints "OK cu_pool ..." or "FAILED ..."; exit 0
@@ -230,6 +237,11 @@ static int recv_all(int fd, void *b, size_t n)
 static int wait_freed_back(void)
 {
     struct devmem_stats st;
+    if (cudadrvMemStats(0, &st) != CUDA_SUCCESS || !st.shared) {
+        printf("FAILED cu_pool exporter: the double's ledger is not shared between the two "
+               "processes (set CUDADRV_LEDGER): what the importer holds cannot be seen\n");
+        return 1;
+    }
     for (int i = 0; i < 1000; i++) { /* 10 s: the importer's watcher runs on its own */
         if (cudadrvMemStats(0, &st) == CUDA_SUCCESS && st.freed_held == 0)
             return 0;
@@ -271,6 +283,16 @@ static int exporter(const char *c, size_t pages, const struct link *l)
         if (send_all(l->to_imp, t, 2 * sizeof(t[0])) || recv_all(l->from_imp, &go, 1))
             return 1;
         if (pool_drop(2, 2) || wait_freed_back()) /* B's pages: importers release theirs */
+            return 1;
+        return send_all(l->to_imp, &go, 1) || recv_all(l->from_imp, &go, 1);
+    }
+    if (!strcmp(c, "prune")) {
+        if (pool_grow(2) || tensor_place(&t[0], 1, 0, g + g / 2) || pool_grow(2) ||
+            tensor_place(&t[1], 2, 2 * g, 2 * g))
+            return 1;
+        if (send_all(l->to_imp, t, 2 * sizeof(t[0])) || recv_all(l->from_imp, &go, 1))
+            return 1;
+        if (pool_drop(2, 2) || wait_freed_back())
             return 1;
         return send_all(l->to_imp, &go, 1) || recv_all(l->from_imp, &go, 1);
     }
@@ -341,6 +363,17 @@ static int importer(const char *c, int opens, size_t pages, const struct link *l
         }
         printf("OK cu_pool shrink: the unmapped pages' memory came back; the other tensor "
                "re-opens and reads right; the unmapped one is refused\n");
+    } else if (!strcmp(c, "prune")) {
+        if (recv_all(l->from_exp, t, 2 * sizeof(t[0])) || open_check(&t[0], &p[0]) ||
+            open_check(&t[1], &p[1]))
+            return 1;
+        TRY(cuIpcCloseMemHandle(p[1]));
+        if (send_all(l->to_exp, &go, 1) || recv_all(l->from_exp, &go, 1) ||
+            check_at(&t[0], p[0], 0, t[0].len))
+            return 1;
+        TRY(cuIpcCloseMemHandle(p[0]));
+        printf("OK cu_pool prune: pages unmapped by the exporter came back while another "
+               "tensor of the pool stayed open, and it reads right; %d reservation(s)\n", nbases);
     } else if (!strcmp(c, "reuse")) {
         if (recv_all(l->from_exp, t, sizeof(t[0])) || reopen(&t[0], 1) ||
             send_all(l->to_exp, &go, 1) || recv_all(l->from_exp, &t[1], sizeof(t[1])) ||
@@ -384,8 +417,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0); /* the exporter leaves with _exit */
     if (!c || opens < 1 || pages < 4 ||
         (strcmp(c, "grow") && strcmp(c, "interleave") && strcmp(c, "shrink") &&
-         strcmp(c, "reuse") && strcmp(c, "big"))) {
-        fprintf(stderr, "usage: cu_pool --case grow|interleave|shrink|reuse|big [--opens N] "
+         strcmp(c, "prune") && strcmp(c, "reuse") && strcmp(c, "big"))) {
+        fprintf(stderr, "usage: cu_pool --case grow|interleave|shrink|prune|reuse|big [--opens N] "
                         "[--pages N]\n");
         return 2;
     }

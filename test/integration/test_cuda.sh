@@ -58,6 +58,10 @@ fi
 # pages exports and opens, from its first page to its last. Every case's
 # opens land in one reservation of the importer, however many there are.
 CP="$CU/cu_pool"
+# The double's ledger shared by both processes: what the importer holds of
+# the exporter's freed memory is seen (shrink, prune, reuse).
+export CUDADRV_LEDGER="$L/cu-pool.ledger"
+rm -f "$CUDADRV_LEDGER"
 expect_fail "pool: natively a VMM pool cannot be exported" "$L/cu-pool-native.log" \
     'cuIpcGetMemHandle.*CUDA_ERROR_INVALID_VALUE' "$CP" --case grow
 pool_case() { # CASE NAME PATTERN...: it prints its OK line and every PATTERN
@@ -75,9 +79,12 @@ pool_case grow "pool: an export outlives the pool's growth; 49 of 50 re-opens hi
 pool_case interleave "pool: tensors exported between growths share one mirror; every re-open hits" \
     "$one" 'stats: open_hits +150 '
 pool_case shrink "pool: unmapped pages' memory comes back, the rest of the pool stays exported"
+pool_case prune "pool: pages unmapped under an open mirror come back when no open needs them" "$one"
 pool_case reuse "pool: emptied and grown again over the same addresses, the new bytes are read"
 pool_case big "pool: 4100 pages (past 1024) export and open, first page to last" \
     "$one" 'cuda vmm import cache: hits 100 misses 1 '
+rm -f "$CUDADRV_LEDGER"
+unset CUDADRV_LEDGER
 
 # Cache behaviour, read from the exit statistics.
 log="$L/cu-legacy-cache.log"
