@@ -27,16 +27,6 @@
 #include "handles/broker_internal.h"
 #include "handles/rendezvous.h"
 
-/* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
- * their own tables: there we go without it and check SO_PEERCRED only). */
-#ifndef SO_PEERPIDFD
-#if defined(__alpha__) || defined(__mips__) || defined(__hppa__) || defined(__sparc__)
-#define SO_PEERPIDFD (-1)
-#else
-#define SO_PEERPIDFD 77
-#endif
-#endif
-
 static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,
                                unsigned long long got, char *msg, size_t msglen)
 {

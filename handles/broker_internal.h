@@ -14,6 +14,16 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
+/* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
+ * their own tables: there we go without it and check SO_PEERCRED only). */
+#ifndef SO_PEERPIDFD
+#if defined(__alpha__) || defined(__mips__) || defined(__hppa__) || defined(__sparc__)
+#define SO_PEERPIDFD (-1)
+#else
+#define SO_PEERPIDFD 77
+#endif
+#endif
+
 #include "handles/broker.h"
 #include "handles/resolve_internal.h"
 

@@ -52,14 +52,6 @@
 #include "handles/broker_internal.h"
 #include "handles/rendezvous.h"
 
-#ifndef SO_PEERPIDFD
-#if defined(__alpha__) || defined(__mips__) || defined(__hppa__) || defined(__sparc__)
-#define SO_PEERPIDFD (-1)
-#else
-#define SO_PEERPIDFD 77
-#endif
-#endif
-
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
  * connection of the peer that holds the most (never a peer's only one). */

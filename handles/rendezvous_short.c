@@ -32,9 +32,6 @@
 #ifndef PIDFD_GET_PID_NAMESPACE
 #define PIDFD_GET_PID_NAMESPACE _IO(0xFF, 5)
 #endif
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77
-#endif
 
 /* The pidfd of the listener on rec's socket when it proves rec's
  * identity, else -1. */

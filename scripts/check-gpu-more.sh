@@ -378,12 +378,6 @@ gm_main() {
 
 gm_main
 if [ "$gm_standalone" = 1 ]; then
-    echo
-    echo "== summary (check-gpu-more.sh, $NGPU GPU(s))"
-    printf '| %-58s | %-6s | %s\n' "check" "result" "detail"
-    printf '%s\n' "${rows[@]}"
-    echo "$(printf '%s\n' "${rows[@]}" | grep -c '| PASS ') passed," \
-        "$(printf '%s\n' "${rows[@]}" | grep -c '| FAIL ') failed," \
-        "$(printf '%s\n' "${rows[@]}" | grep -c '| SKIP ') skipped"
+    gpu_summary "check-gpu-more.sh, $NGPU GPU(s)"
     exit "$failed"
 fi

@@ -95,12 +95,6 @@ assert torch.cuda.is_available(), "torch sees no CUDA device"' 2>&1); then
 
 gp_main
 if [ "$gp_standalone" = 1 ]; then
-    echo
-    echo "== summary (check-gpu-pool.sh, ${NGPU:-0} GPU(s))"
-    printf '| %-58s | %-6s | %s\n' "check" "result" "detail"
-    printf '%s\n' "${rows[@]}"
-    echo "$(printf '%s\n' "${rows[@]}" | grep -c '| PASS ') passed," \
-        "$(printf '%s\n' "${rows[@]}" | grep -c '| FAIL ') failed," \
-        "$(printf '%s\n' "${rows[@]}" | grep -c '| SKIP ') skipped"
+    gpu_summary "check-gpu-pool.sh, ${NGPU:-0} GPU(s)"
     exit "$failed"
 fi

@@ -60,3 +60,15 @@ ratio() {
     local res=PASS; awk -v r="$r" -v t="$target" 'BEGIN { exit !(r >= t) }' || res=FAIL
     row "$name (target >= ${target}x)" $res "$num $unit / $den $unit = ${r}x"
 }
+
+# gpu_summary TITLE: the rows so far as a table, then their counts (a
+# script run by itself, outside check-gpu.sh's own summary).
+gpu_summary() {
+    echo
+    echo "== summary ($1)"
+    printf '| %-58s | %-6s | %s\n' "check" "result" "detail"
+    printf '%s\n' "${rows[@]}"
+    echo "$(printf '%s\n' "${rows[@]}" | grep -c '| PASS ') passed," \
+        "$(printf '%s\n' "${rows[@]}" | grep -c '| FAIL ') failed," \
+        "$(printf '%s\n' "${rows[@]}" | grep -c '| SKIP ') skipped"
+}
