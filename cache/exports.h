@@ -42,13 +42,15 @@
 /* What an item asks for, besides its registry entry (key != 0). */
 #define BYVAL_EXPORT_OFFER 1u  /* the broker serves fd (the socket route) */
 #define BYVAL_EXPORT_RESCUE 2u /* and other libraries' refused pidfd_getfd */
+#define BYVAL_EXPORT_OPEN 4u   /* offered to the directory's group without a tag
+                                * (its handle has no room for one) */
 
 typedef struct byval_export_item {
     uint64_t key;   /* registry key; 0: not published */
     int fd;         /* -1: none (a legacy CUDA handle names itself) */
     uint32_t ino;   /* fd's inode, low 32 bits, as records carry it */
     uint64_t size;  /* bytes exported, for the registry */
-    unsigned flags; /* BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE */
+    unsigned flags; /* BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN */
     uint64_t serial; /* the core's: the registry serial, 0 when not published */
     unsigned taken;  /* the core's: stages taken */
 } byval_export_item_t;
@@ -67,11 +69,12 @@ typedef struct byval_export {
 } byval_export_t;
 
 /* The mechanisms each stage uses (shim/transport.c). publish returns the
- * registry serial (0: not published); offer and enlist 0 or -1. */
+ * registry serial (0: not published); offer and enlist 0 or -1; offer's
+ * open: BYVAL_EXPORT_OPEN. */
 typedef struct byval_exports_sink {
     uint64_t (*publish)(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
     void (*unpublish)(uint64_t key, uint32_t ino);
-    int (*offer)(int fd);
+    int (*offer)(int fd, int open);
     void (*withdraw)(int fd);
     int (*enlist)(int fd);
     void (*delist)(int fd);

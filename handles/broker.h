@@ -35,6 +35,11 @@
  * pipe. */
 int byval_broker_offer(int fd);
 
+/* The same, served to the directory's group without a tag (handles/tag.h):
+ * for objects that hold no secret (the registry's page and pipe) or whose
+ * handle has no room for a tag (the short event-pool record). */
+int byval_broker_offer_open(int fd);
+
 /* Exporter: make sure the server runs (for the fds the registry lists,
  * registry.h), offering nothing. 0, or -1 with errno as above. */
 int byval_broker_serve(void);
@@ -50,7 +55,8 @@ void byval_broker_withdraw(int fd);
 void byval_broker_set_allowed_uid(uid_t uid);
 
 /* Importer: fetch the exporter's fd (checked against fd_ino, low 32 bits)
- * over its socket. Bounded by a 2 s deadline; never hangs the caller. */
+ * over its socket, showing rec->tag when fd is rec->fd (else no tag).
+ * Bounded by a 2 s deadline; never hangs the caller. */
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen);
 
@@ -68,10 +74,11 @@ typedef enum byval_broker_at {
                                 * the listener's pidfs proof is mandatory there */
 } byval_broker_at_t;
 
-/* byval_broker_fetch_pidfd at `at`. */
+/* byval_broker_fetch_pidfd at `at`, showing tag (0: none; a peer of
+ * another uid than the exporter's needs the tag of fd's object). */
 byval_status_t byval_broker_fetch_at(const byval_record_t *rec, byval_broker_at_t at, uint32_t fd,
-                                     uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
-                                     size_t msglen);
+                                     uint32_t fd_ino, uint64_t tag, int *fd_p, int *pidfd_p,
+                                     char *msg, size_t msglen);
 
 /* Importer: pidfd_getfd(fd) of the process rec names (its pid, pidns,
  * boot and identity; nothing else of rec is used) was refused by the
@@ -83,5 +90,8 @@ byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *
 
 /* Fds served and peers refused (wrong uid), for tests and stats. */
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p);
+
+/* Requests of the group refused for a missing or wrong tag. */
+uint64_t byval_broker_untagged(void);
 
 #endif

@@ -31,6 +31,14 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
                   "unless set), and ours is %u (SO_PEERCRED)",
                   rec->pid, (unsigned)geteuid());
         return BYVAL_E_PERM;
+    case -EACCES:
+        byval_msg(msg, msglen,
+                  "exporter pid %u refused fd %u to our uid %u: a peer of another uid than the "
+                  "exporter's (its rendezvous directory's group) must show the tag the handle "
+                  "carries, and this one was missing or wrong (a handle not made by the exporter, "
+                  "or altered)",
+                  rec->pid, fd, (unsigned)geteuid());
+        return BYVAL_E_PERM;
     case -EBADF:
         byval_msg(msg, msglen,
                   "exporter pid %u does not serve fd %u over the socket fallback (not exported, "

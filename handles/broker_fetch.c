@@ -129,7 +129,8 @@ static int connect_at(int s, const byval_record_t *rec, byval_broker_at_t at, in
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
 static byval_status_t attempt(const byval_record_t *rec, byval_broker_at_t at, uint32_t magic,
-                              uint32_t fd, uint32_t fd_ino, int64_t deadline, int *got_p,
+                              uint32_t fd, uint32_t fd_ino, uint64_t tag, int64_t deadline,
+                              int *got_p,
                               int *pidfd_p, int *busy_p, char *msg, size_t msglen)
 {
     int pidfd = -1, got = -1, err;
@@ -147,7 +148,7 @@ static byval_status_t attempt(const byval_record_t *rec, byval_broker_at_t at, u
     st = check_listener(s, rec, name, at == BYVAL_BROKER_DIR, &pidfd, msg, msglen);
     if (st != BYVAL_OK)
         goto err_sock;
-    struct broker_req req = {magic, fd, fd_ino};
+    struct broker_req req = {magic, fd, fd_ino, tag};
     size_t sent = 0;
     int send_err = 0;
     while (sent < sizeof(req)) {
@@ -204,8 +205,8 @@ err_sock:
 }
 
 static byval_status_t fetch(const byval_record_t *rec, byval_broker_at_t at, uint32_t magic,
-                            uint32_t fd, uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
-                            size_t msglen)
+                            uint32_t fd, uint32_t fd_ino, uint64_t tag, int *fd_p, int *pidfd_p,
+                            char *msg, size_t msglen)
 {
     int pidfd = -1, busy;
     *fd_p = -1;
@@ -219,7 +220,8 @@ static byval_status_t fetch(const byval_record_t *rec, byval_broker_at_t at, uin
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
-        st = attempt(rec, at, magic, fd, fd_ino, deadline, fd_p, &pidfd, &busy, msg, msglen);
+        st = attempt(rec, at, magic, fd, fd_ino, tag, deadline, fd_p, &pidfd, &busy, msg,
+                     msglen);
         int64_t left = deadline - byval_broker_now_ms();
         if (!busy || left <= 0)
             break;
@@ -237,21 +239,22 @@ static byval_status_t fetch(const byval_record_t *rec, byval_broker_at_t at, uin
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg,
-                 msglen);
+    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd == rec->fd ? rec->tag : 0,
+                 fd_p, pidfd_p, msg, msglen);
 }
 
 byval_status_t byval_broker_fetch_at(const byval_record_t *rec, byval_broker_at_t at, uint32_t fd,
-                                     uint32_t fd_ino, int *fd_p, int *pidfd_p, char *msg,
-                                     size_t msglen)
+                                     uint32_t fd_ino, uint64_t tag, int *fd_p, int *pidfd_p,
+                                     char *msg, size_t msglen)
 {
-    return fetch(rec, at, BROKER_MAGIC, fd, fd_ino, fd_p, pidfd_p, msg, msglen);
+    return fetch(rec, at, BROKER_MAGIC, fd, fd_ino, tag, fd_p, pidfd_p, msg, msglen);
 }
 
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen)
 {
-    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd_p, NULL, msg, msglen);
+    return fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd == rec->fd ? rec->tag : 0,
+                 fd_p, NULL, msg, msglen);
 }
 
 byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
@@ -261,14 +264,14 @@ byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *
      * record, so both of its sockets are asked here, the directory's when
      * nobody answers at the abstract name (another network namespace). */
     byval_status_t st =
-        fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+        fetch(rec, BYVAL_BROKER_ABSTRACT, BROKER_MAGIC_RESCUE, fd, 0, 0, fd_p, NULL, msg, msglen);
     /* A squatter at the abstract name switches the directory off no more
      * than an absent exporter does (resolve_socket.c). */
     if ((st == BYVAL_E_GONE || st == BYVAL_E_IDENTITY) && byval_rendezvous_enabled()) {
         char first[512] = "";
         if (st == BYVAL_E_IDENTITY && msg)
             snprintf(first, sizeof(first), "%s", msg);
-        st = fetch(rec, BYVAL_BROKER_DIR, BROKER_MAGIC_RESCUE, fd, 0, fd_p, NULL, msg, msglen);
+        st = fetch(rec, BYVAL_BROKER_DIR, BROKER_MAGIC_RESCUE, fd, 0, 0, fd_p, NULL, msg, msglen);
         if (st != BYVAL_OK && first[0])
             byval_msg_prefix(msg, msglen, first);
     }

@@ -27,20 +27,23 @@
 #include "handles/broker.h"
 #include "handles/resolve_internal.h"
 
-/* One request per connection: {magic, fd, fd_ino} in, {magic, status} out
- * (status 0 or a negative errno; the fd rides along when it is 0).
- * BROKER_MAGIC asks for an fd ipcbyval offered, checked against fd_ino (a
- * by-value handle's); BROKER_MAGIC_RESCUE asks, for a pidfd_getfd the
- * kernel refused, for an fd number the registry lists as exported (fd_ino
- * is 0: the exporter proves the object itself, registry_fds.c). The
- * answer's magic is always BROKER_MAGIC. The first three bytes of both are
- * the same ("bvB"). */
+/* One request per connection: {magic, fd, fd_ino, tag} in, {magic,
+ * status} out (status 0 or a negative errno; the fd rides along when it
+ * is 0). BROKER_MAGIC asks for an fd ipcbyval offered, checked against
+ * fd_ino (a by-value handle's) and, from a peer of another uid than the
+ * one served, against tag (the exporter's tag of that fd, handles/tag.h:
+ * 0 where the asker has none); BROKER_MAGIC_RESCUE asks, for a
+ * pidfd_getfd the kernel refused, for an fd number the registry lists as
+ * exported (fd_ino and tag are 0: the exporter proves the object itself,
+ * registry_fds.c). The answer's magic is always BROKER_MAGIC. The first
+ * three bytes of both are the same ("bvB"). */
 #define BROKER_MAGIC 0x31427662u
 #define BROKER_MAGIC_RESCUE 0x52427662u
 
 struct broker_req {
     uint32_t magic, fd, fd_ino;
-};
+    uint64_t tag; /* 40 bits */
+} __attribute__((packed));
 
 struct broker_rsp {
     uint32_t magic;
@@ -61,8 +64,9 @@ byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct 
 /* Exporter (broker_offers.c, for the server in broker_serve.c): the
  * status for req (0 or a negative errno) with *dup_p a duplicate of what
  * it asks for when 0; own_uid: the peer is of the uid served (not only
- * of the directory's group, which gets no rescue by number); and whether
- * a peer of uid is served (counted when not). */
+ * of the directory's group, which gets no rescue by number and must show
+ * the tag of what it asks for: -EACCES otherwise); and whether a peer of
+ * uid is served (counted when not). */
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p);
 int byval_broker_uid_allowed(uid_t uid);
 /* The same, not counted. */

@@ -10,6 +10,13 @@
  * the open file itself (registry_fds.c): never from the offers, which
  * include files that are not GPU memory.
  *
+ * A peer of another uid than the one served (a member of the rendezvous
+ * directory's group) must also show the object's tag (handles/tag.h),
+ * which only a handle carries: the registry page lists every export's
+ * fd and inode, and is served to the group. Offers made open (the
+ * registry's page and pipe, which hold no secret, and what the short
+ * event-pool record names, which has no room for a tag) need none.
+ *
  * Only the object recorded when the fd was offered is ever served: its
  * inode must be the one the request names, and the number must still
  * refer to that object, proven before and after the duplicate is made
@@ -38,17 +45,23 @@
 #include "handles/fdproof.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h"
+#include "handles/tag.h"
 
 #define BROKER_MAX_FDS 65536
+
+typedef struct offer {
+    byval_fdproof_t p;
+    uint8_t open; /* served to the group without a tag */
+} offer_t;
 
 static struct {
     byval_lock_t lock;
     int uid_set;
     uid_t uid;
     uint32_t n;
-    uint64_t served, refused;
-    int epfd;             /* the offers' own proofs (-1 until the first) */
-    byval_fdproof_t *fds; /* BROKER_MAX_FDS, allocated at the first offer */
+    uint64_t served, refused, untagged;
+    int epfd;     /* the offers' own proofs (-1 until the first) */
+    offer_t *fds; /* BROKER_MAX_FDS, allocated at the first offer */
 } of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS), .epfd = -1};
 BYVAL_LOCK_STATIC(broker_offers, &of.lock);
 
@@ -60,7 +73,7 @@ static void fork_child(void)
         close(of.epfd);
     of.epfd = -1;
     of.n = 0;
-    of.served = of.refused = 0;
+    of.served = of.refused = of.untagged = 0;
 }
 BYVAL_FORK_CHILD(broker_offers, fork_child);
 
@@ -69,17 +82,17 @@ static void of_lock(void)
     byval_lock(&of.lock);
 }
 
-static byval_fdproof_t *offered_locked(int fd)
+static offer_t *offered_locked(int fd)
 {
     for (uint32_t i = 0; i < of.n; i++)
-        if (of.fds[i].fd == fd)
+        if (of.fds[i].p.fd == fd)
             return &of.fds[i];
     return NULL;
 }
 
-static void drop_locked(byval_fdproof_t *x)
+static void drop_locked(offer_t *x)
 {
-    byval_fdproof_drop(of.epfd, x);
+    byval_fdproof_drop(of.epfd, &x->p);
     *x = of.fds[--of.n];
 }
 
@@ -95,11 +108,15 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
     if (req->magic == BROKER_MAGIC_RESCUE)
         return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
     of_lock();
-    byval_fdproof_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
-    if (x && (uint32_t)x->ino != req->fd_ino) {
+    offer_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
+    if (x && (uint32_t)x->p.ino != req->fd_ino) {
         status = -ESTALE; /* not the object offered under that number */
+    } else if (x && !own_uid && !x->open &&
+               !byval_tag_check(req->fd, (uint32_t)x->p.ino, req->tag)) {
+        status = -EACCES; /* a member that holds no handle of it */
+        of.untagged++;
     } else if (x) {
-        status = byval_fdproof_dup(of.epfd, x, dup_p);
+        status = byval_fdproof_dup(of.epfd, &x->p, dup_p);
         if (status == -ESTALE)
             drop_locked(x); /* closed or reused behind the offer: never again */
     }
@@ -125,7 +142,7 @@ int byval_broker_uid_allowed(uid_t uid)
     return allowed;
 }
 
-int byval_broker_offer(int fd)
+static int offer(int fd, int open)
 {
     if (byval_broker_serve() != 0)
         return -1;
@@ -139,8 +156,9 @@ int byval_broker_offer(int fd)
         err = errno;
         goto out;
     }
-    byval_fdproof_t *x = offered_locked(fd);
-    if (x && byval_fdproof_same(of.epfd, x)) {
+    offer_t *x = offered_locked(fd);
+    if (x && byval_fdproof_same(of.epfd, &x->p)) {
+        x->open |= (uint8_t)open;
         rc = 0; /* offered already */
         goto out;
     }
@@ -150,11 +168,11 @@ int byval_broker_offer(int fd)
         err = ENOSPC; /* said, not silently left unserved */
         goto out;
     }
-    if (byval_fdproof_take(of.epfd, fd, &of.fds[of.n]) != 0) {
+    if (byval_fdproof_take(of.epfd, fd, &of.fds[of.n].p) != 0) {
         err = errno; /* cannot be proven at a request: not served */
         goto out;
     }
-    of.n++;
+    of.fds[of.n++].open = (uint8_t)open;
     rc = 0;
 out:
     byval_unlock(&of.lock);
@@ -162,10 +180,20 @@ out:
     return rc;
 }
 
+int byval_broker_offer(int fd)
+{
+    return offer(fd, 0);
+}
+
+int byval_broker_offer_open(int fd)
+{
+    return offer(fd, 1);
+}
+
 void byval_broker_withdraw(int fd)
 {
     of_lock();
-    byval_fdproof_t *x = of.fds ? offered_locked(fd) : NULL;
+    offer_t *x = of.fds ? offered_locked(fd) : NULL;
     if (x)
         drop_locked(x);
     byval_unlock(&of.lock);
@@ -185,4 +213,12 @@ void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
     *served_p = of.served;
     *refused_p = of.refused;
     byval_unlock(&of.lock);
+}
+
+uint64_t byval_broker_untagged(void)
+{
+    of_lock();
+    uint64_t n = of.untagged;
+    byval_unlock(&of.lock);
+    return n;
 }

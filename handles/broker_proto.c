@@ -26,8 +26,10 @@ byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct 
     memcpy(&req, b, sizeof(req));
     if (req.fd > INT32_MAX)
         return BYVAL_BROKER_BAD; /* no fd number is that large */
-    if (req.magic == BROKER_MAGIC_RESCUE && req.fd_ino != 0)
+    if (req.magic == BROKER_MAGIC_RESCUE && (req.fd_ino != 0 || req.tag != 0))
         return BYVAL_BROKER_BAD; /* a rescue names a number, nothing else */
+    if (req.tag >> 40)
+        return BYVAL_BROKER_BAD; /* no tag is that large */
     if (req_p)
         *req_p = req;
     return BYVAL_BROKER_READY;

@@ -39,6 +39,8 @@ static int chunks_ok(const byval_manifest_t *m, uint32_t pid, char *msg, size_t 
             why = "does not follow the chunk before it";
         else if (c->fd > INT32_MAX)
             why = "names an fd number no process can have";
+        else if (c->tag > BYVAL_WIRE_MAX_TAG)
+            why = "carries a tag no export can have";
         else if (c->id == 0 || c->id > BYVAL_WIRE_MAX_ALLOC_ID)
             why = "has an id no export can have";
         if (why) {

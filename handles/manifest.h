@@ -6,8 +6,9 @@
  * holding this manifest. It lists the chunks the handle makes readable:
  * the pointer's chunk (cuMemGetAddressRange's mapping) and every chunk
  * mapped after it without a hole, as the exporter's reservation held them
- * at the get, each with the exporter's fd number of its POSIX-fd export
- * and its chunk id (the registry key it is published under; never reused,
+ * at the get, each with the exporter's fd number of its POSIX-fd export,
+ * that fd's tag (what a peer of another uid shows to fetch it) and its
+ * chunk id (the registry key it is published under; never reused,
  * so a chunk mapped anew at the same offset is told apart). The pool id
  * names the reservation: an importer keeps one mirror per pool, into
  * which every chunk is mapped once at its offset. Host-endian: exporter
@@ -24,7 +25,7 @@
 #include <stdint.h>
 
 #define BYVAL_MANIFEST_MAGIC 0x4d564249u /* "IBVM" */
-#define BYVAL_MANIFEST_VERSION 2u
+#define BYVAL_MANIFEST_VERSION 3u
 /* A bound on what an importer reads (40 MiB), far above a GPU's worth of
  * 2 MiB chunks. */
 #define BYVAL_MANIFEST_MAX_CHUNKS (1u << 20)
@@ -35,6 +36,7 @@ typedef struct byval_manifest_chunk {
     uint64_t id;     /* the exporter's chunk id (48 bits) */
     uint32_t fd;     /* in the exporter */
     uint32_t fd_ino; /* low 32 bits of its inode */
+    uint64_t tag;    /* the exporter's tag of (fd, fd_ino), handles/tag.h (40 bits) */
 } byval_manifest_chunk_t;
 
 typedef struct byval_manifest {
@@ -62,8 +64,8 @@ typedef struct byval_manifest {
  * header, magic or version; a chunk count of 0 or above the bound; fewer
  * or more bytes than the count needs; a length the record's size does not
  * cover; a chunk that is empty, outside the reservation, not right after
- * the one before (a handle's chunks are one run), or whose fd number or
- * id cannot be one.
+ * the one before (a handle's chunks are one run), or whose fd number, id
+ * or tag cannot be one.
  */
 byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size,
                                        uint32_t pid, char *msg, size_t msglen);

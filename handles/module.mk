@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# handles/: the by-value record (wire.c, pure), who we are (self.c), and
+# handles/: the by-value record (wire.c, pure; tag.c its keyed tags), who we are (self.c), and
 # the resolution of a record (resolve.c: the whole pipeline; identity.c,
 # resolve_socket.c its socket routes, abstract and rendezvous directory;
 # pidfd.c, fdcheck.c (fdkind.c the kinds), proof.c and peers.c its steps' helpers; sys.h our own
@@ -12,7 +12,7 @@
 # rescue.c asks a broker for another library's refused pidfd_getfd;
 # rendezvous*.c put the broker's socket in a directory shared across
 # pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
-HANDLES_SRC := handles/bgthread.c handles/wire.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/fdkind.c handles/manifest.c \
+HANDLES_SRC := handles/bgthread.c handles/wire.c handles/tag.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/fdkind.c handles/manifest.c \
                handles/registry.c handles/registry_fds.c handles/fdproof.c
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
                  handles/resolve.c handles/resolve_socket.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_find.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \

@@ -288,7 +288,8 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
                   rec->pid, rec->fd, rec->kind, rec->flags);
         return BYVAL_E_INVALID;
     }
-    byval_want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd)};
+    byval_want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
+                      rec->tag};
     byval_exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
     if (x.owned && (st != BYVAL_OK || !pidfd_p)) {
@@ -319,7 +320,9 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
         byval_msg(msg, msglen, "byval_transport_fetch_obj: invalid arguments");
         return BYVAL_E_INVALID;
     }
-    byval_want_t w = {rec, fd, fd_ino, size, obj};
+    /* A record's own fd shows the record's tag (a manifest's chunk comes
+     * as a record of its own, its tag from the manifest). */
+    byval_want_t w = {rec, fd, fd_ino, size, obj, fd == rec->fd ? rec->tag : 0};
     /* The pidfd was identified when it was opened; its pid here is
      * found by step 1 like any other. */
     byval_exporter_t x = {.pidfd = pidfd};
@@ -355,7 +358,7 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
     }
     /* No record: nothing a registry could list, so /proc proves the kind;
      * pid is ours (the caller's pidfd was opened on it). */
-    byval_want_t w = {NULL, fd, fd_ino, size, obj};
+    byval_want_t w = {NULL, fd, fd_ino, size, obj, 0};
     byval_exporter_t x = {.pid = pid, .pidfd = pidfd};
     return fetch_proven(&w, &x, fd_p, msg, msglen);
 }

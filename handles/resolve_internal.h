@@ -92,12 +92,14 @@ int byval_fd_release(int fd);
 
 /* What the pipeline fetches (resolve.c): fd (inode low bits ino, size
  * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a
- * pidfd's process, no record), to be of kind obj. */
+ * pidfd's process, no record), to be of kind obj; tag: what the socket
+ * routes show for it (rec->tag for rec's own fd, else 0). */
 typedef struct byval_want {
     const byval_record_t *rec;
     uint32_t fd, ino;
     uint64_t size;
     byval_obj_t obj;
+    uint64_t tag;
 } byval_want_t;
 
 /* The exporter as this process reaches it. */

@@ -68,12 +68,20 @@ static inline __attribute__((always_inline)) uint64_t get_le(const uint8_t *p, i
 #define OFF_PIDNS 8
 #define OFF_BOOT 12
 #define OFF_IDENTITY 16
-#define OFF_FD 24
-#define OFF_FD_INO 28
-#define OFF_ALLOC_ID 32
-#define OFF_PAGES 38
-#define OFF_DEVICE 42
-#define OFF_CHECKSUM 43
+#define OFF_FD 22
+#define OFF_FD_INO 25
+#define OFF_ALLOC_ID 29
+#define OFF_PAGES 35
+#define OFF_DEVICE 39
+#define OFF_TAG 40
+#define OFF_CHECKSUM 45
+
+static uint16_t wire_checksum(const uint8_t *b)
+{
+    /* The low half of FNV-1a: each step is a bijection on the low 16
+     * bits, so any one changed byte still changes it. */
+    return (uint16_t)byval_fnv1a32(b, OFF_CHECKSUM);
+}
 
 byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYVAL_WIRE_LEN])
 {
@@ -81,7 +89,8 @@ byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYV
         return BYVAL_WIRE_BAD_FIELD;
     if (rec->kind < 1 || rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK) ||
         rec->size > BYVAL_WIRE_MAX_SIZE || rec->alloc_id > BYVAL_WIRE_MAX_ALLOC_ID ||
-        rec->fd > INT32_MAX)
+        rec->identity > BYVAL_WIRE_MAX_IDENTITY || rec->fd > BYVAL_WIRE_MAX_FD ||
+        rec->tag > BYVAL_WIRE_MAX_TAG)
         return BYVAL_WIRE_BAD_FIELD;
     uint8_t b[BYVAL_WIRE_LEN];
     put_le(b + OFF_MAGIC, BYVAL_WIRE_MAGIC, 2);
@@ -90,13 +99,14 @@ byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYV
     put_le(b + OFF_PID, rec->pid, 4);
     put_le(b + OFF_PIDNS, rec->pidns, 4);
     put_le(b + OFF_BOOT, rec->boot, 4);
-    put_le(b + OFF_IDENTITY, rec->identity, 8);
-    put_le(b + OFF_FD, rec->fd, 4);
+    put_le(b + OFF_IDENTITY, rec->identity, 6);
+    put_le(b + OFF_FD, rec->fd, 3);
     put_le(b + OFF_FD_INO, rec->fd_ino, 4);
     put_le(b + OFF_ALLOC_ID, rec->alloc_id, 6);
     put_le(b + OFF_PAGES, (rec->size + BYVAL_WIRE_PAGE - 1) / BYVAL_WIRE_PAGE, 4);
     b[OFF_DEVICE] = rec->device;
-    put_le(b + OFF_CHECKSUM, byval_fnv1a32(b, OFF_CHECKSUM), 4);
+    put_le(b + OFF_TAG, rec->tag, 5);
+    put_le(b + OFF_CHECKSUM, wire_checksum(b), 2);
     memcpy(out, b, BYVAL_WIRE_LEN);
     return BYVAL_WIRE_OK;
 }
@@ -112,7 +122,7 @@ byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len, byval_recor
         return BYVAL_WIRE_SHORT;
     if (get_le(in + OFF_MAGIC, 2) != BYVAL_WIRE_MAGIC)
         return BYVAL_WIRE_NOT_OURS;
-    if (get_le(in + OFF_CHECKSUM, 4) != byval_fnv1a32(in, OFF_CHECKSUM))
+    if (get_le(in + OFF_CHECKSUM, 2) != wire_checksum(in))
         return BYVAL_WIRE_CHECKSUM;
     return byval_wire_parse(in, len, rec_p);
 }
@@ -126,8 +136,7 @@ byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record
     if (in[OFF_VERSION] != BYVAL_WIRE_VERSION)
         return BYVAL_WIRE_VERSION_UNKNOWN;
     uint8_t kind = in[OFF_KIND] & 0xF, flags = in[OFF_KIND] >> 4;
-    uint64_t fd = get_le(in + OFF_FD, 4);
-    if (kind < 1 || kind > BYVAL_KIND_MAX_ || (flags & ~BYVAL_FLAG_MASK) || fd > INT32_MAX)
+    if (kind < 1 || kind > BYVAL_KIND_MAX_ || (flags & ~BYVAL_FLAG_MASK))
         return BYVAL_WIRE_BAD_FIELD;
     if (rec_p) {
         rec_p->version = in[OFF_VERSION];
@@ -136,12 +145,13 @@ byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record
         rec_p->pid = (uint32_t)get_le(in + OFF_PID, 4);
         rec_p->pidns = (uint32_t)get_le(in + OFF_PIDNS, 4);
         rec_p->boot = (uint32_t)get_le(in + OFF_BOOT, 4);
-        rec_p->identity = get_le(in + OFF_IDENTITY, 8);
-        rec_p->fd = (uint32_t)fd;
+        rec_p->identity = get_le(in + OFF_IDENTITY, 6);
+        rec_p->fd = (uint32_t)get_le(in + OFF_FD, 3);
         rec_p->fd_ino = (uint32_t)get_le(in + OFF_FD_INO, 4);
         rec_p->alloc_id = get_le(in + OFF_ALLOC_ID, 6);
         rec_p->size = get_le(in + OFF_PAGES, 4) * BYVAL_WIRE_PAGE;
         rec_p->device = in[OFF_DEVICE];
+        rec_p->tag = get_le(in + OFF_TAG, 5);
     }
     return BYVAL_WIRE_OK;
 }

@@ -1,25 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wire.h - the ipcbyval by-value record, wire format v1 (pure code).
+ * wire.h - the ipcbyval by-value record, wire format v2 (pure code).
  *
  * The record is BYVAL_WIRE_LEN (47) bytes, little endian, so it fits in the
  * bytes 17..63 that Intel's classic Level Zero layout leaves untouched.
  *
  *  off len field
  *    0   2 magic      0x7962 ("by")
- *    2   1 version    1
+ *    2   1 version    2
  *    3   1 kind:4 | flags:4
  *    4   4 pid        exporter pid, in the exporter's pid namespace
  *    8   4 pidns      inode of the exporter's /proc/self/ns/pid
  *   12   4 boot       hash of /proc/sys/kernel/random/boot_id (host guard)
- *   16   8 identity   pidfs inode of the exporter (flag ID_PIDFS) or its
- *                     start time in clock ticks (against PID reuse)
- *   24   4 fd         the fd number in the exporter
- *   28   4 fd_ino     low 32 bits of the exported fd's inode number
- *   32   6 alloc_id   allocation id / export serial (48 bits)
- *   38   4 pages      size in 4 KiB pages, rounded up (16 TiB max)
- *   42   1 device     device ordinal in the exporter
- *   43   4 checksum   FNV-1a 32 over bytes 0..42
+ *   16   6 identity   pidfs inode of the exporter (flag ID_PIDFS) or its
+ *                     start time in clock ticks (against PID reuse); both
+ *                     stay far below 2^48
+ *   22   3 fd         the fd number in the exporter (below 2^24)
+ *   25   4 fd_ino     low 32 bits of the exported fd's inode number
+ *   29   6 alloc_id   allocation id / export serial (48 bits)
+ *   35   4 pages      size in 4 KiB pages, rounded up (16 TiB max)
+ *   39   1 device     device ordinal in the exporter
+ *   40   5 tag        the exporter's keyed hash of (fd, inode), 40 bits
+ *                     (handles/tag.h): what a peer of another uid must show
+ *   45   2 checksum   low 16 bits of FNV-1a 32 over bytes 0..44
  */
 #ifndef BYVAL_HANDLES_WIRE_H
 #define BYVAL_HANDLES_WIRE_H
@@ -29,10 +32,13 @@
 
 #define BYVAL_WIRE_LEN 47
 #define BYVAL_WIRE_MAGIC 0x7962u
-#define BYVAL_WIRE_VERSION 1u
+#define BYVAL_WIRE_VERSION 2u
 #define BYVAL_WIRE_PAGE 4096u
 #define BYVAL_WIRE_MAX_ALLOC_ID ((UINT64_C(1) << 48) - 1)
 #define BYVAL_WIRE_MAX_SIZE ((uint64_t)UINT32_MAX * BYVAL_WIRE_PAGE)
+#define BYVAL_WIRE_MAX_IDENTITY ((UINT64_C(1) << 48) - 1)
+#define BYVAL_WIRE_MAX_FD ((UINT32_C(1) << 24) - 1)
+#define BYVAL_WIRE_MAX_TAG ((UINT64_C(1) << 40) - 1)
 
 /* What the handle describes. */
 enum byval_kind {
@@ -60,6 +66,7 @@ typedef struct byval_record {
     uint64_t alloc_id; /* only the low 48 bits travel */
     uint64_t size;     /* bytes; travels as pages, decodes as pages * 4096 */
     uint8_t device;
+    uint64_t tag; /* 40 bits; 0 where the exporter had no key */
 } byval_record_t;
 
 typedef enum byval_wire_status {
@@ -68,12 +75,12 @@ typedef enum byval_wire_status {
     BYVAL_WIRE_NOT_OURS, /* magic does not match: not an ipcbyval record */
     BYVAL_WIRE_CHECKSUM, /* magic matches, checksum does not */
     BYVAL_WIRE_VERSION_UNKNOWN,
-    BYVAL_WIRE_BAD_FIELD, /* kind, flags or fd out of range */
+    BYVAL_WIRE_BAD_FIELD, /* kind or flags out of range */
 } byval_wire_status_t;
 
 /* Encode rec into out[0..46]. Returns BYVAL_WIRE_BAD_FIELD (writing
  * nothing) when a field cannot travel (kind unknown, size > MAX_SIZE,
- * alloc_id > 48 bits, fd > INT32_MAX). */
+ * alloc_id or identity > 48 bits, fd > MAX_FD, tag > 40 bits). */
 byval_wire_status_t byval_wire_encode(const byval_record_t *rec,
                                       uint8_t out[BYVAL_WIRE_LEN]);
 
@@ -83,7 +90,7 @@ byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len,
 
 /* Decode without the checksum: for a record that the caller will compare
  * byte for byte with one it decoded (and checked) before, as a cache hit
- * does; the checksum is a byte-serial FNV pass over 43 bytes, a third of
+ * does; the checksum is a byte-serial FNV pass over 45 bytes, a third of
  * a hit's cost. Anything else must use byval_wire_decode. */
 byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record_t *rec_p);
 

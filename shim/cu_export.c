@@ -423,7 +423,8 @@ static int manifest_write(const cu_pool_t *p, size_t i, size_t n, uint32_t devic
                             .pool_id = p->id};
     for (size_t k = 0; k < n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
-        m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size, c->id, (uint32_t)c->fd, c->ino};
+        m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size, c->id, (uint32_t)c->fd, c->ino,
+                                                byval_export_tag((uint32_t)c->fd, c->ino)};
     }
     int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     int ok = fd >= 0 && write(fd, m, len) == (ssize_t)len &&
@@ -466,6 +467,7 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
     rec.alloc_id = new_id();
     rec.size = len;
     rec.device = (uint8_t)device;
+    rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
     memcpy(e->handle.reserved + BYVAL_CU_OFF_CHUNK, &r->first, sizeof(r->first));
     memcpy(e->handle.reserved + BYVAL_CU_OFF_POOL, &p->id, sizeof(p->id));
     if (byval_wire_encode(&rec, (uint8_t *)e->handle.reserved + BYVAL_CU_RECORD_OFF) !=

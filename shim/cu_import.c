@@ -278,6 +278,7 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
     crec.kind = BYVAL_KIND_CU_VMM;
     crec.fd = c->fd;
     crec.fd_ino = c->fd_ino;
+    crec.tag = c->tag; /* what the exporter's broker asks of another uid */
     crec.alloc_id = c->id;
     int fd = -1;
     uint64_t t0 = byval_stats_now_ns();

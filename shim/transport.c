@@ -11,6 +11,7 @@
 #include "handles/broker.h"
 #include "handles/registry.h"
 #include "handles/registry_view.h"
+#include "handles/tag.h"
 #include "handles/transport.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
@@ -101,11 +102,11 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd)
 
 /* ---- the export core's sink (cache/exports.h) -------------------------- */
 
-static int sink_offer(int fd)
+static int sink_offer(int fd, int open)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no socket route: nothing offered, nothing to withdraw */
-    int rc = byval_broker_offer(fd);
+    int rc = open ? byval_broker_offer_open(fd) : byval_broker_offer(fd);
     byval_rendezvous_report(); /* why the directory is not listened on, once */
     if (rc == 0)
         return 0;
@@ -153,12 +154,24 @@ static uint64_t sink_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t s
     int page_fd, pipe_rd;
     /* Importers that cannot use pidfd_getfd fetch these from the broker:
      * offered once per registry (a fork child's exports make its own).
-     * The registry's own, not an export's: never withdrawn. */
+     * The registry's own, not an export's: never withdrawn. Open: the
+     * directory's group needs them to see exports end, and they hold no
+     * secret (the page is sealed, the pipe carries nothing). */
     if (byval_reg_fds_to_offer(&page_fd, &pipe_rd) == 0) {
-        sink_offer(page_fd);
-        sink_offer(pipe_rd);
+        sink_offer(page_fd, 1);
+        sink_offer(pipe_rd, 1);
     }
     return serial;
+}
+
+uint64_t byval_export_tag(uint32_t fd, uint32_t ino)
+{
+    uint64_t tag = 0;
+    static int said;
+    if (byval_tag_make(fd, ino, &tag) != 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        BYVAL_LOG_WARN("no key for export tags (getrandom and /dev/urandom failed: %m): peers "
+                       "of IPCBYVAL_RENDEZVOUS_GID's group will be refused every export");
+    return tag;
 }
 
 static const byval_exports_sink_t sink = {

@@ -42,6 +42,11 @@ byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_
  * ops->name. NULL when it cannot be allocated (logged). */
 byval_exports_t *byval_export_table(const byval_exports_ops_t *ops);
 
+/* Exporter side: the tag a handle carries for exported fd (inode low 32
+ * bits ino), handles/tag.h; 0 when no key could be made (logged once:
+ * peers of another uid are then refused). */
+uint64_t byval_export_tag(uint32_t fd, uint32_t ino);
+
 /* Exporter side: fd is the application's own export (an opaque-layout
  * handle, cuMemExportToShareableHandle, an fd from an IPC handle): a peer
  * whose own pidfd_getfd the kernel refuses may get it from our broker

@@ -190,7 +190,7 @@ static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
             .fd = (int)fd,
             .ino = ino,
             .size = size > 0 ? (uint64_t)size : 0,
-            .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
+            .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN,
         };
         e->core.nitems = 1;
         e->core.items = &e->item;

@@ -140,8 +140,9 @@ static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_recor
         .ino = rec.fd_ino,
         .size = rec.size,
         /* for importers pidfd_getfd cannot serve, and for other
-         * libraries' own pidfd_getfd */
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE,
+         * libraries' own pidfd_getfd; an opaque handle's short record
+         * has no room for a tag: open to the directory's group */
+        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (opaque ? BYVAL_EXPORT_OPEN : 0),
     };
     /* An opaque handle's fd is the driver's until the allocation goes,
      * whatever becomes of the context (compute-runtime: allocations

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "handles/resolve.h"
+#include "shim/transport.h"
 #include "shim/ze.h"
 
 /* Pattern for bytes 17..63: position-dependent so that a driver that
@@ -94,5 +95,6 @@ int byval_ze_write_record(uint8_t *h, uint64_t alloc_id, ze_device_handle_t dev)
     if (byval_ze_opaque_record(h, alloc_id, &rec) != 0)
         return -1;
     rec.device = device_ordinal(dev);
+    rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
     return byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK ? 0 : -1;
 }

@@ -58,7 +58,7 @@ int stale_ask(pid_t pid, uint32_t magic, uint32_t fd, uint32_t ino, int *got_p)
             close(s);
         return -ECONNREFUSED;
     }
-    uint32_t req[3] = {magic, fd, ino};
+    uint32_t req[5] = {magic, fd, ino, 0, 0}; /* no tag: a peer of the exporter's uid */
     int32_t rsp[2] = {0, -EPROTO};
     union {
         char buf[CMSG_SPACE(sizeof(int))];

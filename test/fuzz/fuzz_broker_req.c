@@ -52,9 +52,9 @@ static void check_stream(const uint8_t *in, size_t size)
             memcpy(&again, copy, sizeof(again));
             if ((again.magic != BROKER_MAGIC && again.magic != BROKER_MAGIC_RESCUE) ||
                 again.fd > INT32_MAX || req.magic != again.magic || req.fd != again.fd ||
-                req.fd_ino != again.fd_ino)
+                req.fd_ino != again.fd_ino || req.tag != again.tag || (again.tag >> 40))
                 abort();
-            if (again.magic == BROKER_MAGIC_RESCUE && again.fd_ino != 0)
+            if (again.magic == BROKER_MAGIC_RESCUE && (again.fd_ino != 0 || again.tag != 0))
                 abort(); /* a rescue names a number, nothing else */
         }
         free(copy);

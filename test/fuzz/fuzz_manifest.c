@@ -45,7 +45,8 @@ static void check_accepted(const byval_manifest_t *m, const uint8_t *bytes, size
     for (uint32_t i = 0; i < m->nchunks; i++) {
         const byval_manifest_chunk_t *c = &m->chunks[i];
         if (!c->size || (i && c->offset != end) || c->offset > m->reserve_size ||
-            c->size > m->reserve_size - c->offset || c->fd > INT32_MAX || !c->id ||
+            c->size > m->reserve_size - c->offset || c->fd > INT32_MAX ||
+            c->tag > BYVAL_WIRE_MAX_TAG || !c->id ||
             c->id > BYVAL_WIRE_MAX_ALLOC_ID)
             abort();
         end = c->offset + c->size;

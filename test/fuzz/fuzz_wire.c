@@ -35,8 +35,9 @@ static void check_canonical(const uint8_t *rec_bytes, size_t size)
     if (st != BYVAL_WIRE_OK)
         return;
     if (rec.version != BYVAL_WIRE_VERSION || rec.kind < 1 || rec.kind > BYVAL_KIND_MAX_ ||
-        (rec.flags & ~BYVAL_FLAG_MASK) || rec.fd > INT32_MAX || rec.size % BYVAL_WIRE_PAGE ||
-        rec.size > BYVAL_WIRE_MAX_SIZE || rec.alloc_id > BYVAL_WIRE_MAX_ALLOC_ID)
+        (rec.flags & ~BYVAL_FLAG_MASK) || rec.fd > BYVAL_WIRE_MAX_FD || rec.size % BYVAL_WIRE_PAGE ||
+        rec.size > BYVAL_WIRE_MAX_SIZE || rec.alloc_id > BYVAL_WIRE_MAX_ALLOC_ID ||
+        rec.identity > BYVAL_WIRE_MAX_IDENTITY || rec.tag > BYVAL_WIRE_MAX_TAG)
         abort();
     if (byval_wire_encode(&rec, again) != BYVAL_WIRE_OK)
         abort();

@@ -14,9 +14,11 @@
  *       "FAILED (status): message"
  *   hostile page ADDR            ask for the registry page (rescue request)
  *   hostile grab ADDR            a peer sent nothing: the page, then every
- *                                live export it lists, by handle and by
- *                                number (rescue): "grab: K of M exports
- *                                fetched", "rescue: K of M ..."
+ *                                live export it lists, by handle (its fd
+ *                                and inode from the page, with no tag and
+ *                                with a made-up one) and by number
+ *                                (rescue): "grab: K of M exports fetched
+ *                                (R refused for the tag)", "rescue: ..."
  *   hostile idle ADDR N SECS     hold N connections that send nothing
  *   hostile squat NAME SECS      listen at the abstract NAME
  *   hostile stack                the stack size of a background thread
@@ -39,6 +41,7 @@
 #include "handles/broker_internal.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h"
+#include "handles/tag.h"
 #include "handles/transport.h"
 
 #define H_SIZE 8192
@@ -107,6 +110,8 @@ static int do_export(int argc, char **argv)
         rec.fd = (uint32_t)fd;
         rec.fd_ino = (uint32_t)byval_fd_inode(fd);
         uint8_t wire[BYVAL_WIRE_LEN];
+        if (byval_record_tag(&rec) != 0)
+            return 1;
         int page_fd, pipe_rd;
         if (byval_broker_offer(fd) != 0 || byval_reg_add_fd(fd) != 0 ||
             byval_reg_add(BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino, rec.fd,
@@ -116,7 +121,7 @@ static int do_export(int argc, char **argv)
             return 1;
         }
         if (byval_reg_fds_to_offer(&page_fd, &pipe_rd) == 0 &&
-            (byval_broker_offer(page_fd) != 0 || byval_broker_offer(pipe_rd) != 0))
+            (byval_broker_offer_open(page_fd) != 0 || byval_broker_offer_open(pipe_rd) != 0))
             return 1;
         fprintf(f, "rec ");
         for (int i = 0; i < BYVAL_WIRE_LEN; i++)
@@ -224,9 +229,10 @@ static int dial(const char *addr)
 }
 
 /* One request; the status, *fd_p the fd that came with it or -1. */
-static int ask(const char *addr, uint32_t magic, uint32_t fd, uint32_t ino, int *fd_p)
+static int ask(const char *addr, uint32_t magic, uint32_t fd, uint32_t ino, uint64_t tag,
+               int *fd_p)
 {
-    struct broker_req req = {magic, fd, ino};
+    struct broker_req req = {magic, fd, ino, tag};
     struct broker_rsp rsp = {0, -EPROTO};
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -255,7 +261,7 @@ static int ask(const char *addr, uint32_t magic, uint32_t fd, uint32_t ino, int 
 
 static int do_page(const char *addr)
 {
-    int fd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, &fd);
+    int fd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, 0, &fd);
     char buf[256] = "", link[128] = "", path[64];
     printf("page: status %d\n", st);
     if (fd < 0)
@@ -271,8 +277,8 @@ static int do_page(const char *addr)
 
 static int do_grab(const char *addr)
 {
-    int pfd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, &pfd);
-    int got = 0, live = 0;
+    int pfd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, 0, &pfd);
+    int got = 0, live = 0, untagged = 0;
     if (pfd < 0) {
         printf("grab: page refused (%d): 0 of 0 exports fetched\n", st);
         return 0;
@@ -290,17 +296,26 @@ static int do_grab(const char *addr)
         if (!slot[i].serial || !slot[i].ino)
             continue;
         live++;
-        if (ask(addr, BROKER_MAGIC, slot[i].fd, slot[i].ino, &fd) == 0 && fd >= 0) {
-            got++;
-            close(fd);
+        /* The request of this version, its tag missing, then made up. */
+        uint64_t tags[2] = {0, ((uint64_t)slot[i].ino * 0x9E3779B97F4A7C15ull >> 24) | 1};
+        int fetched = 0;
+        for (int t = 0; t < 2; t++) {
+            int rc = ask(addr, BROKER_MAGIC, slot[i].fd, slot[i].ino, tags[t], &fd);
+            if (rc == 0 && fd >= 0) {
+                fetched = 1;
+                close(fd);
+            }
+            untagged += rc == -EACCES;
         }
-        if (ask(addr, BROKER_MAGIC_RESCUE, slot[i].fd, 0, &fd) == 0 && fd >= 0) {
+        got += fetched;
+        if (ask(addr, BROKER_MAGIC_RESCUE, slot[i].fd, 0, 0, &fd) == 0 && fd >= 0) {
             rescued++;
             close(fd);
         }
     }
     printf("rescue: %d of %d exports fetched by number\n", rescued, live);
-    printf("grab: %d of %d exports fetched\n", got, live);
+    printf("grab: %d of %d exports fetched (%d of %d requests refused for the tag)\n", got, live,
+           untagged, 2 * live);
     return 0;
 }
 

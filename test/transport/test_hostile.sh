@@ -105,13 +105,14 @@ if [ $NS_OK = 1 ] && command -v setpriv >/dev/null && getent group nogroup >/dev
             else
                 fail "group member by number" "$(tr '\n' ' ' <"$L/hostile-grab.log")"
             fi
-            # By handle, still open: a handle carries nothing a member could
-            # not read in the registry page or guess (fd numbers, sequential
-            # inodes); the fix needs a per-export secret in the record.
-            if grep -qE '^grab: 0 of [0-9]+ exports fetched' "$L/hostile-grab.log"; then
-                pass "a group member sent nothing fetches none of the exports ($(sed -n 's/^grab: //p' "$L/hostile-grab.log"))"
+            # By handle: the page lists every export's fd and inode; without
+            # the tag a handle carries, each request is refused for the tag
+            # (EACCES), not for anything else.
+            m=$(sed -n 's/^grab: 0 of \([1-9][0-9]*\) exports fetched (\([0-9]*\) of \([0-9]*\) requests refused for the tag)$/\2 \3/p' "$L/hostile-grab.log")
+            if [ -n "$m" ] && [ "${m% *}" = "${m#* }" ]; then
+                pass "a group member sent nothing fetches none of the exports, each request refused for its tag ($(sed -n 's/^grab: //p' "$L/hostile-grab.log"))"
             else
-                skip "group member sent nothing" "OPEN DEFECT, not fixed yet: $(tr '\n' ' ' <"$L/hostile-grab.log")(needs a per-export secret in the handle)"
+                fail "group member sent nothing" "$(tr '\n' ' ' <"$L/hostile-grab.log")"
             fi
             grep -q '^OK' "$L/hostile-grab-imp.log" &&
                 pass "a group member with a handle opens it through the directory" ||

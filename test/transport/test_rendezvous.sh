@@ -288,7 +288,7 @@ grep -q 'is world-writable (mode 1777)' "$L/rdv-ww-imp.log" &&
 # It runs copies in $top/bin: the checkout may be out of its reach.
 if ! command -v setpriv >/dev/null || ! getent group nogroup >/dev/null; then
     skip "another uid" "needs setpriv and the nogroup group"
-elif ! why=$(copy_for_uid 65534 "$top/bin" "$T/rdv_ze"); then
+elif ! why=$(copy_for_uid 65534 "$top/bin" "$T/rdv_ze" $([ -x "$T/rdv_cu" ] && echo "$T/rdv_cu" "$CU/libcuda.so.1")); then
     skip "another uid" "$why"
 else
     G=$(getent group nogroup | cut -d: -f3)
@@ -319,5 +319,25 @@ else
                 fail "group opt-in" "$(grep -E 'error|warn|FAILED' "$L/rdv-$mode-imp.log" "$L/rdv-$mode-exp.log" | head -3 | tr '\n' ' ')"
         fi
     done
+    # A member holds a handle of a CUDA VMM reservation: its manifest and
+    # every chunk the manifest lists come with their tags.
+    if [ -x "$O/rdv_cu" ] && nm -D --defined-only "$LIB" | grep -qw cuIpcGetMemHandle; then
+        newdir
+        chgrp "$G" "$D" "$D/c.h" "$D/c.a" && chmod 660 "$D/c.h" "$D/c.a" && chmod 2770 "$D"
+        (
+            export IPCBYVAL_RENDEZVOUS_DIR=$D IPCBYVAL_RENDEZVOUS_GID="$G" CUDADRV_VMM_EXPORT=memfd
+            LD_LIBRARY_PATH="$CU" side "$L/rdv-gid-cu-exp.log" "$T/rdv_cu" export "$D" --mem vmm --rounds 3 &
+            ep=$!
+            timeout -s KILL 60 "${NS[@]}" setpriv --reuid 65534 --regid "$G" --clear-groups \
+                env IPCBYVAL_LIB="$O/${LIB##*/}" LD_LIBRARY_PATH="$O" \
+                "$O/${RUN##*/}" "$O/rdv_cu" import "$D" --mem vmm --rounds 3 >"$L/rdv-gid-cu-imp.log" 2>&1
+            wait $ep
+        ) 2>/dev/null
+        grep -q '^OK rdv' "$L/rdv-gid-cu-imp.log" &&
+            pass "another uid of group $G opens CUDA VMM handles it was sent (manifest and chunks tagged)" ||
+            fail "group opt-in, CUDA VMM" "$(grep -E 'error|warn|FAILED' "$L/rdv-gid-cu-imp.log" "$L/rdv-gid-cu-exp.log" | head -3 | tr '\n' ' ')"
+    else
+        skip "another uid, CUDA VMM" "no CUDA double"
+    fi
 fi
 finish

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "handles/broker_internal.h"
+#include "handles/tag.h"
 
 static byval_self_t me;
 
@@ -539,7 +540,7 @@ static void test_signals_retried(void **state)
  * for a whole request with a possible fd number. */
 static void test_request_parser(void **state)
 {
-    struct broker_req req = {BROKER_MAGIC, 7, 1234}, out;
+    struct broker_req req = {BROKER_MAGIC, 7, 1234, 0}, out;
     uint8_t b[sizeof(req) + 1];
     memcpy(b, &req, sizeof(req));
     for (size_t len = 0; len < sizeof(req); len++)
@@ -548,13 +549,21 @@ static void test_request_parser(void **state)
     assert_int_equal(out.fd, 7);
     assert_int_equal(out.fd_ino, 1234);
     assert_int_equal(byval_broker_req_parse(b, sizeof(b), &out), BYVAL_BROKER_BAD);
+    req.tag = BYVAL_WIRE_MAX_TAG; /* the largest tag, then one past it */
+    memcpy(b, &req, sizeof(req));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_READY);
+    assert_true(out.tag == BYVAL_WIRE_MAX_TAG);
+    req.tag = BYVAL_WIRE_MAX_TAG + 1;
+    memcpy(b, &req, sizeof(req));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
+    req.tag = 0;
     b[0] ^= 0xff;
     assert_int_equal(byval_broker_req_parse(b, 1, &out), BYVAL_BROKER_BAD);
     req.fd = 0x80000000u;
     memcpy(b, &req, sizeof(req));
     assert_int_equal(byval_broker_req_parse(b, sizeof(req), &out), BYVAL_BROKER_BAD);
     /* A rescue names a number and nothing else. */
-    struct broker_req rescue = {BROKER_MAGIC_RESCUE, 9, 0};
+    struct broker_req rescue = {BROKER_MAGIC_RESCUE, 9, 0, 0};
     memcpy(b, &rescue, sizeof(rescue));
     for (size_t len = 0; len < sizeof(rescue); len++)
         assert_int_equal(byval_broker_req_parse(b, len, &out), BYVAL_BROKER_MORE);
@@ -562,6 +571,10 @@ static void test_request_parser(void **state)
     assert_int_equal(out.magic, BROKER_MAGIC_RESCUE);
     assert_int_equal(out.fd, 9);
     rescue.fd_ino = 1;
+    memcpy(b, &rescue, sizeof(rescue));
+    assert_int_equal(byval_broker_req_parse(b, sizeof(rescue), &out), BYVAL_BROKER_BAD);
+    rescue.fd_ino = 0;
+    rescue.tag = 1;
     memcpy(b, &rescue, sizeof(rescue));
     assert_int_equal(byval_broker_req_parse(b, sizeof(rescue), &out), BYVAL_BROKER_BAD);
     b[3] = 0x77; /* neither magic's last byte */
@@ -575,7 +588,7 @@ static int stall_open(const byval_record_t *rec, int *c, int n, int half, int se
 {
     struct sockaddr_un a;
     socklen_t alen = byval_broker_addr(&a, rec->boot, rec->pidns, rec->pid, rec->identity);
-    struct broker_req req = {BROKER_MAGIC, rec->fd, rec->fd_ino};
+    struct broker_req req = {BROKER_MAGIC, rec->fd, rec->fd_ino, rec->tag};
     for (int i = 0; i < n; i++) {
         c[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (c[i] < 0 || connect(c[i], (struct sockaddr *)&a, alen) != 0)
@@ -745,6 +758,85 @@ static void test_threads(void **state)
     close(other);
 }
 
+/* SipHash-2-4's reference vector (key 00..0f, message 00..0e), and the
+ * tags: stable in one process, another key in a fork child, 40 bits. */
+static void test_tags(void **state)
+{
+    (void)state;
+    uint8_t k[16], m[15];
+    for (int i = 0; i < 16; i++)
+        k[i] = (uint8_t)i;
+    for (int i = 0; i < 15; i++)
+        m[i] = (uint8_t)i;
+    assert_true(byval_siphash24(k, m, 15) == 0xa129ca6149be45e5ULL);
+    assert_true(byval_siphash24(k, m, 0) == 0x726fdb47dd0e0e31ULL);
+    uint64_t t, again, other;
+    assert_int_equal(byval_tag_make(7, 1234, &t), 0);
+    assert_int_equal(byval_tag_make(7, 1234, &again), 0);
+    assert_int_equal(byval_tag_make(8, 1234, &other), 0);
+    assert_true(t == again && t != other && t != 0 && t <= BYVAL_WIRE_MAX_TAG);
+    assert_true(byval_tag_check(7, 1234, t));
+    assert_false(byval_tag_check(7, 1235, t));
+    assert_false(byval_tag_check(7, 1234, 0));
+    assert_false(byval_tag_check(7, 1234, t ^ 1));
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t c = 0;
+        int ok = !byval_tag_check(7, 1234, t) && byval_tag_make(7, 1234, &c) == 0 && c != t;
+        _exit(write(p[1], &ok, sizeof(ok)) == sizeof(ok) ? 0 : 1);
+    }
+    int ok = 0;
+    close(p[1]);
+    assert_int_equal(read(p[0], &ok, sizeof(ok)), (ssize_t)sizeof(ok));
+    close(p[0]);
+    waitpid(pid, NULL, 0);
+    assert_true(ok); /* the child's key is its own */
+}
+
+/* The group rule: a peer not of the uid served gets an export only with
+ * its tag (-EACCES without, nothing else); an open offer needs none; a
+ * peer of our uid needs none. */
+static void test_group_needs_tag(void **state)
+{
+    (void)state;
+    int fd = new_memfd(), reg = new_memfd(), dup;
+    byval_record_t rec = rec_of(&me, fd);
+    assert_int_equal(byval_record_tag(&rec), 0);
+    assert_int_equal(byval_broker_offer(fd), 0);
+    assert_int_equal(byval_broker_offer_open(reg), 0);
+    uint64_t before = byval_broker_untagged();
+    struct broker_req req = {BROKER_MAGIC, rec.fd, rec.fd_ino, 0};
+    assert_int_equal(byval_broker_lookup(&req, 0, &dup), -EACCES);
+    req.tag = rec.tag ^ 0x10;
+    assert_int_equal(byval_broker_lookup(&req, 0, &dup), -EACCES);
+    assert_int_equal(dup, -1);
+    assert_true(byval_broker_untagged() == before + 2);
+    req.tag = rec.tag;
+    assert_int_equal(byval_broker_lookup(&req, 0, &dup), 0);
+    close(dup);
+    req.tag = 0;
+    assert_int_equal(byval_broker_lookup(&req, 1, &dup), 0); /* our uid */
+    close(dup);
+    struct broker_req open_req = {BROKER_MAGIC, (uint32_t)reg, (uint32_t)byval_fd_inode(reg), 0};
+    assert_int_equal(byval_broker_lookup(&open_req, 0, &dup), 0);
+    close(dup);
+    /* A tag is for its own (fd, inode): another export's is refused. */
+    int fd2 = new_memfd();
+    byval_record_t rec2 = rec_of(&me, fd2);
+    assert_int_equal(byval_record_tag(&rec2), 0);
+    assert_int_equal(byval_broker_offer(fd2), 0);
+    req = (struct broker_req){BROKER_MAGIC, rec2.fd, rec2.fd_ino, rec.tag};
+    assert_int_equal(byval_broker_lookup(&req, 0, &dup), -EACCES);
+    byval_broker_withdraw(fd);
+    byval_broker_withdraw(fd2);
+    byval_broker_withdraw(reg);
+    close(fd);
+    close(fd2);
+    close(reg);
+}
+
 int main(void)
 {
     if (byval_self_get(&me) != 0) {
@@ -753,6 +845,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_parser),
+        cmocka_unit_test(test_tags),
+        cmocka_unit_test(test_group_needs_tag),
         cmocka_unit_test(test_roundtrip_and_pidfd),
         cmocka_unit_test(test_unknown_withdrawn_reused),
         cmocka_unit_test(test_stale_number_never_serves_newcomer),

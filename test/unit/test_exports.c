@@ -64,8 +64,9 @@ static void unpublish(uint64_t key, uint32_t ino)
             i++;
 }
 
-static int offer(int fd)
+static int offer(int fd, int open)
 {
+    (void)open;
     note("O%d ", fd);
     live_offer++;
     return 0;

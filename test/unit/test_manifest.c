@@ -30,7 +30,7 @@ static byval_manifest_t *make(uint32_t n)
     m->nchunks = n;
     m->reserve_size = (uint64_t)n << 21;
     for (uint32_t i = 0; i < n; i++)
-        m->chunks[i] = (byval_manifest_chunk_t){(uint64_t)i << 21, 1u << 21, 500 + i, 100 + i, 7 * i};
+        m->chunks[i] = (byval_manifest_chunk_t){(uint64_t)i << 21, 1u << 21, 500 + i, 100 + i, 7 * i, 0};
     m->pool_id = 77;
     return m;
 }
@@ -92,11 +92,11 @@ static void test_short_file(void **state)
 {
     byval_manifest_t *m = make(150);
     refused(m, BYVAL_MANIFEST_LEN(1), 8192,
-            "is 64 bytes long, but its header lists 150 chunks (4832 bytes)");
+            "is 72 bytes long, but its header lists 150 chunks (6032 bytes)");
     refused(m, 10, 4096, "shorter than its 32-byte header");
     refused(m, 0, 4096, "shorter than its 32-byte header");
     /* One byte short of the last chunk. */
-    refused(m, BYVAL_MANIFEST_LEN(150) - 1, 8192, "is 4831 bytes long");
+    refused(m, BYVAL_MANIFEST_LEN(150) - 1, 8192, "is 6031 bytes long");
     free(m);
 }
 
@@ -106,7 +106,7 @@ static void test_long_file(void **state)
     size_t len = BYVAL_MANIFEST_LEN(2);
     uint8_t *big = calloc(1, 4097);
     memcpy(big, m, len);
-    refused(big, len + 1, 4096, "but its header lists 2 chunks (96 bytes)");
+    refused(big, len + 1, 4096, "but its header lists 2 chunks (112 bytes)");
     refused(big, 4097, 4096, "is longer than the 4096 bytes its handle records");
     free(big);
     free(m);
@@ -119,8 +119,8 @@ static void test_header(void **state)
     m->magic ^= 1;
     refused(m, len, 4096, "not an ipcbyval manifest");
     m->magic ^= 1;
-    m->version = 1; /* the first layout, without chunk ids */
-    refused(m, len, 4096, "not an ipcbyval manifest of version 2");
+    m->version = 2; /* the layout before chunk tags */
+    refused(m, len, 4096, "not an ipcbyval manifest of version 3");
     m->version = BYVAL_MANIFEST_VERSION;
     m->nchunks = 0;
     refused(m, len, 4096, "lists 0 chunks (1 to 1048576 allowed)");
@@ -135,10 +135,10 @@ static void test_header(void **state)
 static void test_record_size(void **state)
 {
     byval_manifest_t *m = make(1024);
-    size_t len = BYVAL_MANIFEST_LEN(1024); /* 32800 bytes: 9 pages */
+    size_t len = BYVAL_MANIFEST_LEN(1024); /* 40992 bytes: 11 pages */
     refused(m, len, 4096, "is longer than the 4096 bytes its handle records");
-    refused(m, len, 32768, "is longer than the 32768 bytes its handle records");
-    refused(m, len, 40960, "the handle records 40960 bytes (10 pages, not 9)");
+    refused(m, len, 40960, "is longer than the 40960 bytes its handle records");
+    refused(m, len, 49152, "the handle records 49152 bytes (12 pages, not 11)");
     uint64_t past = (BYVAL_MANIFEST_MAX_LEN / BYVAL_WIRE_PAGE + 2) * BYVAL_WIRE_PAGE;
     char why[64];
     snprintf(why, sizeof(why), "records a manifest of %llu bytes", (unsigned long long)past);
@@ -179,6 +179,15 @@ static void test_chunks(void **state)
     refused(m, len, 4096, "chunk 2 (offset 4194304, size 2097152, fd 102) has an id no export");
     m->chunks[2].id = BYVAL_WIRE_MAX_ALLOC_ID + 1;
     refused(m, len, 4096, "has an id no export can have");
+    m->chunks[2].id = 502;
+    m->chunks[1].tag = BYVAL_WIRE_MAX_TAG + 1;
+    refused(m, len, 4096, "chunk 1 (offset 2097152, size 2097152, fd 101) carries a tag no export");
+    m->chunks[1].tag = BYVAL_WIRE_MAX_TAG;
+    char msg[256] = "";
+    byval_manifest_t *ok = byval_manifest_parse(m, len, 4096, 9, msg, sizeof(msg));
+    assert_non_null(ok);
+    assert_true(ok->chunks[1].tag == BYVAL_WIRE_MAX_TAG);
+    free(ok);
     free(m);
 }
 

@@ -50,32 +50,35 @@ static void assert_same_record(const byval_record_t *a, const byval_record_t *b)
     assert_int_equal(a->alloc_id, b->alloc_id);
     assert_int_equal(a->size, b->size);
     assert_int_equal(a->device, b->device);
+    assert_int_equal(a->tag, b->tag);
 }
 
 static const byval_record_t rec_max = {
     .kind = BYVAL_KIND_CU_VMM_MANIFEST, .flags = BYVAL_FLAG_ID_PIDFS, .pid = UINT32_MAX,
-    .pidns = UINT32_MAX, .boot = UINT32_MAX, .identity = UINT64_MAX, .fd = INT32_MAX,
-    .fd_ino = UINT32_MAX, .alloc_id = BYVAL_WIRE_MAX_ALLOC_ID, .size = BYVAL_WIRE_MAX_SIZE,
-    .device = 255};
+    .pidns = UINT32_MAX, .boot = UINT32_MAX, .identity = BYVAL_WIRE_MAX_IDENTITY,
+    .fd = BYVAL_WIRE_MAX_FD, .fd_ino = UINT32_MAX, .alloc_id = BYVAL_WIRE_MAX_ALLOC_ID,
+    .size = BYVAL_WIRE_MAX_SIZE, .device = 255, .tag = BYVAL_WIRE_MAX_TAG};
 
 /* The encoder against the layout table in wire.h, written out here. */
 static void test_layout_known_answer(void **state)
 {
     const byval_record_t r = {.kind = BYVAL_KIND_ZE_EVENT_POOL, .flags = 1, .pid = 0x01020304,
                               .pidns = 0xF0000001, .boot = 0xCAFEBABE,
-                              .identity = 0x1122334455667788ULL, .fd = 7, .fd_ino = 0xABCDEF01,
-                              .alloc_id = 0xA1A2A3A4A5A6ULL, .size = 3 * 4096 + 1, .device = 9};
-    uint8_t want[BYVAL_WIRE_LEN] = {0x62, 0x79, 1, 0x12}, got[BYVAL_WIRE_LEN];
+                              .identity = 0x112233445566ULL, .fd = 0x070809, .fd_ino = 0xABCDEF01,
+                              .alloc_id = 0xA1A2A3A4A5A6ULL, .size = 3 * 4096 + 1, .device = 9,
+                              .tag = 0xB1B2B3B4B5ULL};
+    uint8_t want[BYVAL_WIRE_LEN] = {0x62, 0x79, 2, 0x12}, got[BYVAL_WIRE_LEN];
     le(want + 4, r.pid, 4);
     le(want + 8, r.pidns, 4);
     le(want + 12, r.boot, 4);
-    le(want + 16, r.identity, 8);
-    le(want + 24, r.fd, 4);
-    le(want + 28, r.fd_ino, 4);
-    le(want + 32, r.alloc_id, 6);
-    le(want + 38, 4, 4); /* pages, rounded up */
-    want[42] = 9;
-    le(want + 43, byval_fnv1a32(want, 43), 4);
+    le(want + 16, r.identity, 6);
+    le(want + 22, r.fd, 3);
+    le(want + 25, r.fd_ino, 4);
+    le(want + 29, r.alloc_id, 6);
+    le(want + 35, 4, 4); /* pages, rounded up */
+    want[39] = 9;
+    le(want + 40, r.tag, 5);
+    le(want + 45, byval_fnv1a32(want, 45) & 0xffff, 2);
     assert_int_equal(byval_wire_encode(&r, got), BYVAL_WIRE_OK);
     assert_memory_equal(got, want, BYVAL_WIRE_LEN);
     /* FNV-1a 32 reference values */
@@ -98,12 +101,13 @@ static void test_round_trip_extremes(void **state)
         r->pid = (uint32_t)rnd(&seed);
         r->pidns = (uint32_t)rnd(&seed);
         r->boot = (uint32_t)rnd(&seed);
-        r->identity = rnd(&seed);
-        r->fd = (uint32_t)rnd(&seed) >> 1;
+        r->identity = rnd(&seed) >> 16;
+        r->fd = (uint32_t)rnd(&seed) >> 8;
         r->fd_ino = (uint32_t)rnd(&seed);
         r->alloc_id = rnd(&seed) >> 16;
         r->size = (rnd(&seed) % (BYVAL_WIRE_MAX_SIZE / 4096)) * 4096;
         r->device = (uint8_t)rnd(&seed);
+        r->tag = rnd(&seed) >> 24;
     }
     for (int i = 0; i < 6; i++) {
         uint8_t b[BYVAL_WIRE_LEN + 17];
@@ -204,7 +208,7 @@ static void test_random_buffers(void **state)
            (unsigned long long)counts[BYVAL_WIRE_CHECKSUM], with_magic_ok);
     assert_int_equal(counts[BYVAL_WIRE_OK], 0);
     assert_true(counts[BYVAL_WIRE_NOT_OURS] >= (uint64_t)n - 100); /* ~n * (1 - 2^-16) */
-    assert_true(with_magic_ok <= 1);                             /* expected n / 2^32 */
+    assert_true(with_magic_ok <= 60); /* a 16-bit checksum: expected n / 2^16, 15 */
 }
 
 /* Random payloads made to pass the checksum: the decoder's own field
@@ -219,13 +223,11 @@ static void test_checksummed_random_fields(void **state)
         fill_random(b, sizeof(b), &seed);
         b[0] = 0x62, b[1] = 0x79;
         if (i % 2)
-            b[2] = 1; /* half with the right version */
-        le(b + 43, byval_fnv1a32(b, 43), 4);
+            b[2] = 2; /* half with the right version */
+        le(b + 45, byval_fnv1a32(b, 45) & 0xffff, 2);
         unsigned kind = b[3] & 15, flags = b[3] >> 4;
-        uint32_t fd = (uint32_t)b[24] | (uint32_t)b[25] << 8 | (uint32_t)b[26] << 16 |
-                      (uint32_t)b[27] << 24;
-        byval_wire_status_t want = b[2] != 1 ? BYVAL_WIRE_VERSION_UNKNOWN
-                                   : (kind < 1 || kind > 4 || flags > 1 || fd > INT32_MAX)
+        byval_wire_status_t want = b[2] != 2 ? BYVAL_WIRE_VERSION_UNKNOWN
+                                   : (kind < 1 || kind > 4 || flags > 1)
                                        ? BYVAL_WIRE_BAD_FIELD
                                        : BYVAL_WIRE_OK;
         assert_int_equal(byval_wire_decode(b, sizeof(b), &out), want);
@@ -241,18 +243,20 @@ static void test_checksummed_random_fields(void **state)
 
 static void test_encode_refuses_out_of_range(void **state)
 {
-    byval_record_t bad[8];
-    for (int i = 0; i < 8; i++)
+    byval_record_t bad[10];
+    for (int i = 0; i < 10; i++)
         bad[i] = rec_max;
     bad[0].kind = 0;
     bad[1].kind = 5;
     bad[2].flags = 0x2;
     bad[3].size = BYVAL_WIRE_MAX_SIZE + 1;
     bad[4].alloc_id = BYVAL_WIRE_MAX_ALLOC_ID + 1;
-    bad[5].fd = (uint32_t)INT32_MAX + 1;
+    bad[5].fd = BYVAL_WIRE_MAX_FD + 1;
     bad[6].kind = 15;
     bad[7].flags = 0x10;
-    for (int i = 0; i < 8; i++) {
+    bad[8].identity = BYVAL_WIRE_MAX_IDENTITY + 1;
+    bad[9].tag = BYVAL_WIRE_MAX_TAG + 1;
+    for (int i = 0; i < 10; i++) {
         uint8_t b[BYVAL_WIRE_LEN], untouched[BYVAL_WIRE_LEN];
         memset(b, 0xa5, sizeof(b));
         memset(untouched, 0xa5, sizeof(untouched));

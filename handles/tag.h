@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tag.h - the exporter's tag of an exported object: a keyed hash
+ * (SipHash-2-4, 40 bits kept) of (fd number, inode low 32 bits, as
+ * records carry it) under a random key
+ * this process never publishes. A record carries its fd's tag, a CUDA
+ * manifest each chunk's; the broker recomputes it at a request, storing
+ * nothing, and serves a peer of another uid only what it shows the tag
+ * of. What a peer can read elsewhere (the registry page's fd and inode
+ * list, /proc) does not give the tag without the key.
+ *
+ * The key comes from getrandom at the first tag; a fork child makes its
+ * own (its exports are its own).
+ */
+#ifndef BYVAL_HANDLES_TAG_H
+#define BYVAL_HANDLES_TAG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handles/wire.h"
+
+/* The tag of (fd, ino) into *tag_p (1..2^40-1): 0, or -1 with errno
+ * when no key could be made (getrandom and /dev/urandom failed). */
+int byval_tag_make(uint32_t fd, uint32_t ino, uint64_t *tag_p);
+
+/* rec->tag = the tag of (rec->fd, rec->fd_ino): 0, or -1 with errno and
+ * rec->tag 0 (then only peers of our uid are served). */
+int byval_record_tag(byval_record_t *rec);
+
+/* 1 if tag is (fd, ino)'s tag under our key, else 0 (no key: 0). */
+int byval_tag_check(uint32_t fd, uint32_t ino, uint64_t tag);
+
+/* SipHash-2-4 of len bytes at in under the 16-byte key k (for tests:
+ * the reference vectors). */
+uint64_t byval_siphash24(const uint8_t k[16], const void *in, size_t len);
+
+#endif
