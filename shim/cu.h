@@ -16,6 +16,7 @@
 #include <cuda.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cache/lru.h"
 #include "handles/registry.h"
@@ -111,6 +112,20 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
 CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
                            unsigned int flags);
 CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr);
+
+/* arr (n elements used of *cap_p, elem bytes each) with room for one
+ * more, doubling from 16: arr itself, moved or not; NULL on ENOMEM (arr
+ * and *cap_p unchanged). */
+static inline void *byval_cu_room(void *arr, size_t *cap_p, size_t n, size_t elem)
+{
+    if (n < *cap_p)
+        return arr;
+    size_t cap = *cap_p ? *cap_p * 2 : 16;
+    void *a = realloc(arr, cap * elem);
+    if (a)
+        *cap_p = cap;
+    return a;
+}
 
 /* A pointer attribute read into a zeroed 8-byte slot (some are 4 bytes). */
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,

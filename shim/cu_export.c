@@ -197,28 +197,24 @@ static size_t chunk_at(const cu_pool_t *p, uint64_t off)
     return lo;
 }
 
-/* 1: p holds the chunk mapped at off now; 0: nothing there; -1: another
+/* 1: p holds the chunk mapped now as `now` says; 0: nothing there; -1: another
  * (unmapped and mapped anew behind our back: a driver call we did not see). */
-static int chunk_known(const cu_pool_t *p, uint64_t off, uint64_t size, uint64_t buffer_id)
+static int chunk_known(const cu_pool_t *p, const cu_chunk_t *now)
 {
-    size_t i = chunk_at(p, off);
-    if (i == p->n || p->chunks[i].off >= off + size)
+    size_t i = chunk_at(p, now->off);
+    if (i == p->n || p->chunks[i].off >= now->off + now->size)
         return 0;
     const cu_chunk_t *c = &p->chunks[i];
-    return c->off == off && c->size == size && c->buffer_id == buffer_id ? 1 : -1;
+    return c->off == now->off && c->size == now->size && c->buffer_id == now->buffer_id ? 1 : -1;
 }
 
 /* Keep c in p (its offset free there); 0 or -1 (ENOMEM). */
 static int chunk_add(cu_pool_t *p, const cu_chunk_t *c)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 16;
-        cu_chunk_t *n = realloc(p->chunks, cap * sizeof(*n));
-        if (!n)
-            return -1;
-        p->chunks = n;
-        p->cap = cap;
-    }
+    cu_chunk_t *a = byval_cu_room(p->chunks, &p->cap, p->n, sizeof(*c));
+    if (!a)
+        return -1;
+    p->chunks = a;
     size_t i = chunk_at(p, c->off);
     memmove(&p->chunks[i + 1], &p->chunks[i], (p->n - i) * sizeof(*c));
     p->chunks[i] = *c;
@@ -233,16 +229,12 @@ typedef struct fd_list {
 
 static void fd_list_add(fd_list_t *l, int fd)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        int *n = realloc(l->fd, cap * sizeof(*n));
-        if (!n) {
-            close(fd); /* withdrawn already: closing it now is safe, only early */
-            return;
-        }
-        l->fd = n;
-        l->cap = cap;
+    int *a = byval_cu_room(l->fd, &l->cap, l->n, sizeof(int));
+    if (!a) {
+        close(fd); /* withdrawn already: closing it now is safe, only early */
+        return;
     }
+    l->fd = a;
     l->fd[l->n++] = fd;
 }
 
@@ -330,7 +322,7 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
 typedef struct run {
     uint64_t first, end; /* offsets in the reservation */
     size_t n, cap;
-    uint64_t (*c)[3];    /* each chunk's offset, size and buffer id */
+    cu_chunk_t *c;       /* each chunk's offset, size and buffer id (fd -1) */
 } run_t;
 
 /* The chunks from ptr's to the first hole or the reservation's end. */
@@ -345,25 +337,21 @@ static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CU
         if (at >= start + size || rl->mem_get_address_range(&base, &len, at) != CUDA_SUCCESS ||
             !len || base < start || len > start + size - base || (r->n && base != at))
             break;
-        if (r->n == r->cap) {
-            size_t cap = r->cap ? r->cap * 2 : 16;
-            void *n = realloc(r->c, cap * sizeof(r->c[0]));
-            if (!n)
-                break;
-            r->c = n;
-            r->cap = cap;
-        }
-        r->c[r->n][0] = base - start;
-        r->c[r->n][1] = len;
-        if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &r->c[r->n][2]) != 0)
+        cu_chunk_t *a = byval_cu_room(r->c, &r->cap, r->n, sizeof(*a));
+        if (!a)
+            break;
+        r->c = a;
+        cu_chunk_t *c = &r->c[r->n];
+        *c = (cu_chunk_t){.off = base - start, .size = len, .fd = -1};
+        if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &c->buffer_id) != 0)
             break;
         r->n++;
         at = base + len;
     }
     if (!r->n)
         return -1;
-    r->first = r->c[0][0];
-    r->end = r->c[r->n - 1][0] + r->c[r->n - 1][1];
+    r->first = r->c[0].off;
+    r->end = r->c[r->n - 1].off + r->c[r->n - 1].size;
     return 0;
 }
 
@@ -374,7 +362,7 @@ static int run_known(const cu_export_key_t *key, const run_t *r)
     byval_lock(&pools_lock);
     cu_pool_t *p = pool_find(key->reserve_start, key->reserve_size);
     size_t k = 0;
-    while (p && k < r->n && chunk_known(p, r->c[k][0], r->c[k][1], r->c[k][2]) == 1)
+    while (p && k < r->n && chunk_known(p, &r->c[k]) == 1)
         k++;
     byval_unlock(&pools_lock);
     return k == r->n;
@@ -450,7 +438,7 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
     if (byval_self_get(&self) != 0 || i + r->n > p->n)
         return -1;
     for (size_t k = 0; k < r->n; k++) /* every chunk of the run kept (no ENOMEM) */
-        if (p->chunks[i + k].off != r->c[k][0] || p->chunks[i + k].size != r->c[k][1])
+        if (p->chunks[i + k].off != r->c[k].off || p->chunks[i + k].size != r->c[k].size)
             return -1;
     cu_export_t *e = export_new(1 + (uint32_t)r->n);
     if (!e || (e->manifest_fd = manifest_write(p, i, r->n, device, &len)) < 0) {
@@ -514,14 +502,13 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
     byval_lock(&pools_lock);
     cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size);
     for (size_t k = 0; p && k < r->n; k++) {
-        int known = chunk_known(p, r->c[k][0], r->c[k][1], r->c[k][2]);
+        int known = chunk_known(p, &r->c[k]);
         if (known < 0) { /* what we hold there is gone: as an unmap would */
-            pool_drop(p, r->c[k][0], r->c[k][0] + r->c[k][1], &stale);
+            pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size, &stale);
             p->unmaps++;
         }
         if (known <= 0)
-            fresh[nfresh++] = (cu_chunk_t){.off = r->c[k][0], .size = r->c[k][1],
-                                           .buffer_id = r->c[k][2], .fd = -1};
+            fresh[nfresh++] = r->c[k];
     }
     uint64_t unmaps = p ? p->unmaps : 0;
     if (p)
@@ -545,7 +532,7 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
         goto out;
     }
     for (size_t k = 0; k < nfresh; k++) {
-        if (chunk_known(p, fresh[k].off, fresh[k].size, fresh[k].buffer_id))
+        if (chunk_known(p, &fresh[k]))
             continue; /* a racing get exported it first: ours is closed below */
         fresh[k].id = new_id();
         if (chunk_add(p, &fresh[k]) != 0)

@@ -264,14 +264,10 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
                           cu_mirror_t *m, size_t at, uint64_t t[2])
 {
     char msg[512];
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 16;
-        mirror_chunk_t *n = realloc(m->chunks, cap * sizeof(*n));
-        if (!n)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        m->chunks = n;
-        m->cap = cap;
-    }
+    mirror_chunk_t *a = byval_cu_room(m->chunks, &m->cap, m->n, sizeof(*a));
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->chunks = a;
     /* Proven as the chunk's own export: its registry key is the chunk's
      * id, the kind memory. */
     byval_record_t crec = *rec;

@@ -74,7 +74,6 @@ static void track_init(void)
     byval_exporters_on_exit(exporter_exited);
 }
 
-
 byval_imports_t *byval_track_cache(byval_imports_ops_t *ops)
 {
     byval_once(&track_once, track_init);
