@@ -98,7 +98,7 @@ help:
 	@echo "  make rpm          build/ipcbyval-$(VERSION)-1.$(RPM_ARCH).rpm, the same files for RHEL (rpmbuild)"
 	@echo "  make clean        remove the build trees"
 	@echo "On a GPU machine (CUDA, Open MPI, no package registry):"
-	@echo "  make gpu-deps     run on Debian first: copy the Level Zero and uthash headers to .gpu-deps/"
+	@echo "  make gpu-deps     run on Debian first: copy the Level Zero headers to .gpu-deps/"
 	@echo "  make check-gpu    routing, MPI and latency tests against the real CUDA driver"
 	@echo "  make bench-gpu    GPU benchmark table"
 
@@ -173,8 +173,8 @@ demo-run: demo-bins
 	@scripts/demo.sh
 
 # On a GPU machine (no package registry there): build and run every GPU
-# test, print a summary table. GPU_DEPS=dir supplies the Level Zero and
-# uthash headers copied from a Debian machine (make gpu-deps).
+# test, print a summary table. GPU_DEPS=dir supplies the Level Zero
+# headers copied from a Debian machine (make gpu-deps).
 check-gpu:
 	@EXTRA_INC="$(if $(wildcard .gpu-deps/include),-I$(abspath .gpu-deps/include))" scripts/check-gpu.sh
 
@@ -185,7 +185,7 @@ bench-gpu:
 # builds and times beside this one (before/after in one run).
 gpu-deps:
 	@mkdir -p .gpu-deps/include
-	cp -r /usr/include/level_zero /usr/include/uthash.h .gpu-deps/include/
+	cp -r /usr/include/level_zero .gpu-deps/include/
 	@if [ -n "$(BASELINE)" ]; then rm -rf .gpu-deps/baseline && mkdir -p .gpu-deps/baseline && \
 	    git archive "$(BASELINE)" | tar -x -C .gpu-deps/baseline && echo "baseline $(BASELINE) in .gpu-deps/baseline"; fi
 

@@ -42,15 +42,16 @@
 /* What an item asks for, besides its registry entry (key != 0). */
 #define BYVAL_EXPORT_OFFER 1u  /* the broker serves fd (the socket route) */
 #define BYVAL_EXPORT_RESCUE 2u /* and other libraries' refused pidfd_getfd */
-#define BYVAL_EXPORT_OPEN 4u   /* offered to the directory's group without a tag
+#define BYVAL_EXPORT_OPEN \
+    4u /* offered to the directory's group without a tag
                                 * (its handle has no room for one) */
 
 typedef struct byval_export_item {
-    uint64_t key;   /* registry key; 0: not published */
-    int fd;         /* -1: none (a legacy CUDA handle names itself) */
-    uint32_t ino;   /* fd's inode, low 32 bits, as records carry it */
-    uint64_t size;  /* bytes exported, for the registry */
-    unsigned flags; /* BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN */
+    uint64_t key;    /* registry key; 0: not published */
+    int fd;          /* -1: none (a legacy CUDA handle names itself) */
+    uint32_t ino;    /* fd's inode, low 32 bits, as records carry it */
+    uint64_t size;   /* bytes exported, for the registry */
+    unsigned flags;  /* BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN */
     uint64_t serial; /* the core's: the registry serial, 0 when not published */
     unsigned taken;  /* the core's: stages taken */
 } byval_export_item_t;

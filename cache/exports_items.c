@@ -82,8 +82,9 @@ static int take(unsigned stage, const byval_export_item_t *it, uint64_t *serial_
         if (!serial)
             serial = h->serial;
         *serial_p = serial;
-    } else if (!h && (stage == BYVAL_EXPORT_OFFER ? sink->offer(it->fd, !!(it->flags & BYVAL_EXPORT_OPEN))
-                                                 : sink->enlist(it->fd)) != 0) {
+    } else if (!h &&
+               (stage == BYVAL_EXPORT_OFFER ? sink->offer(it->fd, !!(it->flags & BYVAL_EXPORT_OPEN))
+                                            : sink->enlist(it->fd)) != 0) {
         return 0;
     }
     if (!h) {

@@ -44,8 +44,8 @@ byval_imports_global_t byval_imports_g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
 static int alive(const byval_import_t *m)
 {
     const uint64_t *w = LD_ACQ(&m->live);
-    return !w || __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial,
-                                                                          __ATOMIC_RELAXED);
+    return !w ||
+        __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
 /* alive() right after m was tracked: either we see the exporter's free
@@ -58,8 +58,8 @@ static int alive(const byval_import_t *m)
 static int alive_tracked(const byval_import_t *m)
 {
     const uint64_t *w = __atomic_load_n(&m->live, __ATOMIC_SEQ_CST);
-    return !w || __atomic_load_n(w, __ATOMIC_SEQ_CST) == __atomic_load_n(&m->serial,
-                                                                         __ATOMIC_RELAXED);
+    return !w ||
+        __atomic_load_n(w, __ATOMIC_SEQ_CST) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
 int byval_import_alive(const byval_import_t *m)
@@ -343,8 +343,7 @@ static int charge(byval_import_t *m, uint64_t delta, int first)
 static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, int left)
 {
     uint32_t zero = 0;
-    if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_RELAXED))
+    if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return 0; /* another thread's close was first */
     if (c->ops->track && !LD_ACQ(&m->live))
         c->ops->track(m);

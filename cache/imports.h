@@ -29,10 +29,10 @@ typedef struct byval_imports byval_imports_t;
 
 typedef struct byval_import {
     /* Filled by the API before byval_imports_insert. */
-    uint64_t bytes;  /* memory the mapping holds (the byte budget) */
-    uintptr_t ctx;   /* local context it lives in (byval_imports_purge_ctx) */
-    uintptr_t addr;  /* where it is mapped (0: not memory); [addr, addr + span) */
-    uint64_t span;   /* address space it holds; 0: bytes */
+    uint64_t bytes;      /* memory the mapping holds (the byte budget) */
+    uintptr_t ctx;       /* local context it lives in (byval_imports_purge_ctx) */
+    uintptr_t addr;      /* where it is mapped (0: not memory); [addr, addr + span) */
+    uint64_t span;       /* address space it holds; 0: bytes */
     uint32_t pidns, pid; /* exporter; all zero: not known */
     uint64_t identity;
     /* Liveness: while *live == serial the exporter's allocation lives;
@@ -44,11 +44,11 @@ typedef struct byval_import {
     /* The core's. */
     byval_imports_t *home;
     struct byval_import *unext; /* uncached mappings' list */
-    uint32_t counted; /* its bytes count as closed (first close on; 2: charged) */
-    uint64_t charged; /* bytes counted as closed (under the lists' lock) */
+    uint32_t counted;           /* its bytes count as closed (first close on; 2: charged) */
+    uint64_t charged;           /* bytes counted as closed (under the lists' lock) */
     uint32_t uncached;
-    uint32_t dead; /* its context is gone: release without driver calls */
-    uint32_t inserting; /* listed, not in its cache yet */
+    uint32_t dead;                      /* its context is gone: release without driver calls */
+    uint32_t inserting;                 /* listed, not in its cache yet */
     struct byval_import *lnext, *lprev; /* the live list (imports_life.c) */
 } byval_import_t;
 
@@ -130,8 +130,8 @@ void byval_imports_shed(void);
 int byval_imports_open(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, uintptr_t ptr);
 
 enum {
-    BYVAL_IMPORTS_NOT_OURS = 0, /* never handed out: the driver's business */
-    BYVAL_IMPORTS_CLOSED = 1,   /* one open closed */
+    BYVAL_IMPORTS_NOT_OURS = 0,  /* never handed out: the driver's business */
+    BYVAL_IMPORTS_CLOSED = 1,    /* one open closed */
     BYVAL_IMPORTS_NOT_OPEN = -1, /* ours, but every open of it is closed */
 };
 

@@ -20,7 +20,7 @@ struct byval_imports {
 };
 
 typedef struct byval_imports_global {
-    byval_lock_t lock; /* the list of caches, the uncached and live lists */
+    byval_lock_t lock;       /* the list of caches, the uncached and live lists */
     pthread_cond_t released; /* a listed mapping's release ended */
     byval_imports_t *caches[IMPORTS_MAX];
     unsigned ncaches;

@@ -52,7 +52,8 @@ int byval_imports_holds(uintptr_t ptr)
     int in = 0;
     byval_lock(&g.lock);
     for (byval_import_t *m = g.live; m && !in; m = m->lnext)
-        in = m->addr && ptr >= m->addr && ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
+        in = m->addr && ptr >= m->addr &&
+            ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
     byval_unlock(&g.lock);
     return in;
 }

@@ -27,10 +27,9 @@ static __thread int gate_held;
 
 void (*byval_locks_test_hook)(const char *thread);
 
-static const char *const rank_names[] = {
-    "none",
+static const char *const rank_names[] = {"none",
 #define BYVAL_RANK_NAME_(r, name) name,
-    BYVAL_RANKS(BYVAL_RANK_NAME_)
+                                         BYVAL_RANKS(BYVAL_RANK_NAME_)
 #undef BYVAL_RANK_NAME_
 };
 
@@ -250,8 +249,8 @@ static void fork_child(void)
         drop(order[i]);
     }
     gate_held = 0;
-    for (const byval_fork_child_fn *f = __start_byval_fork_child;
-         f && f < __stop_byval_fork_child; f++)
+    for (const byval_fork_child_fn *f = __start_byval_fork_child; f && f < __stop_byval_fork_child;
+         f++)
         (*f)();
 }
 

@@ -50,70 +50,70 @@
 
 /* X(rank, name). Per rank: the lock, its owner, what it guards, and why
  * it sits there (what it is held across, i.e. what ranks after it). */
-#define BYVAL_RANKS(X)                                                                          \
+#define BYVAL_RANKS(X)                                                                           \
     /* cache/imports.c g.gate (rwlock): releases of imported mappings run                      \
      * shared, across the driver's close; a context purge and fork take it                     \
-     * exclusive to wait for them. First: it is held across the driver. */                    \
-    X(IMPORTS_GATE, "imports release gate")                                                     \
+     * exclusive to wait for them. First: it is held across the driver. */ \
+    X(IMPORTS_GATE, "imports release gate")                                                      \
     /* shim/cu_export.c: the exporter's VMM pools (chunks exported once                        \
-     * each). Held while a pool's exports start and end (EXPORTS). */                           \
-    X(CU_POOLS, "cuda vmm pools")                                                               \
+     * each). Held while a pool's exports start and end (EXPORTS). */ \
+    X(CU_POOLS, "cuda vmm pools")                                                                \
     /* shim/cu_import.c: the list of live mirrors. Held while a dead                           \
      * mirror gives back what no open needs (CU_MIRROR; the driver's                            \
-     * unmaps, like CU_MIRROR below). */                                                        \
-    X(CU_MIRRORS, "cuda vmm mirror list")                                                       \
+     * unmaps, like CU_MIRROR below). */ \
+    X(CU_MIRRORS, "cuda vmm mirror list")                                                        \
     /* shim/cu_import.c: a mirror's growth (chunks mapped into a cached                        \
      * mirror). Held across the fetch and the driver's import and map, the                     \
      * second lock held across the driver (a driver never calls the                             \
-     * application's cuIpcOpenMemHandle); nothing releases under it. */                         \
-    X(CU_MIRROR, "cuda vmm mirror growth")                                                      \
+     * application's cuIpcOpenMemHandle); nothing releases under it. */ \
+    X(CU_MIRROR, "cuda vmm mirror growth")                                                       \
     /* cache/exports.c: the export core's tables. Held while an export is                      \
      * published and withdrawn in handles/ (registry, broker offers,                          \
-     * registry by fd) and while its LRU is used: all rank after. */                           \
-    X(EXPORTS, "export core")                                                                   \
+     * registry by fd) and while its LRU is used: all rank after. */ \
+    X(EXPORTS, "export core")                                                                    \
     /* handles/broker_serve.c: the socket server's listener and connection                     \
-     * table. Held while the server thread starts (BGTHREAD). */                               \
-    X(BROKER_SERVE, "broker server")                                                            \
+     * table. Held while the server thread starts (BGTHREAD). */ \
+    X(BROKER_SERVE, "broker server")                                                             \
     /* handles/broker_offers.c: the fds offered over the socket, the uid                       \
-     * rule. A leaf (fstat, fcntl under it). */                                                \
-    X(BROKER_OFFERS, "broker offers")                                                           \
+     * rule. A leaf (fstat, fcntl under it). */ \
+    X(BROKER_OFFERS, "broker offers")                                                            \
     /* handles/registry.c: the exporter's registry page, memfd and pipe. A                     \
-     * leaf (the page, one pipe write). */                                                     \
-    X(REGISTRY, "export registry")                                                              \
+     * leaf (the page, one pipe write). */ \
+    X(REGISTRY, "export registry")                                                               \
     /* handles/registry_fds.c: the exported fd numbers and their proofs. A                     \
-     * leaf (raw fstat, fcntl, epoll_ctl). */                                                  \
-    X(REGISTRY_FDS, "export registry by fd")                                                    \
+     * leaf (raw fstat, fcntl, epoll_ctl). */ \
+    X(REGISTRY_FDS, "export registry by fd")                                                     \
     /* handles/registry_watch.c: the importer's registry views and pidfd                       \
-     * watches. Held while the watcher thread starts (BGTHREAD). */                            \
-    X(REGISTRY_WATCH, "registry watcher")                                                       \
-    /* handles/peers.c: how each exporter was reached. A leaf. */                              \
-    X(TRANSPORT, "transport peers")                                                             \
-    /* shim/exporters.c: kept exporter pidfds and their loans. A leaf. */                      \
-    X(EXPORTERS, "exporters table")                                                             \
-    /* shim/ze_fdconv.c: duplicates handed out as fds. A leaf. */                              \
-    X(ZE_FDCONV, "fd conversion duplicates")                                                    \
+     * watches. Held while the watcher thread starts (BGTHREAD). */ \
+    X(REGISTRY_WATCH, "registry watcher")                                                        \
+    /* handles/peers.c: how each exporter was reached. A leaf. */                                \
+    X(TRANSPORT, "transport peers")                                                              \
+    /* shim/exporters.c: kept exporter pidfds and their loans. A leaf. */                        \
+    X(EXPORTERS, "exporters table")                                                              \
+    /* shim/ze_fdconv.c: duplicates handed out as fds. A leaf. */                                \
+    X(ZE_FDCONV, "fd conversion duplicates")                                                     \
     /* cache/imports.c g.lock: the list of import caches, the uncached                         \
-     * mappings. Held while the open-pointer map is made (PTRMAP_LIST). */                     \
-    X(IMPORTS, "imports lists")                                                                 \
-    /* cache/lru_fork.c: the list of live LRU caches (class LRU). */                           \
-    X(LRU_LIST, "LRU cache list")                                                               \
+     * mappings. Held while the open-pointer map is made (PTRMAP_LIST). */ \
+    X(IMPORTS, "imports lists")                                                                  \
+    /* cache/lru_fork.c: the list of live LRU caches (class LRU). */                             \
+    X(LRU_LIST, "LRU cache list")                                                                \
     /* cache/lru*.c: each cache's lock (a class; never two at once).                           \
-     * Predicates run under it take no lock; callbacks run after it. */                        \
-    X(LRU, "LRU cache")                                                                         \
-    /* cache/ptrmap.c: the list of live pointer maps (class PTRMAP). */                        \
-    X(PTRMAP_LIST, "pointer map list")                                                          \
-    /* cache/ptrmap.c: each map's spin lock (a class). A leaf. */                              \
-    X(PTRMAP, "pointer map")                                                                    \
+     * Predicates run under it take no lock; callbacks run after it. */ \
+    X(LRU, "LRU cache")                                                                          \
+    /* cache/ptrmap.c: the list of live pointer maps (class PTRMAP). */                          \
+    X(PTRMAP_LIST, "pointer map list")                                                           \
+    /* cache/ptrmap.c: each map's spin lock (a class). A leaf. */                                \
+    X(PTRMAP, "pointer map")                                                                     \
     /* handles/bgthread.c: background thread starts: held across                               \
      * pthread_create; fork's prepare also waits under it until every new                      \
      * thread runs our code, so that no fork copies a sanitizer's or                           \
      * libc's thread bookkeeping mid-start. Last: only pthread_create's                        \
-     * own locks are taken under it. */                                                        \
+     * own locks are taken under it. */ \
     /* cache/once.c: once-only initialisations (byval_once). Held only to                      \
      * mark an init running or done, never across the init: an init may be                     \
      * asked for under any lock above (the export core's, publishing).                          \
-     * Nothing is taken under it. */                                                            \
-    X(ONCE, "once-only initialisation")                                                         \
+     * Nothing is taken under it. */ \
+    X(ONCE, "once-only initialisation")                                                          \
     X(BGTHREAD, "background thread start")
 
 typedef enum byval_rank {
@@ -121,7 +121,7 @@ typedef enum byval_rank {
 #define BYVAL_RANK_ENUM_(r, name) BYVAL_RANK_##r,
     BYVAL_RANKS(BYVAL_RANK_ENUM_)
 #undef BYVAL_RANK_ENUM_
-    BYVAL_RANK_COUNT
+        BYVAL_RANK_COUNT
 } byval_rank_t;
 
 /* How long fork's prepare waits for releases in flight (see above). */
@@ -147,9 +147,14 @@ typedef struct byval_rwlock {
     unsigned short rank;
 } byval_rwlock_t;
 
-#define BYVAL_LOCK_INIT(r) {PTHREAD_MUTEX_INITIALIZER, BYVAL_RANK_##r, 0}
-#define BYVAL_RWLOCK_INIT(r)                                                                   \
-    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r}
+#define BYVAL_LOCK_INIT(r)                           \
+    {                                                \
+        PTHREAD_MUTEX_INITIALIZER, BYVAL_RANK_##r, 0 \
+    }
+#define BYVAL_RWLOCK_INIT(r)                                                         \
+    {                                                                                \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r \
+    }
 
 /* Once-only initialisation with a fork story (cache/once.c). pthread_once
  * has one in glibc only (not in ThreadSanitizer's interceptor, not in
@@ -161,7 +166,10 @@ typedef struct byval_rwlock {
 typedef struct byval_once {
     int state;
 } byval_once_t;
-#define BYVAL_ONCE_INIT {0}
+#define BYVAL_ONCE_INIT \
+    {                   \
+        0               \
+    }
 void byval_once(byval_once_t *o, void (*fn)(void));
 
 /* A run-time instance (a class member); adaptive for short sections. */
@@ -226,24 +234,23 @@ typedef struct byval_lock_desc {
     void (*drop)(void);
 } byval_lock_desc_t;
 
-#define BYVAL_LOCK_SECTION_(sec, id, type, val)                                                \
+#define BYVAL_LOCK_SECTION_(sec, id, type, val) \
     static type const id __attribute__((used, section(sec), aligned(sizeof(void *)))) = val
 
-#define BYVAL_LOCK_REGISTER_(id, ...)                                                          \
-    static const byval_lock_desc_t id##_lockdesc = {__VA_ARGS__};                              \
-    BYVAL_LOCK_SECTION_("byval_locks", id##_lockent, const byval_lock_desc_t *,               \
-                        &id##_lockdesc)
+#define BYVAL_LOCK_REGISTER_(id, ...)                             \
+    static const byval_lock_desc_t id##_lockdesc = {__VA_ARGS__}; \
+    BYVAL_LOCK_SECTION_("byval_locks", id##_lockent, const byval_lock_desc_t *, &id##_lockdesc)
 
 /* At file scope: fork knows this static lock (its rank is the lock's). */
 #define BYVAL_LOCK_STATIC(id, lockp) BYVAL_LOCK_REGISTER_(id, .mutex = (lockp))
 #define BYVAL_RWLOCK_STATIC(id, lockp) BYVAL_LOCK_REGISTER_(id, .rw = (lockp))
-#define BYVAL_LOCK_CLASS(id, r, take_fn, drop_fn)                                              \
+#define BYVAL_LOCK_CLASS(id, r, take_fn, drop_fn) \
     BYVAL_LOCK_REGISTER_(id, .rank = BYVAL_RANK_##r, .take = (take_fn), .drop = (drop_fn))
 
 /* At file scope: fn runs in every fork child, after every lock is
  * released (module state the child must not inherit). */
 typedef void (*byval_fork_child_fn)(void);
-#define BYVAL_FORK_CHILD(id, fn)                                                               \
+#define BYVAL_FORK_CHILD(id, fn) \
     BYVAL_LOCK_SECTION_("byval_fork_child", id##_forkchild, byval_fork_child_fn, (fn))
 
 /* ---- for tests ------------------------------------------------------------ */

@@ -34,8 +34,7 @@ static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
 
 /* ---- creation ----------------------------------------------------------- */
 
-byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_fn evict,
-                              void *ctx)
+byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_fn evict, void *ctx)
 {
     if (capacity < 1 || key_len < 1 || key_len > LRU_MAX_KEY) {
         errno = EINVAL;
@@ -290,8 +289,8 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
         bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
     byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
-    st->bytes_per_entry = st->size ? (bytes + st->size - 1) / st->size
-                                   : lru->stride + sizeof(uint64_t);
+    st->bytes_per_entry =
+        st->size ? (bytes + st->size - 1) / st->size : lru->stride + sizeof(uint64_t);
 }
 
 /* The bookkeeping's memory now, and per entry once full at capacity

@@ -42,21 +42,20 @@ typedef struct byval_lru_stats {
     size_t size;        /* entries now */
     size_t high_water;  /* max entries ever */
     size_t capacity;
-    size_t referenced;  /* entries with refs > 0 now */
+    size_t referenced;      /* entries with refs > 0 now */
     size_t bytes_per_entry; /* memory one entry costs the cache */
 } byval_lru_stats_t;
 
 enum {
     BYVAL_LRU_OK = 0,
-    BYVAL_LRU_EXISTS = 1,  /* insert: key present; existing value returned, referenced */
-    BYVAL_LRU_FULL = -1,   /* insert: at capacity and every entry referenced */
+    BYVAL_LRU_EXISTS = 1, /* insert: key present; existing value returned, referenced */
+    BYVAL_LRU_FULL = -1,  /* insert: at capacity and every entry referenced */
     BYVAL_LRU_NOMEM = -2,
     BYVAL_LRU_NOENT = -3,
 };
 
 /* capacity >= 1. evict may be NULL. Returns NULL on ENOMEM/EINVAL. */
-byval_lru_t *byval_lru_create(size_t capacity, size_t key_len,
-                              byval_lru_evict_fn evict, void *ctx);
+byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_fn evict, void *ctx);
 
 /* Destroy; calls evict for every remaining entry (after unlocking). The
  * callback must not use the cache being destroyed. */
@@ -64,8 +63,7 @@ void byval_lru_destroy(byval_lru_t *lru);
 
 /* Lookup. On hit: moves the entry to most-recently-used, takes a reference
  * when take_ref, stores the value in *value_p and returns 1. Miss: 0. */
-int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref,
-                  void **value_p);
+int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p);
 
 /* Insert key -> value, with one reference when take_ref. If the cache is
  * above capacity afterwards, the least recently used unreferenced entries
@@ -73,19 +71,18 @@ int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref,
  * BYVAL_LRU_EXISTS (then *existing_p gets the present value, referenced
  * when take_ref, and value was NOT stored), BYVAL_LRU_FULL (not stored),
  * or BYVAL_LRU_NOMEM. */
-int byval_lru_insert(byval_lru_t *lru, const void *key, void *value,
-                     int take_ref, void **existing_p);
+int byval_lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
+                     void **existing_p);
 
 /* get with a reference, also returning its handle in *ref_p (0 on a
  * miss). Returns 1 on a hit, 0 on a miss. Drop it with put_ref. */
-int byval_lru_get_ref(byval_lru_t *lru, const void *key, void **value_p,
-                      byval_lru_ref_t *ref_p);
+int byval_lru_get_ref(byval_lru_t *lru, const void *key, void **value_p, byval_lru_ref_t *ref_p);
 
 /* insert with a reference, also returning its handle in *ref_p: the new
  * entry's on BYVAL_LRU_OK, the existing (now referenced) one's on
  * BYVAL_LRU_EXISTS, 0 otherwise. Drop it with put_ref. */
-int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value,
-                         void **existing_p, byval_lru_ref_t *ref_p);
+int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value, void **existing_p,
+                         byval_lru_ref_t *ref_p);
 
 /* Drop the reference ref was handed out with. Returns the remaining count,
  * or BYVAL_LRU_NOENT (ref 0, NULL cache, or an entry that no longer holds
@@ -114,8 +111,7 @@ int byval_lru_remove(byval_lru_t *lru, const void *key);
 /* Remove every entry for which pred(ctx, key, value) returns non-zero,
  * with remove()'s semantics. O(n). Returns how many matched. pred runs
  * under a cache lock: it must not call this cache, nor fork(). */
-size_t byval_lru_remove_if(byval_lru_t *lru,
-                           int (*pred)(void *ctx, const void *key, void *value),
+size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
                            void *ctx);
 
 /* Remove the very entry ref names (remove()'s semantics), not whatever

@@ -39,8 +39,8 @@
 #define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 /* The state word: generation << 32 | flags | references. */
-#define ST_REFS 0x0FFFFFFFu /* references held (2^28 - 1 at most) */
-#define ST_CLOCK (1u << 28) /* hit since the clock hand last passed */
+#define ST_REFS 0x0FFFFFFFu  /* references held (2^28 - 1 at most) */
+#define ST_CLOCK (1u << 28)  /* hit since the clock hand last passed */
 #define ST_ZOMBIE (1u << 29) /* removed while referenced: out of lookups */
 #define ST_DEAD (1u << 30)   /* free, being released, or being written */
 #define ST_GEN(s) ((uint32_t)((s) >> 32))

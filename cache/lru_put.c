@@ -60,8 +60,8 @@ static int put_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void 
     for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
         lru_slot_t *s = byval_lru_slot(lru, i);
         uint64_t st = LD_ACQ(&s->state);
-        if ((st & (ST_DEAD | ST_ZOMBIE)) || !(ST_LOW(st) & ST_REFS) ||
-            LD_ACQ(&s->value) != value || !byval_lru_key_eq(lru, s, w))
+        if ((st & (ST_DEAD | ST_ZOMBIE)) || !(ST_LOW(st) & ST_REFS) || LD_ACQ(&s->value) != value ||
+            !byval_lru_key_eq(lru, s, w))
             continue;
         uint32_t refs;
         if (byval_lru_ref_cas(s, ST_GEN(st), -1, &refs))
@@ -73,8 +73,8 @@ static int put_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void 
 /* Locked put: key's referenced entry - with match the one holding value,
  * else a zombie first (a live entry with the same key can only be newer,
  * so the zombie is what an older reference points to). */
-static int put_locked(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void *value,
-                      int match, lru_chain_t *c, int *zombie_p)
+static int put_locked(byval_lru_t *lru, uint32_t h, const uint64_t *w, const void *value, int match,
+                      lru_chain_t *c, int *zombie_p)
 {
     for (;;) {
         uint32_t found = 0;

@@ -87,8 +87,7 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
     return matched;
 }
 
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *),
-                           void *ctx)
+size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
 {
     return scan(lru, pred, ctx, SCAN_REMOVE);
 }

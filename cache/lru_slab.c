@@ -112,8 +112,8 @@ int byval_lru_slab_init(byval_lru_t *lru)
     size_t per = pow2_at_least(lru->capacity / 64, (size_t)1 << MIN_CHUNK_SHIFT, MAX_CHUNK_SHIFT);
     lru->chunk_shift = (unsigned)__builtin_ctzll(per);
     size_t want = lru->capacity + lru->capacity / 7; /* load <= 7/8 when full */
-    lru->table = table_new(pow2_at_least(want > lru->capacity ? want : lru->capacity, 16,
-                                         MAX_TABLE_SHIFT));
+    lru->table =
+        table_new(pow2_at_least(want > lru->capacity ? want : lru->capacity, 16, MAX_TABLE_SHIFT));
     lru->dir = dir_new(4);
     lru->next_new = 1;
     lru->hand = 1;

@@ -14,8 +14,8 @@
 
 typedef struct byval_vtally {
     struct byval_vtally_slot *slot; /* NULL until the first add */
-    size_t nslots, used;             /* nslots: a power of two */
-    int lost;                        /* an add found no memory: counts unknown */
+    size_t nslots, used;            /* nslots: a power of two */
+    int lost;                       /* an add found no memory: counts unknown */
 } byval_vtally_t;
 
 /* One more / one less record of value (no-op for NULL). */

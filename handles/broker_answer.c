@@ -78,8 +78,7 @@ static int take_fds(struct msghdr *mh, int *fds, int max)
 {
     int n = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-            c->cmsg_len < CMSG_LEN(0))
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
             continue;
         size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (size_t i = 0; i < k; i++) {
@@ -105,7 +104,8 @@ static void close_fds(const int *fds, int n)
  * any other number of fds than its status allows (one with status 0, none
  * otherwise) is refused, and every fd it carried is closed. */
 byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
-                              uint32_t fd_ino, int *got_p, int *busy_p, char *msg, size_t msglen)
+                                    uint32_t fd_ino, int *got_p, int *busy_p, char *msg,
+                                    size_t msglen)
 {
     struct broker_rsp rsp = {0, 0};
     union {
@@ -124,7 +124,9 @@ byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_
     while (have < sizeof(rsp)) {
         byval_broker_until(s, SO_RCVTIMEO, deadline);
         struct iovec iov = {.iov_base = (char *)&rsp + have, .iov_len = sizeof(rsp) - have};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = cbuf.buf,
                             .msg_controllen = sizeof(cbuf.buf)};
         n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
         err = errno;
@@ -195,4 +197,3 @@ byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_
     *got_p = fds[0];
     return BYVAL_OK;
 }
-

@@ -39,8 +39,8 @@ static byval_status_t impostor(const byval_record_t *rec, const char *name, cons
 
 /* Is the listener on s the exporter rec describes? On BYVAL_OK, *pidfd_p
  * is its pidfd when that proved it, else -1. */
-static byval_status_t check_listener(int s, const byval_record_t *rec, const char *name,
-                                     int strict, int *pidfd_p, char *msg, size_t msglen)
+static byval_status_t check_listener(int s, const byval_record_t *rec, const char *name, int strict,
+                                     int *pidfd_p, char *msg, size_t msglen)
 {
     int pidfd = -1;
     socklen_t len = sizeof(pidfd);
@@ -59,7 +59,7 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     }
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
-    if (strict) { /* the directory: nothing else holds across namespaces */
+    if (strict) {     /* the directory: nothing else holds across namespaces */
         byval_msg(msg, msglen,
                   "the listener on exporter pid %u's socket in the rendezvous directory could "
                   "not be proven to be it (%s): nothing asked of it",
@@ -130,8 +130,7 @@ static int connect_at(int s, const byval_record_t *rec, byval_broker_at_t at, in
  * exporter said to retry (it holds as many connections as it serves). */
 static byval_status_t attempt(const byval_record_t *rec, byval_broker_at_t at, uint32_t magic,
                               uint32_t fd, uint32_t fd_ino, uint64_t tag, int64_t deadline,
-                              int *got_p,
-                              int *pidfd_p, int *busy_p, char *msg, size_t msglen)
+                              int *got_p, int *pidfd_p, int *busy_p, char *msg, size_t msglen)
 {
     int pidfd = -1, got = -1, err;
     byval_status_t st;
@@ -220,8 +219,7 @@ static byval_status_t fetch(const byval_record_t *rec, byval_broker_at_t at, uin
      * from us (other threads of ours, or our own stalled ones) or its table
      * is full. Back off 1, 2, 4 ... 32 ms, within the deadline. */
     for (int wait_ms = 1;; wait_ms = wait_ms < 32 ? 2 * wait_ms : 32) {
-        st = attempt(rec, at, magic, fd, fd_ino, tag, deadline, fd_p, &pidfd, &busy, msg,
-                     msglen);
+        st = attempt(rec, at, magic, fd, fd_ino, tag, deadline, fd_p, &pidfd, &busy, msg, msglen);
         int64_t left = deadline - byval_broker_now_ms();
         if (!busy || left <= 0)
             break;

@@ -98,9 +98,9 @@ static inline void byval_broker_until(int s, int opt, int64_t deadline)
  * (fd_ino 0: a rescue) by deadline; *got_p the attached fd or -1; *busy_p
  * set when the exporter said to retry. Any other number of fds than the
  * status allows (one with 0, none otherwise) is refused and all closed. */
-byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_t *rec,
-                                    uint32_t fd, uint32_t fd_ino, int *got_p, int *busy_p,
-                                    char *msg, size_t msglen);
+byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
+                                    uint32_t fd_ino, int *got_p, int *busy_p, char *msg,
+                                    size_t msglen);
 
 /* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
  * disk, and per network namespace, like the exporter's peers. Returns the

@@ -65,13 +65,13 @@
 
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
-    int fd;            /* -1: free slot */
-    uint64_t peer;     /* the peer process (peer_key) */
-    uint32_t gen;      /* tells a reused slot from the one an event named */
-    uint32_t have;     /* request bytes received */
-    int64_t deadline;  /* ms, CLOCK_MONOTONIC */
-    uint8_t via_dir;   /* accepted on the directory's socket */
-    uint8_t own_uid;   /* of the uid served, not only of the directory's group */
+    int fd;           /* -1: free slot */
+    uint64_t peer;    /* the peer process (peer_key) */
+    uint32_t gen;     /* tells a reused slot from the one an event named */
+    uint32_t have;    /* request bytes received */
+    int64_t deadline; /* ms, CLOCK_MONOTONIC */
+    uint8_t via_dir;  /* accepted on the directory's socket */
+    uint8_t own_uid;  /* of the uid served, not only of the directory's group */
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
@@ -80,10 +80,9 @@ static struct {
     int listen_fd; /* -1 when not serving */
     int rdv_fd;    /* the directory's listening socket, or -1 */
     int epoll_fd;
-    int ready; /* conns initialised (broker_once) */
+    int ready;                      /* conns initialised (broker_once) */
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1,
-       .epoll_fd = -1};
+} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1, .epoll_fd = -1};
 static byval_once_t br_once = BYVAL_ONCE_INIT;
 BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
@@ -349,7 +348,8 @@ static void *broker_thread(void *arg)
                 continue;
             }
             int i = (int)(uint32_t)d;
-            if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 && br.conns[i].gen == (uint32_t)(d >> 32))
+            if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 &&
+                br.conns[i].gen == (uint32_t)(d >> 32))
                 conn_read(i);
         }
     }

@@ -121,8 +121,8 @@ static const char perm_hint[] =
     "ptracer relationship)";
 
 byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen,
-                                 char *msg, size_t msglen)
+                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen, char *msg,
+                                 size_t msglen)
 {
     char path[64], info[64], link[256];
     struct statx stx;
@@ -174,10 +174,11 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     else
         link[0] = '\0';
     if (!byval_fdk_allowed(kind, obj)) {
-        byval_msg(msg, msglen, "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, "
+        byval_msg(msg, msglen,
+                  "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, "
                   "not duplicated",
-                  fd, pid, kind ? byval_fdk_name[kind] : link, kind ? " " : "",
-                  kind ? link : "", byval_fdk_expected(obj));
+                  fd, pid, kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "",
+                  byval_fdk_expected(obj));
         return BYVAL_E_FDKIND;
     }
     int64_t bytes = kind == FDK_NVIDIA || stx.stx_size == 0 ? -1 : (int64_t)stx.stx_size;
@@ -194,8 +195,8 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
 /* The kind of our own fd dup from its /proc/self links: the paths are
  * formatted only here, off the common path (a cold open's duplicate is
  * proven by statx alone; two snprintf calls were a tenth of its cost). */
-static int classify_self(const struct statx *stx, int dup, char self_link[64],
-                         char self_info[64], char *link, size_t len)
+static int classify_self(const struct statx *stx, int dup, char self_link[64], char self_info[64],
+                         char *link, size_t len)
 {
     snprintf(self_link, 64, "/proc/self/fd/%d", dup);
     snprintf(self_info, 64, "/proc/self/fdinfo/%d", dup);
@@ -231,7 +232,9 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
     }
     if (!byval_fdk_allowed(kind, obj)) {
         byval_msg(msg, msglen, "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
-                  kind ? byval_fdk_name[kind] : link[0] ? link : "of an unknown kind",
+                  kind          ? byval_fdk_name[kind]
+                      : link[0] ? link
+                                : "of an unknown kind",
                   kind ? " " : "", kind ? link : "", byval_fdk_expected(obj));
         return BYVAL_E_FDKIND;
     }
@@ -256,8 +259,10 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
          * answers SEEK_END and never writes the file position. */
         bytes = (int64_t)lseek(dup, 0, SEEK_END);
     else if (size) {
-        byval_msg(msg, msglen, "fd %u from pid %u is %s, which has no size to compare with the "
-                  "handle's: not used", fd, pid, byval_fdk_name[kind]);
+        byval_msg(msg, msglen,
+                  "fd %u from pid %u is %s, which has no size to compare with the "
+                  "handle's: not used",
+                  fd, pid, byval_fdk_name[kind]);
         return BYVAL_E_FDKIND;
     }
     if (size && bytes < 0) {
@@ -267,4 +272,3 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
     }
     return same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not used", msg, msglen);
 }
-

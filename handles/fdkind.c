@@ -21,8 +21,8 @@
 #define NVIDIA_MAJOR 195 /* /dev/nvidiactl, /dev/nvidia<N> */
 #define STATX_WANT (STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE)
 
-const char *const byval_fdk_name[] = {"",      "a memfd", "a dma-buf", "a dma-buf",
-                                      "an NVIDIA device file", "a pipe"};
+const char *const byval_fdk_name[] = {
+    "", "a memfd", "a dma-buf", "a dma-buf", "an NVIDIA device file", "a pipe"};
 
 uint64_t byval_fd_inode(int fd)
 {
@@ -166,26 +166,19 @@ int byval_fdk_allowed(int kind, byval_obj_t obj)
 {
     switch (obj) {
     case BYVAL_OBJ_MANIFEST:
-    case BYVAL_OBJ_REGISTRY:
-        return kind == FDK_SHMEM;
-    case BYVAL_OBJ_WAKE_PIPE:
-        return kind == FDK_PIPE;
-    default:
-        return kind != FDK_NONE && kind != FDK_PIPE;
+    case BYVAL_OBJ_REGISTRY: return kind == FDK_SHMEM;
+    case BYVAL_OBJ_WAKE_PIPE: return kind == FDK_PIPE;
+    default: return kind != FDK_NONE && kind != FDK_PIPE;
     }
 }
 
 const char *byval_fdk_expected(byval_obj_t obj)
 {
     switch (obj) {
-    case BYVAL_OBJ_MANIFEST:
-        return "ipcbyval's manifest (a sealed memfd)";
-    case BYVAL_OBJ_REGISTRY:
-        return "ipcbyval's registry (a memfd)";
-    case BYVAL_OBJ_WAKE_PIPE:
-        return "ipcbyval's wake-up pipe";
-    default:
-        return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
+    case BYVAL_OBJ_MANIFEST: return "ipcbyval's manifest (a sealed memfd)";
+    case BYVAL_OBJ_REGISTRY: return "ipcbyval's registry (a memfd)";
+    case BYVAL_OBJ_WAKE_PIPE: return "ipcbyval's wake-up pipe";
+    default: return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
     }
 }
 
@@ -210,7 +203,8 @@ int byval_fd_release(int fd)
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
     if (byval_fdk_stat(fd, "", AT_EMPTY_PATH, &stx) == 0 &&
-        (byval_fdk_classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) || S_ISFIFO(stx.stx_mode) ||
+        (byval_fdk_classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) ||
+         S_ISFIFO(stx.stx_mode) ||
          byval_fdk_classify(&stx, byval_fdk_link(link, text, sizeof(text)), info) != FDK_NONE ||
          !starts(text, "/"))) {
         close(fd); /* a kind whose close answers at once */

@@ -71,8 +71,7 @@ int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
         errno = EBADF;
         return -1;
     }
-    *p = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev,
-                           .ino = st.st_ino};
+    *p = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
     struct epoll_event ev = {.events = 0, .data.fd = fd};
     if (ep_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
         p->kind = BYVAL_PROOF_EPOLL;

@@ -60,9 +60,7 @@ const char byval_nofd_note[] = " (the importer is out of file descriptors)";
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
 {
     switch (err) {
-    case ESRCH:
-        *note_p = byval_gone_note;
-        return BYVAL_E_GONE;
+    case ESRCH: *note_p = byval_gone_note; return BYVAL_E_GONE;
     case EBADF:
         /* Older kernels say EBADF, not ESRCH, for an exiting process whose
          * fd table is already gone: the pidfd tells the two apart. */
@@ -75,19 +73,13 @@ byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
                   "handle)";
         return BYVAL_E_BADFD;
     case EPERM:
-    case EACCES:
-        *note_p = byval_perm_hint;
-        return BYVAL_E_PERM;
+    case EACCES: *note_p = byval_perm_hint; return BYVAL_E_PERM;
     case ENOSYS:
         *note_p = " (kernel before 5.6, or a sandbox such as gVisor)";
         return BYVAL_E_NOSYS;
     case EMFILE:
-    case ENFILE:
-        *note_p = byval_nofd_note;
-        return BYVAL_E_NOFD;
-    default:
-        *note_p = "";
-        return BYVAL_E_SYS;
+    case ENFILE: *note_p = byval_nofd_note; return BYVAL_E_NOFD;
+    default: *note_p = ""; return BYVAL_E_SYS;
     }
 }
 
@@ -112,8 +104,8 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
     }
     const char *err_text = strerror(err);
     if ((err == ENOENT || err == ESRCH) && byval_pidfd_exited(pidfd)) {
-        byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid,
-                  rec->fd, err_text, byval_gone_note);
+        byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid, rec->fd,
+                  err_text, byval_gone_note);
         return BYVAL_E_GONE;
     }
     if (err == ENOENT || err == ESRCH) {
@@ -156,15 +148,15 @@ byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd
     struct statfs sfs;
     struct stat st;
     if (fstat(pidfd, &st) != 0) {
-        byval_msg(msg, msglen, "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
-                  rec->fd, strerror(errno));
+        byval_msg(msg, msglen, "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid, rec->fd,
+                  strerror(errno));
         return BYVAL_E_SYS;
     }
     uint64_t known = __atomic_load_n(&pidfs_dev, __ATOMIC_RELAXED);
     if (known == 0 || (uint64_t)st.st_dev != known) {
         if (fstatfs(pidfd, &sfs) != 0) {
-            byval_msg(msg, msglen, "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s",
-                      pid, rec->fd, strerror(errno));
+            byval_msg(msg, msglen, "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
+                      rec->fd, strerror(errno));
             return BYVAL_E_SYS;
         }
         if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC) {
@@ -187,14 +179,13 @@ byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd
     return BYVAL_OK;
 }
 
-byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg,
-                                    size_t msglen)
+byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg, size_t msglen)
 {
     return byval_identify(rec, rec->pid, pidfd, msg, msglen);
 }
 
-byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p,
-                                   char *msg, size_t msglen)
+byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p, char *msg,
+                                   size_t msglen)
 {
     int pidfd = byval_pidfd_open((pid_t)pid, 0);
     if (pidfd < 0) {

@@ -56,13 +56,15 @@ static int chunks_ok(const byval_manifest_t *m, uint32_t pid, char *msg, size_t 
     return 1;
 }
 
-byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size,
-                                       uint32_t pid, char *msg, size_t msglen)
+byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size, uint32_t pid,
+                                       char *msg, size_t msglen)
 {
     byval_manifest_t hdr;
     if (len < sizeof(hdr)) {
-        byval_msg(msg, msglen, "manifest from pid %u is %zu bytes long, shorter than its %zu-byte "
-                  "header", pid, len, sizeof(hdr));
+        byval_msg(msg, msglen,
+                  "manifest from pid %u is %zu bytes long, shorter than its %zu-byte "
+                  "header",
+                  pid, len, sizeof(hdr));
         return NULL;
     }
     memcpy(&hdr, buf, sizeof(hdr));
@@ -112,11 +114,10 @@ byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, c
 {
     /* The record's size bounds what we read, and the chunk bound bounds
      * the record's size. */
-    if (rec_size < BYVAL_MANIFEST_LEN(1) ||
-        pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN)) {
+    if (rec_size < BYVAL_MANIFEST_LEN(1) || pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN)) {
         byval_msg(msg, msglen,
-                  "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)",
-                  pid, (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
+                  "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)", pid,
+                  (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
                   (unsigned long long)pages(BYVAL_MANIFEST_MAX_LEN) * BYVAL_WIRE_PAGE);
         return NULL;
     }

@@ -67,8 +67,8 @@ typedef struct byval_manifest {
  * the one before (a handle's chunks are one run), or whose fd number, id
  * or tag cannot be one.
  */
-byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size,
-                                       uint32_t pid, char *msg, size_t msglen);
+byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size, uint32_t pid,
+                                       char *msg, size_t msglen);
 
 /*
  * Read the manifest from fd (pread from offset 0: the file offset, which

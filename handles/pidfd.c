@@ -53,8 +53,7 @@ int byval_pidfd_pid(int pidfd)
      * exited, and it is missing before 6.13 (ENOTTY, EINVAL): the fdinfo
      * then tells which (0 or -1). */
     struct byval_pidfd_info info = {.mask = BYVAL_PIDFD_INFO_PID};
-    if (pidfd >= 0 &&
-        byval_sys3(SYS_ioctl, pidfd, (long)BYVAL_PIDFD_GET_INFO, (long)&info) == 0 &&
+    if (pidfd >= 0 && byval_sys3(SYS_ioctl, pidfd, (long)BYVAL_PIDFD_GET_INFO, (long)&info) == 0 &&
         (info.mask & BYVAL_PIDFD_INFO_PID) && info.pid > 0 && info.pid <= INT32_MAX)
         return (int)info.pid;
     return pid_from_fdinfo(pidfd);

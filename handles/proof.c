@@ -48,8 +48,7 @@ static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, 
     uint64_t key = byval_record_key(rec, fd);
     char why[384] = "";
     byval_status_t st;
-    byval_reg_view_t *v =
-        byval_reg_attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
+    byval_reg_view_t *v = byval_reg_attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
     if (!v) {
         /* Refused by the kernel as pidfd_getfd would be: the caller's
          * policy decides (auto tries the socket, whose broker serves only

@@ -58,21 +58,21 @@
 
 static struct {
     byval_lock_t lock;
-    int tried;   /* creation attempted (once per process image or fork) */
-    int offered; /* its fds were handed out to be offered (once per registry) */
-    int page_fd; /* a read-only open file of the sealed page: what peers get */
+    int tried;      /* creation attempted (once per process image or fork) */
+    int offered;    /* its fds were handed out to be offered (once per registry) */
+    int page_fd;    /* a read-only open file of the sealed page: what peers get */
     dev_t page_dev; /* the page's inode, to re-prove page_fd before serving it */
     ino_t page_ino;
-    int pipe_rd; /* the read end peers get: never read here (see above) */
-    int pipe_wr, drain_rd; /* ours alone */
+    int pipe_rd;             /* the read end peers get: never read here (see above) */
+    int pipe_wr, drain_rd;   /* ours alone */
     byval_reg_header_t *hdr; /* the shared page: written, never read */
     byval_reg_slot_t *slot;
     byval_reg_slot_t *mine; /* the truth: BYVAL_REG_SLOTS private slots */
     uint32_t high;
     uint64_t seq, next_serial;
     uint32_t live;
-} reg = {.lock = BYVAL_LOCK_INIT(REGISTRY), .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1,
-         .drain_rd = -1};
+} reg = {
+    .lock = BYVAL_LOCK_INIT(REGISTRY), .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1, .drain_rd = -1};
 
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
 {
@@ -165,8 +165,8 @@ static int page_create_locked(void)
          * the page any other way (Linux 5.1 and later: before, peers of
          * our uid can write it, which importers survive), nor seal it
          * further (F_SEAL_WRITE would fail while we hold the mapping). */
-        fcntl(mfd, F_ADD_SEALS,
-              (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0) {
+        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) !=
+            0) {
         if (m != MAP_FAILED)
             munmap(m, BYVAL_REG_BYTES);
         close(mfd);
@@ -209,8 +209,7 @@ static int create_locked(void)
     if (byval_self_get(&self) != 0)
         return -1;
     if ((!reg.mine && !(reg.mine = calloc(BYVAL_REG_SLOTS, sizeof(*reg.mine)))) ||
-        page_create_locked() != 0 ||
-        pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+        page_create_locked() != 0 || pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
         destroy_locked();
         return -1;
     }
@@ -262,8 +261,7 @@ int byval_reg_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
     return byval_reg_add_serial(key, ino, fd, size, NULL);
 }
 
-int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
-                         uint64_t *serial_p)
+int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size, uint64_t *serial_p)
 {
     int rc = -1;
     reg_lock();
@@ -349,16 +347,17 @@ unsigned byval_reg_exports_live(void)
 int32_t byval_reg_dup_page(int *dup_p)
 {
     struct stat st;
-    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
-               (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE);
+    int want =
+        F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE);
     *dup_p = -1;
     reg_lock();
     int32_t rc = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
     int dup = rc == 0 ? fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (rc == 0 && dup < 0)
         rc = -errno;
-    else if (rc == 0 && (fstat(dup, &st) != 0 || st.st_dev != reg.page_dev ||
-                         st.st_ino != reg.page_ino || (fcntl(dup, F_GET_SEALS) & want) != want))
+    else if (rc == 0 &&
+             (fstat(dup, &st) != 0 || st.st_dev != reg.page_dev || st.st_ino != reg.page_ino ||
+              (fcntl(dup, F_GET_SEALS) & want) != want))
         rc = -ESTALE; /* another file at its number now */
     byval_unlock(&reg.lock);
     if (rc == 0)

@@ -98,7 +98,8 @@ _Static_assert(sizeof(byval_reg_slot_t) == 32, "registry slot is 32 bytes");
 #define BYVAL_REG_BYTES (sizeof(byval_reg_header_t) + BYVAL_REG_SLOTS * sizeof(byval_reg_slot_t))
 
 /* Registry keys: what an allocation is named by in both processes. */
-#define BYVAL_REG_KEY(kind, alloc_id) ((uint64_t)(kind) << 56 | ((alloc_id) & BYVAL_WIRE_MAX_ALLOC_ID))
+#define BYVAL_REG_KEY(kind, alloc_id) \
+    ((uint64_t)(kind) << 56 | ((alloc_id)&BYVAL_WIRE_MAX_ALLOC_ID))
 /* A legacy CUDA handle names itself: a hash of its 64 bytes. */
 uint64_t byval_reg_key_bytes(const void *bytes, size_t len);
 

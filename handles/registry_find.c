@@ -54,8 +54,8 @@ int byval_reg_find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p,
     struct statx stx;
     memset(seen, 0, sizeof(*seen));
     snprintf(dir, sizeof(dir), "/proc/%d/fd/%u", pid, BYVAL_REG_FD_HINT);
-    if (try_hint && byval_fdk_stat(AT_FDCWD, dir, 0, &stx) == 0 && stx.stx_size == BYVAL_REG_BYTES &&
-        byval_fdk_classify_fast(&stx) == FDK_SHMEM) {
+    if (try_hint && byval_fdk_stat(AT_FDCWD, dir, 0, &stx) == 0 &&
+        stx.stx_size == BYVAL_REG_BYTES && byval_fdk_classify_fast(&stx) == FDK_SHMEM) {
         *fd_p = BYVAL_REG_FD_HINT;
         *ino_p = (uint32_t)stx.stx_ino;
         *seen = (byval_fd_seen_t){byval_fdk_dev(&stx), stx.stx_ino, FDK_SHMEM};

@@ -74,9 +74,9 @@ struct byval_reg_watch {
     int epfd;
     int kick_fd; /* our eventfd: views to evict */
     int kick_kind;
-    int started;   /* the thread (atomic: read unlocked by byval_reg_watch_need) */
+    int started;         /* the thread (atomic: read unlocked by byval_reg_watch_need) */
     uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
-    int on_demand; /* byval_reg_watch_on_demand */
+    int on_demand;       /* byval_reg_watch_on_demand */
     byval_reg_event_fn on_event;
 };
 extern struct byval_reg_watch byval_reg_w;

@@ -49,8 +49,8 @@ static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *i
 }
 
 byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
-                                      byval_reg_view_t **v_p, byval_record_t *rec_p,
-                                      int *pidfd_p, char *msg, size_t msglen)
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                      char *msg, size_t msglen)
 {
     *v_p = NULL;
     *pidfd_p = -1;
@@ -82,8 +82,10 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
         int e = errno;
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s%s", s->pid, strerror(e),
                   e == ESRCH ? " (the exporter has exited)" : "");
-        return e == ESRCH ? BYVAL_E_GONE : e == ENOSYS ? BYVAL_E_NOSYS
-                           : (e == EMFILE || e == ENFILE) ? BYVAL_E_NOFD : BYVAL_E_SYS;
+        return e == ESRCH                  ? BYVAL_E_GONE
+            : e == ENOSYS                  ? BYVAL_E_NOSYS
+            : (e == EMFILE || e == ENFILE) ? BYVAL_E_NOFD
+                                           : BYVAL_E_SYS;
     }
     byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
     if (st == BYVAL_OK && (uint32_t)identity != s->id32) {

@@ -40,8 +40,7 @@ static uint32_t used_slots(const byval_reg_view_t *v)
     return high > BYVAL_REG_SLOTS ? BYVAL_REG_SLOTS : high;
 }
 
-const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
-                               uint64_t *serial_p)
+const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino, uint64_t *serial_p)
 {
     uint32_t high = used_slots(v);
     for (uint32_t i = 0; i < high; i++) {
@@ -89,8 +88,8 @@ const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
 /* Map the registry behind mfd (closed here) and check that it describes
  * the exporter (pid, identity): a view with the list's reference, or
  * NULL. The pipe is fetched with fetch(arg, fd, ino, &fd). */
-typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj,
-                                   int *fd_p, char *msg, size_t msglen);
+typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
+                                   char *msg, size_t msglen);
 
 static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
                                   fetch_fn fetch, void *arg, char *msg, size_t msglen)
@@ -168,8 +167,8 @@ typedef struct rec_fetch {
  * inode): a duplicate that is not what was named is refused and closed
  * off our thread where its close could wait (byval_fd_release). -1: not
  * taken (the full pipeline then runs, and says why when it fails). */
-static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj,
-                       int *fd_p, byval_status_t *st_p, char *msg, size_t msglen)
+static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
+                       byval_status_t *st_p, char *msg, size_t msglen)
 {
     if (f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
         (obj == BYVAL_OBJ_REGISTRY && !f->seen))
@@ -208,7 +207,7 @@ static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_
 }
 
 byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int pidfd,
-                                   byval_status_t *st_p, char *msg, size_t msglen)
+                                      byval_status_t *st_p, char *msg, size_t msglen)
 {
     *st_p = BYVAL_OK;
     byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
@@ -220,8 +219,9 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     /* An exporter outside our pid namespace (its pidfd shows pid 0), reached
      * through the directory, is asked for its registry instead */
     int rdv = pid == 0 && byval_rendezvous_enabled();
-    int e = rdv || pid > 0 ? 0 : errno == EMFILE || errno == ENFILE ? errno /* fdinfo not opened */
-                                                                    : ENOENT;
+    int e = rdv || pid > 0                   ? 0
+        : errno == EMFILE || errno == ENFILE ? errno /* fdinfo not opened */
+                                             : ENOENT;
     /* What the hint holds first; where it is not the registry after all
      * (a number the program took for a memfd of that very size), the
      * list of the fd table, as before the hint. */
@@ -232,12 +232,12 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
             break;
         rec_fetch_t f = {rec, mode, pidfd, pid > 0 ? (uint32_t)pid : 0, seen.kind ? &seen : NULL};
         int mfd = -1;
-        if ((*st_p = rdv ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
-                         : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) !=
-            BYVAL_OK) {
+        if ((*st_p = rdv
+                 ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
+                 : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK) {
             if (seen.kind && *st_p == BYVAL_E_FDKIND)
                 continue; /* not the registry after all: list the table */
-            return NULL; /* the transport's refusal (EPERM...): as it says */
+            return NULL;  /* the transport's refusal (EPERM...): as it says */
         }
         f.seen = NULL; /* the pipe: the registry names it */
         v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
@@ -253,9 +253,9 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
             *st_p = BYVAL_E_FDKIND;
         return v;
     }
-    *st_p = e == EACCES || e == EPERM                ? BYVAL_E_PERM
-            : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
-                                                       : BYVAL_E_FDKIND;
+    *st_p = e == EACCES || e == EPERM               ? BYVAL_E_PERM
+        : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
+                                                    : BYVAL_E_FDKIND;
     if (*st_p == BYVAL_E_NOFD)
         byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid,
                   strerror(e));
@@ -266,8 +266,7 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
                   "CAP_SYS_PTRACE, as pidfd_getfd does)",
                   rec->pid);
     else
-        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see",
-                  rec->pid);
+        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see", rec->pid);
     return NULL;
 }
 

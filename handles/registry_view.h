@@ -59,8 +59,7 @@ void byval_reg_view_put(byval_reg_view_t *v);
 
 /* The serial word of the live export (key, ino) and its value now, or
  * NULL when the registry lists no such live export (freed already). */
-const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino,
-                               uint64_t *serial_p);
+const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino, uint64_t *serial_p);
 
 /* The serial word of the live export (key, fd, ino) and its value now,
  * or NULL when the registry lists no such live export: the proof that fd
@@ -92,8 +91,8 @@ byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t i
  * (-1 when a listed view served: the caller's kept pidfd then) for the
  * caller to keep or close. Else one line in msg. */
 byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
-                                      byval_reg_view_t **v_p, byval_record_t *rec_p,
-                                      int *pidfd_p, char *msg, size_t msglen);
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                      char *msg, size_t msglen);
 
 /* 1 while the export found as (word, serial) is live. One load: what a
  * cache hit pays to refuse memory the exporter freed. */

@@ -18,8 +18,8 @@
 #include "handles/registry_internal.h"
 #include "handles/resolve_internal.h"
 
-struct byval_reg_watch byval_reg_w = {.lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1,
-                                      .kick_fd = -1, .kick_kind = WATCH_KICK};
+struct byval_reg_watch byval_reg_w = {
+    .lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1, .kick_fd = -1, .kick_kind = WATCH_KICK};
 BYVAL_LOCK_STATIC(registry_watch, &byval_reg_w.lock);
 
 void byval_reg_on_event(byval_reg_event_fn fn)
@@ -202,7 +202,7 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     v->used = ++byval_reg_w.tick;
     __atomic_store_n(&byval_reg_w.count, n, __ATOMIC_RELAXED);
     v->refs++; /* the caller's */
-    if (over) /* the watcher evicts, between its batches */
+    if (over)  /* the watcher evicts, between its batches */
         byval_reg_watch_kick();
     byval_unlock(&byval_reg_w.lock);
     return v;

@@ -306,8 +306,7 @@ static void *watch_main(void *arg)
                 uint64_t k;
                 /* ours alone; set before its first event (atomic: TSan
                  * does not see epoll order them) */
-                (void)!read(__atomic_load_n(&byval_reg_w.kick_fd, __ATOMIC_ACQUIRE), &k,
-                            sizeof(k));
+                (void)!read(__atomic_load_n(&byval_reg_w.kick_fd, __ATOMIC_ACQUIRE), &k, sizeof(k));
                 continue;
             }
             if (kind == WATCH_VIEW) {
@@ -412,8 +411,8 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = pw};
     byval_reg_w_lock();
     int rc = pw->fd >= 0 && byval_reg_watch_start(NULL, 0) == 0
-                 ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev)
-                 : -1;
+        ? epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, pw->fd, &ev)
+        : -1;
     if (rc == 0) {
         pw->next = byval_reg_w.pidfds;
         byval_reg_w.pidfds = pw;

@@ -33,9 +33,8 @@ int byval_rdv_addr(struct sockaddr_un *a, const char *name)
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
     int n = byval_rdv.via_proc
-                ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s",
-                           byval_rdv.dirfd, name)
-                : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", byval_rdv.dir, name);
+        ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", byval_rdv.dirfd, name)
+        : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", byval_rdv.dir, name);
     return n > 0 && (size_t)n < sizeof(a->sun_path) ? 0 : -1;
 }
 
@@ -65,7 +64,7 @@ static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msgl
         return 0;
     }
     int owner = st->st_uid == geteuid() || st->st_uid == 0 ||
-                (gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)gid);
+        (gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)gid);
     if (!owner) {
         byval_msg(msg, msglen,
                   "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: "
@@ -214,13 +213,11 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
     if (rc == 0 || err == EISCONN)
         return BYVAL_OK;
     if (err == ECONNREFUSED) {
-        byval_msg(msg, msglen,
-                  "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
+        byval_msg(msg, msglen, "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
                   byval_rdv.dir, name, rec->pid);
         return BYVAL_E_GONE;
     }
-    byval_msg(msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s", byval_rdv.dir,
-              name, rec->pid, strerror(err),
-              err == EAGAIN ? " (its backlog stayed full)" : "");
+    byval_msg(msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s", byval_rdv.dir, name,
+              rec->pid, strerror(err), err == EAGAIN ? " (its backlog stayed full)" : "");
     return BYVAL_E_SYS;
 }

@@ -108,8 +108,9 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
     /* connect() needs write permission on the socket file: our uid only,
      * or the group's too (which must then own it). */
     int group = byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
-    if ((group && fchownat(byval_rdv.dirfd, tmp, (uid_t)-1, (gid_t)byval_rdv.gid,
-                           AT_SYMLINK_NOFOLLOW) != 0) ||
+    if ((group &&
+         fchownat(byval_rdv.dirfd, tmp, (uid_t)-1, (gid_t)byval_rdv.gid, AT_SYMLINK_NOFOLLOW) !=
+             0) ||
         fchmodat(byval_rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
         listen(s, 64) != 0 || renameat(byval_rdv.dirfd, tmp, byval_rdv.dirfd, mine.name) != 0)
         goto err_bound;

@@ -38,8 +38,8 @@ byval_status_t byval_rendezvous_registry(const byval_record_t *rec, int *mfd_p, 
     if (fstat(*mfd_p, &st) != 0)
         s = BYVAL_E_SYS;
     else
-        s = byval_check_fd_kind(*mfd_p, rec->pid, BYVAL_RENDEZVOUS_FD_REGISTRY,
-                                (uint32_t)st.st_ino, 0, BYVAL_OBJ_REGISTRY, NULL, msg, msglen);
+        s = byval_check_fd_kind(*mfd_p, rec->pid, BYVAL_RENDEZVOUS_FD_REGISTRY, (uint32_t)st.st_ino,
+                                0, BYVAL_OBJ_REGISTRY, NULL, msg, msglen);
     if (s != BYVAL_OK) {
         byval_fd_release(*mfd_p);
         *mfd_p = -1;

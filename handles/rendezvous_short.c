@@ -42,13 +42,13 @@ static int proven_pidfd(const byval_record_t *rec, int64_t deadline)
     socklen_t len = sizeof(pidfd);
     if (s < 0)
         return -1;
-    if (byval_rendezvous_connect(s, rec, deadline, NULL, 0) !=
-            BYVAL_OK ||
+    if (byval_rendezvous_connect(s, rec, deadline, NULL, 0) != BYVAL_OK ||
         getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
         pidfd = -1;
     close(s); /* the broker sees a connection closed before any request */
-    if (pidfd >= 0 && (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0 ||
-                       (uint64_t)st.st_ino != rec->identity)) {
+    if (pidfd >= 0 &&
+        (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0 ||
+         (uint64_t)st.st_ino != rec->identity)) {
         close(pidfd);
         pidfd = -1;
     }

@@ -110,23 +110,23 @@ static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, c
 
 /* ---- 3. prove the export -------------------------------------------- */
 
-static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t *x, byval_proof_t *proof,
-                                   byval_fd_seen_t *seen, char *msg, size_t msglen)
+static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t *x,
+                                   byval_proof_t *proof, byval_fd_seen_t *seen, char *msg,
+                                   size_t msglen)
 {
     const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
     memset(proof, 0, sizeof(*proof));
     memset(seen, 0, sizeof(*seen));
     if (p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST))
         return p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, proof, msg, msglen);
-    return byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, seen, msg,
-                             msglen);
+    return byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, seen, msg, msglen);
 }
 
 /* ---- 4. duplicate: the routes ---------------------------------------- */
 
 /* pidfd_getfd(pidfd, fd) into *dup_p (the kernel sets O_CLOEXEC). */
-static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p, char *msg,
-                                size_t msglen)
+static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p,
+                                char *msg, size_t msglen)
 {
     int dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0);
     if (dup >= 0) {
@@ -136,8 +136,8 @@ static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x
     int err = errno;
     const char *note;
     byval_status_t st = byval_getfd_status(err, x->pidfd, &note);
-    byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd,
-              strerror(err), note);
+    byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd, strerror(err),
+              note);
     return st;
 }
 
@@ -163,8 +163,8 @@ byval_status_t byval_prove_object(const byval_want_t *w, const byval_exporter_t 
 /* ---- the sequence ----------------------------------------------------- */
 
 /* Steps 3-5 of an identified exporter on the pidfd route. */
-static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t *x, int *fd_p, char *msg,
-                                   size_t msglen)
+static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t *x, int *fd_p,
+                                   char *msg, size_t msglen)
 {
     byval_proof_t proof;
     byval_fd_seen_t seen;
@@ -258,15 +258,15 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
 /* ---- the entries -------------------------------------------------------- */
 
 byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_self_t *self,
-                                        int mode, int *fd_p, int *pidfd_p,
-                                        byval_fetch_info_t *info, char *msg, size_t msglen)
+                                        int mode, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
+                                        char *msg, size_t msglen)
 {
     return byval_transport_fetch(rec, self, mode, -1, fd_p, pidfd_p, info, msg, msglen);
 }
 
-byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self,
-                                     int mode, int kept, int *fd_p, int *pidfd_p,
-                                     byval_fetch_info_t *info, char *msg, size_t msglen)
+byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self, int mode,
+                                     int kept, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
+                                     char *msg, size_t msglen)
 {
     byval_fetch_info_t scratch;
     if (!info)
@@ -288,7 +288,7 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
                   rec->pid, rec->fd, rec->kind, rec->flags);
         return BYVAL_E_INVALID;
     }
-    byval_want_t w = {rec, rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
+    byval_want_t w = {rec,     rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
                       rec->tag};
     byval_exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
@@ -304,8 +304,7 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
 byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                                 int *pidfd_p, char *msg, size_t msglen)
 {
-    return byval_transport_fetch_fd(rec, self, BYVAL_MODE_PIDFD, fd_p, pidfd_p, NULL, msg,
-                                    msglen);
+    return byval_transport_fetch_fd(rec, self, BYVAL_MODE_PIDFD, fd_p, pidfd_p, NULL, msg, msglen);
 }
 
 byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
@@ -335,17 +334,16 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
 }
 
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
-                                             uint32_t fd, uint32_t fd_ino, uint64_t size,
-                                             int *fd_p, char *msg, size_t msglen)
+                                             uint32_t fd, uint32_t fd_ino, uint64_t size, int *fd_p,
+                                             char *msg, size_t msglen)
 {
     return byval_transport_fetch_obj(rec, mode, pidfd, fd, fd_ino, size,
-                                     rec ? byval_record_obj(rec, fd) : BYVAL_OBJ_MEMORY, fd_p,
-                                     msg, msglen);
+                                     rec ? byval_record_obj(rec, fd) : BYVAL_OBJ_MEMORY, fd_p, msg,
+                                     msglen);
 }
 
-byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                               uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
-                               size_t msglen)
+byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, uint64_t size,
+                               byval_obj_t obj, int *fd_p, char *msg, size_t msglen)
 {
     if (fd_p)
         *fd_p = -1;

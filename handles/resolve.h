@@ -15,8 +15,8 @@
 /* The calling process as an exporter describes itself in every record. */
 typedef struct byval_self {
     uint32_t pid;
-    uint32_t pidns;   /* inode of /proc/self/ns/pid */
-    uint32_t boot;    /* byval_fnv1a32 of the boot_id text (36 chars) */
+    uint32_t pidns; /* inode of /proc/self/ns/pid */
+    uint32_t boot;  /* byval_fnv1a32 of the boot_id text (36 chars) */
     uint64_t identity;
     uint8_t id_flags; /* BYVAL_FLAG_ID_PIDFS or 0 */
 } byval_self_t;
@@ -82,8 +82,7 @@ int64_t byval_fd_size(int fd);
  * pidfd_p: if non-NULL, receives the pidfd (caller owns it; -1 on error)
  * so callers can keep it to watch for exporter exit; else it is closed.
  */
-byval_status_t byval_resolve_fd(const byval_record_t *rec,
-                                const byval_self_t *self, int *fd_p,
+byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                                 int *pidfd_p, char *msg, size_t msglen);
 
 /*
@@ -94,9 +93,8 @@ byval_status_t byval_resolve_fd(const byval_record_t *rec,
  * kind obj (inode low 32 bits == fd_ino and, when size != 0, the size in
  * pages).
  */
-byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                               uint64_t size, byval_obj_t obj, int *fd_p, char *msg,
-                               size_t msglen);
+byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, uint64_t size,
+                               byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
 
 /*
  * The proof of export (the pipeline's step 3): pidfd_getfd can duplicate

@@ -37,13 +37,12 @@ int byval_pidfd_is_pidfs(int pidfd);
  * namespace (byval_check_identity: rec->pid, a record of our namespace). */
 byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd, char *msg,
                               size_t msglen);
-byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg,
-                                    size_t msglen);
+byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg, size_t msglen);
 
 /* pidfd_open(pid) (pid: the exporter's in our namespace) and
  * byval_identify on it: *pidfd_p, or a status with one line. */
-byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p,
-                                   char *msg, size_t msglen);
+byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p, char *msg,
+                                   size_t msglen);
 
 /* Status and explanation (*note_p) of a failed pidfd_getfd. */
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
@@ -73,8 +72,8 @@ typedef struct byval_fd_seen {
  * PERM (cannot be checked: /proc not ours or not readable), NOFD or SYS,
  * with one line in msg. */
 byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino,
-                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen,
-                                 char *msg, size_t msglen);
+                                 uint64_t size, byval_obj_t obj, byval_fd_seen_t *seen, char *msg,
+                                 size_t msglen);
 
 /* After: is dup (a duplicate of fd in pid) the object seen before (seen
  * NULL: nothing was checked before, as for an fd from the socket: classify

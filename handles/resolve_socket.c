@@ -30,8 +30,8 @@ static byval_status_t at_route(const byval_want_t *w, byval_exporter_t *x, byval
 {
     if (x->pidfd >= 0)
         return byval_broker_fetch_at(w->rec, at, w->fd, w->ino, w->tag, fd_p, NULL, msg, msglen);
-    byval_status_t st = byval_broker_fetch_at(w->rec, at, w->fd, w->ino, w->tag, fd_p, &x->pidfd,
-                                              msg, msglen);
+    byval_status_t st =
+        byval_broker_fetch_at(w->rec, at, w->fd, w->ino, w->tag, fd_p, &x->pidfd, msg, msglen);
     x->owned = x->pidfd >= 0;
     return st;
 }

@@ -159,6 +159,6 @@ void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self)
     rec->pidns = self->pidns;
     rec->boot = self->boot;
     rec->identity = self->identity;
-    rec->flags = (uint8_t)((rec->flags & ~BYVAL_FLAG_ID_PIDFS) |
-                           (self->id_flags & BYVAL_FLAG_ID_PIDFS));
+    rec->flags =
+        (uint8_t)((rec->flags & ~BYVAL_FLAG_ID_PIDFS) | (self->id_flags & BYVAL_FLAG_ID_PIDFS));
 }

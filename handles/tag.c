@@ -22,12 +22,12 @@ static uint64_t le64(const uint8_t *p)
     return v;
 }
 
-#define SIPROUND                                                                                   \
-    do {                                                                                           \
-        v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                                  \
-        v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                                     \
-        v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                                     \
-        v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                                  \
+#define SIPROUND                                                  \
+    do {                                                          \
+        v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32); \
+        v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                    \
+        v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                    \
+        v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32); \
     } while (0)
 
 uint64_t byval_siphash24(const uint8_t k[16], const void *in, size_t len)
@@ -106,8 +106,8 @@ static const uint8_t *key(void)
         int s = __atomic_load_n(&tk.state, __ATOMIC_ACQUIRE);
         if (s == 2)
             return tk.key;
-        if (s == 0 && __atomic_compare_exchange_n(&tk.state, &s, 1, 0, __ATOMIC_ACQUIRE,
-                                                  __ATOMIC_RELAXED)) {
+        if (s == 0 &&
+            __atomic_compare_exchange_n(&tk.state, &s, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
             uint8_t k[16];
             int rc = fill_random(k, sizeof(k));
             int err = errno;

@@ -23,9 +23,9 @@
 
 typedef enum byval_via {
     BYVAL_VIA_NONE = 0,
-    BYVAL_VIA_PIDFD = 1,  /* pidfd_getfd, the record's own pid */
-    BYVAL_VIA_XLATED = 2, /* pidfd_getfd, the pid translated into our namespace */
-    BYVAL_VIA_SOCKET = 3, /* the exporter's socket */
+    BYVAL_VIA_PIDFD = 1,      /* pidfd_getfd, the record's own pid */
+    BYVAL_VIA_XLATED = 2,     /* pidfd_getfd, the pid translated into our namespace */
+    BYVAL_VIA_SOCKET = 3,     /* the exporter's socket */
     BYVAL_VIA_RENDEZVOUS = 4, /* its socket in the rendezvous directory (rendezvous.h) */
 } byval_via_t;
 
@@ -47,15 +47,15 @@ typedef struct byval_fetch_info {
  * else pidfd_getfd's.
  */
 byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_self_t *self,
-                                        int mode, int *fd_p, int *pidfd_p,
-                                        byval_fetch_info_t *info, char *msg, size_t msglen);
+                                        int mode, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
+                                        char *msg, size_t msglen);
 
 /* The same, lent the exporter's pidfd kept from an earlier open (kept >=
  * 0: identified then, so no pidfd_open and no identity check now; -1:
  * none). *pidfd_p: kept again when it was lent, else as above. */
-byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self,
-                                     int mode, int kept, int *fd_p, int *pidfd_p,
-                                     byval_fetch_info_t *info, char *msg, size_t msglen);
+byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self_t *self, int mode,
+                                     int kept, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
+                                     char *msg, size_t msglen);
 
 /*
  * One more fd of the same exporter (CUDA manifest chunks, or a later cold
@@ -64,8 +64,8 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
  * reached the exporter then. size: as byval_getfd_obj (0: not checked).
  */
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
-                                             uint32_t fd, uint32_t fd_ino, uint64_t size,
-                                             int *fd_p, char *msg, size_t msglen);
+                                             uint32_t fd, uint32_t fd_ino, uint64_t size, int *fd_p,
+                                             char *msg, size_t msglen);
 
 /* The same for an fd that must be of kind obj (an exporter's registry or
  * its wake-up pipe, which a record does not describe). */

@@ -33,21 +33,14 @@ static inline __attribute__((always_inline)) uint64_t get_le(const uint8_t *p, i
     uint16_t lo16;
     uint64_t v;
     switch (n) {
-    case 1:
-        return p[0];
-    case 2:
-        memcpy(&lo16, p, 2);
-        return lo16;
-    case 4:
-        memcpy(&lo32, p, 4);
-        return lo32;
+    case 1: return p[0];
+    case 2: memcpy(&lo16, p, 2); return lo16;
+    case 4: memcpy(&lo32, p, 4); return lo32;
     case 6:
         memcpy(&lo32, p, 4);
         memcpy(&lo16, p + 4, 2);
         return lo32 | (uint64_t)lo16 << 32;
-    case 8:
-        memcpy(&v, p, 8);
-        return v;
+    case 8: memcpy(&v, p, 8); return v;
     default:
         v = 0;
         memcpy(&v, p, (size_t)n);

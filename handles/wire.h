@@ -42,9 +42,9 @@
 
 /* What the handle describes. */
 enum byval_kind {
-    BYVAL_KIND_ZE_MEM = 1,       /* Level Zero memory, classic layout */
-    BYVAL_KIND_ZE_EVENT_POOL = 2, /* Level Zero event pool, classic layout */
-    BYVAL_KIND_CU_VMM = 3,       /* CUDA VMM allocation (fd of one chunk) */
+    BYVAL_KIND_ZE_MEM = 1,          /* Level Zero memory, classic layout */
+    BYVAL_KIND_ZE_EVENT_POOL = 2,   /* Level Zero event pool, classic layout */
+    BYVAL_KIND_CU_VMM = 3,          /* CUDA VMM allocation (fd of one chunk) */
     BYVAL_KIND_CU_VMM_MANIFEST = 4, /* CUDA VMM reservation, fd of a manifest */
     BYVAL_KIND_MAX_ = 4
 };
@@ -81,12 +81,10 @@ typedef enum byval_wire_status {
 /* Encode rec into out[0..46]. Returns BYVAL_WIRE_BAD_FIELD (writing
  * nothing) when a field cannot travel (kind unknown, size > MAX_SIZE,
  * alloc_id or identity > 48 bits, fd > MAX_FD, tag > 40 bits). */
-byval_wire_status_t byval_wire_encode(const byval_record_t *rec,
-                                      uint8_t out[BYVAL_WIRE_LEN]);
+byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYVAL_WIRE_LEN]);
 
 /* Decode and validate len bytes at in. Never reads past in[len-1]. */
-byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len,
-                                      byval_record_t *rec_p);
+byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len, byval_record_t *rec_p);
 
 /* Decode without the checksum: for a record that the caller will compare
  * byte for byte with one it decoded (and checked) before, as a cache hit
@@ -129,7 +127,7 @@ const char *byval_wire_status_str(byval_wire_status_t st);
 #define BYVAL_SHORT_VERSION 1u
 
 typedef struct byval_short {
-    uint8_t flags;   /* BYVAL_FLAG_* */
+    uint8_t flags; /* BYVAL_FLAG_* */
     uint32_t pid;
     uint32_t id32;   /* identity & 0xffffffff */
     uint32_t guard;  /* byval_short_guard() of the exporter */

@@ -24,7 +24,7 @@
 set -eu
 
 PKGS="gcc make libc6-dev pkg-config libze1 libze-dev openmpi-bin libopenmpi-dev \
-mpich libmpich-dev libcmocka-dev uthash-dev mandoc util-linux procps \
+mpich libmpich-dev libcmocka-dev clang-format mandoc util-linux procps \
 slurm-wlm munge rpm tcl"
 ENVMOD_ROOT=${IPCBYVAL_ENVMOD_ROOT:-/var/cache/ipcbyval/environment-modules}
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

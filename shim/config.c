@@ -28,8 +28,11 @@ typedef struct cfg_entry {
     const char *doc;
 } cfg_entry_t;
 
-#define CFG_(name, def, type, field, doc) \
-    {name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), doc}
+#define CFG_(name, def, type, field, doc)                                                       \
+    {                                                                                           \
+        name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), \
+            doc                                                                                 \
+    }
 
 static const cfg_entry_t cfg_table[] = {
     CFG_("IPCBYVAL_ENABLE", "1", CFG_BOOL, enable,
@@ -51,8 +54,7 @@ static const cfg_entry_t cfg_table[] = {
          "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
     CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
          "handle Level Zero IPC (0: pass Level Zero calls through)"),
-    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda,
-         "handle CUDA IPC (0: pass CUDA calls through)"),
+    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda, "handle CUDA IPC (0: pass CUDA calls through)"),
     CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
          "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
     CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
@@ -87,7 +89,8 @@ static int parse_enum(const char *s, const char *const *names, size_t n, int *ou
 /* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
 static int parse_bool(const char *s, int *out)
 {
-    static const char *const names[] = {"0", "n", "no", "off", "false", "1", "y", "yes", "on", "true"};
+    static const char *const names[] = {"0", "n", "no",  "off", "false",
+                                        "1", "y", "yes", "on",  "true"};
     int i;
     if (parse_enum(s, names, 10, &i) != 0)
         return -1;
@@ -131,20 +134,16 @@ static int parse_value(const cfg_entry_t *e, const char *s)
 {
     void *field = (char *)&byval_cfg + e->offset;
     switch (e->type) {
-    case CFG_BOOL:
-        return parse_bool(s, field);
-    case CFG_SIZE:
-        return parse_size(s, field);
-    case CFG_BYTES:
-        return parse_bytes(s, field);
+    case CFG_BOOL: return parse_bool(s, field);
+    case CFG_SIZE: return parse_size(s, field);
+    case CFG_BYTES: return parse_bytes(s, field);
     case CFG_LEVEL:
         if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0') {
             *(int *)field = s[0] - '0';
             return 0;
         }
         return parse_enum(s, level_names, 5, field);
-    case CFG_TRANSPORT:
-        return parse_enum(s, transport_names, 3, field);
+    case CFG_TRANSPORT: return parse_enum(s, transport_names, 3, field);
     case CFG_STRING:
         if (strlen(s) >= e->size)
             return -1;
@@ -222,10 +221,9 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
  * configuration. */
 static int is_launcher_variable(const char *name, size_t len)
 {
-    static const char *const names[] = {"IPCBYVAL_LIB", "IPCBYVAL_PRINT_CONFIG",
-                                        "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
-                                        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",
-                                        "IPCBYVAL_HELPER"};
+    static const char *const names[] = {
+        "IPCBYVAL_LIB",         "IPCBYVAL_PRINT_CONFIG", "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
+        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",  "IPCBYVAL_HELPER"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (name_is(names[i], name, len))
             return 1;
@@ -291,8 +289,8 @@ int byval_config_load(void)
         if (parse_value(e, val) != 0) {
             (void)parse_value(e, e->defval);
             BYVAL_LOG_(problem_level(),
-                       "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
-                       val, type_hint[e->type], e->defval);
+                       "invalid value %s='%s' (expected %s); using the default '%s'", e->name, val,
+                       type_hint[e->type], e->defval);
         }
     }
     byval_log_level = byval_cfg.log_level;
@@ -304,24 +302,12 @@ static void format_value(const cfg_entry_t *e, char *buf, size_t len)
 {
     const void *field = (const char *)&byval_cfg + e->offset;
     switch (e->type) {
-    case CFG_BOOL:
-        snprintf(buf, len, "%d", *(const int *)field);
-        break;
-    case CFG_SIZE:
-        snprintf(buf, len, "%zu", *(const size_t *)field);
-        break;
-    case CFG_BYTES:
-        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
-        break;
-    case CFG_LEVEL:
-        snprintf(buf, len, "%s", level_names[*(const int *)field]);
-        break;
-    case CFG_TRANSPORT:
-        snprintf(buf, len, "%s", transport_names[*(const int *)field]);
-        break;
-    case CFG_STRING:
-        snprintf(buf, len, "%s", (const char *)field);
-        break;
+    case CFG_BOOL: snprintf(buf, len, "%d", *(const int *)field); break;
+    case CFG_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
+    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)field]); break;
+    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[*(const int *)field]); break;
+    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
     case CFG_GID:
         if (*(const long *)field >= 0)
             snprintf(buf, len, "%ld", *(const long *)field);

@@ -56,8 +56,7 @@ typedef struct byval_cu_real {
     CUresult (*get_allocation_properties)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
     CUresult (*export_shareable)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
                                  unsigned long long);
-    CUresult (*import_shareable)(CUmemGenericAllocationHandle *, void *,
-                                 CUmemAllocationHandleType);
+    CUresult (*import_shareable)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
     CUresult (*address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
     CUresult (*address_free)(CUdeviceptr, size_t);
     CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
@@ -186,8 +185,7 @@ void byval_cu_context_dying(CUcontext ctx);
 
 /* Legacy exports (cu_legacy_export.c): the driver handed out h for ptr,
  * publish it so importers hear of its free; ptr is being freed. */
-void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h,
-                               CUdeviceptr ptr);
+void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr);
 void byval_cu_legacy_freed(CUdeviceptr ptr);
 /* ctx's memory goes with it: end its legacy exports. Returns how many. */
 size_t byval_cu_legacy_ctx_gone(CUcontext ctx);

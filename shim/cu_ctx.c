@@ -72,8 +72,9 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
     int on = 1;
     if (dev >= 0 && dev < MAX_DEVICES) { /* one decrement, never below 0, under races */
         int n = __atomic_load_n(&retains[dev], __ATOMIC_RELAXED);
-        while (n > 0 && !__atomic_compare_exchange_n(&retains[dev], &n, n - 1, 1, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED))
+        while (n > 0 &&
+               !__atomic_compare_exchange_n(&retains[dev], &n, n - 1, 1, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
             ;
     }
     if (purged || !ctx || !rl->primary_get_state)
@@ -95,7 +96,8 @@ static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
     if (!active())
         return real(dev);
     CUcontext ctx = primary_of(rl, dev);
-    int last = dev >= 0 && dev < MAX_DEVICES && __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) == 1;
+    int last =
+        dev >= 0 && dev < MAX_DEVICES && __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) == 1;
     if (ctx && last)
         byval_cu_context_dying(ctx);
     CUresult r = real(dev);
@@ -140,11 +142,11 @@ CU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 /* The exported entry points: each passes the driver's function of its
  * version to the helper above. */
-#define CTX_ENTRY(name, helper, type, slot)                 \
-    CU_EXPORT CUresult name(type arg)                       \
-    {                                                       \
-        const byval_cu_real_t *rl = byval_cu_real();        \
-        return helper(rl ? rl->slot : NULL, arg);           \
+#define CTX_ENTRY(name, helper, type, slot)          \
+    CU_EXPORT CUresult name(type arg)                \
+    {                                                \
+        const byval_cu_real_t *rl = byval_cu_real(); \
+        return helper(rl ? rl->slot : NULL, arg);    \
     }
 
 CTX_ENTRY(cuDevicePrimaryCtxRelease_v2, primary_release, CUdevice, primary_release_v2)

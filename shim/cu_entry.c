@@ -22,10 +22,10 @@
 
 #define CU_EXPORT __attribute__((visibility("default")))
 
-#define REAL_OR_FAIL(field)                                         \
-    const byval_cu_real_t *rl = byval_cu_real();                    \
-    if (!rl || !rl->field)                                          \
-        return CUDA_ERROR_NOT_INITIALIZED
+#define REAL_OR_FAIL(field)                      \
+    const byval_cu_real_t *rl = byval_cu_real(); \
+    if (!rl || !rl->field)                       \
+    return CUDA_ERROR_NOT_INITIALIZED
 
 CU_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr ptr)
 {
@@ -104,7 +104,8 @@ CU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
  * its peer fetches the fd with its own pidfd_getfd, which the kernel may
  * refuse; registered, the fd can then be served by our broker instead
  * (shim/syscall.c, handles/registry_fds.c). */
-CU_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+CU_EXPORT CUresult cuMemExportToShareableHandle(void *shareable,
+                                                CUmemGenericAllocationHandle handle,
                                                 CUmemAllocationHandleType type,
                                                 unsigned long long flags)
 {
@@ -181,8 +182,7 @@ CU_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int versi
     return r;
 }
 
-CU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
-                                    cuuint64_t flags)
+CU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
     REAL_OR_FAIL(get_proc_address);
     CUresult r = ((gpa_v1_fn)rl->get_proc_address)(symbol, pfn, version, flags);

@@ -57,8 +57,8 @@ typedef struct cu_export cu_export_t;
 typedef struct cu_pool {
     struct cu_pool *next;
     uint64_t start, size, id;
-    uint64_t unmaps;    /* unmaps and releases in its range so far */
-    unsigned busy;      /* gets exporting chunks of it, unlocked */
+    uint64_t unmaps; /* unmaps and releases in its range so far */
+    unsigned busy;   /* gets exporting chunks of it, unlocked */
     size_t n, cap;
     cu_chunk_t *chunks; /* by offset */
     cu_export_t *live;  /* its liveness entry (not kept in the table) */
@@ -254,7 +254,7 @@ static int names_range(void *arg, const byval_export_t *core)
     const range_t *r = arg;
     const cu_export_t *e = (const cu_export_t *)core;
     return e->manifest_fd >= 0 && e->key.reserve_start == r->start &&
-           e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
+        e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
 }
 
 /* Extents that begin before a dropped range and run into it. */
@@ -322,7 +322,7 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
 typedef struct run {
     uint64_t first, end; /* offsets in the reservation */
     size_t n, cap;
-    cu_chunk_t *c;       /* each chunk's offset, size and buffer id (fd -1) */
+    cu_chunk_t *c; /* each chunk's offset, size and buffer id (fd -1) */
 } run_t;
 
 /* The chunks from ptr's to the first hole or the reservation's end. */
@@ -378,7 +378,8 @@ static int chunk_export(const byval_cu_real_t *rl, CUdeviceptr base, cu_chunk_t 
         return -1;
     CUresult r = rl->get_allocation_properties(&prop, gh);
     int fd = -1;
-    if (r == CUDA_SUCCESS && !(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+    if (r == CUDA_SUCCESS &&
+        !(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
         BYVAL_LOG_WARN("VMM allocation at 0x%llx cannot be shared by value: it was created "
                        "without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in "
                        "requestedHandleTypes (0x%x)",
@@ -406,17 +407,21 @@ static int manifest_write(const cu_pool_t *p, size_t i, size_t n, uint32_t devic
     byval_manifest_t *m = calloc(1, len);
     if (!m)
         return -1;
-    *m = (byval_manifest_t){.magic = BYVAL_MANIFEST_MAGIC, .version = BYVAL_MANIFEST_VERSION,
-                            .nchunks = (uint32_t)n, .device = device, .reserve_size = p->size,
+    *m = (byval_manifest_t){.magic = BYVAL_MANIFEST_MAGIC,
+                            .version = BYVAL_MANIFEST_VERSION,
+                            .nchunks = (uint32_t)n,
+                            .device = device,
+                            .reserve_size = p->size,
                             .pool_id = p->id};
     for (size_t k = 0; k < n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
-        m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size, c->id, (uint32_t)c->fd, c->ino,
-                                                byval_export_tag((uint32_t)c->fd, c->ino)};
+        m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size,
+                                                c->id,  (uint32_t)c->fd,
+                                                c->ino, byval_export_tag((uint32_t)c->fd, c->ino)};
     }
     int fd = memfd_create("ipcbyval-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     int ok = fd >= 0 && write(fd, m, len) == (ssize_t)len &&
-             fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0;
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0;
     free(m);
     if (!ok) {
         BYVAL_LOG_WARN("cannot write the export manifest: %m");
@@ -463,13 +468,18 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
         export_end(&e->core);
         return -1;
     }
-    e->items[0] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
-                                        .fd = e->manifest_fd, .ino = rec.fd_ino,
-                                        .size = r->end - r->first, .flags = BYVAL_EXPORT_OFFER};
+    e->items[0] =
+        (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
+                              .fd = e->manifest_fd,
+                              .ino = rec.fd_ino,
+                              .size = r->end - r->first,
+                              .flags = BYVAL_EXPORT_OFFER};
     for (size_t k = 0; k < r->n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
         e->items[1 + k] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id),
-                                                .fd = c->fd, .ino = c->ino, .size = c->size,
+                                                .fd = c->fd,
+                                                .ino = c->ino,
+                                                .size = c->size,
                                                 .flags = BYVAL_EXPORT_OFFER};
     }
     if (byval_exports_start(exports, &e->core) != 0) {
@@ -524,7 +534,8 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
     p->busy--;
     if (exported && p->unmaps != unmaps) /* the application unmapped it meanwhile */
         BYVAL_LOG_DEBUG("cuIpcGetMemHandle: the reservation at 0x%llx was unmapped during the "
-                        "export", (unsigned long long)key->reserve_start);
+                        "export",
+                        (unsigned long long)key->reserve_start);
     if (!exported || p->unmaps != unmaps) {
         if (!p->n && !p->busy)
             pool_free(p);
@@ -554,8 +565,8 @@ out:
 }
 
 /* The handle of ptr's extent, exported now or before. 0, or -1 (logged). */
-static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr,
-                      uint64_t start, uint64_t size, int *fresh_p)
+static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr ptr, uint64_t start,
+                      uint64_t size, int *fresh_p)
 {
     uint64_t device = 0, gen = __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), buffer_id = 0;
     run_t r;
@@ -605,7 +616,8 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     }
     uint64_t legacy = 1, start = 0, size = 0;
     if (r != CUDA_ERROR_INVALID_VALUE || !rl ||
-        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 || legacy)
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr, &legacy) != 0 ||
+        legacy)
         return r; /* not VMM memory: the driver's answer stands */
     if (byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) != 0 ||
         byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) != 0)

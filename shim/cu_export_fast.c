@@ -69,8 +69,8 @@ int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t ma
         byval_lru_put_ref(fast_cache, ref);
         return 0;
     }
-    int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 &&
-             id == f->buffer_id;
+    int ok =
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 && id == f->buffer_id;
     if (ok)
         *h = f->handle;
     byval_lru_put_ref(fast_cache, ref);

@@ -52,8 +52,8 @@ typedef struct cu_mirror {
     CUdeviceptr base;
     uint64_t size, pool_id;
     CUcontext ctx;
-    uint32_t nrecs; /* records served, published with a release */
-    uint32_t forgot; /* served more than it remembers: what opens need is unknown */
+    uint32_t nrecs;   /* records served, published with a release */
+    uint32_t forgot;  /* served more than it remembers: what opens need is unknown */
     uint32_t watched; /* alive when made: its death is an unmap in the pool */
     struct {
         uint64_t first, end; /* the chunk offset the handle carries; its run's end */
@@ -233,7 +233,7 @@ static void import_init(void)
 
 /* One error line per kind of failure (shim/log.h). */
 static int vmm_seen[BYVAL_E_SYS + 2];
-#define vmm_log_failure(st, ...)                                                               \
+#define vmm_log_failure(st, ...) \
     byval_log_once_per_kind(vmm_seen, BYVAL_E_SYS + 2, (int)(st), "cuIpcOpenMemHandle", __VA_ARGS__)
 
 /* A chunk of the manifest that m maps already (0), lacks (1), or that
@@ -260,8 +260,8 @@ static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, siz
  * the fetch and of the driver's import goes to t[0] and t[1].
  * CUDA_ERROR_NOT_FOUND: the handle's run ends before c. */
 static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                          const byval_manifest_chunk_t *c, int first, CUdevice dev,
-                          cu_mirror_t *m, size_t at, uint64_t t[2])
+                          const byval_manifest_chunk_t *c, int first, CUdevice dev, cu_mirror_t *m,
+                          size_t at, uint64_t t[2])
 {
     char msg[512];
     mirror_chunk_t *a = byval_cu_room(m->chunks, &m->cap, m->n, sizeof(*a));
@@ -287,7 +287,8 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
          * it since the handle was made, which cut the handle's run there
          * (cu_export.c; an export that ends unlists its manifest first). */
         BYVAL_LOG_DEBUG("open: chunk at offset %llu of pid %u: %s: the handle's run ends "
-                        "before it", (unsigned long long)c->offset, rec->pid, msg);
+                        "before it",
+                        (unsigned long long)c->offset, rec->pid, msg);
         return CUDA_ERROR_NOT_FOUND;
     }
     if (st != BYVAL_OK) {
@@ -296,7 +297,8 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
     }
     CUmemGenericAllocationHandle gh;
     t0 = byval_stats_now_ns();
-    CUresult r = rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CUresult r =
+        rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     t[1] += byval_stats_now_ns() - t0;
     close(fd);
     if (r != CUDA_SUCCESS) {
@@ -346,8 +348,9 @@ static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_re
         int need = chunk_need(m, &man->chunks[i], &at);
         if (need < 0)
             r = CUDA_ERROR_ALREADY_MAPPED;
-        else if (need && (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
-                             CUDA_SUCCESS)
+        else if (need &&
+                 (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
+                     CUDA_SUCCESS)
             *added_p += man->chunks[i].size;
         if (r == CUDA_SUCCESS)
             *end_p = man->chunks[i].offset + man->chunks[i].size;
@@ -380,8 +383,7 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     }
     /* The pool's entry, before any chunk is fetched: an unmap from here on
      * changes it (the mirror is then released at its last close). */
-    byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id),
-                          BYVAL_CU_POOL_INO);
+    byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id), BYVAL_CU_POOL_INO);
     uint64_t added = 0, end = 0;
     r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
     if (r != CUDA_SUCCESS) {
@@ -476,16 +478,18 @@ static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_s
     if (!man)
         vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
     else if (man->pool_id != pool_id || man->chunks[0].offset != first)
-        vmm_log_failure(BYVAL_E_FDKIND, "malformed handle from pid %u: its pool or chunk is not "
-                        "its manifest's", rec->pid);
+        vmm_log_failure(BYVAL_E_FDKIND,
+                        "malformed handle from pid %u: its pool or chunk is not "
+                        "its manifest's",
+                        rec->pid);
     else
         return man;
     free(man);
     return NULL;
 }
 
-CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
-                           unsigned int flags, CUdeviceptr *pdptr, int *ours_p)
+CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
+                           CUdeviceptr *pdptr, int *ours_p)
 {
     *ours_p = 1;
     const byval_cu_real_t *rl = byval_cu_real();
@@ -535,7 +539,8 @@ CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h,
         if (r == CUDA_SUCCESS) {
             BYVAL_STAT_INC(opens);
             BYVAL_STAT_INC(open_hits);
-            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid, __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
+            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid,
+                           __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
                            (const void *)(uintptr_t)*pdptr, t_open);
         }
         return r;
@@ -568,9 +573,8 @@ miss:;
     byval_status_t st;
     byval_manifest_t *man = manifest_fetch(rec, &self, pool_id, first, &pidfd, &st);
     r = !man ? (st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE)
-        : m && m->size == man->reserve_size
-            ? mirror_grow(rl, pidfd, rec, man, rb, first, m)
-            : CUDA_ERROR_ALREADY_MAPPED;
+        : m && m->size == man->reserve_size ? mirror_grow(rl, pidfd, rec, man, rb, first, m)
+                                            : CUDA_ERROR_ALREADY_MAPPED;
     if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
         if (m)
             byval_imports_unget(vmm_cache, ref);
@@ -582,8 +586,8 @@ miss:;
             byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
             if (!ref) /* every cached mapping is open: this one lives uncached */
                 BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
-                                "0x%llx not cached", byval_cfg.cache_size,
-                                (unsigned long long)m->base);
+                                "0x%llx not cached",
+                                byval_cfg.cache_size, (unsigned long long)m->base);
             m = (cu_mirror_t *)out;
         }
     }
@@ -603,7 +607,8 @@ miss:;
         goto miss;
     }
     if (r == CUDA_SUCCESS)
-        byval_log_open("", byval_fetch_route(), rec->pid, __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
+        byval_log_open("", byval_fetch_route(), rec->pid,
+                       __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
                        (const void *)(uintptr_t)*pdptr, t_open);
     return r;
 out:
@@ -652,7 +657,6 @@ CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
         BYVAL_STAT_INC(double_closes);
         byval_log_double_close("cuIpcCloseMemHandle", (const void *)(uintptr_t)ptr);
         return CUDA_ERROR_INVALID_VALUE;
-    default:
-        return next(ptr); /* not a mapping we handed out */
+    default: return next(ptr); /* not a mapping we handed out */
     }
 }

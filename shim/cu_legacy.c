@@ -65,7 +65,7 @@ static void legacy_track(byval_import_t *b)
 {
     const cu_legacy_t *e = (const cu_legacy_t *)b;
     uint32_t pid = (uint32_t)e->handle[8] | (uint32_t)e->handle[9] << 8 |
-                   (uint32_t)e->handle[10] << 16 | (uint32_t)e->handle[11] << 24;
+        (uint32_t)e->handle[10] << 16 | (uint32_t)e->handle[11] << 24;
     byval_track_pid(b, pid, byval_reg_key_bytes(e->handle, sizeof(e->handle)));
 }
 

@@ -25,7 +25,7 @@
 #include "shim/transport.h"
 
 typedef struct legacy_export {
-    byval_export_t core; /* first: cache/exports.h */
+    byval_export_t core;      /* first: cache/exports.h */
     byval_export_item_t item; /* its registry entry: a hash of the handle bytes */
 } legacy_export_t;
 
@@ -69,7 +69,7 @@ void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *
         return;
     byval_enter();
     int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) == 0 &&
-             byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
     if (ok && byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
         ctx = 0; /* no context known: the export ends at the free alone */
     byval_leave();

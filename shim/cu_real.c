@@ -68,8 +68,7 @@ static const byval_cu_real_t *cu_real_resolve(void)
     SYM(get_proc_address_v2, "cuGetProcAddress_v2");
     dlclose(h); /* NOLOAD took a reference; the program holds its own */
     byval_cu_real_t *published = NULL;
-    if (__atomic_compare_exchange_n(&real_p, &published, t, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
+    if (__atomic_compare_exchange_n(&real_p, &published, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return t;
     free(t); /* another thread published the same table first */
     return published;

@@ -206,20 +206,22 @@ static int rendezvous(void)
         return 0;
     }
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
-        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: ignored with IPCBYVAL_TRANSPORT=pidfd", dir);
+        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: ignored with IPCBYVAL_TRANSPORT=pidfd",
+             dir);
         return 0;
     }
     if (!byval_rendezvous_enabled()) {
-        long gid = byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid
-                                                 : BYVAL_RENDEZVOUS_NO_GID;
+        long gid =
+            byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid : BYVAL_RENDEZVOUS_NO_GID;
         if (byval_rendezvous_setup(dir, gid, msg, sizeof(msg)) != 0) {
             LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: refused by the library: %s", dir, msg);
             return 1;
         }
     }
     LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: used (the library's check passed)%s", dir,
-         access(dir, W_OK | X_OK) == 0 ? ""
-                                       : "; not writable by this user: exporters cannot listen there");
+         access(dir, W_OK | X_OK) == 0
+             ? ""
+             : "; not writable by this user: exporters cannot listen there");
     return 0;
 }
 
@@ -243,7 +245,9 @@ int byval_doctor(void)
          e.p.pidfd_open_err ? errname(e.p.pidfd_open_err) : "works",
          e.p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
     LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(e.yama),
-         e.seccomp == 2 ? "filter (mode 2)" : e.seccomp == 1 ? "strict (mode 1)" : "off",
+         e.seccomp == 2       ? "filter (mode 2)"
+             : e.seccomp == 1 ? "strict (mode 1)"
+                              : "off",
          e.cap_ptrace ? "yes" : "no");
     LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
          e.p.child_getfd_err ? errname(e.p.child_getfd_err) : "allowed",
@@ -262,8 +266,9 @@ int byval_doctor(void)
          ns_inode("net"));
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
          e.p.socket_err ? errname(e.p.socket_err) : "works",
-         e.p.socket_err ? "" : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
-                                             : " (no SO_PEERPIDFD: Linux < 6.5)");
+         e.p.socket_err      ? ""
+             : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
+                             : " (no SO_PEERPIDFD: Linux < 6.5)");
     int rdv_refused = rendezvous();
     int gpu = 0;
     gpu_cuda(&gpu);
@@ -310,9 +315,9 @@ int byval_doctor(void)
             LINE("for pidfd", "%s", pidfd_fix(&e));
         LINE("other ranks", "another pid namespace: the socket%s%s; another node: refused",
              sock_ok ? " (same network namespace only)" : " (not working here)",
-             rdv_refused                  ? ", not the rendezvous directory (refused)"
-             : byval_rendezvous_enabled() ? ", or the rendezvous directory"
-                                          : "");
+             rdv_refused                      ? ", not the rendezvous directory (refused)"
+                 : byval_rendezvous_enabled() ? ", or the rendezvous directory"
+                                              : "");
     }
     if (!gpu)
         LINE("note", "no GPU library found: nothing for ipcbyval to do (LD_LIBRARY_PATH?)");

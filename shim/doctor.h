@@ -13,12 +13,12 @@
 /* What two sibling processes (as two ranks are) could do: the probes of
  * doctor_probe.c. Errors are errno values, 0 when it worked. */
 typedef struct byval_probe {
-    int pidfd_open_err;   /* pidfd_open of a child of ours */
-    int pidfs;            /* that pidfd is a pidfs inode (Linux 6.9+) */
-    int child_getfd_err;  /* pidfd_getfd of our own child's fd */
+    int pidfd_open_err;    /* pidfd_open of a child of ours */
+    int pidfs;             /* that pidfd is a pidfs inode (Linux 6.9+) */
+    int child_getfd_err;   /* pidfd_getfd of our own child's fd */
     int sibling_getfd_err; /* pidfd_getfd of a sibling's fd, as rank to rank */
-    int socket_err;       /* the sibling's fd over an abstract Unix socket */
-    int peerpidfd;        /* SO_PEERPIDFD answered (the broker's proof) */
+    int socket_err;        /* the sibling's fd over an abstract Unix socket */
+    int peerpidfd;         /* SO_PEERPIDFD answered (the broker's proof) */
 } byval_probe_t;
 
 /* Fork an exporter and an importer (siblings) and try each way of

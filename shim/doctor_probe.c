@@ -92,8 +92,8 @@ static void exporter(int out, int hold, int set_ptracer, pid_t parent, unsigned 
         int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
         char byte = 'F', ctl[CMSG_SPACE(sizeof(int))];
         struct iovec iov = {&byte, 1};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                            .msg_controllen = sizeof(ctl)};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
         struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
@@ -131,8 +131,8 @@ static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peer
         close(pfd);
     char byte, ctl[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {&byte, 1};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                        .msg_controllen = sizeof(ctl)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
     ssize_t r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
     int e = r == 1 ? EBADF : (r < 0 ? errno : ECONNRESET);
     struct cmsghdr *cm = r == 1 ? CMSG_FIRSTHDR(&mh) : NULL;

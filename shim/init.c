@@ -83,8 +83,7 @@ static void init_run(void)
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
     if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
-        BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)",
-                       BYVAL_VERSION,
+        BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
                        byval_init_enabled_ ? "enabled" : "disabled: pure pass-through",
                        byval_cfg.ze, byval_cfg.cuda, byval_cfg.cache_size,
                        byval_cfg.export_cache_size);

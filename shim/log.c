@@ -65,9 +65,10 @@ static int log_fd(void)
              * stderr every later line goes to. */
             static pid_t warned;
             char w[480];
-            int n = snprintf(w, sizeof(w), "[ipcbyval %d %s] warn: IPCBYVAL_LOG_FILE: cannot "
-                             "open %s: %s; logging to stderr\n", (int)pid, byval_log_rank(),
-                             path, strerror(errno));
+            int n = snprintf(w, sizeof(w),
+                             "[ipcbyval %d %s] warn: IPCBYVAL_LOG_FILE: cannot "
+                             "open %s: %s; logging to stderr\n",
+                             (int)pid, byval_log_rank(), path, strerror(errno));
             if (n > 0 && __atomic_exchange_n(&warned, pid, __ATOMIC_RELAXED) != pid) {
                 size_t len = (size_t)n < sizeof(w) ? (size_t)n : sizeof(w) - 1;
                 ssize_t wr = write(STDERR_FILENO, w, len);
@@ -96,8 +97,8 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     char buf[1024];
     if (level < BYVAL_LOG_LVL_ERROR || level > BYVAL_LOG_LVL_STATS)
         level = BYVAL_LOG_LVL_ERROR;
-    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s%s", (int)getpid(),
-                     byval_log_rank(), level_tag[level], func ? func : "", func ? ": " : "");
+    int n = snprintf(buf, sizeof(buf), "[ipcbyval %d %s] %s: %s%s", (int)getpid(), byval_log_rank(),
+                     level_tag[level], func ? func : "", func ? ": " : "");
     if (n < 0)
         n = 0;
     if ((size_t)n < sizeof(buf)) {
@@ -121,14 +122,15 @@ void byval_log_double_close(const char *api, const void *ptr)
 {
     static int warned;
     int lvl = __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG
-                                                                 : BYVAL_LOG_LVL_WARN;
+                                                                : BYVAL_LOG_LVL_WARN;
     if (byval_log_level >= lvl)
-        byval_log(lvl, NULL, "%s(%p): not open (closed already): the driver's error is returned "
-                  "and the cached mapping is left alone", api, ptr);
+        byval_log(lvl, NULL,
+                  "%s(%p): not open (closed already): the driver's error is returned "
+                  "and the cached mapping is left alone",
+                  api, ptr);
 }
 
-void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt,
-                             ...)
+void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt, ...)
 {
     char msg[600];
     va_list ap;
@@ -159,9 +161,9 @@ static double log_us(unsigned long long t0)
 void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
                      const void *ptr, unsigned long long t0)
 {
-    static const char *const served[] = {"hit", "miss via pidfd", "miss via socket",
-                                         "miss via rendezvous", "miss rescued",
-                                         "miss opened by the driver"};
+    static const char *const served[] = {
+        "hit",          "miss via pidfd",           "miss via socket", "miss via rendezvous",
+        "miss rescued", "miss opened by the driver"};
     int r = route >= 0 && route < (int)(sizeof(served) / sizeof(served[0])) ? route : 0;
     char who[32];
     if (pid)
@@ -172,8 +174,7 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
               served[r], who, bytes, ptr, log_us(t0));
 }
 
-void byval_log_close_(const char *what, const void *ptr, const char *outcome,
-                      unsigned long long t0)
+void byval_log_close_(const char *what, const void *ptr, const char *outcome, unsigned long long t0)
 {
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "close: %s%p: %s, %.1f us", what, ptr, outcome,
               log_us(t0));
@@ -185,8 +186,10 @@ void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
     if (fd >= 0)
         snprintf(f, sizeof(f), " (fd %d)", fd);
     if (withdrawn)
-        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export withdrawn: %s%p%s: freed; importers "
-                  "release their closed mappings", what, ptr, f);
+        byval_log(BYVAL_LOG_LVL_DEBUG, NULL,
+                  "export withdrawn: %s%p%s: freed; importers "
+                  "release their closed mappings",
+                  what, ptr, f);
     else
         byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value%s", what, ptr, f);
 }

@@ -27,10 +27,10 @@ void byval_log(int level, const char *func, const char *fmt, ...)
  * PMI_RANK, PMIX_RANK, SLURM_PROCID), "-" when there is none. */
 const char *byval_log_rank(void);
 
-#define BYVAL_LOG_(lvl, ...)                                                      \
-    do {                                                                          \
-        if (__builtin_expect(byval_log_level >= (lvl), 0))                        \
-            byval_log((lvl), NULL, __VA_ARGS__);                                  \
+#define BYVAL_LOG_(lvl, ...)                               \
+    do {                                                   \
+        if (__builtin_expect(byval_log_level >= (lvl), 0)) \
+            byval_log((lvl), NULL, __VA_ARGS__);           \
     } while (0)
 #define BYVAL_LOG_ERROR(...) BYVAL_LOG_(BYVAL_LOG_LVL_ERROR, __VA_ARGS__)
 #define BYVAL_LOG_WARN(...) BYVAL_LOG_(BYVAL_LOG_LVL_WARN, __VA_ARGS__)
@@ -41,8 +41,8 @@ const char *byval_log_rank(void);
  * debug level after (a loop that keeps failing must not flood the job's
  * output). seen: the caller's flags, nkinds of them; a kind out of range
  * uses the last. */
-void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt,
-                             ...) __attribute__((format(printf, 5, 6)));
+void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* A close of a pointer that is open no more (a double close): the API's
  * error is returned and the cached mapping left alone. One warning per

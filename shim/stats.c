@@ -48,8 +48,8 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
     __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
-void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
-                                        const char *total, const char *doc),
+void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v, const char *total,
+                                       const char *doc),
                             void *ctx)
 {
     uint64_t held, peak, served, refused;
@@ -74,8 +74,7 @@ void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
        "fds served through the rendezvous directory (importers in other pods/containers)");
 }
 
-static void print_gauge(void *ctx, const char *name, uint64_t v, const char *total,
-                        const char *doc)
+static void print_gauge(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
 {
     (void)ctx;
     (void)total;
@@ -85,8 +84,8 @@ static void print_gauge(void *ctx, const char *name, uint64_t v, const char *tot
 void byval_stats_print(void)
 {
     /* The "stats" pseudo-level: shown whenever IPCBYVAL_STATS asks. */
-#define STATS_PRINT_(name, doc)                                                     \
-    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", #name,                 \
+#define STATS_PRINT_(name, doc)                                     \
+    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", #name, \
               (unsigned long long)BYVAL_STAT_SUM(name), doc);
     BYVAL_STATS_LIST(STATS_PRINT_)
 #undef STATS_PRINT_

@@ -9,32 +9,32 @@
 #include "cache/lru.h"
 #include "cache/stripe.h"
 
-#define BYVAL_STATS_LIST(X)                                               \
-    X(exports, "handles exported by value")                               \
-    X(pool_exports, "event-pool handles exported by value (short record)") \
-    X(export_hits, "export-cache hits")                                   \
-    X(export_passthrough, "exports passed through (not ours to change)") \
-    X(opens, "by-value handles opened")                                   \
-    X(pool_opens, "by-value event-pool handles opened")                   \
-    X(open_hits, "import-cache hits")                                     \
-    X(open_misses, "import-cache misses (the exporter's fd fetched)")     \
-    X(open_kept_pidfd, "misses of an exporter met before, pidfd_getfd on its kept pidfd") \
-    X(open_kept_socket, "misses of an exporter met before, served by its socket") \
-    X(open_passthrough, "opens passed through to the driver unchanged")   \
-    X(open_errors, "opens refused")                                       \
-    X(closes, "closes of by-value mappings")                              \
-    X(frees, "frees that dropped an export entry")                        \
-    X(exporter_exits, "exporters seen exiting")                           \
-    X(released_freed, "cached mappings released because the exporter freed them") \
-    X(double_closes, "closes of a pointer not open (the API's error returned)") \
-    X(via_pidfd, "exporters reached with pidfd_getfd (first contact)")   \
-    X(via_socket, "exporters reached through their socket (first contact)") \
-    X(via_rendezvous, "exporters reached through the rendezvous directory (other pod/container)") \
-    X(open_rendezvous, "misses whose fd came through the rendezvous directory (every one)") \
+#define BYVAL_STATS_LIST(X)                                                                        \
+    X(exports, "handles exported by value")                                                        \
+    X(pool_exports, "event-pool handles exported by value (short record)")                         \
+    X(export_hits, "export-cache hits")                                                            \
+    X(export_passthrough, "exports passed through (not ours to change)")                           \
+    X(opens, "by-value handles opened")                                                            \
+    X(pool_opens, "by-value event-pool handles opened")                                            \
+    X(open_hits, "import-cache hits")                                                              \
+    X(open_misses, "import-cache misses (the exporter's fd fetched)")                              \
+    X(open_kept_pidfd, "misses of an exporter met before, pidfd_getfd on its kept pidfd")          \
+    X(open_kept_socket, "misses of an exporter met before, served by its socket")                  \
+    X(open_passthrough, "opens passed through to the driver unchanged")                            \
+    X(open_errors, "opens refused")                                                                \
+    X(closes, "closes of by-value mappings")                                                       \
+    X(frees, "frees that dropped an export entry")                                                 \
+    X(exporter_exits, "exporters seen exiting")                                                    \
+    X(released_freed, "cached mappings released because the exporter freed them")                  \
+    X(double_closes, "closes of a pointer not open (the API's error returned)")                    \
+    X(via_pidfd, "exporters reached with pidfd_getfd (first contact)")                             \
+    X(via_socket, "exporters reached through their socket (first contact)")                        \
+    X(via_rendezvous, "exporters reached through the rendezvous directory (other pod/container)")  \
+    X(open_rendezvous, "misses whose fd came through the rendezvous directory (every one)")        \
     X(rescued, "other libraries' pidfd_getfd the kernel refused, served by the exporter's broker") \
-    X(rescue_failed, "refused pidfd_getfd no broker served (the kernel's error returned)") \
-    X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)") \
-    X(miss_import_ns, "ns in misses in the driver's import")              \
+    X(rescue_failed, "refused pidfd_getfd no broker served (the kernel's error returned)")         \
+    X(miss_fetch_ns, "ns in misses getting the exporter's fds (pidfd/socket, checks)")             \
+    X(miss_import_ns, "ns in misses in the driver's import")                                       \
     X(miss_map_ns, "ns in misses mapping (CUDA VMM: reserve, map, access)")
 
 /* One copy per thread stripe (cache/stripe.h), summed when printed: a
@@ -63,8 +63,8 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru);
 
 /* Values read from their owners when printed (cache bytes, the rescue's
  * exporter side): name, value, how a job totals it ("sum" or "max"). */
-void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v,
-                                       const char *total, const char *doc),
+void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v, const char *total,
+                                       const char *doc),
                             void *ctx);
 
 /* Print the counters and every registered cache's statistics. */

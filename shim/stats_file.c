@@ -65,8 +65,7 @@ static void field(stats_buf_t *b, const char *prefix, const char *name, unsigned
     put(b, "%s%s%s\t%llu\t%s\t%s\n", prefix ? prefix : "", prefix ? "." : "", name, v, total, doc);
 }
 
-static void gauge_field(void *ctx, const char *name, uint64_t v, const char *total,
-                        const char *doc)
+static void gauge_field(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
 {
     field(ctx, NULL, name, v, total, doc);
 }
@@ -93,8 +92,7 @@ static void cache_fields(void *ctx, const char *name, byval_lru_t *lru)
     field(b, prefix, "high_water", s.high_water, "max", "most entries held at once");
     field(b, prefix, "capacity", s.capacity, "max", "entries it may hold");
     field(b, prefix, "memory_bytes", now, "max", "memory of the cache's structures at exit");
-    field(b, prefix, "bytes_per_entry_full", full, "max",
-          "memory per entry when full at capacity");
+    field(b, prefix, "bytes_per_entry_full", full, "max", "memory per entry when full at capacity");
 }
 
 /* The folder as a directory fd, or -1 after one warning: made if missing;
@@ -118,8 +116,8 @@ static int stats_dir_open(const char *dir)
     if (fstat(dfd, &st) != 0) {
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: fstat %s: %m", dir);
     } else if (st.st_uid != geteuid()) {
-        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is owned by uid %u, not by us (uid %u): not used", dir,
-                       (unsigned)st.st_uid, (unsigned)geteuid());
+        BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is owned by uid %u, not by us (uid %u): not used",
+                       dir, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if (st.st_mode & S_IWOTH) {
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is writable by others (mode %o): not used", dir,
                        (unsigned)(st.st_mode & 07777));
@@ -152,7 +150,8 @@ int byval_stats_write_file(const char *dir)
     put(&b, "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n",
         BYVAL_VERSION, dir);
     put(&b, "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n");
-    put(&b, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(), comm);
+    put(&b, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(),
+        comm);
 #define STATS_FIELD_(name, doc) field(&b, NULL, #name, BYVAL_STAT_SUM(name), "sum", doc);
     BYVAL_STATS_LIST(STATS_FIELD_)
 #undef STATS_FIELD_

@@ -10,28 +10,28 @@
 #ifndef BYVAL_SHIM_SYMBOLS_H
 #define BYVAL_SHIM_SYMBOLS_H
 
-#define BYVAL_ZE_SYMBOLS(X)            \
-    X(zeMemGetIpcHandle)               \
-    X(zeMemOpenIpcHandle)              \
-    X(zeMemCloseIpcHandle)             \
-    X(zeMemPutIpcHandle)               \
-    X(zeMemFree)                       \
-    X(zeMemFreeExt)                    \
-    X(zeMemGetIpcHandleWithProperties) \
+#define BYVAL_ZE_SYMBOLS(X)                   \
+    X(zeMemGetIpcHandle)                      \
+    X(zeMemOpenIpcHandle)                     \
+    X(zeMemCloseIpcHandle)                    \
+    X(zeMemPutIpcHandle)                      \
+    X(zeMemFree)                              \
+    X(zeMemFreeExt)                           \
+    X(zeMemGetIpcHandleWithProperties)        \
     X(zeMemGetFileDescriptorFromIpcHandleExp) \
     X(zeMemGetIpcHandleFromFileDescriptorExp) \
-    X(zeContextDestroy)                \
-    X(zeEventPoolCreate)               \
-    X(zeEventPoolGetIpcHandle)         \
-    X(zeEventPoolOpenIpcHandle)        \
-    X(zeEventPoolCloseIpcHandle)       \
-    X(zeEventPoolPutIpcHandle)         \
-    X(zeEventPoolDestroy)              \
-    X(zeDriverGetExtensionFunctionAddress) \
-    X(zeGetMemProcAddrTable)           \
-    X(zeGetDriverProcAddrTable)        \
-    X(zeGetContextProcAddrTable)       \
-    X(zeGetEventPoolProcAddrTable)     \
+    X(zeContextDestroy)                       \
+    X(zeEventPoolCreate)                      \
+    X(zeEventPoolGetIpcHandle)                \
+    X(zeEventPoolOpenIpcHandle)               \
+    X(zeEventPoolCloseIpcHandle)              \
+    X(zeEventPoolPutIpcHandle)                \
+    X(zeEventPoolDestroy)                     \
+    X(zeDriverGetExtensionFunctionAddress)    \
+    X(zeGetMemProcAddrTable)                  \
+    X(zeGetDriverProcAddrTable)               \
+    X(zeGetContextProcAddrTable)              \
+    X(zeGetEventPoolProcAddrTable)            \
     X(zeGetMemExpProcAddrTable)
 
 #ifdef BYVAL_HAVE_CUDA

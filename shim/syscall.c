@@ -91,8 +91,7 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
     int got = -1;
     uint32_t pid = 0;
     char msg[512];
-    if (flags != 0 || !byval_enabled() ||
-        byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+    if (flags != 0 || !byval_enabled() || byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
         errno = err;
         return -1;
     }
@@ -101,7 +100,8 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
     if (st != BYVAL_OK) {
         BYVAL_STAT_INC(rescue_failed);
         BYVAL_LOG_DEBUG("open: not rescued: another library's pidfd_getfd(pid %u, fd %d) was "
-                        "refused (%s): %s", pid, fd, denial(err), msg);
+                        "refused (%s): %s",
+                        pid, fd, denial(err), msg);
         errno = err;
         return -1;
     }
@@ -114,8 +114,8 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
                        pid, fd, denial(err));
     else
         BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
-                        "that process's socket, %.1f us", pid, fd,
-                        t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0);
+                        "that process's socket, %.1f us",
+                        pid, fd, t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0);
     errno = saved;
     return got;
 }

@@ -27,7 +27,7 @@ static int of_view(void *ctx, const byval_import_t *m)
 {
     const byval_reg_view_t *v = ctx;
     return __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE) == v &&
-           (byval_reg_view_gone(v) || !byval_import_alive(m));
+        (byval_reg_view_gone(v) || !byval_import_alive(m));
 }
 
 static void (*event_hook)(void);
@@ -50,8 +50,8 @@ static void on_registry_event(byval_reg_view_t *v, int gone)
     }
     BYVAL_STAT_ADD(released_freed, n);
     if (n)
-        BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed",
-                        n, n == 1 ? "" : "s");
+        BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed", n,
+                        n == 1 ? "" : "s");
 }
 
 static int of_exporter(void *ctx, const byval_import_t *m)
@@ -120,7 +120,8 @@ void byval_track_watch(byval_import_t *m)
         untracked(m->pid, msg);
     else if (rc > 0)
         BYVAL_LOG_DEBUG("release watcher started: a closed mapping of pid %u waits on its "
-                        "exporter's frees", m->pid);
+                        "exporter's frees",
+                        m->pid);
 }
 
 void byval_track_record_on(byval_import_t *m, const byval_record_t *rec, int pidfd, uint64_t key,
@@ -160,8 +161,7 @@ void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key)
     char msg[512] = "";
     byval_reg_view_t *v = byval_reg_attach_pid(pid, msg, sizeof(msg));
     if (!v) {
-        BYVAL_LOG_DEBUG("legacy handle of pid %u: %s: kept within IPCBYVAL_CACHE_BYTES", pid,
-                        msg);
+        BYVAL_LOG_DEBUG("legacy handle of pid %u: %s: kept within IPCBYVAL_CACHE_BYTES", pid, msg);
         return;
     }
     track_in(m, v, key, 0);

@@ -61,9 +61,9 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     /* Counted by what served it: pidfd_getfd (directly, or on a kept
      * pidfd), or the exporter's socket (abstract, or in the rendezvous
      * directory). */
-    fetch_route = info.via == BYVAL_VIA_SOCKET       ? BYVAL_ROUTE_SOCKET
-                  : info.via == BYVAL_VIA_RENDEZVOUS ? BYVAL_ROUTE_RENDEZVOUS
-                                                     : BYVAL_ROUTE_PIDFD;
+    fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET
+        : info.via == BYVAL_VIA_RENDEZVOUS     ? BYVAL_ROUTE_RENDEZVOUS
+                                               : BYVAL_ROUTE_PIDFD;
     if (st == BYVAL_OK && fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
         BYVAL_STAT_INC(open_rendezvous);
     if (st == BYVAL_OK && kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
@@ -77,10 +77,9 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     else if (st == BYVAL_OK)
         BYVAL_STAT_INC(via_pidfd);
     if (st == BYVAL_OK && info.fell_back)
-        BYVAL_LOG_INFO("pid %u: %s; using the socket fallback%s for this exporter", rec->pid,
-                       info.why,
-                       info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)"
-                                                        : "");
+        BYVAL_LOG_INFO(
+            "pid %u: %s; using the socket fallback%s for this exporter", rec->pid, info.why,
+            info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)" : "");
     else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);
@@ -90,8 +89,8 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
 byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
                                    uint32_t fd_ino, int *fd_p, char *msg, size_t msglen)
 {
-    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, 0, fd_p,
-                                         msg, msglen);
+    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, 0, fd_p, msg,
+                                         msglen);
 }
 
 void byval_fetch_done(const byval_record_t *rec, int pidfd)
@@ -134,7 +133,8 @@ static int enlist(int fd)
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             BYVAL_LOG_INFO("exported fd %d cannot be served to peers whose pidfd_getfd is "
-                           "refused: %m (said once)", fd);
+                           "refused: %m (said once)",
+                           fd);
         return -1;
     }
     if (byval_broker_serve() != 0)
@@ -148,7 +148,8 @@ static uint64_t sink_publish(uint64_t key, uint32_t ino, uint32_t fd, uint64_t s
     uint64_t serial = 0;
     if (byval_reg_add_serial(key, ino, fd, size, &serial) != 0) {
         BYVAL_LOG_DEBUG("export registry full or unavailable: importers keep fd %u's mappings "
-                        "within their byte budget", fd);
+                        "within their byte budget",
+                        fd);
         return 0;
     }
     int page_fd, pipe_rd;

@@ -76,8 +76,8 @@ void *byval_ze_sym(const char *name);
 #define BYVAL_ZE_RECORD_OFF 17
 
 /* Memory IPC, called by every route with the next function on that route. */
-ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
-                             const void *ptr, ze_ipc_mem_handle_t *handle);
+ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx, const void *ptr,
+                             ze_ipc_mem_handle_t *handle);
 /* zeMemGetIpcHandleWithProperties: the same export as zeMemGetIpcHandle
  * for the default handle type; other requests (fabric) pass through. */
 ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle_t ctx,
@@ -119,8 +119,7 @@ int byval_ze_layout_is_opaque(const uint8_t *handle64);
 int byval_ze_write_record(uint8_t *handle64, uint64_t alloc_id, ze_device_handle_t dev);
 /* The record of the fd @0 of a handle the driver just filled (the
  * registry entry of an opaque one, ze_opaque.c): 0, or -1. */
-int byval_ze_opaque_record(const uint8_t *handle64, uint64_t alloc_id,
-                           struct byval_record *rec_p);
+int byval_ze_opaque_record(const uint8_t *handle64, uint64_t alloc_id, struct byval_record *rec_p);
 /* 1 when the driver wrote the classic layout, the record was added and
  * the export started (cache/exports.h; kept until the allocation is freed,
  * its context destroyed or the table needs room). index: the handle's
@@ -151,8 +150,8 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
                                  ze_ipc_mem_handle_t handle, uint64_t *fd_p);
 /* zeMemGetIpcHandleFromFileDescriptorExp: a by-value handle (ours for a
  * duplicate we handed out; the export's for the driver's own fd). */
-ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx,
-                                 uint64_t fd, ze_ipc_mem_handle_t *handle);
+ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx, uint64_t fd,
+                                 ze_ipc_mem_handle_t *handle);
 /* The by-value handle the export cache holds for the driver's fd. */
 int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle);
 /* Allocation ids of handles made from an fd (allocation unknown): this

@@ -95,9 +95,9 @@ static ze_result_t zex_get_wrapper(ze_context_handle_t ctx, void *ptr, uint32_t 
                               handles);
 }
 
-static ze_result_t zex_open_wrapper(ze_context_handle_t ctx, ze_device_handle_t dev,
-                                    uint32_t count, ze_ipc_mem_handle_t *handles,
-                                    ze_ipc_memory_flags_t flags, void **pptr)
+static ze_result_t zex_open_wrapper(ze_context_handle_t ctx, ze_device_handle_t dev, uint32_t count,
+                                    ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
+                                    void **pptr)
 {
     return byval_zex_open_ipcs(__atomic_load_n(&zex_open_next, __ATOMIC_ACQUIRE), ctx, dev, count,
                                handles, flags, pptr);
@@ -125,12 +125,12 @@ static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
     return r;
 }
 
-ZE_EXPORT ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t drv,
-                                                          const char *name, void **pfn)
+ZE_EXPORT ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t drv, const char *name,
+                                                          void **pfn)
 {
-    return ext_address(REAL(ze_pfnDriverGetExtensionFunctionAddress_t,
-                            zeDriverGetExtensionFunctionAddress),
-                       drv, name, pfn);
+    return ext_address(
+        REAL(ze_pfnDriverGetExtensionFunctionAddress_t, zeDriverGetExtensionFunctionAddress), drv,
+        name, pfn);
 }
 
 /* ---- DDI tables ------------------------------------------------------ */
@@ -195,11 +195,10 @@ void byval_ze_wrap_slot(void **slot, void **next, void *wrapper, const char *wha
     if (!cur || cur == wrapper)
         return;
     void *expected = NULL;
-    if (!__atomic_compare_exchange_n(next, &expected, cur, 0, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_ACQUIRE) &&
+    if (!__atomic_compare_exchange_n(next, &expected, cur, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
         expected != cur)
-        BYVAL_LOG_DEBUG("%s: a second table holds %p (first: %p); calls go to the first", what,
-                        cur, expected);
+        BYVAL_LOG_DEBUG("%s: a second table holds %p (first: %p); calls go to the first", what, cur,
+                        expected);
     *slot = wrapper;
 }
 

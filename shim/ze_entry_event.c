@@ -20,8 +20,8 @@ SYM_NEXT(zeEventPoolGetIpcHandle, ze_pfnEventPoolGetIpcHandle_t, ZE_RESULT_ERROR
 SYM_NEXT(zeEventPoolOpenIpcHandle, ze_pfnEventPoolOpenIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
          (ze_context_handle_t c, ze_ipc_event_pool_handle_t h, ze_event_pool_handle_t *pp),
          (c, h, pp))
-SYM_NEXT(zeEventPoolCloseIpcHandle, ze_pfnEventPoolCloseIpcHandle_t,
-         ZE_RESULT_ERROR_UNINITIALIZED, (ze_event_pool_handle_t p), (p))
+SYM_NEXT(zeEventPoolCloseIpcHandle, ze_pfnEventPoolCloseIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
+         (ze_event_pool_handle_t p), (p))
 SYM_NEXT(zeEventPoolPutIpcHandle, byval_ze_pool_put_fn, ZE_RESULT_ERROR_UNSUPPORTED_FEATURE,
          (ze_context_handle_t c, ze_ipc_event_pool_handle_t h), (c, h))
 SYM_NEXT(zeEventPoolDestroy, ze_pfnEventPoolDestroy_t, ZE_RESULT_ERROR_UNINITIALIZED,

@@ -43,16 +43,13 @@ ZE_EXPORT ze_result_t zeMemGetFileDescriptorFromIpcHandleExp(ze_context_handle_t
                                                              ze_ipc_mem_handle_t handle,
                                                              uint64_t *fd_p)
 {
-    return byval_ze_fd_from_ipc(sym_next_zeMemGetFileDescriptorFromIpcHandleExp, ctx, handle,
-                                fd_p);
+    return byval_ze_fd_from_ipc(sym_next_zeMemGetFileDescriptorFromIpcHandleExp, ctx, handle, fd_p);
 }
 
-ZE_EXPORT ze_result_t zeMemGetIpcHandleFromFileDescriptorExp(ze_context_handle_t ctx,
-                                                             uint64_t fd,
+ZE_EXPORT ze_result_t zeMemGetIpcHandleFromFileDescriptorExp(ze_context_handle_t ctx, uint64_t fd,
                                                              ze_ipc_mem_handle_t *handle)
 {
-    return byval_ze_ipc_from_fd(sym_next_zeMemGetIpcHandleFromFileDescriptorExp, ctx, fd,
-                                handle);
+    return byval_ze_ipc_from_fd(sym_next_zeMemGetIpcHandleFromFileDescriptorExp, ctx, fd, handle);
 }
 
 /* ---- table and extension wrappers ------------------------------------ */
@@ -93,8 +90,8 @@ static ze_result_t tw_pool_put(ze_context_handle_t c, ze_ipc_event_pool_handle_t
 void byval_ze_wrap_mem_newer(ze_api_version_t version, ze_mem_dditable_t *table)
 {
     if (version >= BYVAL_ZE_API_1_15)
-        WRAP_SLOT(((byval_ze_mem_ddi_1_15_t *)table)->pfnGetIpcHandleWithProperties,
-                  next_of.props, tw_props);
+        WRAP_SLOT(((byval_ze_mem_ddi_1_15_t *)table)->pfnGetIpcHandleWithProperties, next_of.props,
+                  tw_props);
 }
 
 ZE_EXPORT ze_result_t zeGetMemExpProcAddrTable(ze_api_version_t version,

@@ -267,8 +267,9 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int opaque = !pattern_intact(h), fresh = 0;
-    if (opaque && !(layout_is_opaque(h) && byval_ze_opaque_describable(h, 1) &&
-                    describe(h, pool, 1, &fresh) == 0)) {
+    if (opaque &&
+        !(layout_is_opaque(h) && byval_ze_opaque_describable(h, 1) &&
+          describe(h, pool, 1, &fresh) == 0)) {
         BYVAL_STAT_INC(export_passthrough);
         if (!layout_is_opaque(h)) {
             BYVAL_LOG_INFO("unknown event-pool IPC handle layout from the driver: passed through");
@@ -287,8 +288,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
             BYVAL_LOG_WARN("cannot publish event pool %p for by-value handles (registry "
                            "unavailable or full): its handle passes through",
                            (void *)pool);
-        memset(h + BYVAL_ZE_POOL_RECORD_OFF, 0,
-               ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_POOL_RECORD_OFF);
+        memset(h + BYVAL_ZE_POOL_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_POOL_RECORD_OFF);
         return r;
     }
     if (fresh) { /* the export's own reference (see the top) */

@@ -96,8 +96,8 @@ static ze_result_t import_miss(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_h
     byval_reg_view_t *v = NULL;
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
-    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_EVENT_POOL,
-                                         &rec, &v, &w, &slot);
+    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_EVENT_POOL, &rec,
+                                         &v, &w, &slot);
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int fd = -1;
@@ -220,8 +220,7 @@ int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p)
         byval_log_double_close("zeEventPoolCloseIpcHandle", (void *)pool);
         *r_p = ZE_RESULT_ERROR_INVALID_ARGUMENT;
         return 1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 

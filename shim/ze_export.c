@@ -59,7 +59,7 @@ typedef struct ze_export {
     uintptr_t base; /* the allocation's (a pooled one's, not its pool's); 0: unknown */
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
-    int put; /* the driver's reference is the export's: its put at the end */
+    int put;                    /* the driver's reference is the export's: its put at the end */
 } ze_export_t;
 
 static byval_exports_t *exports;
@@ -226,8 +226,8 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
     byval_once(&export_once, export_init);
     if (!real_get_props)
         return -1;
-    ze_memory_allocation_properties_t props = {
-        .stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES};
+    ze_memory_allocation_properties_t props = {.stype =
+                                                   ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES};
     byval_enter();
     ze_result_t r = real_get_props(ctx, ptr, &props, dev_p);
     byval_leave();
@@ -292,8 +292,8 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
     return r;
 }
 
-ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx,
-                             const void *ptr, ze_ipc_mem_handle_t *handle)
+ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx, const void *ptr,
+                             ze_ipc_mem_handle_t *handle)
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;

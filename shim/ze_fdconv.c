@@ -151,8 +151,8 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
     return ZE_RESULT_SUCCESS;
 }
 
-ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx,
-                                 uint64_t fd, ze_ipc_mem_handle_t *handle)
+ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx, uint64_t fd,
+                                 ze_ipc_mem_handle_t *handle)
 {
     if (!next)
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;

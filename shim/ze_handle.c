@@ -18,9 +18,9 @@ static int ze_read(const void *handle64, byval_record_t *rec_p, int checked)
     const uint8_t *h = handle64;
     if (!byval_wire_is_candidate(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN))
         return 0;
-    byval_wire_status_t st =
-        checked ? byval_wire_decode(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN, rec_p)
-                : byval_wire_parse(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN, rec_p);
+    byval_wire_status_t st = checked
+        ? byval_wire_decode(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN, rec_p)
+        : byval_wire_parse(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN, rec_p);
     if (st != BYVAL_WIRE_OK)
         return 0;
     /* Programs that pass the fd with SCM_RIGHTS themselves overwrite bytes

@@ -81,8 +81,8 @@ static void ze_release(byval_import_t *b)
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
 {
-    return memcmp(((const ze_import_t *)a)->rec, ((const ze_import_t *)b)->rec,
-                  BYVAL_WIRE_LEN) == 0;
+    return memcmp(((const ze_import_t *)a)->rec, ((const ze_import_t *)b)->rec, BYVAL_WIRE_LEN) ==
+        0;
 }
 
 /* At the first close: where the exporter says whether it still lives. */
@@ -197,7 +197,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     byval_lru_ref_t ref;
     byval_imports_insert(imports, key, &m->base, &out, &ref);
     if (!ref)
-        BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached", ((ze_import_t *)out)->ptr);
+        BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached",
+                        ((ze_import_t *)out)->ptr);
     p = ((ze_import_t *)out)->ptr;
     if (byval_imports_open(imports, out, ref, (uintptr_t)p) < 0)
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -292,8 +293,7 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
         BYVAL_STAT_INC(double_closes);
         byval_log_double_close("zeMemCloseIpcHandle", ptr);
         return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    default:
-        return next(ctx, ptr); /* not a mapping we handed out */
+    default: return next(ctx, ptr); /* not a mapping we handed out */
     }
 }
 
@@ -310,8 +310,8 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
          * context) is what must not happen. */
         size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
         if (n)
-            BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it first",
-                            (void *)ctx, n, n == 1 ? "" : "s");
+            BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it first", (void *)ctx,
+                            n, n == 1 ? "" : "s");
     }
     return next(ctx);
 }

@@ -51,7 +51,7 @@ int byval_ze_opaque_describable(const void *handle64, int pool)
     const uint8_t *h = handle64;
     /* memory: handle type @20 (0: fd); pools carry theirs @29 */
     return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
-           reserved_zero(h) && (pool ? h[29] : h[20]) == 0;
+        reserved_zero(h) && (pool ? h[29] : h[20]) == 0;
 }
 
 int byval_ze_opaque_write(void *handle64, uint64_t serial)

@@ -85,8 +85,8 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
     unsigned long long t_open = BYVAL_LOG_T0();
-    ze_result_t r = byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_MEM, &rec, &v,
-                                         &w, &slot);
+    ze_result_t r =
+        byval_ze_short_entry(API_OPEN, s, handle.data, BYVAL_KIND_ZE_MEM, &rec, &v, &w, &slot);
     if (r != ZE_RESULT_SUCCESS)
         return r;
     int fd = -1;
@@ -127,8 +127,7 @@ static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_
 
 ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
                                  ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
-                                 ze_ipc_memory_flags_t flags, const byval_short_t *s,
-                                 void **pptr)
+                                 ze_ipc_memory_flags_t flags, const byval_short_t *s, void **pptr)
 {
     if (byval_ze_opaque_whose(s) != 2) {
         /* Ours, or our pid namespace's: the driver's own pidfd import, on

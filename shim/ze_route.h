@@ -31,16 +31,16 @@ void *byval_ze_real_cached(void **slot, const char *name);
  * returns when the loader lacks the function (a loader older than the
  * entry point: what the program would get from a driver without it).
  */
-#define SYM_NEXT(fn, type, missing, params, args)              \
-    static ze_result_t sym_next_##fn params                    \
-    {                                                          \
-        type real = REAL(type, fn);                            \
-        if (!real)                                             \
-            return (missing);                                  \
-        byval_enter();                                         \
-        ze_result_t r = real args;                             \
-        byval_leave();                                         \
-        return r;                                              \
+#define SYM_NEXT(fn, type, missing, params, args) \
+    static ze_result_t sym_next_##fn params       \
+    {                                             \
+        type real = REAL(type, fn);               \
+        if (!real)                                \
+            return (missing);                     \
+        byval_enter();                            \
+        ze_result_t r = real args;                \
+        byval_leave();                            \
+        return r;                                 \
     }
 
 /*

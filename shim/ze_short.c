@@ -39,8 +39,8 @@ ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char
     /* One error line per kind of failure and API (shim/log.h): memory, pools. */
     static int seen[2][BYVAL_E_SYS + 2];
     BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen[strstr(api, "EventPool") != NULL], BYVAL_E_SYS + 2, (int)st,
-                            api, "%s", msg);
+    byval_log_once_per_kind(seen[strstr(api, "EventPool") != NULL], BYVAL_E_SYS + 2, (int)st, api,
+                            "%s", msg);
     return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
                               : ZE_RESULT_ERROR_INVALID_ARGUMENT;
 }
@@ -85,8 +85,7 @@ ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const 
                  "pid %u exports no %s under serial %u with fd %llu (%s, or the handle was "
                  "altered)",
                  s->pid, kind == BYVAL_KIND_ZE_EVENT_POOL ? "event pool" : "memory", s->serial,
-                 (unsigned long long)fd,
-                 kind == BYVAL_KIND_ZE_EVENT_POOL ? "destroyed" : "freed");
+                 (unsigned long long)fd, kind == BYVAL_KIND_ZE_EVENT_POOL ? "destroyed" : "freed");
         return byval_ze_short_refuse(api, BYVAL_E_BADFD, msg);
     }
     rec->kind = kind;

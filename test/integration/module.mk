@@ -6,4 +6,4 @@ INTEG_TESTS += test/integration/test_config.sh test/integration/test_docs.sh tes
                test/integration/test_slurm.sh test/integration/test_doctor.sh test/integration/test_logs.sh \
                test/integration/test_cudadrv.sh test/integration/test_cuda.sh \
                test/integration/test_zedrv.sh test/integration/test_ze_newer.sh \
-               test/integration/test_launch_trust.sh
+               test/integration/test_launch_trust.sh test/integration/test_layout.sh
