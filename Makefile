@@ -119,8 +119,12 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
 
-$(LIB): $(LIB_OBJ) shim/ipcbyval.map
-	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=shim/ipcbyval.map \
+# The export map: the interposed symbols of shim/symbols.h.
+$(BUILD)/ipcbyval.map: shim/symbols.h $(FLAGS_STAMP)
+	$(call say,GEN,$@)$(CC) $(LIB_CFLAGS) -DBYVAL_EXPORT_MAP -E -P -x c -o $@ shim/symbols.h
+
+$(LIB): $(LIB_OBJ) $(BUILD)/ipcbyval.map
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/ipcbyval.map \
 	    -Wl,-z,defs -Wl,-z,now $(SANFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS_LIB)
 
 $(LIB_LINK): $(LIB)

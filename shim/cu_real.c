@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* cu_real.c - the real libcuda entry points, found at run time: ipcbyval
- * never links against libcuda, so one binary serves machines with and
- * without NVIDIA GPUs. */
+/* cu_real.c - the real libcuda entry points, found at run time (ipcbyval
+ * never links libcuda: one binary serves machines with and without NVIDIA
+ * GPUs), and the small helpers every CUDA file calls them through. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,14 +9,10 @@
 #include "shim/cu.h"
 #include "shim/symbols.h"
 
-/* The table, published once and complete (never changed after): NULL
- * until libcuda is there.
- *
- * No lock (issue 15, fork deadlock): a lock taken here by one thread while
- * another forks stays taken in the child, whose first wrapped call then
- * hangs. Racing first callers each resolve their own table (dlsym gives
- * every one the same pointers) and the first to publish wins; a fork at
- * any moment leaves the child NULL or a whole table. */
+/* The table, published once and complete: NULL until libcuda is there.
+ * No lock (one held by a thread while another forks would hang the
+ * child's first wrapped call): racing first callers each resolve the same
+ * pointers and the first to publish wins. */
 static byval_cu_real_t *real_p;
 
 #define SYM(field, name) (*(void **)&t->field = byval_real_dlsym(h, name))
@@ -37,35 +33,19 @@ static const byval_cu_real_t *cu_real_resolve(void)
     SYM(mem_get_address_range, "cuMemGetAddressRange_v2");
     SYM(retain_allocation_handle, "cuMemRetainAllocationHandle");
     SYM(get_allocation_properties, "cuMemGetAllocationPropertiesFromHandle");
-    SYM(export_shareable, "cuMemExportToShareableHandle");
     SYM(import_shareable, "cuMemImportFromShareableHandle");
     SYM(address_reserve, "cuMemAddressReserve");
     SYM(address_free, "cuMemAddressFree");
-    SYM(map, "cuMemMap");
     SYM(set_access, "cuMemSetAccess");
     SYM(ctx_get_current, "cuCtxGetCurrent");
     SYM(ctx_set_current, "cuCtxSetCurrent");
     SYM(ctx_get_device, "cuCtxGetDevice");
     SYM(ctx_get_id, "cuCtxGetId");
     SYM(get_error_name, "cuGetErrorName");
-    SYM(ipc_get, "cuIpcGetMemHandle");
-    SYM(ipc_open_v2, "cuIpcOpenMemHandle_v2");
-    SYM(ipc_open, "cuIpcOpenMemHandle");
-    SYM(ipc_close, "cuIpcCloseMemHandle");
-    SYM(mem_free_v2, "cuMemFree_v2");
-    SYM(mem_free, "cuMemFree");
-    SYM(mem_release, "cuMemRelease");
-    SYM(mem_unmap, "cuMemUnmap");
-    SYM(ctx_destroy_v2, "cuCtxDestroy_v2");
-    SYM(ctx_destroy, "cuCtxDestroy");
-    SYM(primary_retain, "cuDevicePrimaryCtxRetain");
-    SYM(primary_release_v2, "cuDevicePrimaryCtxRelease_v2");
-    SYM(primary_release, "cuDevicePrimaryCtxRelease");
-    SYM(primary_reset_v2, "cuDevicePrimaryCtxReset_v2");
-    SYM(primary_reset, "cuDevicePrimaryCtxReset");
     SYM(primary_get_state, "cuDevicePrimaryCtxGetState");
-    SYM(get_proc_address, "cuGetProcAddress");
-    SYM(get_proc_address_v2, "cuGetProcAddress_v2");
+#define INTERPOSED_(name, route, since, field, ...) SYM(field, #name);
+    BYVAL_CU_SYMBOLS(INTERPOSED_)
+    BYVAL_CU_CTX_SYMBOLS(INTERPOSED_)
     dlclose(h); /* NOLOAD took a reference; the program holds its own */
     byval_cu_real_t *published = NULL;
     if (__atomic_compare_exchange_n(&real_p, &published, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))

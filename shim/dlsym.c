@@ -1,22 +1,190 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dlsym.c - the interposed dlsym().
+ * dlsym.c - the interposed dlsym(). Programs and libraries that dlopen the
+ * Level Zero loader or libcuda and dlsym() their entry points (oneCCL, UMF,
+ * libcudart's cuGetProcAddress bootstrap) never see a symbol-level preload:
+ * we hand out our wrapper (symbols.h) when the symbol found belongs to the
+ * loader or to libcuda, and only then (a driver's own zeGet*ProcAddrTable,
+ * dlsym'd by the loader, must stay the driver's).
  *
- * Programs and libraries that dlopen the Level Zero loader or libcuda and
- * dlsym() their entry points (oneCCL, UMF, libcudart's cuGetProcAddress
- * bootstrap) never see a symbol-level preload. We hand out our wrapper
- * when the symbol found belongs to the loader or to libcuda, and only
- * then: a driver's own zeGet*ProcAddrTable, dlsym'd by the loader, must
- * stay the driver's.
+ * dlsym(RTLD_NEXT) resolves relative to its caller, which would now be us
+ * (a PMPI-style library asking for the next "MPI_Send" would get its own
+ * wrapper back and recurse): we walk the link map from the real caller's
+ * object and look the name up in each later object's dynamic symbol table
+ * (GNU or SysV hash), as ld.so does. Sanitizer runtimes call dlsym while
+ * they initialise, before their allocator and string interceptors work:
+ * this file is built uninstrumented (shim/module.mk) and calls neither
+ * malloc nor the C library's string functions.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <link.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shim/dlsym_next.h"
 #include "shim/symbols.h"
 
-#define BYVAL_DECLARE_(name) extern char name[];
+typedef struct dyn_tables {
+    const ElfW(Sym) * symtab;
+    const char *strtab;
+    const uint32_t *gnu_hash;
+    const uint32_t *sysv_hash;
+    const ElfW(Half) * versym;
+} dyn_tables_t;
+
+static int streq(const char *a, const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    while (*prefix)
+        if (*s++ != *prefix++)
+            return 0;
+    return 1;
+}
+
+static const char *basename_of(const char *path)
+{
+    const char *base = path;
+    for (const char *p = path; *p; p++)
+        if (*p == '/')
+            base = p + 1;
+    return base;
+}
+
+/* ld.so relocates .dynamic pointers in place on x86_64, not everywhere:
+ * an address below the load base still needs it added. */
+static const void *dyn_ptr(const struct link_map *l, ElfW(Addr) p)
+{
+    return (const void *)(p < l->l_addr ? p + l->l_addr : p);
+}
+
+static int dyn_tables(const struct link_map *l, dyn_tables_t *t)
+{
+    *t = (dyn_tables_t){0};
+    if (!l->l_ld)
+        return -1;
+    for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_SYMTAB: t->symtab = dyn_ptr(l, d->d_un.d_ptr); break;
+        case DT_STRTAB: t->strtab = dyn_ptr(l, d->d_un.d_ptr); break;
+        case DT_GNU_HASH: t->gnu_hash = dyn_ptr(l, d->d_un.d_ptr); break;
+        case DT_HASH: t->sysv_hash = dyn_ptr(l, d->d_un.d_ptr); break;
+        case DT_VERSYM: t->versym = dyn_ptr(l, d->d_un.d_ptr); break;
+        default: break;
+        }
+    }
+    return t->symtab && t->strtab && (t->gnu_hash || t->sysv_hash) ? 0 : -1;
+}
+
+/* A definition that dlsym would return: defined, global or weak, not a
+ * hidden (non-default) version. */
+static int sym_usable(const dyn_tables_t *t, uint32_t i, const char *name)
+{
+    const ElfW(Sym) *s = &t->symtab[i];
+    unsigned bind = ELF64_ST_BIND(s->st_info), type = ELF64_ST_TYPE(s->st_info);
+    if (s->st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK) ||
+        (type != STT_FUNC && type != STT_OBJECT && type != STT_GNU_IFUNC && type != STT_NOTYPE))
+        return 0;
+    if (t->versym && (t->versym[i] & 0x8000))
+        return 0;
+    return streq(t->strtab + s->st_name, name);
+}
+
+static uint32_t gnu_hash(const char *name)
+{
+    uint32_t h = 5381;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = h * 33 + *p;
+    return h;
+}
+
+static uint32_t sysv_hash(const char *name)
+{
+    uint32_t h = 0, g;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        h = (h << 4) + *p;
+        g = h & 0xf0000000u;
+        if (g)
+            h ^= g >> 24;
+        h &= ~g;
+    }
+    return h;
+}
+
+static long lookup_gnu(const dyn_tables_t *t, const char *name)
+{
+    const uint32_t *ht = t->gnu_hash;
+    uint32_t nbuckets = ht[0], symoffset = ht[1], bloom_size = ht[2];
+    const ElfW(Addr) *bloom = (const ElfW(Addr) *)(ht + 4);
+    const uint32_t *buckets = (const uint32_t *)(bloom + bloom_size);
+    const uint32_t *chain = buckets + nbuckets;
+    if (!nbuckets)
+        return -1;
+    uint32_t h = gnu_hash(name);
+    uint32_t i = buckets[h % nbuckets];
+    if (i < symoffset)
+        return -1;
+    for (;; i++) {
+        uint32_t ch = chain[i - symoffset];
+        if ((ch | 1) == (h | 1) && sym_usable(t, i, name))
+            return i;
+        if (ch & 1)
+            return -1;
+    }
+}
+
+static long lookup_sysv(const dyn_tables_t *t, const char *name)
+{
+    const uint32_t *ht = t->sysv_hash;
+    uint32_t nbucket = ht[0];
+    const uint32_t *bucket = ht + 2, *chain = bucket + nbucket;
+    if (!nbucket)
+        return -1;
+    for (uint32_t i = bucket[sysv_hash(name) % nbucket]; i; i = chain[i])
+        if (sym_usable(t, i, name))
+            return i;
+    return -1;
+}
+
+/* The address dlsym would give for name in object l, or NULL. */
+static void *object_lookup(const struct link_map *l, const char *name)
+{
+    dyn_tables_t t;
+    if (dyn_tables(l, &t) != 0)
+        return NULL;
+    long i = t.gnu_hash ? lookup_gnu(&t, name) : lookup_sysv(&t, name);
+    if (i < 0)
+        return NULL;
+    const ElfW(Sym) *s = &t.symtab[i];
+    void *addr = (void *)(l->l_addr + s->st_value);
+    if (ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC)
+        addr = ((void *(*)(void))addr)(); /* what dlsym returns for an IFUNC */
+    return addr;
+}
+
+void *byval_dlsym_next(const void *caller, const char *name)
+{
+    struct link_map *lm = NULL;
+    Dl_info info;
+    if (!name || !dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+        return NULL;
+    for (struct link_map *l = lm->l_next; l; l = l->l_next) {
+        void *sym = object_lookup(l, name);
+        if (sym)
+            return sym;
+    }
+    return NULL;
+}
+
+#define BYVAL_DECLARE_(name, ...) extern char name[];
 BYVAL_ALL_SYMBOLS(BYVAL_DECLARE_)
 #undef BYVAL_DECLARE_
 
@@ -24,17 +192,17 @@ static const struct {
     const char *name;
     void *wrapper;
 } symbol_table[] = {
-#define BYVAL_ENTRY_(name) {#name, (void *)name},
+#define BYVAL_ENTRY_(name, ...) {#name, (void *)name},
     BYVAL_ALL_SYMBOLS(BYVAL_ENTRY_)
 #undef BYVAL_ENTRY_
 };
 
-void *byval_symbol_wrapper(const char *name)
+static void *symbol_wrapper(const char *name)
 {
     if (!name || (name[0] != 'z' && name[0] != 'c'))
         return NULL;
     for (size_t i = 0; i < sizeof(symbol_table) / sizeof(symbol_table[0]); i++)
-        if (byval_streq(symbol_table[i].name, name))
+        if (streq(symbol_table[i].name, name))
             return symbol_table[i].wrapper;
     return NULL;
 }
@@ -64,8 +232,8 @@ static int owned_by_driver_lib(const void *addr)
     Dl_info info;
     if (!dladdr(addr, &info) || !info.dli_fname)
         return 0;
-    const char *base = byval_basename(info.dli_fname);
-    return byval_strneq(base, "libze_loader.so", 15) || byval_strneq(base, "libcuda.so", 10);
+    const char *base = basename_of(info.dli_fname);
+    return has_prefix(base, "libze_loader.so") || has_prefix(base, "libcuda.so");
 }
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
@@ -76,7 +244,7 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
     else
         sym = byval_real_dlsym(handle, name);
     if (sym) {
-        void *wrapper = byval_symbol_wrapper(name);
+        void *wrapper = symbol_wrapper(name);
         if (wrapper && wrapper != sym && owned_by_driver_lib(sym))
             return wrapper;
     }

@@ -17,7 +17,7 @@ endif
 # The dlsym path runs inside sanitizer runtimes' own initialisation (they
 # resolve their interceptors with dlsym(RTLD_NEXT)), before their shadow
 # memory exists: it must not be instrumented.
-NO_SAN_OBJ := $(BUILD)/shim/dlsym.o $(BUILD)/shim/dlsym_next.o
+NO_SAN_OBJ := $(BUILD)/shim/dlsym.o
 $(NO_SAN_OBJ): LIB_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=all,$(LIB_CFLAGS))
 
 # The exporters table alone (its log and counters stubbed by the test).

@@ -1,23 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ze_entry.c - every route into the Level Zero IPC calls ends here:
- *  - exported symbols (direct calls; dlsym of the loader, see dlsym.c);
- *  - the DDI tables: the loader fills its dispatch table by calling its own
- *    exported zeGet*ProcAddrTable through the PLT, and programs may call
- *    them too; we interpose the getters and wrap the entries;
- *  - the zex* extensions handed out by zeDriverGetExtensionFunctionAddress.
- * A direct call passes our symbol wrapper, then the loader, then our table
- * wrapper: the symbol wrapper calls the loader inside byval_enter(), so the
- * table wrapper on the same path passes through (handled once, see
- * SYM_NEXT).
+ * ze_entry.c - every route into the Level Zero calls of symbols.h: the
+ * exported symbols (direct calls; dlsym of the loader, dlsym.c), the DDI
+ * tables (the loader fills its own dispatch through its exported
+ * zeGet*ProcAddrTable, and programs may call them too) and what
+ * zeDriverGetExtensionFunctionAddress hands out. A symbol wrapper calls
+ * the loader inside byval_enter(), so our table wrapper on the loader's
+ * path passes through: a call is handled once whatever its route.
  */
+#include <dlfcn.h>
 #include <string.h>
 
+#include "shim/init.h"
 #include "shim/log.h"
-#include "shim/ze_route.h"
+#include "shim/symbols.h"
+#include "shim/ze.h"
 
-/* Resolve the loader's `name` once; NULL stays NULL until it appears. */
-void *byval_ze_real_cached(void **slot, const char *name)
+#define ZE_EXPORT __attribute__((visibility("default")))
+#define ARGS(...) __VA_ARGS__
+#define CALL(macro, ...) macro(__VA_ARGS__)
+
+/* ipcbyval never links the loader: a process without Level Zero is untouched. */
+void *byval_ze_sym(const char *name)
+{
+    /* Loaded into the global scope (linked, or dlopen RTLD_GLOBAL). */
+    void *p = byval_real_dlsym(RTLD_NEXT, name);
+    if (p)
+        return p;
+    /* dlopen(..., RTLD_LOCAL): RTLD_NEXT cannot see it, a no-load handle can. */
+    void *h = dlopen("libze_loader.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (!h)
+        return NULL;
+    p = byval_real_dlsym(h, name);
+    dlclose(h);
+    return p;
+}
+
+/* The loader's `name`, resolved once; NULL until it appears (an entry
+ * point newer than the loader: the row's error code). */
+static void *real_cached(void **slot, const char *name)
 {
     void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!p) {
@@ -27,169 +48,19 @@ void *byval_ze_real_cached(void **slot, const char *name)
     return p;
 }
 
-/* ---- exported symbols ---------------------------------------------- */
+#define REAL(type, name)                         \
+    ({                                           \
+        static void *real_##name;                \
+        (type) real_cached(&real_##name, #name); \
+    })
 
-SYM_NEXT(zeMemGetIpcHandle, ze_pfnMemGetIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
-         (ze_context_handle_t c, const void *p, ze_ipc_mem_handle_t *h), (c, p, h))
-SYM_NEXT(zeMemOpenIpcHandle, ze_pfnMemOpenIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
-         (ze_context_handle_t c, ze_device_handle_t d, ze_ipc_mem_handle_t h,
-          ze_ipc_memory_flags_t f, void **pp),
-         (c, d, h, f, pp))
-SYM_NEXT(zeMemCloseIpcHandle, ze_pfnMemCloseIpcHandle_t, ZE_RESULT_ERROR_UNINITIALIZED,
-         (ze_context_handle_t c, const void *p), (c, p))
-SYM_NEXT(zeMemPutIpcHandle, byval_ze_mem_put_fn, ZE_RESULT_ERROR_UNSUPPORTED_FEATURE,
-         (ze_context_handle_t c, ze_ipc_mem_handle_t h), (c, h))
-SYM_NEXT(zeMemFree, ze_pfnMemFree_t, ZE_RESULT_ERROR_UNINITIALIZED,
-         (ze_context_handle_t c, void *p), (c, p))
-SYM_NEXT(zeMemFreeExt, ze_pfnMemFreeExt_t, ZE_RESULT_ERROR_UNINITIALIZED,
-         (ze_context_handle_t c, const ze_memory_free_ext_desc_t *d, void *p), (c, d, p))
-
-ZE_EXPORT ze_result_t zeMemGetIpcHandle(ze_context_handle_t ctx, const void *ptr,
-                                        ze_ipc_mem_handle_t *handle)
-{
-    return byval_ze_get_ipc(sym_next_zeMemGetIpcHandle, ctx, ptr, handle);
-}
-
-ZE_EXPORT ze_result_t zeMemOpenIpcHandle(ze_context_handle_t ctx, ze_device_handle_t dev,
-                                         ze_ipc_mem_handle_t handle, ze_ipc_memory_flags_t flags,
-                                         void **pptr)
-{
-    return byval_ze_open_ipc(sym_next_zeMemOpenIpcHandle, ctx, dev, handle, flags, pptr);
-}
-
-ZE_EXPORT ze_result_t zeMemCloseIpcHandle(ze_context_handle_t ctx, const void *ptr)
-{
-    return byval_ze_close_ipc(sym_next_zeMemCloseIpcHandle, ctx, ptr);
-}
-
-ZE_EXPORT ze_result_t zeMemPutIpcHandle(ze_context_handle_t ctx, ze_ipc_mem_handle_t handle)
-{
-    return byval_ze_put_ipc(sym_next_zeMemPutIpcHandle, ctx, handle);
-}
-
-ZE_EXPORT ze_result_t zeMemFree(ze_context_handle_t ctx, void *ptr)
-{
-    return byval_ze_free(sym_next_zeMemFree, ctx, ptr);
-}
-
-ZE_EXPORT ze_result_t zeMemFreeExt(ze_context_handle_t ctx, const ze_memory_free_ext_desc_t *desc,
-                                   void *ptr)
-{
-    return byval_ze_free_ext(sym_next_zeMemFreeExt, ctx, desc, ptr);
-}
-
-ZE_EXPORT ze_result_t zeContextDestroy(ze_context_handle_t ctx)
-{
-    return byval_ze_context_destroy(REAL(ze_pfnContextDestroy_t, zeContextDestroy), ctx);
-}
-
-/* ---- zex extensions -------------------------------------------------- */
-
-static byval_zex_get_handles_fn zex_get_next;
-static byval_zex_open_handles_fn zex_open_next;
-
-static ze_result_t zex_get_wrapper(ze_context_handle_t ctx, void *ptr, uint32_t *count,
-                                   ze_ipc_mem_handle_t *handles)
-{
-    return byval_zex_get_ipcs(__atomic_load_n(&zex_get_next, __ATOMIC_ACQUIRE), ctx, ptr, count,
-                              handles);
-}
-
-static ze_result_t zex_open_wrapper(ze_context_handle_t ctx, ze_device_handle_t dev, uint32_t count,
-                                    ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
-                                    void **pptr)
-{
-    return byval_zex_open_ipcs(__atomic_load_n(&zex_open_next, __ATOMIC_ACQUIRE), ctx, dev, count,
-                               handles, flags, pptr);
-}
-
-static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
-                               ze_driver_handle_t drv, const char *name, void **pfn)
-{
-    if (!next)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
-    ze_result_t r = next(drv, name, pfn);
-    if (r != ZE_RESULT_SUCCESS || !name || !pfn || !*pfn || byval_in_shim() || !byval_init())
-        return r;
-    if (strcmp(name, "zexMemGetIpcHandles") == 0 && *pfn != (void *)zex_get_wrapper) {
-        __atomic_store_n(&zex_get_next, (byval_zex_get_handles_fn)*pfn, __ATOMIC_RELEASE);
-        *pfn = (void *)zex_get_wrapper;
-    } else if (strcmp(name, "zexMemOpenIpcHandles") == 0 && *pfn != (void *)zex_open_wrapper) {
-        __atomic_store_n(&zex_open_next, (byval_zex_open_handles_fn)*pfn, __ATOMIC_RELEASE);
-        *pfn = (void *)zex_open_wrapper;
-    } else {
-        void *w = byval_ze_ext_wrapper(name, *pfn); /* the newer entry points */
-        if (w)
-            *pfn = w;
-    }
-    return r;
-}
-
-ZE_EXPORT ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t drv, const char *name,
-                                                          void **pfn)
-{
-    return ext_address(
-        REAL(ze_pfnDriverGetExtensionFunctionAddress_t, zeDriverGetExtensionFunctionAddress), drv,
-        name, pfn);
-}
-
-/* ---- DDI tables ------------------------------------------------------ */
-
-static struct {
-    ze_pfnMemGetIpcHandle_t get;
-    ze_pfnMemOpenIpcHandle_t open;
-    ze_pfnMemCloseIpcHandle_t close;
-    ze_pfnMemFree_t free;
-    ze_pfnMemFreeExt_t free_ext;
-    byval_ze_mem_put_fn put;
-    ze_pfnDriverGetExtensionFunctionAddress_t ext;
-    ze_pfnContextDestroy_t ctx_destroy;
-} next_of;
-
-#define NEXT(field) __atomic_load_n(&next_of.field, __ATOMIC_ACQUIRE)
-
-static ze_result_t tw_get(ze_context_handle_t c, const void *p, ze_ipc_mem_handle_t *h)
-{
-    return byval_ze_get_ipc(NEXT(get), c, p, h);
-}
-
-static ze_result_t tw_open(ze_context_handle_t c, ze_device_handle_t d, ze_ipc_mem_handle_t h,
-                           ze_ipc_memory_flags_t f, void **pp)
-{
-    return byval_ze_open_ipc(NEXT(open), c, d, h, f, pp);
-}
-
-static ze_result_t tw_close(ze_context_handle_t c, const void *p)
-{
-    return byval_ze_close_ipc(NEXT(close), c, p);
-}
-
-static ze_result_t tw_free(ze_context_handle_t c, void *p)
-{
-    return byval_ze_free(NEXT(free), c, p);
-}
-
-static ze_result_t tw_free_ext(ze_context_handle_t c, const ze_memory_free_ext_desc_t *d, void *p)
-{
-    return byval_ze_free_ext(NEXT(free_ext), c, d, p);
-}
-
-static ze_result_t tw_put(ze_context_handle_t c, ze_ipc_mem_handle_t h)
-{
-    return byval_ze_put_ipc(NEXT(put), c, h);
-}
-
-static ze_result_t tw_ctx_destroy(ze_context_handle_t c)
-{
-    return byval_ze_context_destroy(NEXT(ctx_destroy), c);
-}
-
-static ze_result_t tw_ext(ze_driver_handle_t d, const char *n, void **pfn)
-{
-    return ext_address(NEXT(ext), d, n, pfn);
-}
-
-void byval_ze_wrap_slot(void **slot, void **next, void *wrapper, const char *what)
+/*
+ * Put our wrapper into *slot, what was there becoming its next. Idempotent
+ * (a getter called again, or re-entered, finds our wrapper). The first
+ * next wins: every table and the extension getter of one process hold the
+ * same entry (the driver's or the loader's intercept).
+ */
+static void wrap_slot(void **slot, void **next, void *wrapper, const char *what)
 {
     void *cur = *slot;
     if (!cur || cur == wrapper)
@@ -202,51 +73,79 @@ void byval_ze_wrap_slot(void **slot, void **next, void *wrapper, const char *wha
     *slot = wrapper;
 }
 
-#define WRAP(table_field, next_field, wrapper) WRAP_SLOT(table_field, next_of.next_field, wrapper)
+static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
+                               ze_driver_handle_t drv, const char *name, void **pfn);
 
-ZE_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t version, ze_mem_dditable_t *table)
+/* Each row's table and extension wrapper: its handler with the entry it replaced. */
+#define TABLE_WRAPPER_(name, type, missing, handler, ext, params, args, ddi)        \
+    static type next_##name;                                                        \
+    static ze_result_t tw_##name params                                             \
+    {                                                                               \
+        return handler(__atomic_load_n(&next_##name, __ATOMIC_ACQUIRE), ARGS args); \
+    }
+BYVAL_ZE_SYMBOLS(TABLE_WRAPPER_)
+BYVAL_ZE_EXTENSIONS(TABLE_WRAPPER_)
+
+/* Each row's exported symbol: its handler with the loader's own function. */
+#define SYMBOL_(name, type, missing, handler, ext, params, args, ddi) \
+    static ze_result_t sym_next_##name params                         \
+    {                                                                 \
+        type real = REAL(type, name);                                 \
+        if (!real)                                                    \
+            return ZE_RESULT_ERROR_##missing;                         \
+        byval_enter();                                                \
+        ze_result_t r = real args;                                    \
+        byval_leave();                                                \
+        return r;                                                     \
+    }                                                                 \
+    ZE_EXPORT ze_result_t name params                                 \
+    {                                                                 \
+        return handler(sym_next_##name, ARGS args);                   \
+    }
+BYVAL_ZE_SYMBOLS(SYMBOL_)
+
+/* Older loaders forward any name to the driver: the way to reach entry
+ * points newer than the loader, and Intel's zex extensions. */
+static ze_result_t ext_address(ze_pfnDriverGetExtensionFunctionAddress_t next,
+                               ze_driver_handle_t drv, const char *name, void **pfn)
 {
-    ze_pfnGetMemProcAddrTable_t real = REAL(ze_pfnGetMemProcAddrTable_t, zeGetMemProcAddrTable);
-    if (!real)
+    if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    ze_result_t r = real(version, table);
-    if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
+    ze_result_t r = next(drv, name, pfn);
+    if (r != ZE_RESULT_SUCCESS || !name || !pfn || !*pfn || byval_in_shim() || !byval_init())
         return r;
-    WRAP(table->pfnGetIpcHandle, get, tw_get);
-    WRAP(table->pfnOpenIpcHandle, open, tw_open);
-    WRAP(table->pfnCloseIpcHandle, close, tw_close);
-    WRAP(table->pfnFree, free, tw_free);
-    WRAP(table->pfnFreeExt, free_ext, tw_free_ext);
-    if (version >= BYVAL_ZE_API_1_6)
-        WRAP(((byval_ze_mem_ddi_1_6_t *)table)->pfnPutIpcHandle, put, tw_put);
-    byval_ze_wrap_mem_newer(version, table);
+#define EXT_(row, type, missing, handler, ext, params, args, ddi) \
+    if (ext && strcmp(name, #row) == 0)                           \
+        wrap_slot(pfn, (void **)&next_##row, (void *)tw_##row, #row);
+    BYVAL_ZE_SYMBOLS(EXT_)
+    BYVAL_ZE_EXTENSIONS(EXT_)
     return r;
 }
 
-ZE_EXPORT ze_result_t zeGetDriverProcAddrTable(ze_api_version_t version,
-                                               ze_driver_dditable_t *table)
+#define TABLE_ID_(getter, layout, id) DDI_##id,
+enum { BYVAL_ZE_TABLES(TABLE_ID_) };
+
+/* The rows of DDI table `which` present in `version` get our wrappers. */
+static ze_result_t wrap_table(int which, ze_api_version_t version, void *table, ze_result_t r)
 {
-    ze_pfnGetDriverProcAddrTable_t real =
-        REAL(ze_pfnGetDriverProcAddrTable_t, zeGetDriverProcAddrTable);
-    if (!real)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
-    ze_result_t r = real(version, table);
     if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
         return r;
-    WRAP(table->pfnGetExtensionFunctionAddress, ext, tw_ext);
+#define SLOT_(name, id, layout, field, since)                                                   \
+    if (which == DDI_##id && version >= (since))                                                \
+        wrap_slot((void **)&((layout *)table)->field, (void **)&next_##name, (void *)tw_##name, \
+                  #name);
+#define WRAP_(name, type, missing, handler, ext, params, args, ddi) CALL(SLOT_, name, ARGS ddi)
+    BYVAL_ZE_SYMBOLS(WRAP_)
     return r;
 }
 
-ZE_EXPORT ze_result_t zeGetContextProcAddrTable(ze_api_version_t version,
-                                                ze_context_dditable_t *table)
-{
-    ze_pfnGetContextProcAddrTable_t real =
-        REAL(ze_pfnGetContextProcAddrTable_t, zeGetContextProcAddrTable);
-    if (!real)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
-    ze_result_t r = real(version, table);
-    if (r != ZE_RESULT_SUCCESS || !table || !byval_init())
-        return r;
-    WRAP(table->pfnDestroy, ctx_destroy, tw_ctx_destroy);
-    return r;
-}
+#define GETTER_(getter, layout, id)                                        \
+    ZE_EXPORT ze_result_t getter(ze_api_version_t version, layout *table)  \
+    {                                                                      \
+        ze_result_t (*real)(ze_api_version_t, layout *) =                  \
+            REAL(ze_result_t(*)(ze_api_version_t, layout *), getter);      \
+        if (!real)                                                         \
+            return ZE_RESULT_ERROR_UNINITIALIZED;                          \
+        return wrap_table(DDI_##id, version, table, real(version, table)); \
+    }
+BYVAL_ZE_TABLES(GETTER_)

@@ -1,13 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# The library exports exactly the symbols of shim/symbols.h, plus dlsym and
-# the pidfd_getfd rescue's syscall and pidfd_getfd (shim/syscall.c), and
-# dlsym() hands out each wrapper for the loader's symbol; and no call of
-# ipcbyval's own goes through that exported syscall() (handles/sys.h).
+# The library exports exactly the symbols of shim/symbols.h (but the zex
+# extensions, reached only through zeDriverGetExtensionFunctionAddress),
+# plus dlsym and the pidfd_getfd rescue's syscall and pidfd_getfd
+# (shim/syscall.c); and no call of ipcbyval's own goes through that
+# exported syscall() (handles/sys.h).
 . "$(dirname "$0")/lib.sh"
 need "$LIB"
-listed=$( (cat "$ROOT/shim/symbols.h"; cat "$ROOT/shim/cu_symbols.h" 2>/dev/null) |
-    sed -n 's/^ *X(\([A-Za-z0-9_]*\)).*/\1/p' | sort -u)
+listed=$(sed -n 's/^ *X(\([A-Za-z0-9_]*\)[,)].*/\1/p' "$ROOT/shim/symbols.h" | grep -v '^zex' | sort -u)
 exported=$(nm -D --defined-only "$LIB" | awk '{print $3}' | sed 's/@.*//' |
     grep -vxE 'dlsym|syscall|pidfd_getfd' | sort -u)
 if [ -n "$(nm -D --defined-only "$LIB" | awk '$3 ~ /^cu/')" ]; then :; else
