@@ -19,14 +19,14 @@
 
 #define CU_EXPORT __attribute__((visibility("default")))
 #define ARGS(...) __VA_ARGS__
-#define REAL_T(field) __typeof__(((byval_cu_real_t *)0)->field)
+#define CALL(macro, ...) macro(__VA_ARGS__)
 
 static int active(void)
 {
     return byval_init() && byval_cfg.cuda;
 }
 
-/* A free or unmap ends the exports naming the memory. */
+/* A free ends the exports naming the memory. */
 static void freed(CUdeviceptr ptr)
 {
     if (active()) {
@@ -34,19 +34,7 @@ static void freed(CUdeviceptr ptr)
         byval_cu_legacy_freed(ptr);
     }
 }
-
-static CUresult mem_free_v2(byval_cu_free_fn real, CUdeviceptr ptr)
-{
-    freed(ptr);
-    return real(ptr);
-}
-
-/* The 32-bit-pointer entry of CUDA < 3.2, still exported by libcuda. */
-static CUresult mem_free_v1(byval_cu_free_v1_fn real, unsigned int ptr)
-{
-    freed(ptr);
-    return real(ptr);
-}
+#define MEM_FREE(real, ptr) (freed(ptr), real(ptr))
 
 static CUresult mem_release(byval_cu_release_fn real, CUmemGenericAllocationHandle handle)
 {
@@ -64,7 +52,7 @@ static CUresult mem_unmap(byval_cu_unmap_fn real, CUdeviceptr ptr, size_t size)
 
 /* A chunk mapped (a pool that grows) ends no export; a handle remembered
  * for a pointer is checked against the longer run at its next get. */
-static CUresult mem_map(REAL_T(map) real, CUdeviceptr ptr, size_t size, size_t offset,
+static CUresult mem_map(__typeof__(&cuMemMap) real, CUdeviceptr ptr, size_t size, size_t offset,
                         CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     CUresult r = real(ptr, size, offset, handle, flags);
@@ -76,7 +64,7 @@ static CUresult mem_map(REAL_T(map) real, CUdeviceptr ptr, size_t size, size_t o
 /* An application's own VMM export (PyTorch expandable segments, UCX): its
  * peer's pidfd_getfd may be refused; registered, the fd can be served by
  * our broker instead (shim/syscall.c). */
-static CUresult export_shareable(REAL_T(export_shareable) real, void *shareable,
+static CUresult export_shareable(__typeof__(&cuMemExportToShareableHandle) real, void *shareable,
                                  CUmemGenericAllocationHandle handle,
                                  CUmemAllocationHandleType type, unsigned long long flags)
 {
@@ -86,38 +74,6 @@ static CUresult export_shareable(REAL_T(export_shareable) real, void *shareable,
         byval_export_register_fd(*(int *)shareable);
     return r;
 }
-
-static void substitute(const char *symbol, int version, void **pfn);
-
-static CUresult gpa_v2(void *real, const char *symbol, void **pfn, int version, cuuint64_t flags,
-                       CUdriverProcAddressQueryResult *status)
-{
-    typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t,
-                                  CUdriverProcAddressQueryResult *);
-    CUresult r = ((gpa_v2_fn)real)(symbol, pfn, version, flags, status);
-    if (r == CUDA_SUCCESS)
-        substitute(symbol, version, pfn);
-    return r;
-}
-
-static CUresult gpa_v1(void *real, const char *symbol, void **pfn, int version, cuuint64_t flags)
-{
-    CUresult r =
-        ((CUresult(*)(const char *, void **, int, cuuint64_t))real)(symbol, pfn, version, flags);
-    if (r == CUDA_SUCCESS)
-        substitute(symbol, version, pfn);
-    return r;
-}
-
-#define WRAPPER_(name, route, since, field, handler, params, args) \
-    CU_EXPORT CUresult name params                                 \
-    {                                                              \
-        const byval_cu_real_t *rl = byval_cu_real();               \
-        if (!rl || !rl->field)                                     \
-            return CUDA_ERROR_NOT_INITIALIZED;                     \
-        return handler(rl->field, ARGS args);                      \
-    }
-BYVAL_CU_SYMBOLS(WRAPPER_)
 
 /* Our wrappers by the name asked for and the first CUDA version each
  * answers: the first row whose version is not above the one asked wins. */
@@ -141,12 +97,27 @@ static void substitute(const char *symbol, int version, void **pfn)
         }
 }
 
-/*
- * The runtime's getters, for programs linked with the shared libcudart (a
- * static one reaches the driver through cuGetProcAddress anyway). Its
- * error type is an int enum (3: cudaErrorInitializationError), declared
- * here so as not to depend on cuda_runtime_api.h.
- */
+/* What the driver or the runtime found for symbol is our wrapper, if any. */
+static CUresult routed(CUresult r, const char *symbol, int version, void **pfn)
+{
+    if (r == CUDA_SUCCESS)
+        substitute(symbol, version, pfn);
+    return r;
+}
+#define ROUTED(real, s, pfn, v, ...) routed(real(s, pfn, v, __VA_ARGS__), s, v, pfn)
+
+#define WRAPPER_(name, route, since, field, handler, params, args)       \
+    CU_EXPORT CUresult name params                                       \
+    {                                                                    \
+        const byval_cu_real_t *rl = byval_cu_real();                     \
+        if (!rl || !rl->field)                                           \
+            return CUDA_ERROR_NOT_INITIALIZED;                           \
+        return CALL(handler, ((__typeof__(&name))rl->field), ARGS args); \
+    }
+BYVAL_CU_SYMBOLS(WRAPPER_)
+
+/* The runtime's getters, for programs linked with the shared libcudart (a
+ * static one reaches the driver through cuGetProcAddress anyway). */
 static void *cudart_next(void **slot, const char *name)
 {
     void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
@@ -157,30 +128,11 @@ static void *cudart_next(void **slot, const char *name)
     return p;
 }
 
-CU_EXPORT int cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
-                                      void *status)
-{
-    static void *next;
-    int (*real)(const char *, void **, unsigned long long, void *) =
-        cudart_next(&next, "cudaGetDriverEntryPoint");
-    if (!real)
-        return 3;
-    int r = real(symbol, fn, flags, status);
-    if (r == 0)
-        substitute(symbol, 13000, fn); /* this getter hands out the newest */
-    return r;
-}
-
-CU_EXPORT int cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
-                                               unsigned long long flags, void *status)
-{
-    static void *next;
-    int (*real)(const char *, void **, unsigned int, unsigned long long, void *) =
-        cudart_next(&next, "cudaGetDriverEntryPointByVersion");
-    if (!real)
-        return 3;
-    int r = real(symbol, fn, version, flags, status);
-    if (r == 0)
-        substitute(symbol, (int)version, fn);
-    return r;
-}
+#define CUDART_(name, version, params, args)                                           \
+    CU_EXPORT CUresult name params                                                     \
+    {                                                                                  \
+        static void *next;                                                             \
+        __typeof__(&name) real = (__typeof__(&name))cudart_next(&next, #name);         \
+        return real ? routed(real args, s, version, pfn) : CUDA_ERROR_NOT_INITIALIZED; \
+    }
+BYVAL_CUDART_SYMBOLS(CUDART_)

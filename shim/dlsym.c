@@ -42,21 +42,17 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-static int has_prefix(const char *s, const char *prefix)
+/* 1 if the file name of path starts with prefix. */
+static int file_is(const char *path, const char *prefix)
 {
+    const char *s = path;
+    for (const char *p = path; *p; p++)
+        if (*p == '/')
+            s = p + 1;
     while (*prefix)
         if (*s++ != *prefix++)
             return 0;
     return 1;
-}
-
-static const char *basename_of(const char *path)
-{
-    const char *base = path;
-    for (const char *p = path; *p; p++)
-        if (*p == '/')
-            base = p + 1;
-    return base;
 }
 
 /* ld.so relocates .dynamic pointers in place on x86_64, not everywhere:
@@ -78,7 +74,6 @@ static int dyn_tables(const struct link_map *l, dyn_tables_t *t)
         case DT_GNU_HASH: t->gnu_hash = dyn_ptr(l, d->d_un.d_ptr); break;
         case DT_HASH: t->sysv_hash = dyn_ptr(l, d->d_un.d_ptr); break;
         case DT_VERSYM: t->versym = dyn_ptr(l, d->d_un.d_ptr); break;
-        default: break;
         }
     }
     return t->symtab && t->strtab && (t->gnu_hash || t->sysv_hash) ? 0 : -1;
@@ -98,27 +93,6 @@ static int sym_usable(const dyn_tables_t *t, uint32_t i, const char *name)
     return streq(t->strtab + s->st_name, name);
 }
 
-static uint32_t gnu_hash(const char *name)
-{
-    uint32_t h = 5381;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = h * 33 + *p;
-    return h;
-}
-
-static uint32_t sysv_hash(const char *name)
-{
-    uint32_t h = 0, g;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        h = (h << 4) + *p;
-        g = h & 0xf0000000u;
-        if (g)
-            h ^= g >> 24;
-        h &= ~g;
-    }
-    return h;
-}
-
 static long lookup_gnu(const dyn_tables_t *t, const char *name)
 {
     const uint32_t *ht = t->gnu_hash;
@@ -128,7 +102,9 @@ static long lookup_gnu(const dyn_tables_t *t, const char *name)
     const uint32_t *chain = buckets + nbuckets;
     if (!nbuckets)
         return -1;
-    uint32_t h = gnu_hash(name);
+    uint32_t h = 5381;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = h * 33 + *p;
     uint32_t i = buckets[h % nbuckets];
     if (i < symoffset)
         return -1;
@@ -146,9 +122,14 @@ static long lookup_sysv(const dyn_tables_t *t, const char *name)
     const uint32_t *ht = t->sysv_hash;
     uint32_t nbucket = ht[0];
     const uint32_t *bucket = ht + 2, *chain = bucket + nbucket;
+    uint32_t h = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        h = (h << 4) + *p;
+        h = (h ^ ((h & 0xf0000000u) >> 24)) & 0x0fffffffu;
+    }
     if (!nbucket)
         return -1;
-    for (uint32_t i = bucket[sysv_hash(name) % nbucket]; i; i = chain[i])
+    for (uint32_t i = bucket[h % nbucket]; i; i = chain[i])
         if (sym_usable(t, i, name))
             return i;
     return -1;
@@ -232,8 +213,7 @@ static int owned_by_driver_lib(const void *addr)
     Dl_info info;
     if (!dladdr(addr, &info) || !info.dli_fname)
         return 0;
-    const char *base = basename_of(info.dli_fname);
-    return has_prefix(base, "libze_loader.so") || has_prefix(base, "libcuda.so");
+    return file_is(info.dli_fname, "libze_loader.so") || file_is(info.dli_fname, "libcuda.so");
 }
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)

@@ -93,9 +93,10 @@
     X(zeGetDriverProcAddrTable, ze_driver_dditable_t, DRIVER)
 
 /*
- * CUDA (CUDA_ERROR_NOT_INITIALIZED without libcuda): X(name, name asked of
- * cuGetProcAddress, from CUDA version, byval_cu_real_t field,
- * handler(real, args...), (params), (args)). A name's rows go newest first.
+ * CUDA (CUDA_ERROR_NOT_INITIALIZED without libcuda, cudaErrorInitializationError
+ * without libcudart: both 3): X(name, name asked of cuGetProcAddress, from
+ * CUDA version, byval_cu_real_t field, handler(real, args...), (params),
+ * (args)). A name's rows go newest first.
  */
 #define BYVAL_CU_SYMBOLS(X) \
     X(cuIpcGetMemHandle, cuIpcGetMemHandle, 0, ipc_get, byval_cu_ipc_get, \
@@ -106,8 +107,8 @@
       (CUdeviceptr *pp, CUipcMemHandle h, unsigned int f), (pp, h, f)) \
     X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 0, ipc_close, byval_cu_ipc_close, \
       (CUdeviceptr p), (p)) \
-    X(cuMemFree_v2, cuMemFree, 3020, mem_free_v2, mem_free_v2, (CUdeviceptr p), (p)) \
-    X(cuMemFree, cuMemFree, 0, mem_free, mem_free_v1, (unsigned int p), (p)) \
+    X(cuMemFree_v2, cuMemFree, 3020, mem_free_v2, MEM_FREE, (CUdeviceptr p), (p)) \
+    X(cuMemFree, cuMemFree, 0, mem_free, MEM_FREE, (unsigned int p), (p)) /* CUDA < 3.2 */ \
     X(cuMemRelease, cuMemRelease, 0, mem_release, mem_release, \
       (CUmemGenericAllocationHandle a), (a)) \
     X(cuMemUnmap, cuMemUnmap, 0, mem_unmap, mem_unmap, (CUdeviceptr p, size_t n), (p, n)) \
@@ -117,10 +118,10 @@
     X(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 0, export_shareable, \
       export_shareable, (void *s, CUmemGenericAllocationHandle a, \
                          CUmemAllocationHandleType t, unsigned long long f), (s, a, t, f)) \
-    X(cuGetProcAddress_v2, cuGetProcAddress, 12000, get_proc_address_v2, gpa_v2, \
+    X(cuGetProcAddress_v2, cuGetProcAddress, 12000, get_proc_address_v2, ROUTED, \
       (const char *s, void **pfn, int v, cuuint64_t f, CUdriverProcAddressQueryResult *st), \
       (s, pfn, v, f, st)) \
-    X(cuGetProcAddress, cuGetProcAddress, 0, get_proc_address, gpa_v1, \
+    X(cuGetProcAddress, cuGetProcAddress, 0, get_proc_address, ROUTED, \
       (const char *s, void **pfn, int v, cuuint64_t f), (s, pfn, v, f))
 
 /* Context ends (wrappers in cu_ctx.c): X(name, asked as, from, field). */
@@ -133,11 +134,14 @@
     X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, primary_reset_v2) \
     X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 0, primary_reset)
 
-/* The runtime's entry-point getters (libcudart, cu_entry.c). */
+/* The runtime's entry-point getters (libcudart): X(name, CUDA version
+ * their answers are of, (params), (args)). */
 #define BYVAL_CUDART_SYMBOLS(X) \
-    X(cudaGetDriverEntryPoint) \
-    X(cudaGetDriverEntryPointByVersion)
-
+    X(cudaGetDriverEntryPoint, 13000, \
+      (const char *s, void **pfn, unsigned long long f, void *st), (s, pfn, f, st)) \
+    X(cudaGetDriverEntryPointByVersion, (int)v, \
+      (const char *s, void **pfn, unsigned int v, unsigned long long f, void *st), \
+      (s, pfn, v, f, st))
 #ifdef BYVAL_HAVE_CUDA
 #define BYVAL_CUDA_ALL_(X) BYVAL_CU_SYMBOLS(X) BYVAL_CU_CTX_SYMBOLS(X) BYVAL_CUDART_SYMBOLS(X)
 #else
