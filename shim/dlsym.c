@@ -1,20 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dlsym.c - the interposed dlsym(). Programs and libraries that dlopen the
- * Level Zero loader or libcuda and dlsym() their entry points (oneCCL, UMF,
- * libcudart's cuGetProcAddress bootstrap) never see a symbol-level preload:
- * we hand out our wrapper (symbols.h) when the symbol found belongs to the
- * loader or to libcuda, and only then (a driver's own zeGet*ProcAddrTable,
- * dlsym'd by the loader, must stay the driver's).
- *
- * dlsym(RTLD_NEXT) resolves relative to its caller, which would now be us
- * (a PMPI-style library asking for the next "MPI_Send" would get its own
- * wrapper back and recurse): we walk the link map from the real caller's
- * object and look the name up in each later object's dynamic symbol table
- * (GNU or SysV hash), as ld.so does. Sanitizer runtimes call dlsym while
- * they initialise, before their allocator and string interceptors work:
- * this file is built uninstrumented (shim/module.mk) and calls neither
- * malloc nor the C library's string functions.
+ * dlsym.c - the interposed dlsym(). Programs that dlopen the Level Zero
+ * loader or libcuda and dlsym() their entry points (oneCCL, UMF, libcudart)
+ * get our wrapper (symbols.h) for a symbol of the loader or libcuda, and
+ * only of them (the loader's dlsym of a driver's getters stays the driver's).
+ * dlsym(RTLD_NEXT) would now resolve relative to us (a PMPI library would
+ * get its own wrapper back): we walk the link map from the real caller's
+ * object as ld.so does. Sanitizer runtimes call dlsym before their
+ * allocator and interceptors work: built uninstrumented (shim/module.mk),
+ * no malloc, no C library string functions.
  */
 #include <dlfcn.h>
 #include <elf.h>

@@ -142,6 +142,7 @@
     X(cudaGetDriverEntryPointByVersion, (int)v, \
       (const char *s, void **pfn, unsigned int v, unsigned long long f, void *st), \
       (s, pfn, v, f, st))
+
 #ifdef BYVAL_HAVE_CUDA
 #define BYVAL_CUDA_ALL_(X) BYVAL_CU_SYMBOLS(X) BYVAL_CU_CTX_SYMBOLS(X) BYVAL_CUDART_SYMBOLS(X)
 #else
