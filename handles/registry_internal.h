@@ -9,7 +9,7 @@
 
 #include "cache/locks.h"
 #include "handles/registry_view.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
 
 /* Reports of one exporter's frees at most once per this (a burst, or a
  * peer writing its pipe in a loop, coalesces into one rescan). */
@@ -102,15 +102,6 @@ int byval_reg_page_seals(void);
 /* A second open file of fd (through /proc/self/fd) with flags: one whose
  * flags no other process can change. -1 with errno. */
 int byval_reg_reopen(int fd, int flags);
-
-/* The registry's fd number and inode in the exporter pid (in our
- * namespace), found without duplicating anything (registry_find.c): at
- * BYVAL_REG_FD_HINT when try_hint (*seen then holds what statx proved
- * there, for the check after pidfd_getfd), else by listing /proc/PID/fd,
- * skipping the hint (seen->kind 0). 0, or an errno: ENOENT (none),
- * EACCES/EPERM (ptrace rules), EMFILE... */
-int byval_reg_find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p,
-                        byval_fd_seen_t *seen);
 
 /* A view with the list's reference (not listed yet): registry_view.c
  * makes it, byval_reg_publish lists and watches it. */

@@ -21,16 +21,82 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "handles/fdkind.h"
+#include "handles/broker.h"
+#include "handles/broker_internal.h"
+#include "handles/fdcheck.h"
 #include "handles/registry_internal.h"
+#include "handles/sys.h"
 #include "handles/rendezvous.h"
 #include "handles/resolve.h"
-#include "handles/resolve_internal.h"
 #include "handles/transport.h"
+
+#ifndef PIDFD_GET_PID_NAMESPACE
+#define PIDFD_GET_PID_NAMESPACE _IO(0xFF, 5)
+#endif
+
+/* Is the fd `name` of dirfd (a /proc/PID/fd) our registry? Its link names
+ * our memfd (readlink opens nothing) and the kernel's cached attributes
+ * (AT_STATX_DONT_SYNC: never a FUSE daemon's answer, whatever a hostile
+ * exporter mounted at a path reading like ours) show a regular file of
+ * the page's size; the fetch proves the rest (fdcheck.c). */
+static int registry_at(int dirfd, const char *name, uint32_t *ino_p)
+{
+    static const char want[] = "/memfd:" BYVAL_REG_NAME " (deleted)";
+    char link[128];
+    struct statx stx;
+    ssize_t n = readlinkat(dirfd, name, link, sizeof(link) - 1);
+    if (n != (ssize_t)sizeof(want) - 1 || memcmp(link, want, (size_t)n) != 0 ||
+        byval_fdk_stat(dirfd, name, 0, &stx) != 0 || !S_ISREG(stx.stx_mode) ||
+        stx.stx_size != BYVAL_REG_BYTES)
+        return 0;
+    *ino_p = (uint32_t)stx.stx_ino;
+    return 1;
+}
+
+/* Its registry's fd number and inode. First (try_hint) at BYVAL_REG_FD_HINT, where
+ * the library puts it: one statx of /proc/PID/fd/1000 (opening nothing,
+ * cached attributes) that PROVES before anything is duplicated what the
+ * check before pidfd_getfd proves of any object (fdcheck.c): a file of
+ * the kernel's shmem mount, of the page's exact size; *seen then holds
+ * it for the check after (same device and inode), and the seals, the
+ * magic and the identity in the header come after that (view_map). The
+ * link text is not read: any path can read like a memfd's, a device
+ * cannot. Else the list of /proc/PID/fd (seen->kind 0: the fetch's own
+ * precheck runs). 0, or an errno: ENOENT (none), EACCES/EPERM (ptrace
+ * rules), EMFILE... */
+static int find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p, byval_fd_seen_t *seen)
+{
+    char dir[64];
+    struct statx stx;
+    memset(seen, 0, sizeof(*seen));
+    snprintf(dir, sizeof(dir), "/proc/%d/fd/%u", pid, BYVAL_REG_FD_HINT);
+    if (try_hint && byval_fdk_stat(AT_FDCWD, dir, 0, &stx) == 0 &&
+        stx.stx_size == BYVAL_REG_BYTES && byval_fdk_classify_fast(&stx) == FDK_SHMEM) {
+        *fd_p = BYVAL_REG_FD_HINT;
+        *ino_p = (uint32_t)stx.stx_ino;
+        *seen = (byval_fd_seen_t){byval_fdk_dev(&stx), stx.stx_ino, FDK_SHMEM};
+        return 0;
+    }
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno;
+    int rc = ENOENT;
+    for (struct dirent *e; rc != 0 && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || !registry_at(dirfd(d), e->d_name, ino_p) ||
+            (!try_hint && atoi(e->d_name) == (int)BYVAL_REG_FD_HINT))
+            continue;
+        *fd_p = (uint32_t)atoi(e->d_name);
+        rc = 0;
+    }
+    closedir(d);
+    return rc;
+}
 
 /* Slots the exporter has used, bounded by the table (the header is the
  * exporter's to write, so never trusted beyond it). */
@@ -216,10 +282,10 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
     errno = 0;
     int pid = pidfd >= 0 ? byval_pidfd_pid(pidfd) : -1;
-    /* An exporter outside our pid namespace (its pidfd shows pid 0), reached
-     * through the directory, is asked for its registry instead */
-    int rdv = pid == 0 && byval_rendezvous_enabled();
-    int e = rdv || pid > 0                   ? 0
+    /* An exporter outside our pid namespace (its pidfd shows pid 0) has no
+     * /proc here: its broker's routes bring its registry. */
+    int by_proc = pid != 0;
+    int e = pid >= 0                         ? 0
         : errno == EMFILE || errno == ENFILE ? errno /* fdinfo not opened */
                                              : ENOENT;
     /* What the hint holds first; where it is not the registry after all
@@ -228,13 +294,12 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
     for (int hint = 1; !e; hint = 0) {
         uint32_t rfd = 0, rino = 0;
         byval_fd_seen_t seen = {0};
-        if (!rdv && (e = byval_reg_find_page(pid, hint, &rfd, &rino, &seen)) != 0)
+        if (by_proc && (e = find_page(pid, hint, &rfd, &rino, &seen)) != 0)
             break;
-        rec_fetch_t f = {rec, mode, pidfd, pid > 0 ? (uint32_t)pid : 0, seen.kind ? &seen : NULL};
+        rec_fetch_t f = {rec, mode, pidfd, (uint32_t)pid, seen.kind ? &seen : NULL};
         int mfd = -1;
-        if ((*st_p = rdv
-                 ? byval_rendezvous_registry(rec, &mfd, msg, msglen)
-                 : fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)) != BYVAL_OK) {
+        if ((*st_p = by_proc ? fetch_rec(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen)
+                             : byval_broker_registry(rec, &mfd, msg, msglen)) != BYVAL_OK) {
             if (seen.kind && *st_p == BYVAL_E_FDKIND)
                 continue; /* not the registry after all: list the table */
             return NULL;  /* the transport's refusal (EPERM...): as it says */
@@ -243,7 +308,7 @@ byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int p
         v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
         if (!v && seen.kind)
             continue;
-        if (v && !rdv) {
+        if (v) {
             v->live_pid = pid;
             v->live_fd = rfd;
         }
@@ -301,7 +366,7 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     int mfd = -1;
     pid_fetch_t f = {pidfd, pid};
     byval_fd_seen_t seen;
-    if (byval_reg_find_page((int)pid, 1, &rfd, &rino, &seen) != 0) {
+    if (find_page((int)pid, 1, &rfd, &rino, &seen) != 0) {
         byval_msg(msg, msglen, "pid %u publishes no registry", pid);
     } else if (fetch_pid(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) == BYVAL_OK &&
                (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {
@@ -345,4 +410,227 @@ const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd
         }
     }
     return NULL;
+}
+
+uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
+{
+    /* The record's own fd is published under its kind and allocation id;
+     * any other fd it leads to is a chunk its manifest lists, published
+     * under the chunk kind and the same id (shim/cu_export.c). */
+    return fd == rec->fd ? BYVAL_REG_KEY(rec->kind, rec->alloc_id)
+                         : BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, rec->alloc_id);
+}
+
+static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, uint32_t fd,
+                            uint32_t ino, byval_proof_t *proof, char *msg, size_t msglen)
+{
+    uint64_t key = byval_record_key(rec, fd);
+    char why[384] = "";
+    byval_status_t st;
+    byval_reg_view_t *v = byval_reg_attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
+    if (!v) {
+        /* Refused by the kernel as pidfd_getfd would be: the caller's
+         * policy decides (auto tries the socket, whose broker serves only
+         * what its exporter offered). */
+        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
+            byval_msg(msg, msglen, "%s", why);
+            return st;
+        }
+        byval_msg(msg, msglen, "fd %u of pid %u is not proven exported (%s): not duplicated", fd,
+                  pid, why);
+        return BYVAL_E_FDKIND;
+    }
+    uint64_t serial = 0;
+    const uint64_t *word = byval_reg_find_fd(v, key, fd, ino, &serial);
+    if (!word) {
+        byval_reg_view_put(v);
+        byval_msg(msg, msglen,
+                  "pid %u's registry does not list fd %u (inode %u) as the export the handle "
+                  "names: freed since, or a stale or forged handle, not duplicated",
+                  pid, fd, ino);
+        return BYVAL_E_FDKIND;
+    }
+    proof->word = word;
+    proof->serial = serial;
+    proof->hold = v;
+    return BYVAL_OK;
+}
+
+static void done(byval_proof_t *proof)
+{
+    byval_reg_view_put(proof->hold);
+    proof->word = NULL;
+    proof->hold = NULL;
+}
+
+const byval_prover_t byval_reg_prover = {prove, done};
+
+/* The pid namespace (its inode) of the process pidfd refers to, or 0
+ * when the kernel does not say. */
+static uint32_t pidns_of(int pidfd)
+{
+    struct stat st;
+    int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
+    uint32_t ino = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
+    if (ns >= 0)
+        close(ns);
+    return ino;
+}
+
+/* A short record from another pid namespace: its pid names nothing here,
+ * the directory's socket names carry the identity. Every name with the
+ * record's 32 bits is tried, each proven by its full identity (planted
+ * names cost a connect each, all within one deadline, and never hide the
+ * exporter), and on kernels that tell a pidfd's pid namespace (6.11) the
+ * record's guard must match. */
+typedef struct dir_short {
+    const byval_short_t *s;
+    uint32_t boot;
+    int64_t deadline;
+    byval_record_t rec;
+    int pidfd;
+} dir_short_t;
+
+static int dir_candidate(uint64_t id, void *arg)
+{
+    dir_short_t *a = arg;
+    if (byval_broker_now_ms() >= a->deadline)
+        return 1;
+    byval_record_t rec = {
+        .pid = a->s->pid, .boot = a->boot, .identity = id, .flags = BYVAL_FLAG_ID_PIDFS};
+    int pidfd = byval_broker_dir_pidfd(&rec, a->deadline);
+    if (pidfd < 0)
+        return 0;
+    rec.pidns = pidns_of(pidfd);
+    if (rec.pidns && byval_short_guard(a->boot, rec.pidns) != a->s->guard) {
+        close(pidfd);
+        return 0;
+    }
+    a->rec = rec;
+    a->pidfd = pidfd;
+    return 1;
+}
+
+static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_t *self, int mode,
+                                       byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                       char *msg, size_t msglen)
+{
+    if (!byval_rendezvous_enabled()) {
+        byval_msg(msg, msglen,
+                  "handle of pid %u comes from another host, boot or pid namespace: "
+                  "short by-value handles (event pools) resolve within one pid namespace",
+                  s->pid);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    if (!(s->flags & BYVAL_FLAG_ID_PIDFS)) {
+        byval_msg(msg, msglen,
+                  "event pool of pid %u: its exporter has no pidfs identity (kernel before 6.9): "
+                  "the rendezvous directory cannot find it",
+                  s->pid);
+        return BYVAL_E_IDENTITY;
+    }
+    dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1};
+    int n = byval_rendezvous_each(self->boot, s->id32, dir_candidate, &a);
+    if (a.pidfd < 0) {
+        byval_msg(msg, msglen,
+                  "event pool of pid %u comes from another pid namespace and no exporter in the "
+                  "rendezvous directory %s proves to be it (%d named with its identity): it does "
+                  "not share the directory, or it exited",
+                  s->pid, byval_rendezvous_dir(), n);
+        return BYVAL_E_GONE;
+    }
+    /* Its pid names nothing here: the registry's pipe and the pool's fd
+     * come through the socket, never pidfd_getfd with that pid. */
+    byval_transport_remember_socket(&a.rec);
+    byval_reg_view_t *v = byval_reg_attach(&a.rec, mode, a.pidfd, msg, msglen);
+    if (!v) {
+        close(a.pidfd);
+        return BYVAL_E_GONE;
+    }
+    *rec_p = a.rec;
+    *v_p = v;
+    *pidfd_p = a.pidfd;
+    return BYVAL_OK;
+}
+
+static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *id_p, char *msg,
+                                  size_t msglen)
+{
+    if (s->flags & BYVAL_FLAG_ID_PIDFS) {
+        struct stat st;
+        if (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0) {
+            byval_msg(msg, msglen,
+                      "cannot read pid %u's pidfs identity here (the handle names it by it)",
+                      s->pid);
+            return BYVAL_E_IDENTITY;
+        }
+        *id_p = (uint64_t)st.st_ino;
+        return BYVAL_OK;
+    }
+    int e = byval_proc_start_time((pid_t)s->pid, id_p);
+    if (e == ENOENT || e == ESRCH) {
+        byval_msg(msg, msglen, "exporter pid %u has exited", s->pid);
+        return BYVAL_E_GONE;
+    }
+    if (e) {
+        byval_msg(msg, msglen, "cannot read pid %u's start time: %s", s->pid, strerror(e));
+        return BYVAL_E_SYS;
+    }
+    return BYVAL_OK;
+}
+
+byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                      char *msg, size_t msglen)
+{
+    *v_p = NULL;
+    *pidfd_p = -1;
+    memset(rec_p, 0, sizeof(*rec_p));
+    if (s->guard != byval_short_guard(self->boot, self->pidns))
+        return attach_short_dir(s, self, mode, v_p, rec_p, pidfd_p, msg, msglen);
+    rec_p->pid = s->pid;
+    rec_p->pidns = self->pidns;
+    rec_p->boot = self->boot;
+    rec_p->flags = s->flags;
+    uint64_t identity = 0;
+    byval_reg_view_t *v = byval_reg_lookup_id32(self->pidns, s->pid, s->id32, &identity);
+    if (v) {
+        rec_p->identity = identity;
+        *v_p = v;
+        return BYVAL_OK;
+    }
+    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
+    if (pidfd < 0) {
+        int e = errno;
+        byval_msg(msg, msglen, "pidfd_open(%u) failed: %s%s", s->pid, strerror(e),
+                  e == ESRCH ? " (the exporter has exited)" : "");
+        return e == ESRCH                  ? BYVAL_E_GONE
+            : e == ENOSYS                  ? BYVAL_E_NOSYS
+            : (e == EMFILE || e == ENFILE) ? BYVAL_E_NOFD
+                                           : BYVAL_E_SYS;
+    }
+    byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
+    if (st == BYVAL_OK && (uint32_t)identity != s->id32) {
+        byval_msg(msg, msglen,
+                  "pid %u is not the exporter any more (identity %llu does not end in %u): "
+                  "the exporter exited and its pid was reused",
+                  s->pid, (unsigned long long)identity, s->id32);
+        st = BYVAL_E_IDENTITY;
+    }
+    if (st == BYVAL_OK) {
+        rec_p->identity = identity;
+        st = byval_check_identity(rec_p, pidfd, msg, msglen);
+    }
+    if (st == BYVAL_OK) {
+        v = byval_reg_attach(rec_p, mode, pidfd, msg, msglen);
+        if (!v)
+            st = BYVAL_E_GONE;
+    }
+    if (st != BYVAL_OK) {
+        close(pidfd);
+        return st;
+    }
+    *v_p = v;
+    *pidfd_p = pidfd;
+    return BYVAL_OK;
 }

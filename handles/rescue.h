@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "handles/resolve.h"
+#include "handles/self.h"
 
 /*
  * A new fd (O_CLOEXEC, as pidfd_getfd's) for fd of the process pidfd

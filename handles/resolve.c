@@ -38,14 +38,177 @@
  * Every failure closes what it opened and writes one line naming the
  * syscall, the pid, the fd and strerror.
  */
+#include "handles/resolve.h"
+
+#include <errno.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/broker.h"
-#include "handles/nsxlate.h"
-#include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
 #include "handles/transport.h"
+#include "handles/sys.h"
+
+/* What the pipeline fetches (resolve.c): fd (inode low bits ino, size
+ * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a
+ * pidfd's process, no record), to be of kind obj; tag: what the socket
+ * routes show for it (rec->tag for rec's own fd, else 0). */
+typedef struct byval_want {
+    const byval_record_t *rec;
+    uint32_t fd, ino;
+    uint64_t size;
+    byval_obj_t obj;
+    uint64_t tag;
+} byval_want_t;
+
+/* The exporter as this process reaches it. */
+typedef struct byval_exporter {
+    uint32_t pid; /* in our pid namespace; 0: not known yet */
+    int pidfd;    /* identified (step 2), or -1 */
+    int owned;    /* pidfd opened by this resolution (else the caller's) */
+} byval_exporter_t;
+
+#define PEERS 256
+
+typedef struct peer {
+    uint32_t pidns, pid;
+    uint64_t identity;
+    byval_via_t via; /* XLATED or SOCKET; NONE: empty slot */
+    uint32_t local_pid;
+} peer_t;
+
+static struct {
+    byval_lock_t lock;
+    unsigned next; /* entries ever written (atomic: read unlocked) */
+    peer_t p[PEERS];
+} mem = {.lock = BYVAL_LOCK_INIT(TRANSPORT)};
+/* The table stays true in a fork child (same exporters, same host): only
+ * the lock must not be inherited held. */
+BYVAL_LOCK_STATIC(transport, &mem.lock);
+
+static peer_t peer_get(const byval_record_t *rec)
+{
+    peer_t found = {0};
+    /* Nothing learnt yet (the common case: one namespace, pidfd allowed):
+     * no lock, no scan on every resolution. */
+    if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
+        return found;
+    byval_lock(&mem.lock);
+    for (unsigned i = 0; i < PEERS; i++) {
+        const peer_t *p = &mem.p[i];
+        if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
+            p->identity == rec->identity) {
+            found = *p;
+            break;
+        }
+    }
+    byval_unlock(&mem.lock);
+    return found;
+}
+
+static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
+{
+    byval_lock(&mem.lock);
+    peer_t *slot = NULL;
+    for (unsigned i = 0; i < PEERS && !slot; i++)
+        if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
+            mem.p[i].pidns == rec->pidns && mem.p[i].identity == rec->identity)
+            slot = &mem.p[i];
+    int fresh = !slot;
+    if (fresh)
+        slot = &mem.p[__atomic_load_n(&mem.next, __ATOMIC_RELAXED) % PEERS];
+    *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
+    if (fresh) /* after the entry: an unlocked reader that sees it counted looks */
+        __atomic_fetch_add(&mem.next, 1, __ATOMIC_RELEASE);
+    byval_unlock(&mem.lock);
+}
+
+void byval_transport_remember_socket(const byval_record_t *rec)
+{
+    peer_put(rec, BYVAL_VIA_SOCKET, 0);
+}
+
+void byval_transport_forget(void)
+{
+    byval_lock(&mem.lock);
+    memset(mem.p, 0, sizeof(mem.p));
+    __atomic_store_n(&mem.next, 0, __ATOMIC_RELEASE);
+    byval_unlock(&mem.lock);
+}
+
+/* Last field of the NSpid line of /proc/<dir>/status, or 0. */
+static uint32_t innermost_pid(const char *dir)
+{
+    char path[300], line[512]; /* NSpid: up to 32 levels of 10 digits */
+    snprintf(path, sizeof(path), "/proc/%s/status", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint32_t last = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "NSpid:", 6) != 0)
+            continue;
+        char *save = NULL;
+        for (char *tok = strtok_r(line + 6, " \t\n", &save); tok;
+             tok = strtok_r(NULL, " \t\n", &save))
+            last = (uint32_t)strtoul(tok, NULL, 10);
+        break;
+    }
+    fclose(f);
+    return last;
+}
+
+byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
+                                  size_t msglen)
+{
+    /* Translation reads pids off /proc: they must be pids of OUR namespace,
+     * or pidfd_open would reach whatever holds that number here. A /proc
+     * mounted for another namespace (unshare --pid without --mount-proc)
+     * shows /proc/self as a pid that is not ours. */
+    char self_link[32];
+    ssize_t n = readlink("/proc/self", self_link, sizeof(self_link) - 1);
+    if (n <= 0 || (self_link[n] = '\0', strtol(self_link, NULL, 10) != (long)getpid())) {
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
+                  "we can tell: this /proc belongs to another pid namespace (mount one for "
+                  "ours to translate pids)",
+                  rec->pid, rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    DIR *d = opendir("/proc");
+    if (!d) {
+        byval_msg(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid,
+                  rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    struct dirent *e;
+    byval_status_t st = BYVAL_E_FOREIGN_NS;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]) || innermost_pid(e->d_name) != rec->pid)
+            continue;
+        char path[300];
+        struct stat sb;
+        snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
+        if (stat(path, &sb) == 0 && (uint32_t)sb.st_ino == rec->pidns) {
+            *local_pid_p = (uint32_t)strtoul(e->d_name, NULL, 10);
+            st = BYVAL_OK;
+            break;
+        }
+    }
+    closedir(d);
+    if (st != BYVAL_OK)
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
+                  "not visible from here",
+                  rec->pid, rec->pidns);
+    return st;
+}
 
 static const byval_prover_t *prover;
 
@@ -143,9 +306,9 @@ static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x
 
 /* ---- 5. prove the object -------------------------------------------- */
 
-byval_status_t byval_prove_object(const byval_want_t *w, const byval_exporter_t *x,
-                                  const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
-                                  char *msg, size_t msglen)
+static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t *x,
+                                   const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
+                                   char *msg, size_t msglen)
 {
     if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
         /* Withdrawn between the proof and the duplicate: the number may
@@ -173,13 +336,38 @@ static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t
     if (st == BYVAL_OK)
         st = dup_pidfd(w, x, &dup, msg, msglen);
     if (st == BYVAL_OK)
-        st = byval_prove_object(w, x, &proof, &seen, dup, msg, msglen);
+        st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
     if (proof.word) /* what the prover holds */
         __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
         byval_fd_release(dup); /* maybe not what we asked for: never block on it */
     else if (st == BYVAL_OK)
         *fd_p = dup;
+    return st;
+}
+
+/* Step 4 on the socket routes (broker.h), then step 5 with no registry
+ * proof (the broker checked its own): *fd_p the proven duplicate; x keeps
+ * the listener's pidfd when it proved the identity and x had none. */
+static byval_status_t fetch_socket(const byval_want_t *w, byval_exporter_t *x, int *fd_p,
+                                   byval_fetch_info_t *info, char *msg, size_t msglen)
+{
+    int via, *pidfd_p = x->pidfd >= 0 ? NULL : &x->pidfd;
+    x->pid = w->rec->pid; /* as the exporter named itself: the broker's name */
+    byval_status_t st =
+        byval_broker_fetch_routes(w->rec, w->fd, w->ino, w->tag, fd_p, pidfd_p, &via, msg, msglen);
+    if (pidfd_p)
+        x->owned = x->pidfd >= 0;
+    if (st != BYVAL_OK)
+        return st;
+    info->via = (byval_via_t)via;
+    byval_fd_seen_t none = {0};
+    byval_proof_t no_proof = {0};
+    st = prove_object(w, x, &no_proof, &none, *fd_p, msg, msglen);
+    if (st != BYVAL_OK) {
+        byval_fd_release(*fd_p);
+        *fd_p = -1;
+    }
     return st;
 }
 
@@ -213,10 +401,10 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
                   w->rec->boot, self->boot);
         return BYVAL_E_FOREIGN_HOST;
     }
-    byval_peer_t known = byval_peer_get(w->rec);
+    peer_t known = peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
-        return byval_fetch_socket(w, x, fd_p, info, msg, msglen);
+        return fetch_socket(w, x, fd_p, info, msg, msglen);
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
@@ -226,7 +414,7 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
     if (mode != BYVAL_MODE_AUTO ||
         (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS && st != BYVAL_E_FOREIGN_NS)) {
         if (st == BYVAL_OK && info->via == BYVAL_VIA_XLATED && known.via != BYVAL_VIA_XLATED)
-            byval_peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
+            peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
         return st;
     }
     /* auto: the kernel refused pidfd_getfd, or the exporter is not
@@ -237,9 +425,9 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
         close(x->pidfd);
     *x = (byval_exporter_t){.pidfd = x->owned ? -1 : x->pidfd};
     byval_fetch_info_t got = *info;
-    byval_status_t st2 = byval_fetch_socket(w, x, fd_p, &got, msg, msglen);
+    byval_status_t st2 = fetch_socket(w, x, fd_p, &got, msg, msglen);
     if (st2 == BYVAL_OK) {
-        byval_peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
+        peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
         info->via = got.via;
         info->fell_back = 1;
         memcpy(info->why, why, sizeof(why));

@@ -10,63 +10,17 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "handles/wire.h"
-
-/* The calling process as an exporter describes itself in every record. */
-typedef struct byval_self {
-    uint32_t pid;
-    uint32_t pidns; /* inode of /proc/self/ns/pid */
-    uint32_t boot;  /* byval_fnv1a32 of the boot_id text (36 chars) */
-    uint64_t identity;
-    uint8_t id_flags; /* BYVAL_FLAG_ID_PIDFS or 0 */
-} byval_self_t;
-
-typedef enum byval_status {
-    BYVAL_OK = 0,
-    BYVAL_E_INVALID,      /* malformed record or argument */
-    BYVAL_E_FOREIGN_HOST, /* boot id differs: handle from another node/boot */
-    BYVAL_E_FOREIGN_NS,   /* exporter lives in another pid namespace */
-    BYVAL_E_GONE,         /* exporter exited (ESRCH) */
-    BYVAL_E_IDENTITY,     /* pid belongs to another process (reused, or forged) */
-    BYVAL_E_BADFD,        /* fd not open in the exporter (EBADF) */
-    BYVAL_E_PERM,         /* pidfd_getfd denied (EPERM): ptrace rules */
-    BYVAL_E_NOSYS,        /* kernel has no pidfd_open/pidfd_getfd */
-    BYVAL_E_NOFD,         /* out of fds in the importer (EMFILE/ENFILE) */
-    BYVAL_E_FDKIND,       /* fd is not the object the record describes */
-    BYVAL_E_SYS,          /* other syscall failure, see errno text */
-} byval_status_t;
-
-/* Static name for a status ("exporter gone", ...). */
-const char *byval_status_str(byval_status_t st);
-
-/* Fill *self for the calling process. Computed on first use and cached;
- * byval_self_reset() forgets it (call in an at-fork child handler). */
-int byval_self_get(byval_self_t *self_p);
-void byval_self_reset(void);
-
-/* Fill the identity fields of rec (pid, pidns, boot, identity, flags)
- * from self. */
-void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
-
-/* What an fd a record leads to must be. */
-typedef enum byval_obj {
-    BYVAL_OBJ_MEMORY = 1, /* GPU memory: a dma-buf, an NVIDIA device file, a memfd */
-    BYVAL_OBJ_MANIFEST,   /* ipcbyval's CUDA VMM manifest: a sealed memfd */
-    BYVAL_OBJ_REGISTRY,   /* an exporter's registry (handles/registry.h): a memfd */
-    BYVAL_OBJ_WAKE_PIPE,  /* its wake-up pipe, named by that registry: a pipe */
-} byval_obj_t;
+#include "handles/self.h"
 
 /* The kind fd must be for rec: rec's own fd is of rec's kind; any other fd
  * (the chunks a manifest lists) is GPU memory. */
 byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd);
 
-/* inode of fd (st_ino), 0 on error. */
-uint64_t byval_fd_inode(int fd);
-
-/* Size in bytes of the object behind fd (memfd: st_size; dma-buf: its
- * SEEK_END), or -1. Exporters record this, not the allocation's size: a
- * pooled allocation's dma-buf is larger than the allocation. */
-int64_t byval_fd_size(int fd);
+/* The pid here of rec->pid of pid namespace rec->pidns (a descendant of
+ * ours: NSpid in /proc/<pid>/status), or FOREIGN_NS. Proves nothing: the
+ * pipeline then identifies the process behind a pidfd of it. */
+byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
+                                  size_t msglen);
 
 /*
  * Resolve rec into a local duplicate of the exporter's fd with
@@ -126,8 +80,5 @@ void byval_resolve_set_prover(const byval_prover_t *p);
  * own fd under its kind and allocation id, a chunk its manifest lists
  * under the chunk kind and that id. */
 uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd);
-
-/* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
-int byval_pidfd_exited(int pidfd);
 
 #endif

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "handles/resolve.h"
+#include "handles/self.h"
 
 /* Modes: the values of IPCBYVAL_TRANSPORT (shim/config.h's enum). */
 #define BYVAL_MODE_AUTO 0

@@ -27,7 +27,10 @@
 #include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/sys.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/transport.h"
 #include "handles/transport.h"
 #include "test/unit/test_skip.h"
 

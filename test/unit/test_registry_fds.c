@@ -28,7 +28,10 @@
 #include "handles/broker.h"
 #include "handles/registry.h"
 #include "handles/rescue.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_skip.h"
 
 #ifndef KCMP_FILE

@@ -26,8 +26,10 @@
 #include <cmocka.h>
 
 #include "handles/broker.h"
-#include "handles/nsxlate.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "handles/transport.h"
 
 static byval_self_t me;
