@@ -1,39 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* registry_internal.h - what registry_view.c (views, attach) and
- * registry_watch.c (the watcher thread, the list of views) share. */
+/* registry_internal.h - a registry view, as registry_view.c (attach,
+ * reads) and registry_watch.c (the list, the watcher) share it; what
+ * registry.c and registry_view.c share of the page. */
 #ifndef BYVAL_HANDLES_REGISTRY_INTERNAL_H
 #define BYVAL_HANDLES_REGISTRY_INTERNAL_H
 
-#include <pthread.h>
-#include <sys/epoll.h>
-
-#include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "handles/fdcheck.h"
 
-/* Reports of one exporter's frees at most once per this (a burst, or a
- * peer writing its pipe in a loop, coalesces into one rescan). */
-#define BYVAL_REG_RESCAN_NS 5000000u
-
-/* How often the watcher asks whether each exporter it can see in /proc
- * still holds its registry (registry_watch.c: the pipe's hang-up alone
- * depends on who else holds the pipe). */
-#define BYVAL_REG_LIVE_NS 1000000000u
-
-/* What a view's pipe is watched for (edge-triggered: every write). */
-#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
-
-/* What an epoll event points at: a view, a pidfd watched for exit, or the
- * watcher's own kick (an eventfd: views to evict). */
+/* What a watcher's epoll event points at (the first int of each). */
 enum { WATCH_VIEW = 1, WATCH_PIDFD = 2, WATCH_KICK = 3 };
-
-typedef struct pidfd_watch {
-    int kind; /* WATCH_PIDFD */
-    int fd;
-    void (*fn)(void *arg);
-    void *arg;
-    struct pidfd_watch *next; /* w.pidfds, under w.lock */
-} pidfd_watch_t;
 
 struct byval_reg_view {
     int kind; /* WATCH_VIEW */
@@ -63,36 +39,6 @@ struct byval_reg_view {
      * start: what is found is checked in full. */
     uint32_t find_from;
 };
-
-/* The list of views and the watcher's state (registry_views.c). */
-struct byval_reg_watch {
-    byval_lock_t lock;
-    byval_reg_view_t *head;
-    pidfd_watch_t *pidfds;
-    unsigned count;
-    uint64_t tick; /* LRU clock */
-    int epfd;
-    int kick_fd; /* our eventfd: views to evict */
-    int kick_kind;
-    int started;         /* the thread (atomic: read unlocked by byval_reg_watch_need) */
-    uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
-    int on_demand;       /* byval_reg_watch_on_demand */
-    byval_reg_event_fn on_event;
-};
-extern struct byval_reg_watch byval_reg_w;
-
-/* byval_reg_w.lock (rank REGISTRY_WATCH, cache/locks.h). */
-void byval_reg_w_lock(void);
-
-/* (locked) The epoll set, once per process: 0, or -1 (msg says why). */
-int byval_reg_watch_setup(char *msg, size_t msglen);
-
-/* (locked) The epoll set and the thread, once per process: 0, or -1
- * (msg says why). */
-int byval_reg_watch_start(char *msg, size_t msglen);
-
-/* (locked, started) Wake the watcher to evict views beyond the bound. */
-void byval_reg_watch_kick(void);
 
 /* The seals a registry page must carry on this kernel: F_SEAL_SHRINK |
  * F_SEAL_GROW, and F_SEAL_FUTURE_WRITE where the kernel knows it (5.1

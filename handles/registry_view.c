@@ -1,19 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * registry_view.c - an importer's view of an exporter's registry: finding
- * it (registry_find.c: the memfd named "ipcbyval-registry" at
- * /proc/PID/fd/1000, else in the list of /proc/PID/fd), fetching it and
- * its wake-up pipe through the transport, checking that it describes the
- * exporter, reading its slots. The list of views and the watcher thread
- * are registry_watch.c's.
+ * the page (at /proc/PID/fd/1000, else in the list of /proc/PID/fd; over
+ * the broker's routes where the exporter's /proc is not ours), fetching it
+ * and its pipe, checking that it describes the exporter, reading its
+ * slots; the proof of export built on it, and short records.
  *
- * What we assume of the page (registry.h, "Trust"): nothing but its seals
- * and its size, which the kernel enforces. Every value in it is the
- * exporter's to write, and the exporter may be hostile (of another uid,
- * for a root importer): `high` is clamped to the table, the header only
- * selects what we fetch next (checked again by the transport), slots are
- * only compared. The seals (checked before mapping) mean no peer can
- * shrink it under us (no SIGBUS) or write it but its exporter.
+ * Of the page we assume nothing but its seals and size, which the kernel
+ * enforces: every value in it is the exporter's to write, and the
+ * exporter may be hostile. `high` is clamped, the header only selects
+ * what we fetch next (checked again), slots are only compared.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,10 +36,8 @@
 #endif
 
 /* Is the fd `name` of dirfd (a /proc/PID/fd) our registry? Its link names
- * our memfd (readlink opens nothing) and the kernel's cached attributes
- * (AT_STATX_DONT_SYNC: never a FUSE daemon's answer, whatever a hostile
- * exporter mounted at a path reading like ours) show a regular file of
- * the page's size; the fetch proves the rest (fdcheck.c). */
+ * our memfd and cached attributes show a regular file of the page's size;
+ * the fetch proves the rest (fdcheck.c). */
 static int registry_at(int dirfd, const char *name, uint32_t *ino_p)
 {
     static const char want[] = "/memfd:" BYVAL_REG_NAME " (deleted)";
@@ -58,17 +52,11 @@ static int registry_at(int dirfd, const char *name, uint32_t *ino_p)
     return 1;
 }
 
-/* Its registry's fd number and inode. First (try_hint) at BYVAL_REG_FD_HINT, where
- * the library puts it: one statx of /proc/PID/fd/1000 (opening nothing,
- * cached attributes) that PROVES before anything is duplicated what the
- * check before pidfd_getfd proves of any object (fdcheck.c): a file of
- * the kernel's shmem mount, of the page's exact size; *seen then holds
- * it for the check after (same device and inode), and the seals, the
- * magic and the identity in the header come after that (view_map). The
- * link text is not read: any path can read like a memfd's, a device
- * cannot. Else the list of /proc/PID/fd (seen->kind 0: the fetch's own
- * precheck runs). 0, or an errno: ENOENT (none), EACCES/EPERM (ptrace
- * rules), EMFILE... */
+/* The registry's fd number and inode in pid. With try_hint first at
+ * BYVAL_REG_FD_HINT: one statx proves a shmem file of the page's size
+ * (what the precheck proves of any object, fdcheck.c), kept in *seen for
+ * the check after pidfd_getfd. Else the list of /proc/PID/fd. 0, or an
+ * errno: ENOENT (none), EACCES/EPERM (ptrace rules), EMFILE... */
 static int find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p, byval_fd_seen_t *seen)
 {
     char dir[64];
@@ -98,58 +86,67 @@ static int find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p, byv
     return rc;
 }
 
-/* Slots the exporter has used, bounded by the table (the header is the
- * exporter's to write, so never trusted beyond it). */
-static uint32_t used_slots(const byval_reg_view_t *v)
+/* The first live slot from `from` on (wrapping) whose fields `by` names
+ * equal w's, copied into *c; its serial word, or NULL. Seqlock reads
+ * (serial, fields, serial again: acquire loads keep the order, which TSan
+ * follows where it cannot follow a fence); the header is the exporter's
+ * to write, so `high` is clamped to the table. */
+enum { BY_KEY = 1, BY_INO = 2, BY_FD = 4, BY_SERIAL32 = 8 };
+
+static const uint64_t *scan(byval_reg_view_t *v, uint32_t from, int by, const byval_reg_slot_t *w,
+                            byval_reg_slot_t *c)
 {
     uint32_t high = __atomic_load_n(&v->hdr->high, __ATOMIC_ACQUIRE);
-    return high > BYVAL_REG_SLOTS ? BYVAL_REG_SLOTS : high;
+    high = high > BYVAL_REG_SLOTS ? BYVAL_REG_SLOTS : high;
+    from = from < high ? from : 0;
+    for (uint32_t n = 0, i = from; n < high; n++, i = i + 1 < high ? i + 1 : 0) {
+        const byval_reg_slot_t *s = &v->slot[i];
+        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
+        if (!ser)
+            continue;
+        c->key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
+        c->ino = __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE);
+        c->fd = __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE);
+        c->size = __atomic_load_n(&s->size, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser ||
+            ((by & BY_KEY) && c->key != w->key) || ((by & BY_INO) && c->ino != w->ino) ||
+            ((by & BY_FD) && c->fd != w->fd) ||
+            ((by & BY_SERIAL32) && (uint32_t)ser != (uint32_t)w->serial))
+            continue;
+        c->serial = ser;
+        if (by & BY_FD) /* a manifest's chunks were published in order */
+            __atomic_store_n(&v->find_from, i + 1, __ATOMIC_RELAXED);
+        return &s->serial;
+    }
+    return NULL;
 }
 
 const uint64_t *byval_reg_find(byval_reg_view_t *v, uint64_t key, uint32_t ino, uint64_t *serial_p)
 {
-    uint32_t high = used_slots(v);
-    for (uint32_t i = 0; i < high; i++) {
-        const byval_reg_slot_t *s = &v->slot[i];
-        /* Seqlock read: the serial, the fields, the serial again (acquire
-         * loads of the fields keep the second read after them; TSan
-         * cannot follow a fence). */
-        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (!ser || __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) != key ||
-            (ino && __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) != ino))
-            continue;
-        if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
-            continue;
-        *serial_p = ser;
-        return &s->serial;
-    }
-    return NULL;
+    byval_reg_slot_t w = {.key = key, .ino = ino}, c;
+    const uint64_t *word = scan(v, 0, BY_KEY | (ino ? BY_INO : 0), &w, &c);
+    if (word)
+        *serial_p = c.serial;
+    return word;
 }
 
 const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
                                       byval_reg_slot_t *slot_p)
 {
-    uint32_t high = used_slots(v);
-    for (uint32_t i = 0; i < high; i++) {
-        const byval_reg_slot_t *s = &v->slot[i];
-        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE);
-        if (!ser || (uint32_t)ser != serial32)
-            continue;
-        byval_reg_slot_t c;
-        c.key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
-        c.ino = __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE);
-        c.fd = __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE);
-        c.size = __atomic_load_n(&s->size, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&s->serial, __ATOMIC_RELAXED) != ser)
-            continue; /* rewritten meanwhile: not the export named */
-        c.serial = ser;
-        *slot_p = c;
-        return &s->serial;
-    }
-    return NULL;
+    byval_reg_slot_t w = {.serial = serial32};
+    return scan(v, 0, BY_SERIAL32, &w, slot_p);
 }
 
-/* ---- attach ------------------------------------------------------------- */
+const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd, uint32_t ino,
+                                  uint64_t *serial_p)
+{
+    byval_reg_slot_t w = {.key = key, .ino = ino, .fd = fd}, c;
+    const uint64_t *word =
+        scan(v, __atomic_load_n(&v->find_from, __ATOMIC_RELAXED), BY_KEY | BY_INO | BY_FD, &w, &c);
+    if (word)
+        *serial_p = c.serial;
+    return word;
+}
 
 /* Map the registry behind mfd (closed here) and check that it describes
  * the exporter (pid, identity): a view with the list's reference, or
@@ -215,8 +212,8 @@ fail:
 }
 
 /* Fetching the registry's fds through the transport that reached the
- * exporter of a record. pid: the exporter's here (0: not reachable by
- * pid); seen: what byval_reg_find_page proved of the next fd (NULL: nothing). */
+ * exporter of a record. pid: its pid here (0: none); seen: what find_page
+ * proved of the next fd (NULL: nothing). */
 typedef struct rec_fetch {
     const byval_record_t *rec;
     int mode, pidfd;
@@ -224,15 +221,10 @@ typedef struct rec_fetch {
     const byval_fd_seen_t *seen;
 } rec_fetch_t;
 
-/* The short way on the pidfd route, for what needs no proof of export
- * from /proc: the registry proven at its hint (seen), or the pipe the
- * proven registry's header names (as proof.c takes the fds its slots
- * name: the exporter's own word, and nothing of another process; its
- * number lives as long as the page). pidfd_getfd, then the check after
- * it (kind from the duplicate itself, inode, and seen's device and
- * inode): a duplicate that is not what was named is refused and closed
- * off our thread where its close could wait (byval_fd_release). -1: not
- * taken (the full pipeline then runs, and says why when it fails). */
+/* The short way on the pidfd route for what needs no proof of export: the
+ * registry proven at its hint, or the pipe its header names (the
+ * exporter's own word). pidfd_getfd, then the check after it. -1: not
+ * taken (the full pipeline runs, and says why when it fails). */
 static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
                        byval_status_t *st_p, char *msg, size_t msglen)
 {
@@ -354,9 +346,7 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
         return NULL;
     }
     byval_reg_view_t *v = NULL;
-    /* The registry must describe the process behind our pidfd: its
-     * identity, checked against the pidfd (not the pid, which a new
-     * process may hold by now). */
+    /* The registry must describe the process behind our pidfd. */
     byval_record_t rec;
     memset(&rec, 0, sizeof(rec));
     rec.pid = pid;
@@ -390,28 +380,6 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     return v;
 }
 
-const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd, uint32_t ino,
-                                  uint64_t *serial_p)
-{
-    uint32_t high = used_slots(v);
-    uint32_t from = __atomic_load_n(&v->find_from, __ATOMIC_RELAXED);
-    if (from >= high)
-        from = 0;
-    for (uint32_t n = 0, i = from; n < high; n++, i = i + 1 < high ? i + 1 : 0) {
-        const byval_reg_slot_t *s = &v->slot[i];
-        uint64_t ser = __atomic_load_n(&s->serial, __ATOMIC_ACQUIRE); /* as in byval_reg_find */
-        if (ser && __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key &&
-            __atomic_load_n(&s->fd, __ATOMIC_ACQUIRE) == fd &&
-            __atomic_load_n(&s->ino, __ATOMIC_ACQUIRE) == ino &&
-            __atomic_load_n(&s->serial, __ATOMIC_RELAXED) == ser) {
-            __atomic_store_n(&v->find_from, i + 1, __ATOMIC_RELAXED);
-            *serial_p = ser;
-            return &s->serial;
-        }
-    }
-    return NULL;
-}
-
 uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
 {
     /* The record's own fd is published under its kind and allocation id;
@@ -421,6 +389,13 @@ uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd)
                          : BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, rec->alloc_id);
 }
 
+/* The proof of export (resolve.c's step 3): the exporter's registry lists
+ * fd as the export rec names, read as (word, serial). An entry is
+ * withdrawn before its fd is closed and serials are never reused, so an
+ * unchanged serial after pidfd_getfd proves the number held that open
+ * file all along, where an inode cannot (every NVIDIA VMM chunk fd is
+ * /dev/nvidiactl). A hostile exporter can only make us duplicate its own
+ * files, which step 5 then checks. */
 static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, uint32_t fd,
                             uint32_t ino, byval_proof_t *proof, char *msg, size_t msglen)
 {
@@ -429,9 +404,7 @@ static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, 
     byval_status_t st;
     byval_reg_view_t *v = byval_reg_attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
     if (!v) {
-        /* Refused by the kernel as pidfd_getfd would be: the caller's
-         * policy decides (auto tries the socket, whose broker serves only
-         * what its exporter offered). */
+        /* Refused as pidfd_getfd would be: the caller's policy decides. */
         if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
             byval_msg(msg, msglen, "%s", why);
             return st;
@@ -477,12 +450,13 @@ static uint32_t pidns_of(int pidfd)
     return ino;
 }
 
-/* A short record from another pid namespace: its pid names nothing here,
- * the directory's socket names carry the identity. Every name with the
- * record's 32 bits is tried, each proven by its full identity (planted
- * names cost a connect each, all within one deadline, and never hide the
- * exporter), and on kernels that tell a pidfd's pid namespace (6.11) the
- * record's guard must match. */
+/* A short record (wire.h) carries the exporter's pid, its identity's low
+ * 32 bits and a guard of its host and pid namespace. From another pid
+ * namespace its pid names nothing here; the directory's socket names carry
+ * the identity: every name with those 32 bits is tried, each proven by its
+ * full identity (planted names cost a connect each, within one deadline),
+ * and where the kernel tells a pidfd's pid namespace (6.11) the guard must
+ * match. In ours, the identity is read on a pidfd of the pid. */
 typedef struct dir_short {
     const byval_short_t *s;
     uint32_t boot;
