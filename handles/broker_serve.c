@@ -49,32 +49,18 @@
 #include "handles/rendezvous.h"
 #include "handles/tag.h"
 
-#define BROKER_MAX_FDS 65536
-
-typedef struct offer {
-    byval_fdproof_t p;
-    uint8_t open; /* served to the group without a tag */
-} offer_t;
-
 static struct {
     byval_lock_t lock;
     int uid_set;
     uid_t uid;
-    uint32_t n;
     uint64_t served, refused, untagged;
-    int epfd;     /* the offers' own proofs (-1 until the first) */
-    offer_t *fds; /* BROKER_MAX_FDS, allocated at the first offer */
-} of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS), .epfd = -1};
+    byval_fdtab_t t; /* the offers */
+} of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS), .t = {.epfd = -1, .max = 65536}};
 BYVAL_LOCK_STATIC(broker_offers, &of.lock);
 
 static void offers_fork_child(void)
 {
-    /* The parent's epoll instance is shared through the inherited fd: an
-     * EPOLL_CTL there would change the parent's proofs. */
-    if (of.epfd >= 0)
-        close(of.epfd);
-    of.epfd = -1;
-    of.n = 0;
+    byval_fdtab_forget(&of.t);
     of.served = of.refused = of.untagged = 0;
 }
 BYVAL_FORK_CHILD(broker_offers, offers_fork_child);
@@ -84,20 +70,6 @@ static void of_lock(void)
     byval_lock(&of.lock);
 }
 
-static offer_t *offered_locked(int fd)
-{
-    for (uint32_t i = 0; i < of.n; i++)
-        if (of.fds[i].p.fd == fd)
-            return &of.fds[i];
-    return NULL;
-}
-
-static void drop_locked(offer_t *x)
-{
-    byval_fdproof_drop(of.epfd, &x->p);
-    *x = of.fds[--of.n];
-}
-
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p)
 {
     int32_t status = -EBADF;
@@ -105,22 +77,18 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
     if (req->magic == BROKER_MAGIC_REGISTRY)
         return byval_reg_dup_page(dup_p);
     /* The rescue stands in for a pidfd_getfd the kernel refused, which a
-     * peer of another uid (a member of the directory's group) could
-     * never have made: by number, it would be every export. */
+     * member of the directory's group could never have made. */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
     of_lock();
-    offer_t *x = req->fd <= INT32_MAX && of.fds ? offered_locked((int)req->fd) : NULL;
-    if (x && (uint32_t)x->p.ino != req->fd_ino) {
+    byval_fdproof_t *x = req->fd <= INT32_MAX ? byval_fdtab_find(&of.t, (int)req->fd) : NULL;
+    if (x && (uint32_t)x->ino != req->fd_ino) {
         status = -ESTALE; /* not the object offered under that number */
-    } else if (x && !own_uid && !x->open &&
-               !byval_tag_check(req->fd, (uint32_t)x->p.ino, req->tag)) {
+    } else if (x && !own_uid && !x->open && !byval_tag_check(req->fd, (uint32_t)x->ino, req->tag)) {
         status = -EACCES; /* a member that holds no handle of it */
         of.untagged++;
     } else if (x) {
-        status = byval_fdproof_dup(of.epfd, &x->p, dup_p);
-        if (status == -ESTALE)
-            drop_locked(x); /* closed or reused behind the offer: never again */
+        status = byval_fdtab_dup(&of.t, x, dup_p);
     }
     of.served += status == 0;
     byval_unlock(&of.lock);
@@ -149,37 +117,13 @@ static int offer(int fd, int open)
     if (byval_broker_serve() != 0)
         return -1;
     of_lock();
-    int rc = -1, err = 0;
-    if (!of.fds && !(of.fds = calloc(BROKER_MAX_FDS, sizeof(*of.fds)))) {
-        err = ENOMEM;
-        goto out;
-    }
-    if (of.epfd < 0 && (of.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-        err = errno;
-        goto out;
-    }
-    offer_t *x = offered_locked(fd);
-    if (x && byval_fdproof_same(of.epfd, &x->p)) {
-        x->open |= (uint8_t)open;
-        rc = 0; /* offered already */
-        goto out;
-    }
+    byval_fdproof_t *x = byval_fdtab_add(&of.t, fd);
+    int err = x ? 0 : errno; /* ENOSPC is said, not silently left unserved */
     if (x)
-        drop_locked(x); /* closed behind its offer: this is another object */
-    if (of.n == BROKER_MAX_FDS) {
-        err = ENOSPC; /* said, not silently left unserved */
-        goto out;
-    }
-    if (byval_fdproof_take(of.epfd, fd, &of.fds[of.n].p) != 0) {
-        err = errno; /* cannot be proven at a request: not served */
-        goto out;
-    }
-    of.fds[of.n++].open = (uint8_t)open;
-    rc = 0;
-out:
+        x->open |= open;
     byval_unlock(&of.lock);
     errno = err;
-    return rc;
+    return x ? 0 : -1;
 }
 
 int byval_broker_offer(int fd)
@@ -195,9 +139,9 @@ int byval_broker_offer_open(int fd)
 void byval_broker_withdraw(int fd)
 {
     of_lock();
-    offer_t *x = of.fds ? offered_locked(fd) : NULL;
+    byval_fdproof_t *x = byval_fdtab_find(&of.t, fd);
     if (x)
-        drop_locked(x);
+        byval_fdtab_drop(&of.t, x);
     byval_unlock(&of.lock);
 }
 
