@@ -1,55 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fdcheck.c - is an exporter's fd the object the handle describes, and of
- * a kind we may touch? Decided without ever blocking and without touching
- * a file offset (issue 15, item 3).
+ * fdcheck.c - is an exporter's fd the object the handle describes, of a
+ * kind we may touch? Decided without ever blocking and without touching
+ * a file offset: a forged handle can name any fd of a process we may
+ * ptrace (a lock file, a shared offset, a stalled FUSE file whose fstat
+ * and even close wait for ever).
  *
- * A handle names (pid, fd). A forged one can name any fd of any process
- * we may ptrace: a lock file (closing our duplicate would drop OUR POSIX
- * locks on it), a file whose offset that process shares with us through
- * the duplicate (lseek would move it under its feet), a file on a FUSE
- * file system whose daemon stalls (fstat waits in the kernel for the
- * daemon, unkillable; even close() waits for its FLUSH answer). So:
+ * Before pidfd_getfd (byval_fd_precheck, for what no registry lists),
+ * through /proc/PID/fd/N, which opens nothing: statx with
+ * AT_STATX_DONT_SYNC on the magic link gives device, inode, type and size
+ * from cached attributes. The kind must be PROVEN by what a file system
+ * cannot fake, never by the link text:
+ *   memfd    the device of the kernel's shmem mount (a memfd of our own)
+ *   dma-buf  an "exp_name:" line in its fdinfo, then its device; before
+ *            5.3 the link "anon_inode:dmabuf" (paths start with '/')
+ *   NVIDIA   a character device of major 195
+ *   pipe     the device of the pipe file system (a pipe of our own)
+ * and its inode (and size, where the kind has one) the record's.
  *
- * Before pidfd_getfd (byval_fd_precheck: only for what no registry lists,
- * an exporter's registry and its pipe, or where no registry proof is
- * installed; resolve.c's step 3), through /proc/PID/fd/N, which
- * opens nothing: readlink gives the link text, and statx on the link with
- * AT_STATX_DONT_SYNC gives the target's device, inode, type and size from
- * the kernel's cached attributes (FUSE answers DONT_SYNC without asking
- * its daemon; following the magic link revalidates nothing). The object
- * must be of a kind the record allows, PROVEN by something a file system
- * cannot fake, not by the link text (any path can read "/dmabuf:x" or
- * "/memfd:x" in a mount namespace its owner controls):
- *   memfd    the device of the kernel's internal shmem mount, learnt from
- *            a memfd of our own (no mounted tmpfs shares it)
- *   dma-buf  a line "exp_name:" in /proc/PID/fdinfo/N, which only the
- *            dma-buf code prints; its device is learnt from the first one.
- *            Kernels before 5.3: the link text "anon_inode:dmabuf", which
- *            no path can produce (paths start with '/')
- *   NVIDIA   a character device of major 195 (/dev/nvidiactl for VMM)
- * and its inode (and size, where the kind has one) must be the record's.
- * Anything else is refused before it is duplicated.
- *
- * After pidfd_getfd (byval_check_fd_kind, every route): statx on the
- * duplicate with AT_STATX_DONT_SYNC proves its kind from the fd itself,
- * and must show the device and inode checked before, if any (the
- * exporter cannot swap the object in between), a manifest must be a
- * sealed memfd (F_GET_SEALS: a VFS call), and the size is read where the
- * kind keeps it: st_size for memfds and for dma-bufs (5.3 on); before
- * 5.3 a dma-buf's st_size is 0, and lseek(SEEK_END) is used, which the
- * dma-buf's own llseek answers with the buffer size WITHOUT writing the
- * file position (SEEK_CUR is EINVAL there): only ever called on a proven
- * dma-buf, so no shared offset moves.
- *
- * (The kinds and their proofs are fdkind.c's; this file holds the two
- * checks.)
- *
- * An fd that arrived over the socket fallback had no check before: the
- * exporter's broker serves only what it offered, so only a hostile
- * exporter sends something else. The same checks run on it after the
- * fact, and an fd that is not proven safe to close is closed off the
- * caller's thread (byval_fd_release): its FLUSH may never be answered.
+ * After (byval_check_fd_kind, every route): statx on the duplicate proves
+ * its kind and must show what was checked before; a manifest must be a
+ * sealed memfd; a dma-buf's size is st_size, or before 5.3 its own
+ * lseek(SEEK_END), which writes no file position. An fd not proven safe
+ * to close is closed off the caller's thread (byval_fd_release).
  */
 #include "handles/fdcheck.h"
 
@@ -98,37 +71,35 @@ uint64_t byval_fdk_dev(const struct statx *stx)
     return (uint64_t)makedev(stx->stx_dev_major, stx->stx_dev_minor);
 }
 
-/* statx from the kernel's cached attributes: never a FUSE daemon's or a
- * network server's round trip. */
 int byval_fdk_stat(int dirfd, const char *path, int flags, struct statx *stx)
 {
     return statx(dirfd, path, flags | AT_STATX_DONT_SYNC, STATX_WANT, stx);
 }
 
-/* The device of the kernel's shmem mount (memfd_create's), from a memfd of
- * our own: learnt once, the same for the whole boot. 0 if unknown. */
-static uint64_t shmem_dev(void)
+/* The device of the kernel's shmem mount (pipe 0: a memfd of our own) or
+ * of its pipe file system (a pipe of ours), learnt once. 0 if unknown. */
+static uint64_t own_dev(int pipe)
 {
-    static uint64_t dev;
-    uint64_t d = __atomic_load_n(&dev, __ATOMIC_RELAXED);
-    if (d)
-        return d;
+    static uint64_t dev[2];
+    uint64_t d = __atomic_load_n(&dev[pipe], __ATOMIC_RELAXED);
+    int p[2] = {-1, -1};
     struct statx stx;
-    int fd = memfd_create("ipcbyval-probe", MFD_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    if (byval_fdk_stat(fd, "", AT_EMPTY_PATH, &stx) == 0)
+    if (d ||
+        (pipe ? pipe2(p, O_CLOEXEC) : (p[0] = memfd_create("ipcbyval-probe", MFD_CLOEXEC))) < 0)
+        return d;
+    if (byval_fdk_stat(p[0], "", AT_EMPTY_PATH, &stx) == 0)
         d = byval_fdk_dev(&stx);
-    close(fd);
-    __atomic_store_n(&dev, d, __ATOMIC_RELAXED);
+    close(p[0]);
+    if (p[1] >= 0)
+        close(p[1]);
+    __atomic_store_n(&dev[pipe], d, __ATOMIC_RELAXED);
     return d;
 }
 
 /* The dma-buf pseudo file system's device, from the first proven dma-buf. */
 static uint64_t dmabuf_dev;
 
-/* 1 if the fdinfo file at path has a line "exp_name:" (dma_buf_show_fdinfo
- * prints it; no other file does). procfs: no file system is asked. */
+/* 1 if the fdinfo file at path has a line "exp_name:" (only a dma-buf's). */
 static int fdinfo_is_dmabuf(const char *path)
 {
     char buf[1024];
@@ -156,30 +127,11 @@ static const char *byval_fdk_link(const char *path, char *buf, size_t len)
     return buf;
 }
 
-/* The device of the kernel's pipe file system, from a pipe of our own. */
-static uint64_t pipe_dev(void)
-{
-    static uint64_t dev;
-    uint64_t d = __atomic_load_n(&dev, __ATOMIC_RELAXED);
-    int p[2];
-    if (d || pipe2(p, O_CLOEXEC) != 0)
-        return d;
-    struct statx stx;
-    if (byval_fdk_stat(p[0], "", AT_EMPTY_PATH, &stx) == 0)
-        d = byval_fdk_dev(&stx);
-    close(p[0]);
-    close(p[1]);
-    __atomic_store_n(&dev, d, __ATOMIC_RELAXED);
-    return d;
-}
-
-/* The kind statx alone proves (the common cases: no readlink needed). A
- * pipe has no file offset, no locks and no file system daemon: only an
- * exporter's registry names one, its own wake-up pipe. */
+/* The kind statx alone proves (the common cases: no readlink needed). */
 int byval_fdk_classify_fast(const struct statx *stx)
 {
-    uint64_t dev = byval_fdk_dev(stx), shm = shmem_dev();
-    if (S_ISFIFO(stx->stx_mode) && dev == pipe_dev())
+    uint64_t dev = byval_fdk_dev(stx), shm = own_dev(0);
+    if (S_ISFIFO(stx->stx_mode) && dev == own_dev(1))
         return FDK_PIPE;
     uint64_t known = __atomic_load_n(&dmabuf_dev, __ATOMIC_RELAXED);
     if (shm && dev == shm && S_ISREG(stx->stx_mode))
@@ -191,8 +143,7 @@ int byval_fdk_classify_fast(const struct statx *stx)
     return FDK_NONE;
 }
 
-/* The kind of the object behind stx (link: its /proc link text; fdinfo:
- * the path of its fdinfo file), proven as the top comment says. */
+/* The same, then from its /proc link text and the path of its fdinfo. */
 static int byval_fdk_classify(const struct statx *stx, const char *link, const char *fdinfo)
 {
     int kind = byval_fdk_classify_fast(stx);
@@ -227,8 +178,6 @@ static const char *byval_fdk_expected(byval_obj_t obj)
     }
 }
 
-/* ---- closing what may not be safe to close -------------------------- */
-
 #define RELEASE_THREADS_MAX 8
 static int release_threads;
 
@@ -259,20 +208,16 @@ int byval_fd_release(int fd)
      * daemon that never answers, uninterruptibly. Close it on a thread of
      * its own; if too many are stuck already, keep the fd open (a leaked
      * fd is better than a hung application). */
-    if (__atomic_add_fetch(&release_threads, 1, __ATOMIC_RELAXED) > RELEASE_THREADS_MAX) {
+    if (__atomic_add_fetch(&release_threads, 1, __ATOMIC_RELAXED) > RELEASE_THREADS_MAX ||
+        byval_bgthread_start(release_thread, (void *)(intptr_t)fd, NULL) != 0) {
         __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
         return -1;
-    }
-    if (byval_bgthread_start(release_thread, (void *)(intptr_t)fd, NULL) != 0) {
-        __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
-        return -1; /* kept open, as above */
     }
     return 0;
 }
 
-/* Is /proc this process's pid namespace's? Then /proc/PID is the pid we
- * mean. Checked once per process (a fork child may be in another). */
-static int proc_is_ours(void)
+/* Checked once per process (a fork child may be in another namespace). */
+int byval_proc_is_ours(void)
 {
     static pid_t verified;
     pid_t me = getpid();
@@ -302,9 +247,6 @@ static byval_status_t same_object(uint32_t pid, uint32_t fd, uint32_t fd_ino, ui
                                   size_t msglen)
 {
     if ((uint32_t)ino != fd_ino) {
-        /* All that is established: the object there is another one. The
-         * exporter may have closed the exported object and reused the
-         * number, or the handle was made up: say neither as a fact. */
         byval_msg(msg, msglen,
                   "fd %u in pid %u holds another object than the handle describes (inode low "
                   "bits %u, the handle's %u): a stale or forged handle, %s",
@@ -336,7 +278,7 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     char path[64], info[64], link[256];
     struct statx stx;
     memset(seen, 0, sizeof(*seen));
-    if (!proc_is_ours()) {
+    if (!byval_proc_is_ours()) {
         byval_msg(msg, msglen,
                   "cannot check fd %u of pid %u before duplicating it: /proc is not this pid "
                   "namespace's (mount a /proc of our own), so it is not duplicated",
@@ -401,9 +343,8 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     return BYVAL_OK;
 }
 
-/* The kind of our own fd dup from its /proc/self links: the paths are
- * formatted only here, off the common path (a cold open's duplicate is
- * proven by statx alone; two snprintf calls were a tenth of its cost). */
+/* The kind of our own fd dup from its /proc/self links (formatted only
+ * here: a cold open's duplicate is proven by statx alone). */
 static int classify_self(const struct statx *stx, int dup, char self_link[64], char self_info[64],
                          char *link, size_t len)
 {

@@ -41,6 +41,9 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
                                    uint64_t size, byval_obj_t obj, const byval_fd_seen_t *seen,
                                    char *msg, size_t msglen);
 
+/* Is /proc this process's pid namespace's (/proc/PID the pid we mean)? */
+int byval_proc_is_ours(void);
+
 /* Close an fd nothing vouches for: at once when its close cannot wait on
  * a file system, else on a thread of its own (a FUSE daemon may never
  * answer its FLUSH). 0, or -1 when it had to stay open. */

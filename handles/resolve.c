@@ -4,36 +4,25 @@
  * fds: the whole resolution, in one sequence (pipeline() below).
  *
  *   1. translate   the record's pid is its exporter's in ITS namespace:
- *                  find its pid in ours (the same when both share one;
- *                  else remembered, or found once by nsxlate.c). Every
- *                  later step, /proc path and message uses this pid.
- *   2. identify    a pidfd of that pid, and the proof that the process
- *                  behind it is the record's exporter (identity.c). A
- *                  pidfd the caller kept from an earlier open was
- *                  identified then: it names that process for ever.
+ *                  find its pid in ours (remembered, the pidfd's word, or
+ *                  NSpid in /proc). Every later step uses this pid.
+ *   2. identify    a pidfd of that pid, proven to be the record's
+ *                  exporter (self.c); a pidfd kept from an earlier open
+ *                  was identified then.
  *   3. prove the export   before anything is duplicated: the exporter's
- *                  own registry lists the fd as the export the record
- *                  names (the prover the library installs, proof.c),
- *                  read as (slot, serial); objects no registry lists (the
- *                  registry and its pipe themselves, or no prover
- *                  installed) are proven by their kind through /proc
- *                  without opening them (fdcheck.c's precheck).
- *   4. duplicate   the fetch step, one of three routes: pidfd_getfd
- *                  (here), the exporter's socket broker at its abstract
- *                  name, or its socket in the rendezvous directory
- *                  (resolve_socket.c: the broker proves its identity and
- *                  serves only what its exporter offered). auto takes
+ *                  registry lists the fd as the export the record names
+ *                  (the installed prover, registry_view.c); what no
+ *                  registry lists is proven by its kind through /proc
+ *                  (fdcheck.c).
+ *   4. duplicate   pidfd_getfd, or the broker's socket routes (broker.h),
+ *                  whose exporter serves only what it offered. auto takes
  *                  pidfd first, the sockets where the kernel refuses or
- *                  the exporter is out of reach, and remembers what
- *                  worked (peers.c).
+ *                  the exporter is out of reach, and remembers per
+ *                  exporter what worked.
  *   5. prove the object   the duplicate is of a kind we may use, with the
- *                  record's inode and size (fdcheck.c, from the fd itself,
- *                  never a path), and the registry entry read in step 3
- *                  still holds the same serial: the exporter withdraws an
- *                  entry before it closes the fd, so an unchanged serial
- *                  proves the number was not closed and reused between
- *                  the proof and the duplicate (an inode alone cannot: on
- *                  NVIDIA every VMM chunk fd is /dev/nvidiactl, one inode).
+ *                  record's inode and size (fdcheck.c), and the registry
+ *                  entry of step 3 still holds its serial (withdrawn
+ *                  before its fd is closed: the number was not reused).
  *
  * Every failure closes what it opened and writes one line naming the
  * syscall, the pid, the fd and strerror.
@@ -55,7 +44,7 @@
 #include "handles/transport.h"
 #include "handles/sys.h"
 
-/* What the pipeline fetches (resolve.c): fd (inode low bits ino, size
+/* What the pipeline fetches: fd (inode low bits ino, size
  * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a
  * pidfd's process, no record), to be of kind obj; tag: what the socket
  * routes show for it (rec->tag for rec's own fd, else 0). */
@@ -74,6 +63,10 @@ typedef struct byval_exporter {
     int owned;    /* pidfd opened by this resolution (else the caller's) */
 } byval_exporter_t;
 
+/* What auto learnt per exporter (pidns, pid, identity: never a later
+ * process with the pid): its pid here (the /proc scan once per exporter)
+ * or that its socket serves it. Fixed size, round robin: forgetting costs
+ * one retry. True in a fork child too (same exporters). */
 #define PEERS 256
 
 typedef struct peer {
@@ -88,26 +81,29 @@ static struct {
     unsigned next; /* entries ever written (atomic: read unlocked) */
     peer_t p[PEERS];
 } mem = {.lock = BYVAL_LOCK_INIT(TRANSPORT)};
-/* The table stays true in a fork child (same exporters, same host): only
- * the lock must not be inherited held. */
 BYVAL_LOCK_STATIC(transport, &mem.lock);
+
+static peer_t *peer_find_locked(const byval_record_t *rec)
+{
+    for (unsigned i = 0; i < PEERS; i++) {
+        peer_t *p = &mem.p[i];
+        if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
+            p->identity == rec->identity)
+            return p;
+    }
+    return NULL;
+}
 
 static peer_t peer_get(const byval_record_t *rec)
 {
     peer_t found = {0};
-    /* Nothing learnt yet (the common case: one namespace, pidfd allowed):
-     * no lock, no scan on every resolution. */
+    /* Nothing learnt yet (one namespace, pidfd allowed): no lock, no scan. */
     if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
         return found;
     byval_lock(&mem.lock);
-    for (unsigned i = 0; i < PEERS; i++) {
-        const peer_t *p = &mem.p[i];
-        if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
-            p->identity == rec->identity) {
-            found = *p;
-            break;
-        }
-    }
+    peer_t *p = peer_find_locked(rec);
+    if (p)
+        found = *p;
     byval_unlock(&mem.lock);
     return found;
 }
@@ -115,11 +111,7 @@ static peer_t peer_get(const byval_record_t *rec)
 static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
 {
     byval_lock(&mem.lock);
-    peer_t *slot = NULL;
-    for (unsigned i = 0; i < PEERS && !slot; i++)
-        if (mem.p[i].via != BYVAL_VIA_NONE && mem.p[i].pid == rec->pid &&
-            mem.p[i].pidns == rec->pidns && mem.p[i].identity == rec->identity)
-            slot = &mem.p[i];
+    peer_t *slot = peer_find_locked(rec);
     int fresh = !slot;
     if (fresh)
         slot = &mem.p[__atomic_load_n(&mem.next, __ATOMIC_RELAXED) % PEERS];
@@ -167,13 +159,9 @@ static uint32_t innermost_pid(const char *dir)
 byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
                                   size_t msglen)
 {
-    /* Translation reads pids off /proc: they must be pids of OUR namespace,
-     * or pidfd_open would reach whatever holds that number here. A /proc
-     * mounted for another namespace (unshare --pid without --mount-proc)
-     * shows /proc/self as a pid that is not ours. */
-    char self_link[32];
-    ssize_t n = readlink("/proc/self", self_link, sizeof(self_link) - 1);
-    if (n <= 0 || (self_link[n] = '\0', strtol(self_link, NULL, 10) != (long)getpid())) {
+    /* The pids read off /proc must be pids of OUR namespace, or pidfd_open
+     * would reach whatever holds that number here. */
+    if (!byval_proc_is_ours()) {
         byval_msg(msg, msglen,
                   "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
                   "we can tell: this /proc belongs to another pid namespace (mount one for "
@@ -225,7 +213,6 @@ byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
                                                                     : BYVAL_OBJ_MEMORY;
 }
 
-/* ---- 1. translate --------------------------------------------------- */
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
                                 byval_exporter_t *x, char *msg, size_t msglen)
@@ -236,8 +223,7 @@ static byval_status_t translate(const byval_record_t *rec, const byval_self_t *s
         x->pid = rec->pid;
         return BYVAL_OK;
     }
-    /* Not remembered (peers.c, read by resolve()): an identified pidfd
-     * has the kernel's own word for it; else the /proc scan. */
+    /* Not remembered: an identified pidfd has the kernel's word for it. */
     uint32_t local = 0;
     int kernel;
     if (x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)

@@ -27,10 +27,8 @@
 #include "handles/self.h"
 #include "handles/sys.h"
 
-/* The cache: written once by whoever wins EMPTY -> BUSY, read by anyone
- * who sees READY (acquire), immutable while READY. No lock, so a fork
- * child can never inherit one held by a vanished thread, and resetting
- * is a single store. */
+/* Written once by whoever wins EMPTY -> BUSY, immutable while READY: no
+ * lock a fork child could inherit held, and a reset is one store. */
 enum { SELF_EMPTY, SELF_BUSY, SELF_READY };
 static int self_state;
 static byval_self_t self_cached;
@@ -121,8 +119,7 @@ int byval_self_get(byval_self_t *self_p)
         *self_p = self_cached;
         return 0;
     }
-    /* First use (or racing first uses): each caller computes its own copy,
-     * the same for all; one of them publishes it. */
+    /* Racing first uses each compute the same; one publishes it. */
     byval_self_t s;
     if (self_compute(&s) != 0)
         return -1;
@@ -138,9 +135,7 @@ int byval_self_get(byval_self_t *self_p)
 
 void byval_self_reset(void)
 {
-    /* Called in a fork child, where no other thread runs: one store, no
-     * lock, nothing that is not async-signal-safe. A parent thread caught
-     * in BUSY at fork time cannot leave the child stuck there either. */
+    /* A fork child: one store (a parent thread caught BUSY cannot stick). */
     __atomic_store_n(&self_state, SELF_EMPTY, __ATOMIC_RELEASE);
 }
 
@@ -181,10 +176,22 @@ static const char byval_perm_hint[] =
 static const char byval_gone_note[] = " (exporter exited)";
 static const char byval_nofd_note[] = " (the importer is out of file descriptors)";
 
-byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
+/* The status and note of the errors every step shares. */
+static byval_status_t err_status(int err, const char **note_p)
 {
     switch (err) {
     case ESRCH: *note_p = byval_gone_note; return BYVAL_E_GONE;
+    case EPERM: /* pidfd_open: only a seccomp filter or an LSM says this */
+    case EACCES: *note_p = byval_perm_hint; return BYVAL_E_PERM;
+    case EMFILE:
+    case ENFILE: *note_p = byval_nofd_note; return BYVAL_E_NOFD;
+    default: *note_p = ""; return BYVAL_E_SYS;
+    }
+}
+
+byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
+{
+    switch (err) {
     case EBADF:
         /* Older kernels say EBADF, not ESRCH, for an exiting process whose
          * fd table is already gone: the pidfd tells the two apart. */
@@ -196,14 +203,10 @@ byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
         *note_p = " (the exporter has no such fd now: closed since, or a stale or forged "
                   "handle)";
         return BYVAL_E_BADFD;
-    case EPERM:
-    case EACCES: *note_p = byval_perm_hint; return BYVAL_E_PERM;
     case ENOSYS:
         *note_p = " (kernel before 5.6, or a sandbox such as gVisor)";
         return BYVAL_E_NOSYS;
-    case EMFILE:
-    case ENFILE: *note_p = byval_nofd_note; return BYVAL_E_NOFD;
-    default: *note_p = ""; return BYVAL_E_SYS;
+    default: return err_status(err, note_p);
     }
 }
 
@@ -216,9 +219,6 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
     if (err == 0 && start == rec->identity)
         return BYVAL_OK;
     if (err == 0) {
-        /* Established: pid is another process than the handle names. The
-         * exporter may have exited and its pid been reused, or the handle
-         * was made up: both are said, neither as a fact. */
         byval_msg(msg, msglen,
                   "pid %u is another process than the handle's exporter of fd %u (start time "
                   "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
@@ -226,33 +226,18 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
                   pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
         return BYVAL_E_IDENTITY;
     }
-    const char *err_text = strerror(err);
-    if ((err == ENOENT || err == ESRCH) && byval_pidfd_exited(pidfd)) {
-        byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid, rec->fd,
-                  err_text, byval_gone_note);
-        return BYVAL_E_GONE;
-    }
-    if (err == ENOENT || err == ESRCH) {
-        /* Our pidfd's process still holds the pid, yet /proc does not show
-         * it: hidepid=invisible, or a /proc of another pid namespace. The
-         * start time cannot be read, so the identity cannot be verified. */
+    if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd)) {
+        /* Our pidfd's process holds the pid, yet /proc does not show it. */
         byval_msg(msg, msglen,
                   "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
                   "exporter's identity (/proc hides the pid or is another namespace's)",
-                  pid, rec->fd, err_text);
+                  pid, rec->fd, strerror(err));
         return BYVAL_E_IDENTITY;
     }
-    byval_status_t st = BYVAL_E_SYS;
-    const char *note = "";
-    if (err == EACCES || err == EPERM) { /* hidepid=noaccess: no ptrace read access */
-        st = BYVAL_E_PERM;
-        note = byval_perm_hint;
-    } else if (err == EMFILE || err == ENFILE) {
-        st = BYVAL_E_NOFD;
-        note = byval_nofd_note;
-    }
+    const char *note; /* EACCES: hidepid=noaccess */
+    byval_status_t st = err_status(err == ENOENT ? ESRCH : err, &note);
     byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid, rec->fd,
-              err_text, note);
+              strerror(err), note);
     return st;
 }
 
@@ -261,13 +246,9 @@ byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd
 {
     if (!(rec->flags & BYVAL_FLAG_ID_PIDFS))
         return check_start_time(rec, pid, pidfd, msg, msglen);
-    /* The record holds a pidfs inode and nothing else: if our pidfd is not
-     * on pidfs, no other check is equivalent, so refuse instead of
-     * guessing. Same boot id means same kernel, so this only happens when
-     * something between us and the kernel (a sandbox) differs. pidfs is
-     * one superblock: once fstatfs showed a pidfd on it, its device number
-     * (from the fstat needed anyway) recognises the next pidfds without a
-     * second syscall on every first open from an exporter. */
+    /* A pidfs inode and nothing else: a pidfd not on pidfs (a sandbox) is
+     * refused. pidfs is one superblock: its device, once seen, spares the
+     * fstatfs of the next pidfds. */
     static uint64_t pidfs_dev; /* 0: not seen yet */
     struct statfs sfs;
     struct stat st;
@@ -313,31 +294,12 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
 {
     int pidfd = byval_pidfd_open((pid_t)pid, 0);
     if (pidfd < 0) {
+        /* EINVAL: the pid leads no thread; ENOENT (6.15+): a gone group. */
         int err = errno;
-        byval_status_t st = BYVAL_E_SYS;
-        const char *note = "";
-        switch (err) {
-        case ESRCH:
-        case EINVAL: /* flags are 0 and pid > 0: the pid leads no thread */
-        case ENOENT: /* group (6.15+ says ENOENT): the exporter is gone */
-            st = BYVAL_E_GONE;
-            note = byval_gone_note;
-            break;
-        case ENOSYS:
-            st = BYVAL_E_NOSYS;
-            note = " (kernel before 5.3, or a sandbox without pidfds)";
-            break;
-        case EMFILE:
-        case ENFILE:
-            st = BYVAL_E_NOFD;
-            note = byval_nofd_note;
-            break;
-        case EPERM: /* only a seccomp filter or an LSM says this */
-        case EACCES:
-            st = BYVAL_E_PERM;
-            note = byval_perm_hint;
-            break;
-        }
+        const char *note = " (kernel before 5.3, or a sandbox without pidfds)";
+        byval_status_t st = err == ENOSYS
+            ? BYVAL_E_NOSYS
+            : err_status(err == EINVAL || err == ENOENT ? ESRCH : err, &note);
         byval_msg(msg, msglen, "pidfd_open(pid %u) for fd %u failed: %s%s", pid, rec->fd,
                   strerror(err), note);
         return st;
@@ -386,11 +348,8 @@ static int pid_from_fdinfo(int pidfd)
 
 int byval_pidfd_pid(int pidfd)
 {
-    /* The ioctl answers in 0.3 us where opening and parsing the fdinfo
-     * costs 9 (a registry attach asks once per exporter). It says ESRCH
-     * both for a process outside our namespace tree and for one that
-     * exited, and it is missing before 6.13 (ENOTTY, EINVAL): the fdinfo
-     * then tells which (0 or -1). */
+    /* PIDFD_GET_INFO (6.13) answers in 0.3 us, the fdinfo in 9; its ESRCH
+     * (outside our tree, or exited) the fdinfo tells apart (0 or -1). */
     struct byval_pidfd_info info = {.mask = BYVAL_PIDFD_INFO_PID};
     if (pidfd >= 0 && byval_sys3(SYS_ioctl, pidfd, (long)BYVAL_PIDFD_GET_INFO, (long)&info) == 0 &&
         (info.mask & BYVAL_PIDFD_INFO_PID) && info.pid > 0 && info.pid <= INT32_MAX)
@@ -400,9 +359,7 @@ int byval_pidfd_pid(int pidfd)
 
 int byval_pidfd_exited(int pidfd)
 {
-    /* A pidfd polls readable once its process has exited (zombie or
-     * reaped). An fd that is not open (POLLNVAL) counts as exited: the
-     * caller can no longer reach that exporter through it either. */
+    /* Readable once its process exited; a closed fd (POLLNVAL) counts too. */
     struct pollfd p = {.fd = pidfd, .events = POLLIN};
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
