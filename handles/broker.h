@@ -56,11 +56,7 @@ byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd,
                                          uint64_t tag, int *fd_p, int *pidfd_p, int *via_p,
                                          char *msg, size_t msglen);
 
-/* Importer: the fd the process rec names (pid, pidns, boot, identity)
- * registered as exported under that number, for a pidfd_getfd the kernel
- * refused; the same process's registry page (its kind checked). */
-byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
-                                   size_t msglen);
+/* Importer: the registry page of rec's exporter (its kind checked). */
 byval_status_t byval_broker_registry(const byval_record_t *rec, int *mfd_p, char *msg,
                                      size_t msglen);
 

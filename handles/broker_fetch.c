@@ -473,8 +473,11 @@ static byval_status_t fetch_routes(const byval_record_t *rec, uint32_t magic, ui
             *via_p = r->via;
         st = fetch(rec, r, magic, fd, fd_ino, tag, fd_p, pidfd_p, msg, msglen);
     }
-    if (st != BYVAL_OK && first[0])
-        byval_msg_prefix(msg, msglen, first);
+    if (st != BYVAL_OK && first[0]) { /* msg is set: first was copied from it */
+        char both[1024];
+        snprintf(both, sizeof(both), "%s; then the rendezvous directory: %s", first, msg);
+        byval_msg(msg, msglen, "%s", both);
+    }
     return st;
 }
 
@@ -485,8 +488,10 @@ byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd,
     return fetch_routes(rec, BROKER_MAGIC, fd, fd_ino, tag, fd_p, pidfd_p, via_p, msg, msglen);
 }
 
-byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
-                                   size_t msglen)
+/* The fd the process rec names registered as exported under that number,
+ * for a pidfd_getfd the kernel refused (rescue.h). */
+static byval_status_t rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
+                             size_t msglen)
 {
     return fetch_routes(rec, BROKER_MAGIC_RESCUE, fd, 0, 0, fd_p, NULL, NULL, msg, msglen);
 }
@@ -565,5 +570,5 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
         byval_msg(msg, msglen, "pid %d exited while we read its start time", pid);
         return BYVAL_E_GONE;
     }
-    return byval_broker_rescue(&rec, (uint32_t)fd, fd_p, msg, msglen);
+    return rescue(&rec, (uint32_t)fd, fd_p, msg, msglen);
 }

@@ -85,9 +85,6 @@ static inline byval_broker_parse_t byval_broker_req_parse(const void *buf, size_
  * asks for when 0; own_uid: the peer is of the uid served (not only of
  * the directory's group, which gets no rescue and must show tags). */
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p);
-/* Is a peer of uid served? The first counts a refusal. */
-int byval_broker_uid_allowed(uid_t uid);
-int byval_broker_uid_served(uid_t uid);
 
 /* Importer: one fetch's whole budget, connect to answer. */
 #define BROKER_FETCH_MS 2000

@@ -95,7 +95,8 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
     return status;
 }
 
-int byval_broker_uid_served(uid_t uid)
+/* Is a peer of uid served? (_allowed counts a refusal.) */
+static int byval_broker_uid_served(uid_t uid)
 {
     of_lock();
     int served = uid == (of.uid_set ? of.uid : geteuid());
@@ -103,7 +104,7 @@ int byval_broker_uid_served(uid_t uid)
     return served;
 }
 
-int byval_broker_uid_allowed(uid_t uid)
+static int byval_broker_uid_allowed(uid_t uid)
 {
     of_lock();
     int allowed = uid == (of.uid_set ? of.uid : geteuid());

@@ -46,7 +46,7 @@ static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
 }
 
-int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
+static int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
 {
     struct stat st;
     int fl;
@@ -67,7 +67,7 @@ int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
     return 0;
 }
 
-int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
+static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
 {
     struct stat st;
     if (fd_stat(p->fd, &st) != 0 || st.st_dev != p->dev || st.st_ino != p->ino)
@@ -80,7 +80,7 @@ int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
     return fl >= 0 && (fl & O_ACCMODE) == p->accmode;
 }
 
-int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
+static int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
 {
     *dup_p = -1;
     if (!byval_fdproof_same(epfd, p))
@@ -96,7 +96,7 @@ int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
     return 0;
 }
 
-void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
+static void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
 {
     if (p->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(epfd, p))
         (void)ep_ctl(epfd, EPOLL_CTL_DEL, p->fd, NULL);

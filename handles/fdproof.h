@@ -23,24 +23,6 @@ typedef struct byval_fdproof {
     int open; /* the broker's: served to the group without a tag */
 } byval_fdproof_t;
 
-/* Record what fd refers to now in *p, in the private epoll instance epfd
- * (the caller's, created with epoll_create1). 0, or -1 with errno:
- * ENOTSUP when the file can be proven neither by epoll nor by its inode
- * (it does not poll and is not a regular file), EBADF when fd is closed. */
-int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p);
-
-/* 1 when p->fd still refers to what *p recorded, else 0. */
-int byval_fdproof_same(int epfd, const byval_fdproof_t *p);
-
-/* A duplicate (O_CLOEXEC) of p->fd in *dup_p, proven both before and after
- * it is made (a close and reuse racing it is refused, never served).
- * 0, -ESTALE (no longer what was recorded), or -errno of the duplicate. */
-int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p);
-
-/* Forget *p: its epoll item goes now where p->fd is still that file (it
- * would go anyway when the file is released). */
-void byval_fdproof_drop(int epfd, const byval_fdproof_t *p);
-
 /* A table of proofs with its own epoll instance, under its owner's lock. */
 typedef struct byval_fdtab {
     int epfd; /* -1 until the first add */

@@ -114,7 +114,7 @@ int byval_reg_page_seals(void)
     return seals;
 }
 
-int byval_reg_reopen(int fd, int flags)
+static int byval_reg_reopen(int fd, int flags)
 {
     char path[40];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -295,11 +295,6 @@ void byval_reg_remove(uint64_t key, uint32_t ino)
             wake_locked();
     }
     byval_unlock(&reg.lock);
-}
-
-unsigned byval_reg_exports_live(void)
-{
-    return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
 }
 
 /* The application owns our fd numbers: what page_fd holds now is served

@@ -84,9 +84,6 @@ int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size,
  * its fd): mark it and wake importers. ino 0 matches any. */
 void byval_reg_remove(uint64_t key, uint32_t ino);
 
-/* Exports published and not withdrawn (a relaxed read: a hint). */
-unsigned byval_reg_exports_live(void);
-
 /* The page's read-only fd and the pipe's read end, to offer to the
  * broker: 0 once per registry, else -1. */
 int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p);

@@ -45,16 +45,17 @@ struct byval_reg_view {
  * and later; exporter and importer share the kernel). Probed once. */
 int byval_reg_page_seals(void);
 
-/* A second open file of fd (through /proc/self/fd) with flags: one whose
- * flags no other process can change. -1 with errno. */
-int byval_reg_reopen(int fd, int flags);
-
 /* A view with the list's reference (not listed yet): registry_view.c
  * makes it, byval_reg_publish lists and watches it. */
 void byval_reg_view_free(byval_reg_view_t *v);
 
 /* The listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
 byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity);
+
+/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
+ * low 32 bits are id32, referenced, with its full identity; or NULL. */
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p);
 
 /* List v and watch it (starting the watcher), or use a twin another
  * thread listed meanwhile (v is freed then). The result is referenced for

@@ -264,8 +264,8 @@ static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_
     return byval_getfd_obj(f->pidfd, f->pid, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
-byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int pidfd,
-                                      byval_status_t *st_p, char *msg, size_t msglen)
+static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidfd,
+                                   byval_status_t *st_p, char *msg, size_t msglen)
 {
     *st_p = BYVAL_OK;
     byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
@@ -331,7 +331,7 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
                                    size_t msglen)
 {
     byval_status_t st;
-    return byval_reg_attach_st(rec, mode, pidfd, &st, msg, msglen);
+    return attach_st(rec, mode, pidfd, &st, msg, msglen);
 }
 
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
@@ -402,7 +402,7 @@ static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, 
     uint64_t key = byval_record_key(rec, fd);
     char why[384] = "";
     byval_status_t st;
-    byval_reg_view_t *v = byval_reg_attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
+    byval_reg_view_t *v = attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
     if (!v) {
         /* Refused as pidfd_getfd would be: the caller's policy decides. */
         if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {

@@ -33,16 +33,12 @@ void byval_reg_on_event(byval_reg_event_fn fn);
 byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidfd, char *msg,
                                    size_t msglen);
 
-byval_reg_view_t *byval_reg_attach_st(const byval_record_t *rec, int mode, int pidfd,
-                                      byval_status_t *st_p, char *msg, size_t msglen);
-
 /* The same for an exporter known only by its pid here (a legacy CUDA
  * handle's getpid()): the registry must describe the process behind a
  * pidfd of it. pidfd transport only. */
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen);
 
-/* Another reference / drop one. */
-void byval_reg_view_get(byval_reg_view_t *v);
+/* Drop a reference. */
 void byval_reg_view_put(byval_reg_view_t *v);
 
 /* The serial word of the live export (key, ino; ino 0: any), of (key, fd,
@@ -60,11 +56,6 @@ extern const byval_prover_t byval_reg_prover;
 
 const uint64_t *byval_reg_find_serial(byval_reg_view_t *v, uint32_t serial32,
                                       byval_reg_slot_t *slot_p);
-
-/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
- * low 32 bits are id32, referenced, with its full identity; or NULL. */
-byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
-                                        uint64_t *identity_p);
 
 /* The registry of the exporter a short record names: in our pid
  * namespace by its pid and identity's low 32 bits, in another through the

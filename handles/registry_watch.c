@@ -110,13 +110,6 @@ void byval_reg_view_free(byval_reg_view_t *v)
     free(v);
 }
 
-void byval_reg_view_get(byval_reg_view_t *v)
-{
-    byval_reg_w_lock();
-    v->refs++;
-    byval_unlock(&byval_reg_w.lock);
-}
-
 void byval_reg_view_put(byval_reg_view_t *v)
 {
     if (!v)

@@ -126,14 +126,6 @@ void byval_transport_remember_socket(const byval_record_t *rec)
     peer_put(rec, BYVAL_VIA_SOCKET, 0);
 }
 
-void byval_transport_forget(void)
-{
-    byval_lock(&mem.lock);
-    memset(mem.p, 0, sizeof(mem.p));
-    __atomic_store_n(&mem.next, 0, __ATOMIC_RELEASE);
-    byval_unlock(&mem.lock);
-}
-
 /* Last field of the NSpid line of /proc/<dir>/status, or 0. */
 static uint32_t innermost_pid(const char *dir)
 {
@@ -205,14 +197,13 @@ void byval_resolve_set_prover(const byval_prover_t *p)
     __atomic_store_n(&prover, p, __ATOMIC_RELEASE);
 }
 
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
+static byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
 {
     /* The record's own fd is of the record's kind; any other fd of the
      * same exporter a record leads to is one a manifest lists: memory. */
     return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
                                                                     : BYVAL_OBJ_MEMORY;
 }
-
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
                                 byval_exporter_t *x, char *msg, size_t msglen)

@@ -12,10 +12,6 @@
 
 #include "handles/self.h"
 
-/* The kind fd must be for rec: rec's own fd is of rec's kind; any other fd
- * (the chunks a manifest lists) is GPU memory. */
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd);
-
 /* The pid here of rec->pid of pid namespace rec->pidns (a descendant of
  * ours: NSpid in /proc/<pid>/status), or FOREIGN_NS. Proves nothing: the
  * pipeline then identifies the process behind a pidfd of it. */

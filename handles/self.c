@@ -241,8 +241,9 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
     return st;
 }
 
-byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd, char *msg,
-                              size_t msglen)
+/* Is the process behind pidfd (pid: its pid here) the one rec names? */
+static byval_status_t identify(const byval_record_t *rec, uint32_t pid, int pidfd, char *msg,
+                               size_t msglen)
 {
     if (!(rec->flags & BYVAL_FLAG_ID_PIDFS))
         return check_start_time(rec, pid, pidfd, msg, msglen);
@@ -286,7 +287,7 @@ byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd
 
 byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg, size_t msglen)
 {
-    return byval_identify(rec, rec->pid, pidfd, msg, msglen);
+    return identify(rec, rec->pid, pidfd, msg, msglen);
 }
 
 byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int *pidfd_p, char *msg,
@@ -304,7 +305,7 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
                   strerror(err), note);
         return st;
     }
-    byval_status_t st = byval_identify(rec, pid, pidfd, msg, msglen);
+    byval_status_t st = identify(rec, pid, pidfd, msg, msglen);
     if (st != BYVAL_OK) {
         close(pidfd);
         return st;

@@ -75,10 +75,8 @@ int byval_pidfd_pid(int pidfd);
 int byval_pidfd_is_pidfs(int pidfd);
 int byval_pidfd_exited(int pidfd);
 
-/* Is the process behind pidfd (pid: its pid here) the one rec names?
+/* Is the process behind pidfd the one rec names (rec->pid: its pid here)?
  * BYVAL_OK, or IDENTITY/GONE/PERM/NOFD/SYS with one line in msg. */
-byval_status_t byval_identify(const byval_record_t *rec, uint32_t pid, int pidfd, char *msg,
-                              size_t msglen);
 byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg, size_t msglen);
 
 /* pidfd_open(pid) and byval_identify on it. */
@@ -98,16 +96,6 @@ __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, si
     va_start(ap, fmt);
     vsnprintf(msg, msglen, fmt, ap);
     va_end(ap);
-}
-
-/* msg becomes "FIRST; then the rendezvous directory: MSG". */
-static inline void byval_msg_prefix(char *msg, size_t msglen, const char *first)
-{
-    char both[1024];
-    if (!msg || !msglen)
-        return;
-    snprintf(both, sizeof(both), "%s; then the rendezvous directory: %s", first, msg);
-    byval_msg(msg, msglen, "%s", both);
 }
 
 #endif

@@ -78,7 +78,4 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
  * here, so no pidfd_getfd is tried on it. */
 void byval_transport_remember_socket(const byval_record_t *rec);
 
-/* Forget what auto learnt (tests). */
-void byval_transport_forget(void);
-
 #endif
