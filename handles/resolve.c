@@ -363,7 +363,7 @@ static byval_status_t pipeline(const byval_want_t *w, const byval_self_t *self, 
 }
 
 /* The policy over the routes: what mode asks, what auto learnt about
- * this exporter before (one read of peers.c), and what it learns now (at
+ * this exporter before (one read of its memory), and what it learns now (at
  * most one write). */
 static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, int mode,
                               byval_exporter_t *x, int *fd_p, byval_fetch_info_t *info, char *msg,

@@ -251,7 +251,7 @@ static void test_no_registry_no_view(void **state)
     close(pidfd);
 }
 
-/* The proof the pipeline asks for (proof.c): fd, inode and key listed. */
+/* The proof the pipeline asks for (registry_view.c): fd, inode and key listed. */
 static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t fd,
                              uint32_t ino, byval_proof_t *proof, char *msg, size_t len)
 {
