@@ -531,7 +531,6 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
 {
     byval_self_t self;
     byval_record_t rec;
-    struct stat st;
     *fd_p = -1;
     *pid_p = 0;
     if (fd < 0) {
@@ -559,14 +558,7 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
         byval_msg(msg, msglen, "cannot read this process's own identity");
         return BYVAL_E_SYS;
     }
-    memset(&rec, 0, sizeof(rec));
-    rec.pid = (uint32_t)pid;
-    rec.pidns = self.pidns;
-    rec.boot = self.boot;
-    if (byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0) {
-        rec.identity = (uint64_t)st.st_ino;
-        rec.flags = BYVAL_FLAG_ID_PIDFS;
-    } else if (byval_proc_start_time(pid, &rec.identity) != 0 || byval_pidfd_pid(pidfd) != pid) {
+    if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0) {
         byval_msg(msg, msglen, "pid %d exited while we read its start time", pid);
         return BYVAL_E_GONE;
     }

@@ -252,18 +252,6 @@ static byval_status_t fetch_rec(void *arg, uint32_t fd, uint32_t ino, byval_obj_
     return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
 }
 
-typedef struct pid_fetch {
-    int pidfd;
-    uint32_t pid;
-} pid_fetch_t;
-
-static byval_status_t fetch_pid(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
-                                char *msg, size_t msglen)
-{
-    pid_fetch_t *f = arg;
-    return byval_getfd_obj(f->pidfd, f->pid, fd, ino, 0, obj, fd_p, msg, msglen);
-}
-
 static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidfd,
                                    byval_status_t *st_p, char *msg, size_t msglen)
 {
@@ -337,7 +325,8 @@ byval_reg_view_t *byval_reg_attach(const byval_record_t *rec, int mode, int pidf
 byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
 {
     byval_self_t self;
-    uint32_t rfd, rino;
+    byval_record_t rec;
+    byval_status_t st;
     if (!pid || byval_self_get(&self) != 0)
         return NULL;
     int pidfd = byval_pidfd_open((pid_t)pid, 0);
@@ -345,37 +334,12 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
         return NULL;
     }
-    byval_reg_view_t *v = NULL;
     /* The registry must describe the process behind our pidfd. */
-    byval_record_t rec;
-    memset(&rec, 0, sizeof(rec));
-    rec.pid = pid;
-    rec.pidns = self.pidns;
-    rec.boot = self.boot;
-    rec.flags = byval_pidfd_is_pidfs(pidfd) ? BYVAL_FLAG_ID_PIDFS : 0;
-    int mfd = -1;
-    pid_fetch_t f = {pidfd, pid};
-    byval_fd_seen_t seen;
-    if (find_page((int)pid, 1, &rfd, &rino, &seen) != 0) {
-        byval_msg(msg, msglen, "pid %u publishes no registry", pid);
-    } else if (fetch_pid(&f, rfd, rino, BYVAL_OBJ_REGISTRY, &mfd, msg, msglen) == BYVAL_OK &&
-               (v = view_map(mfd, self.pidns, pid, NULL, fetch_pid, &f, msg, msglen)) != NULL) {
-        v->live_pid = (int)pid;
-        v->live_fd = rfd;
-        rec.identity = v->identity;
-        if (byval_check_identity(&rec, pidfd, msg, msglen) != BYVAL_OK) {
-            byval_reg_view_free(v);
-            v = NULL;
-        } else {
-            byval_reg_view_t *o = byval_reg_lookup(self.pidns, pid, v->identity);
-            if (o) {
-                byval_reg_view_free(v);
-                v = o;
-            } else {
-                v = byval_reg_publish(v, msg, msglen);
-            }
-        }
-    }
+    byval_reg_view_t *v = byval_pidfd_record(pidfd, pid, &self, &rec) == 0
+        ? attach_st(&rec, BYVAL_MODE_PIDFD, pidfd, &st, msg, msglen)
+        : NULL;
+    if (!v && msg && !msg[0])
+        byval_msg(msg, msglen, "pid %u exited", pid);
     close(pidfd);
     return v;
 }

@@ -364,3 +364,21 @@ int byval_pidfd_exited(int pidfd)
     struct pollfd p = {.fd = pidfd, .events = POLLIN};
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
+
+int byval_pidfd_record(int pidfd, uint32_t pid, const byval_self_t *self, byval_record_t *rec)
+{
+    struct stat st;
+    memset(rec, 0, sizeof(*rec));
+    rec->pid = pid;
+    rec->pidns = self->pidns;
+    rec->boot = self->boot;
+    if (byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0) {
+        rec->identity = (uint64_t)st.st_ino;
+        rec->flags = BYVAL_FLAG_ID_PIDFS;
+        return 0;
+    }
+    return byval_proc_start_time((pid_t)pid, &rec->identity) == 0 &&
+            byval_pidfd_pid(pidfd) == (int)pid
+        ? 0
+        : -1;
+}

@@ -75,6 +75,11 @@ int byval_pidfd_pid(int pidfd);
 int byval_pidfd_is_pidfs(int pidfd);
 int byval_pidfd_exited(int pidfd);
 
+/* A record of the process behind pidfd (pid: its pid in our namespace):
+ * its pidfs inode, else its start time read while the pidfd shows it
+ * alive. 0, or -1: it exited. */
+int byval_pidfd_record(int pidfd, uint32_t pid, const byval_self_t *self, byval_record_t *rec);
+
 /* Is the process behind pidfd the one rec names (rec->pid: its pid here)?
  * BYVAL_OK, or IDENTITY/GONE/PERM/NOFD/SYS with one line in msg. */
 byval_status_t byval_check_identity(const byval_record_t *rec, int pidfd, char *msg, size_t msglen);
