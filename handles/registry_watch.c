@@ -294,6 +294,14 @@ static void unlist(byval_reg_view_t *v)
         byval_reg_view_put(v);
 }
 
+/* v's exporter image is gone (exit or exec): report and unlist it. */
+static void image_gone(byval_reg_view_t *v)
+{
+    __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+    report(v, 1);
+    unlist(v);
+}
+
 /* Disarm v until `due` (hang-ups are still reported). */
 static void hold(byval_reg_view_t *v, uint64_t due)
 {
@@ -321,9 +329,7 @@ static uint64_t view_seq(const byval_reg_view_t *v)
 static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
 {
     if (events & (EPOLLHUP | EPOLLERR)) {
-        __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-        report(v, 1);
-        unlist(v);
+        image_gone(v);
         return;
     }
     if (v->held)
@@ -414,11 +420,8 @@ static int live_views(uint64_t now)
         if (!v)
             break;
         v->live_round = round;
-        if (!byval_reg_view_gone(v) && view_dropped(v)) {
-            __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-            report(v, 1);
-            unlist(v);
-        }
+        if (!byval_reg_view_gone(v) && view_dropped(v))
+            image_gone(v);
         byval_reg_view_put(v);
     }
     return (int)(BYVAL_REG_LIVE_NS / 1000000u);
