@@ -148,69 +148,6 @@ const uint64_t *byval_reg_find_fd(byval_reg_view_t *v, uint64_t key, uint32_t fd
     return word;
 }
 
-/* Map the registry behind mfd (closed here) and check that it describes
- * the exporter (pid, identity): a view with the list's reference, or
- * NULL. The pipe is fetched with fetch(arg, fd, ino, &fd). */
-typedef byval_status_t (*fetch_fn)(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
-                                   char *msg, size_t msglen);
-
-static byval_reg_view_t *view_map(int mfd, uint32_t pidns, uint32_t pid, const uint64_t *identity,
-                                  fetch_fn fetch, void *arg, char *msg, size_t msglen)
-{
-    struct stat st;
-    int seals = fcntl(mfd, F_GET_SEALS), need = byval_reg_page_seals();
-    if (seals < 0 || (seals & need) != need || fstat(mfd, &st) != 0 ||
-        st.st_size != (off_t)BYVAL_REG_BYTES) {
-        byval_msg(msg, msglen,
-                  "pid %u's registry is not sealed against resizing and writes (seals 0x%x): "
-                  "refused (any holder could make its readers fault)",
-                  pid, seals < 0 ? 0 : seals);
-        close(mfd);
-        return NULL;
-    }
-    void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
-    close(mfd);
-    if (m == MAP_FAILED) {
-        byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
-        return NULL;
-    }
-    const byval_reg_header_t *h = m;
-    int pfd = -1;
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != BYVAL_REG_MAGIC ||
-        h->version != BYVAL_REG_VERSION || h->nslots != BYVAL_REG_SLOTS ||
-        /* With an identity (pidfs inode or start time, checked against our
-         * pidfd) the pid is not needed: a translated pid differs from the
-         * one the exporter sees itself as. */
-        (identity ? h->identity != *identity : h->pid != pid)) {
-        byval_msg(msg, msglen, "pid %u's registry does not describe it", pid);
-        goto fail;
-    }
-    if (fetch(arg, h->pipe_fd, h->pipe_ino, BYVAL_OBJ_WAKE_PIPE, &pfd, msg, msglen) != BYVAL_OK)
-        goto fail;
-    byval_reg_view_t *v = calloc(1, sizeof(*v));
-    if (!v) {
-        close(pfd);
-        goto fail;
-    }
-    /* The shared open file: we never read it, so no peer's O_NONBLOCK
-     * or F_SETPIPE_SZ matters to us (registry_watch.c). */
-    v->pipe_fd = pfd;
-    v->seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-    v->pidns = pidns;
-    v->pid = pid;
-    v->identity = h->identity;
-    v->hdr = h;
-    v->page_dev = (uint64_t)st.st_dev;
-    v->page_ino = (uint64_t)st.st_ino;
-    v->slot = (const byval_reg_slot_t *)(h + 1);
-    v->kind = WATCH_VIEW;
-    v->refs = 1; /* the list's */
-    return v;
-fail:
-    munmap(m, BYVAL_REG_BYTES);
-    return NULL;
-}
-
 /* Fetching the registry's fds through the transport that reached the
  * exporter of a record. pid: its pid here (0: none); seen: what find_page
  * proved of the next fd (NULL: nothing). */
@@ -242,14 +179,70 @@ static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_ob
     return 0;
 }
 
-static byval_status_t fetch_rec(void *arg, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
-                                char *msg, size_t msglen)
+static byval_status_t fetch_rec(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj,
+                                int *fd_p, char *msg, size_t msglen)
 {
-    rec_fetch_t *f = arg;
     byval_status_t st;
     if (fetch_short(f, fd, ino, obj, fd_p, &st, msg, msglen) == 0)
         return st;
     return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
+}
+
+/* Map the registry behind mfd (closed here), check that it describes f's
+ * exporter and fetch its pipe: a view with the list's reference, or NULL. */
+
+static byval_reg_view_t *view_map(int mfd, rec_fetch_t *f, char *msg, size_t msglen)
+{
+    uint32_t pid = f->rec->pid;
+    struct stat st;
+    int seals = fcntl(mfd, F_GET_SEALS), need = byval_reg_page_seals();
+    if (seals < 0 || (seals & need) != need || fstat(mfd, &st) != 0 ||
+        st.st_size != (off_t)BYVAL_REG_BYTES) {
+        byval_msg(msg, msglen,
+                  "pid %u's registry is not sealed against resizing and writes (seals 0x%x): "
+                  "refused (any holder could make its readers fault)",
+                  pid, seals < 0 ? 0 : seals);
+        close(mfd);
+        return NULL;
+    }
+    void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
+    close(mfd);
+    if (m == MAP_FAILED) {
+        byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
+        return NULL;
+    }
+    const byval_reg_header_t *h = m;
+    int pfd = -1;
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != BYVAL_REG_MAGIC ||
+        h->version != BYVAL_REG_VERSION || h->nslots != BYVAL_REG_SLOTS ||
+        h->identity != f->rec->identity) { /* proven on our pidfd; not the pid */
+        byval_msg(msg, msglen, "pid %u's registry does not describe it", pid);
+        goto fail;
+    }
+    if (fetch_rec(f, h->pipe_fd, h->pipe_ino, BYVAL_OBJ_WAKE_PIPE, &pfd, msg, msglen) != BYVAL_OK)
+        goto fail;
+    byval_reg_view_t *v = calloc(1, sizeof(*v));
+    if (!v) {
+        close(pfd);
+        goto fail;
+    }
+    /* The shared open file: we never read it, so no peer's O_NONBLOCK
+     * or F_SETPIPE_SZ matters to us (registry_watch.c). */
+    v->pipe_fd = pfd;
+    v->seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
+    v->pidns = f->rec->pidns;
+    v->pid = pid;
+    v->identity = h->identity;
+    v->hdr = h;
+    v->page_dev = (uint64_t)st.st_dev;
+    v->page_ino = (uint64_t)st.st_ino;
+    v->slot = (const byval_reg_slot_t *)(h + 1);
+    v->kind = WATCH_VIEW;
+    v->refs = 1; /* the list's */
+    return v;
+fail:
+    munmap(m, BYVAL_REG_BYTES);
+    return NULL;
 }
 
 static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidfd,
@@ -285,7 +278,7 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
             return NULL;  /* the transport's refusal (EPERM...): as it says */
         }
         f.seen = NULL; /* the pipe: the registry names it */
-        v = view_map(mfd, rec->pidns, rec->pid, &rec->identity, fetch_rec, &f, msg, msglen);
+        v = view_map(mfd, &f, msg, msglen);
         if (!v && seen.kind)
             continue;
         if (v) {
