@@ -1,18 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * broker.h - the socket fallback: where pidfd_getfd is not allowed (Yama
- * ptrace_scope 1 between siblings, container seccomp profiles without
- * CAP_SYS_PTRACE, gVisor) the importer asks the exporter for the fd over
- * an abstract Unix socket named after the exporter's identity (so the
- * handle needs no extra bytes) and receives it with SCM_RIGHTS.
+ * ptrace_scope 1 between siblings, seccomp profiles, gVisor) the importer
+ * asks the exporter's broker for the fd and receives it with SCM_RIGHTS.
  *
- * The exporter serves only fds it offered, only to peers of one uid
- * (SO_PEERCRED; its own effective uid unless set), from one thread started
- * at the first offer: never at load time, never on the application's
- * threads. The importer serves itself: before it sends anything it checks
- * that the listener is the exporter (SO_PEERPIDFD against the record's
- * pidfs identity), because any process in the network namespace can bind
- * an abstract name.
+ * Two socket routes lead to a broker, tried in this order: its abstract
+ * name, made of the exporter's identity (the handle needs no extra
+ * bytes), in the exporter's network namespace; and its socket in the
+ * rendezvous directory (rendezvous.h), across namespaces. The exporter
+ * serves only what it offered, only to peers of one uid (or of the
+ * directory's group, who must show the tag), from one thread started at
+ * the first offer. The importer sends nothing before the listener proved
+ * to be the exporter (SO_PEERPIDFD against the record's pidfs identity).
  */
 #ifndef BYVAL_HANDLES_BROKER_H
 #define BYVAL_HANDLES_BROKER_H
@@ -21,77 +20,53 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "handles/resolve.h"
+#include "handles/self.h"
 
-/* Exporter: serve the object fd refers to now (an exported object), and
- * only that object, under fd's number from now on: a request must name its
- * inode, and the number must still refer to it (handles/fdproof.h). 0, or
- * -1 with errno when the server cannot start (EADDRINUSE: another process
- * holds our name), 65536 fds are offered already (ENOSPC) or the file can
- * be proven neither by epoll nor by its inode (ENOTSUP); then only
- * pidfd_getfd can reach the fd. Offering a number again is a no-op (a new
- * offer when the number now refers to another object). Owner: the export
- * core (cache/exports.h) for exports, the registry for its memfd and
- * pipe. */
+/* Exporter: serve the object fd refers to now, and only that object,
+ * under fd's number (handles/fdproof.h). 0, or -1 with errno: EADDRINUSE
+ * (another process holds our name), ENOSPC (65536 offered), ENOTSUP (the
+ * file cannot be proven). Offering again is a no-op. _open: served to the
+ * directory's group without a tag (the registry's page and pipe, the
+ * short event-pool record's fd). */
 int byval_broker_offer(int fd);
-
-/* The same, served to the directory's group without a tag (handles/tag.h):
- * for objects that hold no secret (the registry's page and pipe) or whose
- * handle has no room for a tag (the short event-pool record). */
 int byval_broker_offer_open(int fd);
 
-/* Exporter: make sure the server runs (for the fds the registry lists,
- * registry.h), offering nothing. 0, or -1 with errno as above. */
+/* Exporter: make sure the server runs, offering nothing. */
 int byval_broker_serve(void);
 
-/* Exporter: stop serving fd. Called with the export's end, before the fd
- * can be closed (cache/exports.h); a request already past the check gets
- * the object offered (a duplicate proven under the lock), never whatever
- * reuses the number. */
+/* Exporter: stop serving fd (before it can be closed). */
 void byval_broker_withdraw(int fd);
 
-/* Exporter: the one uid served (default: our effective uid at each
- * connection). Others are refused and counted. */
+/* Exporter: the one uid served (default: our effective uid). */
 void byval_broker_set_allowed_uid(uid_t uid);
 
-/* Importer: fetch the exporter's fd (checked against fd_ino, low 32 bits)
- * over its socket, showing rec->tag when fd is rec->fd (else no tag).
- * Bounded by a 2 s deadline; never hangs the caller. */
+/* Importer: fetch fd (checked against fd_ino) at the exporter's abstract
+ * name, showing rec->tag when fd is rec->fd. Bounded by a 2 s deadline.
+ * *pidfd_p (may be NULL): the exporter's pidfd when SO_PEERPIDFD proved
+ * the identity, else -1. */
 byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                   int *fd_p, char *msg, size_t msglen);
-
-/* The same; *pidfd_p (may be NULL) receives the exporter's pidfd when the
- * kernel gave one (SO_PEERPIDFD) and it proved the identity, else -1: the
- * caller can watch it for the exporter's exit as on the pidfd path. */
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                         int *fd_p, int *pidfd_p, char *msg, size_t msglen);
 
-/* Where an importer asks an exporter's broker: the fetch step's two
- * socket routes (resolve_socket.c). */
-typedef enum byval_broker_at {
-    BYVAL_BROKER_ABSTRACT = 0, /* its abstract name, in our network namespace */
-    BYVAL_BROKER_DIR = 1,      /* its socket in the rendezvous directory (rendezvous.h):
-                                * the listener's pidfs proof is mandatory there */
-} byval_broker_at_t;
+/* Importer, every socket route in turn (the directory's when nobody, or
+ * an impostor, answers at the abstract name): fd with tag; *via_p the
+ * route that answered (transport.h's byval_via_t). */
+byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
+                                         uint64_t tag, int *fd_p, int *pidfd_p, int *via_p,
+                                         char *msg, size_t msglen);
 
-/* byval_broker_fetch_pidfd at `at`, showing tag (0: none; a peer of
- * another uid than the exporter's needs the tag of fd's object). */
-byval_status_t byval_broker_fetch_at(const byval_record_t *rec, byval_broker_at_t at, uint32_t fd,
-                                     uint32_t fd_ino, uint64_t tag, int *fd_p, int *pidfd_p,
-                                     char *msg, size_t msglen);
+/* Importer: the registry page of rec's exporter (its kind checked). */
+byval_status_t byval_broker_registry(const byval_record_t *rec, int *mfd_p, char *msg,
+                                     size_t msglen);
 
-/* Importer: pidfd_getfd(fd) of the process rec names (its pid, pidns,
- * boot and identity; nothing else of rec is used) was refused by the
- * kernel: ask that process's broker for the fd it registered as exported
- * under that number (registry.h). The listener is proven to be that
- * process as for any fetch; *fd_p is O_CLOEXEC, as pidfd_getfd's. */
-byval_status_t byval_broker_rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
-                                   size_t msglen);
+/* Importer: the pidfd of the listener on rec's socket in the rendezvous
+ * directory when it proves rec's identity (nothing asked), else -1. */
+int byval_broker_dir_pidfd(const byval_record_t *rec, int64_t deadline);
 
-/* Fds served and peers refused (wrong uid), for tests and stats. */
+/* Fds served and peers refused (wrong uid); group requests refused for a
+ * missing or wrong tag. */
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p);
-
-/* Requests of the group refused for a missing or wrong tag. */
 uint64_t byval_broker_untagged(void);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* broker_internal.h - the socket fallback's name and wire protocol, shared
+/* broker_internal.h - the socket fallback's names and wire protocol, shared
  * by its exporter side (broker_serve.c) and importer side (broker_fetch.c). */
 #ifndef BYVAL_HANDLES_BROKER_INTERNAL_H
 #define BYVAL_HANDLES_BROKER_INTERNAL_H
@@ -25,20 +25,19 @@
 #endif
 
 #include "handles/broker.h"
-#include "handles/resolve_internal.h"
 
-/* One request per connection: {magic, fd, fd_ino, tag} in, {magic,
- * status} out (status 0 or a negative errno; the fd rides along when it
- * is 0). BROKER_MAGIC asks for an fd ipcbyval offered, checked against
- * fd_ino (a by-value handle's) and, from a peer of another uid than the
- * one served, against tag (the exporter's tag of that fd, handles/tag.h:
- * 0 where the asker has none); BROKER_MAGIC_RESCUE asks, for a
- * pidfd_getfd the kernel refused, for an fd number the registry lists as
- * exported (fd_ino and tag are 0: the exporter proves the object itself,
- * registry_fds.c). The answer's magic is always BROKER_MAGIC. The first
- * three bytes of both are the same ("bvB"). */
+/* One request per connection: {magic, fd, fd_ino, tag} in, {BROKER_MAGIC,
+ * status} out (0 or a negative errno; the fd rides along with 0).
+ * BROKER_MAGIC asks for an fd ipcbyval offered, checked against fd_ino
+ * and, from a peer of another uid than the one served, against tag
+ * (handles/tag.h); BROKER_MAGIC_RESCUE, for a pidfd_getfd the kernel
+ * refused, for an fd number the registry lists as exported (registry_fds.c);
+ * BROKER_MAGIC_REGISTRY for the exporter's registry page, for an importer
+ * that cannot find it in the exporter's /proc. The last two name nothing
+ * else (0). All magics begin "bvB". */
 #define BROKER_MAGIC 0x31427662u
 #define BROKER_MAGIC_RESCUE 0x52427662u
+#define BROKER_MAGIC_REGISTRY 0x50427662u
 
 struct broker_req {
     uint32_t magic, fd, fd_ino;
@@ -56,21 +55,36 @@ typedef enum byval_broker_parse {
     BYVAL_BROKER_BAD,   /* not our protocol: answer -EPROTO and close */
 } byval_broker_parse_t;
 
-/* Parse the len bytes a peer sent so far on one connection (len <=
- * sizeof(struct broker_req) when the caller reads no further, but any len
- * is handled). Pure: broker_proto.c. req_p may be NULL. */
-byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len, struct broker_req *req_p);
+/* Parse the len bytes a peer sent so far on one connection, possibly
+ * hostile, possibly in pieces. Pure (fuzzed: test/fuzz/fuzz_broker_req.c);
+ * req_p may be NULL. The magic decides at its first bytes. */
+static inline byval_broker_parse_t byval_broker_req_parse(const void *buf, size_t len,
+                                                          struct broker_req *req_p)
+{
+    static const uint32_t magics[] = {BROKER_MAGIC, BROKER_MAGIC_RESCUE, BROKER_MAGIC_REGISTRY};
+    size_t head = len < sizeof(uint32_t) ? len : sizeof(uint32_t);
+    int known = 0;
+    for (size_t i = 0; i < sizeof(magics) / sizeof(magics[0]); i++)
+        known |= memcmp(buf, &magics[i], head) == 0;
+    if (!known)
+        return BYVAL_BROKER_BAD;
+    if (len < sizeof(struct broker_req))
+        return BYVAL_BROKER_MORE;
+    struct broker_req req;
+    memcpy(&req, buf, sizeof(req));
+    if (len > sizeof(req) || req.fd > INT32_MAX || (req.tag >> 40) ||
+        (req.magic != BROKER_MAGIC && (req.fd_ino != 0 || req.tag != 0)) ||
+        (req.magic == BROKER_MAGIC_REGISTRY && req.fd != 0))
+        return BYVAL_BROKER_BAD; /* one request, nothing after it; fields that cannot be */
+    if (req_p)
+        *req_p = req;
+    return BYVAL_BROKER_READY;
+}
 
-/* Exporter (broker_offers.c, for the server in broker_serve.c): the
- * status for req (0 or a negative errno) with *dup_p a duplicate of what
- * it asks for when 0; own_uid: the peer is of the uid served (not only
- * of the directory's group, which gets no rescue by number and must show
- * the tag of what it asks for: -EACCES otherwise); and whether a peer of
- * uid is served (counted when not). */
+/* Exporter: the status for req (0 or a negative errno), *dup_p what it
+ * asks for when 0; own_uid: the peer is of the uid served (not only of
+ * the directory's group, which gets no rescue and must show tags). */
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p);
-int byval_broker_uid_allowed(uid_t uid);
-/* The same, not counted. */
-int byval_broker_uid_served(uid_t uid);
 
 /* Importer: one fetch's whole budget, connect to answer. */
 #define BROKER_FETCH_MS 2000
@@ -93,14 +107,6 @@ static inline void byval_broker_until(int s, int opt, int64_t deadline)
     struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
     setsockopt(s, SOL_SOCKET, opt, &tv, sizeof(tv));
 }
-
-/* Importer (broker_answer.c): receive the answer to a request for fd
- * (fd_ino 0: a rescue) by deadline; *got_p the attached fd or -1; *busy_p
- * set when the exporter said to retry. Any other number of fds than the
- * status allows (one with 0, none otherwise) is refused and all closed. */
-byval_status_t byval_broker_receive(int s, int64_t deadline, const byval_record_t *rec, uint32_t fd,
-                                    uint32_t fd_ino, int *got_p, int *busy_p, char *msg,
-                                    size_t msglen);
 
 /* "\0ipcbyval-<boot>-<pidns>-<pid>-<identity>": abstract, so nothing on
  * disk, and per network namespace, like the exporter's peers. Returns the

@@ -1,38 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * broker_serve.c - the socket fallback, exporter side: the server (see
- * broker.h; what it serves is broker_offers.c, the importer side is
- * broker_fetch.c).
+ * broker_serve.c - the socket fallback, exporter side (broker.h): what it
+ * serves, to whom, and the server.
  *
- * One request per connection: the importer sends {magic, fd, fd_ino}, the
- * exporter answers {magic, status} (0 or a negative errno) with the fd
- * attached when status is 0.
+ * Only the object recorded when an fd was offered is ever served: the
+ * request must name its inode, and the number must still refer to that
+ * open file, proven before and after the duplicate under the lock
+ * (fdproof.c): a driver may close an exported fd behind our back and our
+ * own socket land on the number. A rescue by number is answered only from
+ * the registry of exported fds (registry_fds.c), never from the offers. A
+ * peer of another uid than the one served (the directory's group) gets no
+ * rescue and must show the object's tag unless the offer is open.
  *
- * No peer can stall the server (issue 15): one thread waits in epoll_wait
- * and nowhere else. Every socket is non-blocking; a request is parsed as
- * its bytes arrive (broker_proto.c) and answered at once; a connection
- * that has not sent a whole request within 500 ms is dropped. Pending
- * connections are bounded (they cost the exporter fds): 8 per peer process
- * and 64 in all. A peer process is told by its pidfs inode (SO_PEERPIDFD),
- * unique across pid namespaces: SO_PEERCRED's pid is 0 for every peer
- * outside ours, and one idle peer there would hold the bound of all of
- * them. Without pidfs (before Linux 6.9) a visible pid names the peer, an
- * invisible one shares one bound with the peers of its uid. A peer over
- * its bound is answered
- * -EAGAIN and retries (broker_fetch.c), so one that stalls its own
- * connections delays only itself; a full table drops the oldest
- * connection of the peer holding the most, never the only one of a peer,
- * so many stalling processes cannot lock another importer out. A refused
- * uid is answered before anything is read.
+ * No peer can stall the server: one thread waits in epoll_wait and
+ * nowhere else; sockets are non-blocking, a request is parsed as its
+ * bytes arrive and answered at once, and a connection without a whole
+ * request within 500 ms is dropped. Pending connections are bounded, 8
+ * per peer process (told apart by its pidfs inode, else its visible pid,
+ * else its uid) and 64 in all: a peer over its bound is told to retry, a
+ * full table drops the oldest connection of the peer holding the most.
  *
- * fork(): prepare takes the lock, so a child never inherits it held by a
- * thread that does not exist there. The child closes the inherited
- * listening socket (it would keep the parent's name bound after the parent
- * exited, and importers would wait for an answer nobody gives): its own
- * first export starts its own server under its name.
+ * fork(): the child forgets the offers and closes the inherited sockets
+ * (it would keep the parent's names bound); its own first export starts
+ * its own server.
  */
-#include "cache/locks.h"
-#include "handles/bgthread.h"
 #include "handles/broker.h"
 
 #include <errno.h>
@@ -41,6 +32,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -49,8 +41,134 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
+#include "handles/bgthread.h"
 #include "handles/broker_internal.h"
+#include "handles/fdproof.h"
+#include "handles/registry.h"
 #include "handles/rendezvous.h"
+#include "handles/tag.h"
+
+static struct {
+    byval_lock_t lock;
+    int uid_set;
+    uid_t uid;
+    uint64_t served, refused, untagged;
+    byval_fdtab_t t; /* the offers */
+} of = {.lock = BYVAL_LOCK_INIT(BROKER_OFFERS), .t = {.epfd = -1, .max = 65536}};
+BYVAL_LOCK_STATIC(broker_offers, &of.lock);
+
+static void offers_fork_child(void)
+{
+    byval_fdtab_forget(&of.t);
+    of.served = of.refused = of.untagged = 0;
+}
+BYVAL_FORK_CHILD(broker_offers, offers_fork_child);
+
+static void of_lock(void)
+{
+    byval_lock(&of.lock);
+}
+
+int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p)
+{
+    int32_t status = -EBADF;
+    *dup_p = -1;
+    if (req->magic == BROKER_MAGIC_REGISTRY)
+        return byval_reg_dup_page(dup_p);
+    /* The rescue stands in for a pidfd_getfd the kernel refused, which a
+     * member of the directory's group could never have made. */
+    if (req->magic == BROKER_MAGIC_RESCUE)
+        return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
+    of_lock();
+    byval_fdproof_t *x = req->fd <= INT32_MAX ? byval_fdtab_find(&of.t, (int)req->fd) : NULL;
+    if (x && (uint32_t)x->ino != req->fd_ino) {
+        status = -ESTALE; /* not the object offered under that number */
+    } else if (x && !own_uid && !x->open && !byval_tag_check(req->fd, (uint32_t)x->ino, req->tag)) {
+        status = -EACCES; /* a member that holds no handle of it */
+        of.untagged++;
+    } else if (x) {
+        status = byval_fdtab_dup(&of.t, x, dup_p);
+    }
+    of.served += status == 0;
+    byval_unlock(&of.lock);
+    return status;
+}
+
+/* Is a peer of uid served? (_allowed counts a refusal.) */
+static int byval_broker_uid_served(uid_t uid)
+{
+    of_lock();
+    int served = uid == (of.uid_set ? of.uid : geteuid());
+    byval_unlock(&of.lock);
+    return served;
+}
+
+static int byval_broker_uid_allowed(uid_t uid)
+{
+    of_lock();
+    int allowed = uid == (of.uid_set ? of.uid : geteuid());
+    of.refused += !allowed;
+    byval_unlock(&of.lock);
+    return allowed;
+}
+
+static int offer(int fd, int open)
+{
+    if (byval_broker_serve() != 0)
+        return -1;
+    of_lock();
+    byval_fdproof_t *x = byval_fdtab_add(&of.t, fd);
+    int err = x ? 0 : errno; /* ENOSPC is said, not silently left unserved */
+    if (x)
+        x->open |= open;
+    byval_unlock(&of.lock);
+    errno = err;
+    return x ? 0 : -1;
+}
+
+int byval_broker_offer(int fd)
+{
+    return offer(fd, 0);
+}
+
+int byval_broker_offer_open(int fd)
+{
+    return offer(fd, 1);
+}
+
+void byval_broker_withdraw(int fd)
+{
+    of_lock();
+    byval_fdproof_t *x = byval_fdtab_find(&of.t, fd);
+    if (x)
+        byval_fdtab_drop(&of.t, x);
+    byval_unlock(&of.lock);
+}
+
+void byval_broker_set_allowed_uid(uid_t uid)
+{
+    of_lock();
+    of.uid = uid;
+    of.uid_set = 1;
+    byval_unlock(&of.lock);
+}
+
+void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
+{
+    of_lock();
+    *served_p = of.served;
+    *refused_p = of.refused;
+    byval_unlock(&of.lock);
+}
+
+uint64_t byval_broker_untagged(void)
+{
+    of_lock();
+    uint64_t n = of.untagged;
+    byval_unlock(&of.lock);
+    return n;
+}
 
 /* Connections waiting for their request. Each costs the exporter one fd,
  * so the table is small; a full table makes room by dropping the oldest
@@ -267,8 +385,8 @@ static void accept_some(int lfd, int efd, int via_dir)
             continue;
         }
         /* the directory's peers may also be of its group */
-        if (!(via_dir ? byval_rendezvous_peer_allowed(fd, &cred)
-                      : byval_broker_uid_allowed(cred.uid))) {
+        if (!((via_dir && byval_rendezvous_group_peer(fd, &cred)) ||
+              byval_broker_uid_allowed(cred.uid))) {
             answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
             close(fd);
             continue;

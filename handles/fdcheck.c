@@ -1,69 +1,223 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fdcheck.c - is an exporter's fd the object the handle describes, and of
- * a kind we may touch? Decided without ever blocking and without touching
- * a file offset (issue 15, item 3).
+ * fdcheck.c - is an exporter's fd the object the handle describes, of a
+ * kind we may touch? Decided without ever blocking and without touching
+ * a file offset: a forged handle can name any fd of a process we may
+ * ptrace (a lock file, a shared offset, a stalled FUSE file whose fstat
+ * and even close wait for ever).
  *
- * A handle names (pid, fd). A forged one can name any fd of any process
- * we may ptrace: a lock file (closing our duplicate would drop OUR POSIX
- * locks on it), a file whose offset that process shares with us through
- * the duplicate (lseek would move it under its feet), a file on a FUSE
- * file system whose daemon stalls (fstat waits in the kernel for the
- * daemon, unkillable; even close() waits for its FLUSH answer). So:
+ * Before pidfd_getfd (byval_fd_precheck, for what no registry lists),
+ * through /proc/PID/fd/N, which opens nothing: statx with
+ * AT_STATX_DONT_SYNC on the magic link gives device, inode, type and size
+ * from cached attributes. The kind must be PROVEN by what a file system
+ * cannot fake, never by the link text:
+ *   memfd    the device of the kernel's shmem mount (a memfd of our own)
+ *   dma-buf  an "exp_name:" line in its fdinfo, then its device; before
+ *            5.3 the link "anon_inode:dmabuf" (paths start with '/')
+ *   NVIDIA   a character device of major 195
+ *   pipe     the device of the pipe file system (a pipe of our own)
+ * and its inode (and size, where the kind has one) the record's.
  *
- * Before pidfd_getfd (byval_fd_precheck: only for what no registry lists,
- * an exporter's registry and its pipe, or where no registry proof is
- * installed; resolve.c's step 3), through /proc/PID/fd/N, which
- * opens nothing: readlink gives the link text, and statx on the link with
- * AT_STATX_DONT_SYNC gives the target's device, inode, type and size from
- * the kernel's cached attributes (FUSE answers DONT_SYNC without asking
- * its daemon; following the magic link revalidates nothing). The object
- * must be of a kind the record allows, PROVEN by something a file system
- * cannot fake, not by the link text (any path can read "/dmabuf:x" or
- * "/memfd:x" in a mount namespace its owner controls):
- *   memfd    the device of the kernel's internal shmem mount, learnt from
- *            a memfd of our own (no mounted tmpfs shares it)
- *   dma-buf  a line "exp_name:" in /proc/PID/fdinfo/N, which only the
- *            dma-buf code prints; its device is learnt from the first one.
- *            Kernels before 5.3: the link text "anon_inode:dmabuf", which
- *            no path can produce (paths start with '/')
- *   NVIDIA   a character device of major 195 (/dev/nvidiactl for VMM)
- * and its inode (and size, where the kind has one) must be the record's.
- * Anything else is refused before it is duplicated.
- *
- * After pidfd_getfd (byval_check_fd_kind, every route): statx on the
- * duplicate with AT_STATX_DONT_SYNC proves its kind from the fd itself,
- * and must show the device and inode checked before, if any (the
- * exporter cannot swap the object in between), a manifest must be a
- * sealed memfd (F_GET_SEALS: a VFS call), and the size is read where the
- * kind keeps it: st_size for memfds and for dma-bufs (5.3 on); before
- * 5.3 a dma-buf's st_size is 0, and lseek(SEEK_END) is used, which the
- * dma-buf's own llseek answers with the buffer size WITHOUT writing the
- * file position (SEEK_CUR is EINVAL there): only ever called on a proven
- * dma-buf, so no shared offset moves.
- *
- * (The kinds and their proofs are fdkind.c's; this file holds the two
- * checks.)
- *
- * An fd that arrived over the socket fallback had no check before: the
- * exporter's broker serves only what it offered, so only a hostile
- * exporter sends something else. The same checks run on it after the
- * fact, and an fd that is not proven safe to close is closed off the
- * caller's thread (byval_fd_release): its FLUSH may never be answered.
+ * After (byval_check_fd_kind, every route): statx on the duplicate proves
+ * its kind and must show what was checked before; a manifest must be a
+ * sealed memfd; a dma-buf's size is st_size, or before 5.3 its own
+ * lseek(SEEK_END), which writes no file position. An fd not proven safe
+ * to close is closed off the caller's thread (byval_fd_release).
  */
+#include "handles/fdcheck.h"
+
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "handles/fdkind.h"
-#include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/bgthread.h"
 
-/* Is /proc this process's pid namespace's? Then /proc/PID is the pid we
- * mean. Checked once per process (a fork child may be in another). */
-static int proc_is_ours(void)
+#define NVIDIA_MAJOR 195 /* /dev/nvidiactl, /dev/nvidia<N> */
+#define STATX_WANT (STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE)
+
+static const char *const byval_fdk_name[] = {
+    "", "a memfd", "a dma-buf", "a dma-buf", "an NVIDIA device file", "a pipe"};
+
+uint64_t byval_fd_inode(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* The exporter's own object: memfd st_size, dma-buf SEEK_END (its llseek
+ * never moves the position); anything else is put back where it was. */
+int64_t byval_fd_size(int fd)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return -1;
+    if (S_ISREG(st.st_mode) && st.st_size > 0)
+        return (int64_t)st.st_size;
+    off_t cur = lseek(fd, 0, SEEK_CUR);
+    off_t end = lseek(fd, 0, SEEK_END);
+    int err = errno;
+    if (cur >= 0 && end >= 0 && cur != end)
+        (void)lseek(fd, cur, SEEK_SET);
+    errno = err;
+    return end < 0 ? -1 : (int64_t)end;
+}
+
+uint64_t byval_fdk_dev(const struct statx *stx)
+{
+    return (uint64_t)makedev(stx->stx_dev_major, stx->stx_dev_minor);
+}
+
+int byval_fdk_stat(int dirfd, const char *path, int flags, struct statx *stx)
+{
+    return statx(dirfd, path, flags | AT_STATX_DONT_SYNC, STATX_WANT, stx);
+}
+
+/* The device of the kernel's shmem mount (pipe 0: a memfd of our own) or
+ * of its pipe file system (a pipe of ours), learnt once. 0 if unknown. */
+static uint64_t own_dev(int pipe)
+{
+    static uint64_t dev[2];
+    uint64_t d = __atomic_load_n(&dev[pipe], __ATOMIC_RELAXED);
+    int p[2] = {-1, -1};
+    struct statx stx;
+    if (d ||
+        (pipe ? pipe2(p, O_CLOEXEC) : (p[0] = memfd_create("ipcbyval-probe", MFD_CLOEXEC))) < 0)
+        return d;
+    if (byval_fdk_stat(p[0], "", AT_EMPTY_PATH, &stx) == 0)
+        d = byval_fdk_dev(&stx);
+    close(p[0]);
+    if (p[1] >= 0)
+        close(p[1]);
+    __atomic_store_n(&dev[pipe], d, __ATOMIC_RELAXED);
+    return d;
+}
+
+/* The dma-buf pseudo file system's device, from the first proven dma-buf. */
+static uint64_t dmabuf_dev;
+
+/* 1 if the fdinfo file at path has a line "exp_name:" (only a dma-buf's). */
+static int fdinfo_is_dmabuf(const char *path)
+{
+    char buf[1024];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strstr(buf, "\nexp_name:") != NULL;
+}
+
+static int starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The link text of a /proc fd link into buf ("" if unreadable). */
+static const char *byval_fdk_link(const char *path, char *buf, size_t len)
+{
+    ssize_t n = readlink(path, buf, len - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+/* The kind statx alone proves (the common cases: no readlink needed). */
+int byval_fdk_classify_fast(const struct statx *stx)
+{
+    uint64_t dev = byval_fdk_dev(stx), shm = own_dev(0);
+    if (S_ISFIFO(stx->stx_mode) && dev == own_dev(1))
+        return FDK_PIPE;
+    uint64_t known = __atomic_load_n(&dmabuf_dev, __ATOMIC_RELAXED);
+    if (shm && dev == shm && S_ISREG(stx->stx_mode))
+        return FDK_SHMEM;
+    if (S_ISCHR(stx->stx_mode) && stx->stx_rdev_major == NVIDIA_MAJOR)
+        return FDK_NVIDIA;
+    if (known && dev == known)
+        return FDK_DMABUF;
+    return FDK_NONE;
+}
+
+/* The same, then from its /proc link text and the path of its fdinfo. */
+static int byval_fdk_classify(const struct statx *stx, const char *link, const char *fdinfo)
+{
+    int kind = byval_fdk_classify_fast(stx);
+    if (kind != FDK_NONE)
+        return kind;
+    if (!strcmp(link, "anon_inode:dmabuf"))
+        return FDK_DMABUF_ANON;
+    if (starts(link, "/dmabuf:") && fdinfo_is_dmabuf(fdinfo)) {
+        __atomic_store_n(&dmabuf_dev, byval_fdk_dev(stx), __ATOMIC_RELAXED);
+        return FDK_DMABUF;
+    }
+    return FDK_NONE;
+}
+
+static int byval_fdk_allowed(int kind, byval_obj_t obj)
+{
+    switch (obj) {
+    case BYVAL_OBJ_MANIFEST:
+    case BYVAL_OBJ_REGISTRY: return kind == FDK_SHMEM;
+    case BYVAL_OBJ_WAKE_PIPE: return kind == FDK_PIPE;
+    default: return kind != FDK_NONE && kind != FDK_PIPE;
+    }
+}
+
+static const char *byval_fdk_expected(byval_obj_t obj)
+{
+    switch (obj) {
+    case BYVAL_OBJ_MANIFEST: return "ipcbyval's manifest (a sealed memfd)";
+    case BYVAL_OBJ_REGISTRY: return "ipcbyval's registry (a memfd)";
+    case BYVAL_OBJ_WAKE_PIPE: return "ipcbyval's wake-up pipe";
+    default: return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
+    }
+}
+
+#define RELEASE_THREADS_MAX 8
+static int release_threads;
+
+static void *release_thread(void *arg)
+{
+    close((int)(intptr_t)arg); /* may wait for ever on a stalled daemon: only this thread */
+    __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+int byval_fd_release(int fd)
+{
+    struct statx stx;
+    char link[64], info[64], text[256] = "";
+    if (fd < 0)
+        return 0;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
+    if (byval_fdk_stat(fd, "", AT_EMPTY_PATH, &stx) == 0 &&
+        (byval_fdk_classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) ||
+         S_ISFIFO(stx.stx_mode) ||
+         byval_fdk_classify(&stx, byval_fdk_link(link, text, sizeof(text)), info) != FDK_NONE ||
+         !starts(text, "/"))) {
+        close(fd); /* a kind whose close answers at once */
+        return 0;
+    }
+    /* A file of some file system: its close may send a FLUSH to a FUSE
+     * daemon that never answers, uninterruptibly. Close it on a thread of
+     * its own; if too many are stuck already, keep the fd open (a leaked
+     * fd is better than a hung application). */
+    if (__atomic_add_fetch(&release_threads, 1, __ATOMIC_RELAXED) > RELEASE_THREADS_MAX ||
+        byval_bgthread_start(release_thread, (void *)(intptr_t)fd, NULL) != 0) {
+        __atomic_fetch_sub(&release_threads, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return 0;
+}
+
+/* Checked once per process (a fork child may be in another namespace). */
+int byval_proc_is_ours(void)
 {
     static pid_t verified;
     pid_t me = getpid();
@@ -93,9 +247,6 @@ static byval_status_t same_object(uint32_t pid, uint32_t fd, uint32_t fd_ino, ui
                                   size_t msglen)
 {
     if ((uint32_t)ino != fd_ino) {
-        /* All that is established: the object there is another one. The
-         * exporter may have closed the exported object and reused the
-         * number, or the handle was made up: say neither as a fact. */
         byval_msg(msg, msglen,
                   "fd %u in pid %u holds another object than the handle describes (inode low "
                   "bits %u, the handle's %u): a stale or forged handle, %s",
@@ -127,7 +278,7 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     char path[64], info[64], link[256];
     struct statx stx;
     memset(seen, 0, sizeof(*seen));
-    if (!proc_is_ours()) {
+    if (!byval_proc_is_ours()) {
         byval_msg(msg, msglen,
                   "cannot check fd %u of pid %u before duplicating it: /proc is not this pid "
                   "namespace's (mount a /proc of our own), so it is not duplicated",
@@ -192,9 +343,8 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     return BYVAL_OK;
 }
 
-/* The kind of our own fd dup from its /proc/self links: the paths are
- * formatted only here, off the common path (a cold open's duplicate is
- * proven by statx alone; two snprintf calls were a tenth of its cost). */
+/* The kind of our own fd dup from its /proc/self links (formatted only
+ * here: a cold open's duplicate is proven by statx alone). */
 static int classify_self(const struct statx *stx, int dup, char self_link[64], char self_info[64],
                          char *link, size_t len)
 {

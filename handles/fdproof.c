@@ -1,42 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fdproof.c - proving that an fd number still refers to the object that
- * was exported under it (see fdproof.h).
+ * fdproof.c - that an fd number still refers to the object exported under
+ * it (fdproof.h). Numbers are reused after close, every CUDA VMM fd is
+ * /dev/nvidiactl (one inode for all), kcmp is denied where pidfd_getfd is,
+ * and holding a duplicate would keep freed memory alive.
  *
- * Numbers are reused after close, and every CUDA VMM fd is a
- * /dev/nvidiactl file: one inode shared by every open of the device,
- * including the driver's own control fds that were never exported. An
- * inode comparison cannot tell those apart, and kcmp (the kernel's own
- * answer) is denied by the same container profiles that deny pidfd_getfd.
- * Holding a duplicate would prove it but would keep the memory alive after
- * the application freed it and closed its fd (a change of lifetime, which
- * ipcbyval must never cause).
- *
- * The proof used: an epoll interest list is keyed by (open file, fd
- * number), holds no reference on the file, and drops the key when the
- * file is released (eventpoll_release at the last close). We add the fd
- * to a private epoll instance when it is recorded (no events asked, and
- * nobody waits on it); later EPOLL_CTL_MOD on N succeeds only if N refers
- * to the same open file as then (ENOENT for any other file at N, EBADF
- * when N is closed). An exact, reference-free check that needs neither
- * kcmp nor /proc. Both files that matter poll: /dev/nvidiactl
- * (nvidia_poll) and dma-bufs; so do sockets and pipes.
- *
- * Files that do not poll (regular files: memfds, the test drivers'
- * memory) have an inode that is the object itself: the same (device,
- * inode) and access mode is the same memory whatever the open, so that is
- * what is compared. Any other file that does not poll cannot be proven.
- *
- * The application's fds are read by number here (on the broker's thread)
- * while the application may close or reuse them at any moment: that race
- * is what the checks are for. Raw system calls, so that a sanitizer's
- * model of fds as memory (ThreadSanitizer counts a close as a write) does
- * not report the race this file exists to handle.
+ * The proof: an epoll interest list is keyed by (open file, fd number),
+ * holds no reference, and drops the key when the file is released. The
+ * fd is added to a private epoll instance when recorded; later
+ * EPOLL_CTL_MOD on N succeeds only if N refers to the same open file.
+ * /dev/nvidiactl and dma-bufs poll. Files that do not poll (memfds) are
+ * proven by (device, inode) and access mode: the inode is the memory.
+ * Raw system calls: the application may close or reuse these numbers at
+ * any moment (the race this file handles), which a sanitizer's model of
+ * fds as memory would report.
  */
 #include "handles/fdproof.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -63,7 +46,7 @@ static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
 }
 
-int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
+static int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
 {
     struct stat st;
     int fl;
@@ -84,7 +67,7 @@ int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
     return 0;
 }
 
-int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
+static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
 {
     struct stat st;
     if (fd_stat(p->fd, &st) != 0 || st.st_dev != p->dev || st.st_ino != p->ino)
@@ -97,7 +80,7 @@ int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
     return fl >= 0 && (fl & O_ACCMODE) == p->accmode;
 }
 
-int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
+static int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
 {
     *dup_p = -1;
     if (!byval_fdproof_same(epfd, p))
@@ -113,8 +96,72 @@ int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
     return 0;
 }
 
-void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
+static void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
 {
     if (p->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(epfd, p))
         (void)ep_ctl(epfd, EPOLL_CTL_DEL, p->fd, NULL);
+}
+
+byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->e[i].fd == fd)
+            return &t->e[i];
+    return NULL;
+}
+
+void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x)
+{
+    byval_fdproof_drop(t->epfd, x);
+    *x = t->e[--t->n];
+}
+
+void byval_fdtab_sweep(byval_fdtab_t *t)
+{
+    for (uint32_t i = 0; i < t->n;) {
+        if (!byval_fdproof_same(t->epfd, &t->e[i]))
+            t->e[i] = t->e[--t->n]; /* its epoll item went with its file */
+        else
+            i++;
+    }
+}
+
+byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd)
+{
+    if (!t->e && !(t->e = calloc(t->max, sizeof(*t->e)))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (t->epfd < 0 && (t->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        return NULL;
+    byval_fdproof_t *x = byval_fdtab_find(t, fd);
+    if (x && byval_fdproof_same(t->epfd, x))
+        return x; /* recorded already */
+    if (x)
+        byval_fdtab_drop(t, x); /* closed behind its entry: another object */
+    if (t->n == t->max) {
+        errno = ENOSPC;
+        return NULL;
+    }
+    x = &t->e[t->n];
+    if (byval_fdproof_take(t->epfd, fd, x) != 0)
+        return NULL; /* cannot be proven later */
+    t->n++;
+    return x;
+}
+
+int byval_fdtab_dup(byval_fdtab_t *t, byval_fdproof_t *x, int *dup_p)
+{
+    int status = byval_fdproof_dup(t->epfd, x, dup_p);
+    if (status == -ESTALE)
+        byval_fdtab_drop(t, x); /* closed or reused: never again */
+    return status;
+}
+
+void byval_fdtab_forget(byval_fdtab_t *t)
+{
+    if (t->epfd >= 0)
+        close(t->epfd);
+    t->epfd = -1;
+    t->n = 0;
 }

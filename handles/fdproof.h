@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fdproof.h - "fd N still refers to the object it referred to then",
- * without holding a reference (fdproof.c says how). One rule for everything
- * the exporter serves by number: the broker's offers (broker_offers.c) and
- * the pidfd_getfd rescue's registry (registry_fds.c), each with its own
- * private epoll instance.
+ * without holding a reference (fdproof.c says how), and the table of such
+ * proofs that everything the exporter serves by number keeps: the broker's
+ * offers (broker_serve.c) and the rescue's registry (registry_fds.c).
  */
 #ifndef BYVAL_HANDLES_FDPROOF_H
 #define BYVAL_HANDLES_FDPROOF_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef enum { BYVAL_PROOF_EPOLL = 1, BYVAL_PROOF_INODE = 2 } byval_proof_kind_t;
@@ -20,24 +20,33 @@ typedef struct byval_fdproof {
     dev_t dev;
     ino_t ino;
     byval_proof_kind_t kind;
+    int open; /* the broker's: served to the group without a tag */
 } byval_fdproof_t;
 
-/* Record what fd refers to now in *p, in the private epoll instance epfd
- * (the caller's, created with epoll_create1). 0, or -1 with errno:
- * ENOTSUP when the file can be proven neither by epoll nor by its inode
- * (it does not poll and is not a regular file), EBADF when fd is closed. */
-int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p);
+/* A table of proofs with its own epoll instance, under its owner's lock. */
+typedef struct byval_fdtab {
+    int epfd; /* -1 until the first add */
+    uint32_t n, max;
+    byval_fdproof_t *e; /* max entries, allocated at the first add */
+} byval_fdtab_t;
 
-/* 1 when p->fd still refers to what *p recorded, else 0. */
-int byval_fdproof_same(int epfd, const byval_fdproof_t *p);
+/* The entry of fd, or NULL. */
+byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd);
 
-/* A duplicate (O_CLOEXEC) of p->fd in *dup_p, proven both before and after
- * it is made (a close and reuse racing it is refused, never served).
- * 0, -ESTALE (no longer what was recorded), or -errno of the duplicate. */
-int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p);
+/* Record fd (a number that now holds another file than its entry's is
+ * recorded anew): its entry, or NULL with errno (ENOSPC: full). */
+byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd);
 
-/* Forget *p: its epoll item goes now where p->fd is still that file (it
- * would go anyway when the file is released). */
-void byval_fdproof_drop(int epfd, const byval_fdproof_t *p);
+/* Forget x; forget every entry whose number no longer holds its file. */
+void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x);
+void byval_fdtab_sweep(byval_fdtab_t *t);
+
+/* byval_fdproof_dup of x, dropped when stale. */
+int byval_fdtab_dup(byval_fdtab_t *t, byval_fdproof_t *x, int *dup_p);
+
+/* A fork child: the parent's epoll instance is shared through the
+ * inherited fd (changing it would change the parent's): ours goes, and
+ * every entry. */
+void byval_fdtab_forget(byval_fdtab_t *t);
 
 #endif

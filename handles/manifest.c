@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "handles/resolve_internal.h"
+#include "handles/self.h"
 #include "handles/wire.h"
 
 static uint64_t pages(uint64_t bytes)

@@ -1,22 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * manifest.h - the layout of a VMM export manifest, and its reader.
- *
- * A by-value CUDA VMM handle names ONE fd in the exporter: a sealed memfd
- * holding this manifest. It lists the chunks the handle makes readable:
- * the pointer's chunk (cuMemGetAddressRange's mapping) and every chunk
- * mapped after it without a hole, as the exporter's reservation held them
- * at the get, each with the exporter's fd number of its POSIX-fd export,
- * that fd's tag (what a peer of another uid shows to fetch it) and its
- * chunk id (the registry key it is published under; never reused,
- * so a chunk mapped anew at the same offset is told apart). The pool id
- * names the reservation: an importer keeps one mirror per pool, into
- * which every chunk is mapped once at its offset. Host-endian: exporter
- * and importer share one host (the record's boot id says so).
- *
- * The reader is pure (no GPU API, nothing but pread on the fd it is
- * given): the importer runs it on bytes a peer wrote, possibly hostile.
- * Fuzzed by test/fuzz/fuzz_manifest.c.
+ * manifest.h - a CUDA VMM export manifest and its reader. A by-value VMM
+ * handle names one fd: a sealed memfd listing the chunks it makes
+ * readable (the pointer's and every one mapped after it without a hole),
+ * each with its POSIX-fd export's number, tag and chunk id (its registry
+ * key, never reused). The pool id names the reservation, mirrored once
+ * per importer. Host-endian (one host). The reader is pure and runs on
+ * bytes a peer wrote (fuzzed: test/fuzz/fuzz_manifest.c).
  */
 #ifndef BYVAL_HANDLES_MANIFEST_H
 #define BYVAL_HANDLES_MANIFEST_H
@@ -54,28 +44,17 @@ typedef struct byval_manifest {
     (sizeof(byval_manifest_t) + (size_t)(n) * sizeof(byval_manifest_chunk_t))
 #define BYVAL_MANIFEST_MAX_LEN BYVAL_MANIFEST_LEN(BYVAL_MANIFEST_MAX_CHUNKS)
 
-/*
- * Check the len bytes at buf as the manifest of a record whose size is
- * rec_size (the exporter records the manifest's length; it travels in
- * 4 KiB pages, so rec_size is that length rounded up to a page). pid is
- * the exporter's, for the message. Returns a malloc'd copy of exactly
- * BYVAL_MANIFEST_LEN(nchunks) bytes, every one of them from buf, or NULL
- * with one line in msg (may be NULL) saying exactly what is wrong:
- * header, magic or version; a chunk count of 0 or above the bound; fewer
- * or more bytes than the count needs; a length the record's size does not
- * cover; a chunk that is empty, outside the reservation, not right after
- * the one before (a handle's chunks are one run), or whose fd number, id
- * or tag cannot be one.
- */
+/* Check len bytes at buf as the manifest of a record of size rec_size
+ * (its length rounded up to a page; pid for the message): a malloc'd copy
+ * of exactly BYVAL_MANIFEST_LEN(nchunks) bytes, or NULL with one line in
+ * msg saying what is wrong (header, count, length, or a chunk empty,
+ * outside the reservation, not right after the one before, or with a
+ * field that cannot be). */
 byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec_size, uint32_t pid,
                                        char *msg, size_t msglen);
 
-/*
- * Read the manifest from fd (pread from offset 0: the file offset, which
- * the exporter shares, is never used) and check it with
- * byval_manifest_parse. fd must be the exported sealed memfd (fdcheck.c
- * proves that before: pread on another kind of file could block).
- */
+/* The same, read with pread from fd (the shared offset never moves),
+ * which must be a proven sealed memfd (fdcheck.c). */
 byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, char *msg,
                                       size_t msglen);
 

@@ -1,24 +1,14 @@
 # SPDX-License-Identifier: MIT
-# handles/: the by-value record (wire.c, pure; tag.c its keyed tags), who we are (self.c), and
-# the resolution of a record (resolve.c: the whole pipeline; identity.c,
-# resolve_socket.c its socket routes, abstract and rendezvous directory;
-# pidfd.c, fdcheck.c (fdkind.c the kinds), proof.c and peers.c its steps' helpers; sys.h our own
-# system calls), the exporter registry (registry.c;
-# registry_fds.c the same by fd number; registry_view.c the importers' reader, registry_find.c where it finds the page,
-# registry_views.c their list of views, registry_watch.c their watcher
-# thread, registry_short.c from a short record to the exporter's
-# registry); broker*.c and nsxlate.c are the socket fallback and the pid
-# translation;
-# rescue.c asks a broker for another library's refused pidfd_getfd;
-# rendezvous*.c put the broker's socket in a directory shared across
-# pid/network/mount namespaces (IPCBYVAL_RENDEZVOUS_DIR).
-HANDLES_SRC := handles/bgthread.c handles/wire.c handles/tag.c handles/self.c handles/identity.c handles/pidfd.c handles/fdcheck.c handles/fdkind.c handles/manifest.c \
-               handles/registry.c handles/registry_fds.c handles/fdproof.c
-TRANSPORT_SRC := handles/broker_serve.c handles/broker_offers.c handles/broker_fetch.c handles/broker_answer.c handles/broker_proto.c handles/nsxlate.c \
-                 handles/resolve.c handles/resolve_socket.c handles/peers.c handles/proof.c handles/registry_view.c handles/registry_find.c handles/registry_views.c handles/registry_watch.c handles/registry_short.c \
-                 handles/rescue.c handles/rendezvous.c handles/rendezvous_listen.c \
-                 handles/rendezvous_registry.c handles/rendezvous_short.c \
-                 handles/rendezvous_stats.c
+# handles/: the by-value record (wire.c; tag.c its keyed tags; manifest.c
+# the CUDA VMM manifest), who a process is (self.c), the exporter's
+# registry (registry.c; registry_fds.c the same by fd number, fdproof.c
+# its proof), and the resolution of a record (resolve.c, the pipeline;
+# fdcheck.c its fd checks), its socket routes (broker_*.c, rendezvous.c)
+# and the importers' registry views (registry_view.c, registry_watch.c).
+HANDLES_SRC := handles/bgthread.c handles/wire.c handles/tag.c handles/self.c handles/fdcheck.c \
+               handles/manifest.c handles/registry.c handles/registry_fds.c handles/fdproof.c
+TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/rendezvous.c \
+                 handles/resolve.c handles/registry_view.c handles/registry_watch.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
 HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o $(BUILD)/cache/once.o
 
@@ -41,7 +31,7 @@ $(BUILD)/test/unit/test_wire: test/unit/test_wire.c $(BUILD)/handles/wire.o
 RESOLVE_TEST_SRC := test/unit/test_resolve.c test/unit/test_resolve_more.c \
                     test/unit/test_resolve_util.c
 $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h test/unit/test_skip.h \
-                                 handles/resolve_internal.h $(HANDLES_OBJ)
+                                 $(HANDLES_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(RESOLVE_TEST_SRC) $(HANDLES_OBJ) -lcmocka -lpthread
 
@@ -49,7 +39,7 @@ $(BUILD)/test/unit/test_resolve: $(RESOLVE_TEST_SRC) test/unit/test_resolve.h te
 # own tree (build-fuzz/), whatever SAN says: libFuzzer wants clang and its
 # own sanitizer set, and UBSan must abort rather than print and go on.
 #   fuzz_wire         the record decoder (handles/wire.c)
-#   fuzz_broker_req   the socket fallback's request parser (broker_proto.c)
+#   fuzz_broker_req   the socket fallback's request parser (broker_internal.h)
 #   fuzz_manifest     the CUDA VMM manifest reader (manifest.c)
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
@@ -58,7 +48,7 @@ FUZZ_FLAGS := -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -Wall -Wextra -Werror \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_TARGETS := fuzz_wire fuzz_manifest fuzz_broker_req
 FUZZ_SRC_fuzz_wire := handles/wire.c
-FUZZ_SRC_fuzz_broker_req := handles/broker_proto.c
+FUZZ_SRC_fuzz_broker_req :=
 FUZZ_SRC_fuzz_manifest := handles/manifest.c handles/wire.c
 FUZZ_OPTS_fuzz_manifest := -max_len=24700 # up to a 1024-chunk manifest
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
@@ -71,7 +61,6 @@ $(FUZZ_DIR)/%: test/fuzz/%.c handles/wire.h handles/broker_internal.h handles/ma
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC_$*)
 
 $(FUZZ_DIR)/fuzz_wire: handles/wire.c
-$(FUZZ_DIR)/fuzz_broker_req: handles/broker_proto.c
 $(FUZZ_DIR)/fuzz_manifest: handles/manifest.c handles/wire.c
 
 fuzz:

@@ -1,44 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry.c - the exporter's side of the registry (see registry.h).
+ * registry.c - the exporter's side of the registry (registry.h).
  *
- * Who owns what (issue 22, defects 4 and 5):
- * - The bookkeeping is ours alone: a private array of slots (`mine`) and
- *   a private `high`, under one lock. The shared page is a copy we only
- *   ever write: nothing we decide is read back from memory another
- *   process can reach, so whatever a peer does to the page cannot steer
- *   our scans (a `high` of 0xffffffff once crashed the next free).
- * - The page is a memfd sealed against shrinking and growth before it is
- *   mapped (no SIGBUS for any reader, whoever holds it), then against new
- *   writes (F_SEAL_FUTURE_WRITE: our one writable mapping stays, write(2)
- *   and new writable mappings are refused to everyone) and further seals.
- *   What stays in our fd table, and what the broker and pidfd_getfd hand
- *   out, is a read-only open file of it. A same-uid process that reopened
- *   the page through /proc in the microseconds between memfd_create and
- *   the seals keeps a writable mapping: importers read every value as
- *   hostile anyway (registry_view.c), and we never read the page.
- * - The wake-up pipe: its read end is handed to importers (and to anyone
- *   the broker serves), so its open file and O_NONBLOCK are anyone's to
- *   change, and F_SETPIPE_SZ can shrink it. We therefore never read or
- *   write that open file ourselves. We write into the write end, an open
- *   file no peer holds (never offered; pidfd_getfd of it needs ptrace
- *   rights over us, which are total control anyway), O_NONBLOCK on it is
- *   ours; a full pipe is emptied through `drain_rd`, a second open file of
- *   the read end (reopened through /proc/self/fd, O_NONBLOCK, ours alone),
- *   then written once more. So a free never blocks, whatever peers set.
- *   RWF_NOWAIT (preadv2/pwritev2) would give per-call non-blocking on the
- *   shared files, but pipes honour it only from Linux 6.4 (FMODE_NOWAIT,
- *   c04fe8e32f90); Debian bookworm runs 6.1. An eventfd or a channel per
- *   importer would need the exporter to reach each importer's file, which
- *   it cannot without importer-side cooperation; private open files of the
- *   one pipe need nothing new from either side.
- * - A peer that can open the pipe (same uid) can also write it: that can
- *   wake importers (each bounds what one exporter costs it, see
- *   registry_watch.c) and delay, never block, our wake-ups.
- *
- * Slots are found by a linear scan of [0, high): exports in flight are
- * bounded by the export caches (4096 by default), and a free of memory
- * that was never exported returns before the scan (nothing published yet).
+ * What we decide is never read back from memory another process can
+ * reach: the truth is a private array of slots (`mine`) and `high`, under
+ * one lock; the shared page is a copy we only write. The page is sealed
+ * against shrinking and growth before it is mapped, then against new
+ * writes (F_SEAL_FUTURE_WRITE keeps our one mapping), and only a
+ * read-only open file of it is kept and served. The pipe's read end is
+ * anyone's to change (O_NONBLOCK, F_SETPIPE_SZ): we write through the
+ * write end, which no peer holds, and empty a full pipe through a second,
+ * private open file of the read end, so a free never blocks. (Pipes honour
+ * RWF_NOWAIT only from Linux 6.4.) Slots are found by a linear scan of
+ * [0, high): exports in flight are bounded by the export caches.
  */
 #include "handles/registry.h"
 
@@ -112,10 +86,8 @@ BYVAL_LOCK_STATIC(registry, &reg.lock);
 
 static void fork_child(void)
 {
-    /* The forking thread held the lock across fork (prepare). Closing our
-     * copies of the pipe's write end matters: importers see the parent's
-     * exit as the hang-up only when every write end is closed. The child's
-     * own exports make a new registry, offered anew (`offered`). */
+    /* Our copy of the write end must go: importers see the parent's exit
+     * only when every write end is closed. Our exports make a new one. */
     destroy_locked();
     reg.tried = 0;
     reg.offered = 0;
@@ -142,7 +114,7 @@ int byval_reg_page_seals(void)
     return seals;
 }
 
-int byval_reg_reopen(int fd, int flags)
+static int byval_reg_reopen(int fd, int flags)
 {
     char path[40];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -161,10 +133,8 @@ static int page_create_locked(void)
         fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0 ||
         (m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)) ==
             MAP_FAILED ||
-        /* Our mapping exists: from now on nobody (us included) can write
-         * the page any other way (Linux 5.1 and later: before, peers of
-         * our uid can write it, which importers survive), nor seal it
-         * further (F_SEAL_WRITE would fail while we hold the mapping). */
+        /* Our mapping exists: nobody can write the page any other way
+         * from now on (Linux 5.1+), nor seal it further. */
         fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) !=
             0) {
         if (m != MAP_FAILED)
@@ -172,8 +142,7 @@ static int page_create_locked(void)
         close(mfd);
         return -1;
     }
-    /* What stays in our table (and is found and served) is read-only;
-     * without /proc the read-write one stays, sealed all the same. */
+    /* What stays in our table is read-only (without /proc: sealed). */
     int ro = byval_reg_reopen(mfd, O_RDONLY);
     if (ro >= 0) {
         close(mfd);
@@ -215,10 +184,7 @@ static int create_locked(void)
     }
     reg.pipe_rd = p[0];
     reg.pipe_wr = p[1];
-    /* Importers never read the pipe (registry_watch.c): we alone empty
-     * it when full. Without /proc a full pipe stays full and wake-ups
-     * stop (releases then come at a hit, the byte budget or our exit),
-     * never blocking. */
+    /* We alone empty the pipe (without /proc a full one stays full). */
     reg.drain_rd = byval_reg_reopen(p[0], O_RDONLY | O_NONBLOCK);
     reg.hdr->version = BYVAL_REG_VERSION;
     reg.hdr->nslots = BYVAL_REG_SLOTS;
@@ -300,12 +266,8 @@ out:
     return rc;
 }
 
-/* Wake every importer: a byte into the pipe (each write wakes every
- * edge-triggered watcher), after the seq that tells them something was
- * freed. Only our own open files are used, each O_NONBLOCK (see the top):
- * a full pipe (importers never read it; a peer may shrink it) is emptied
- * through ours and written once more, so it is readable again when the
- * importers' watchers collect the wake-up; never a wait. */
+/* Wake every importer: the seq, then a byte into the pipe; a full pipe is
+ * emptied through our own open file and written once more, never waited on. */
 static void wake_locked(void)
 {
     static const char b = 'f';
@@ -335,15 +297,8 @@ void byval_reg_remove(uint64_t key, uint32_t ino)
     byval_unlock(&reg.lock);
 }
 
-unsigned byval_reg_exports_live(void)
-{
-    return __atomic_load_n(&reg.live, __ATOMIC_RELAXED);
-}
-
-/* For the broker: the page an importer in another pid namespace cannot
- * reach through our /proc (rendezvous_registry.c). The application owns
- * our fd numbers (dup2, close and reopen): what page_fd holds now is
- * served only when the duplicate is the page made here, sealed as made. */
+/* The application owns our fd numbers: what page_fd holds now is served
+ * only when it is the page made here, sealed as made. */
 int32_t byval_reg_dup_page(int *dup_p)
 {
     struct stat st;

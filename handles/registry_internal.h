@@ -1,39 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* registry_internal.h - what registry_view.c (views, attach) and
- * registry_watch.c (the watcher thread, the list of views) share. */
+/* registry_internal.h - a registry view, as registry_view.c (attach,
+ * reads) and registry_watch.c (the list, the watcher) share it; what
+ * registry.c and registry_view.c share of the page. */
 #ifndef BYVAL_HANDLES_REGISTRY_INTERNAL_H
 #define BYVAL_HANDLES_REGISTRY_INTERNAL_H
 
-#include <pthread.h>
-#include <sys/epoll.h>
-
-#include "cache/locks.h"
 #include "handles/registry_view.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
 
-/* Reports of one exporter's frees at most once per this (a burst, or a
- * peer writing its pipe in a loop, coalesces into one rescan). */
-#define BYVAL_REG_RESCAN_NS 5000000u
-
-/* How often the watcher asks whether each exporter it can see in /proc
- * still holds its registry (registry_watch.c: the pipe's hang-up alone
- * depends on who else holds the pipe). */
-#define BYVAL_REG_LIVE_NS 1000000000u
-
-/* What a view's pipe is watched for (edge-triggered: every write). */
-#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
-
-/* What an epoll event points at: a view, a pidfd watched for exit, or the
- * watcher's own kick (an eventfd: views to evict). */
+/* What a watcher's epoll event points at (the first int of each). */
 enum { WATCH_VIEW = 1, WATCH_PIDFD = 2, WATCH_KICK = 3 };
-
-typedef struct pidfd_watch {
-    int kind; /* WATCH_PIDFD */
-    int fd;
-    void (*fn)(void *arg);
-    void *arg;
-    struct pidfd_watch *next; /* w.pidfds, under w.lock */
-} pidfd_watch_t;
 
 struct byval_reg_view {
     int kind; /* WATCH_VIEW */
@@ -64,53 +40,10 @@ struct byval_reg_view {
     uint32_t find_from;
 };
 
-/* The list of views and the watcher's state (registry_views.c). */
-struct byval_reg_watch {
-    byval_lock_t lock;
-    byval_reg_view_t *head;
-    pidfd_watch_t *pidfds;
-    unsigned count;
-    uint64_t tick; /* LRU clock */
-    int epfd;
-    int kick_fd; /* our eventfd: views to evict */
-    int kick_kind;
-    int started;         /* the thread (atomic: read unlocked by byval_reg_watch_need) */
-    uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
-    int on_demand;       /* byval_reg_watch_on_demand */
-    byval_reg_event_fn on_event;
-};
-extern struct byval_reg_watch byval_reg_w;
-
-/* byval_reg_w.lock (rank REGISTRY_WATCH, cache/locks.h). */
-void byval_reg_w_lock(void);
-
-/* (locked) The epoll set, once per process: 0, or -1 (msg says why). */
-int byval_reg_watch_setup(char *msg, size_t msglen);
-
-/* (locked) The epoll set and the thread, once per process: 0, or -1
- * (msg says why). */
-int byval_reg_watch_start(char *msg, size_t msglen);
-
-/* (locked, started) Wake the watcher to evict views beyond the bound. */
-void byval_reg_watch_kick(void);
-
 /* The seals a registry page must carry on this kernel: F_SEAL_SHRINK |
  * F_SEAL_GROW, and F_SEAL_FUTURE_WRITE where the kernel knows it (5.1
  * and later; exporter and importer share the kernel). Probed once. */
 int byval_reg_page_seals(void);
-
-/* A second open file of fd (through /proc/self/fd) with flags: one whose
- * flags no other process can change. -1 with errno. */
-int byval_reg_reopen(int fd, int flags);
-
-/* The registry's fd number and inode in the exporter pid (in our
- * namespace), found without duplicating anything (registry_find.c): at
- * BYVAL_REG_FD_HINT when try_hint (*seen then holds what statx proved
- * there, for the check after pidfd_getfd), else by listing /proc/PID/fd,
- * skipping the hint (seen->kind 0). 0, or an errno: ENOENT (none),
- * EACCES/EPERM (ptrace rules), EMFILE... */
-int byval_reg_find_page(int pid, int try_hint, uint32_t *fd_p, uint32_t *ino_p,
-                        byval_fd_seen_t *seen);
 
 /* A view with the list's reference (not listed yet): registry_view.c
  * makes it, byval_reg_publish lists and watches it. */
@@ -118,6 +51,11 @@ void byval_reg_view_free(byval_reg_view_t *v);
 
 /* The listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
 byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity);
+
+/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
+ * low 32 bits are id32, referenced, with its full identity; or NULL. */
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p);
 
 /* List v and watch it (starting the watcher), or use a twin another
  * thread listed meanwhile (v is freed then). The result is referenced for

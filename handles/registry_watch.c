@@ -1,61 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * registry_watch.c - the one thread that watches the importer's registry
- * views (see registry_view.h; the list is registry_views.c's).
+ * registry_watch.c - the importer's list of registry views and the one
+ * thread that watches them (registry_view.h): an importer holding a
+ * closed mapping and making no further call must still give the
+ * exporter's freed memory back at once. It sleeps in epoll_wait on the
+ * views' pipes (edge-triggered: every write of the exporter wakes every
+ * importer; a hang-up: the exporter's image is gone), checks once a second
+ * that each exporter it sees in /proc still holds its registry (exec
+ * closes it; a peer holding the pipe may keep it open), and reports; what
+ * to release is the cache's business.
  *
- * Why a thread: an importer that holds a closed mapping and makes no
- * further call (it computes while the producer re-allocates) must still
- * give the exporter's freed memory back at once, as natively. One thread
- * per importing process, started with the first view (on demand: when
- * the first closed mapping depends on one, registry_view.h), sleeps in
- * epoll_wait on the views' pipes (edge-triggered: the exporter's every
- * write wakes every importer; a hang-up means the exporter's image is
- * gone) and, once it runs, wakes once a second to check that
- * each exporter it sees in /proc still holds its registry (exec closes
- * it): the hang-up comes only when every write end is closed, and a peer
- * holding the read end can reopen it for writing. It only reports; what
- * to release is the cache's business (byval_reg_event_fn).
+ * The pipe is a doorbell, never read: a byte one importer took would be a
+ * wake-up another misses (epoll drops an event whose pipe is no longer
+ * readable). The exporter empties a full pipe and writes again, and what
+ * was freed is told by the header's seq.
  *
- * The pipe is a doorbell, never a queue: we never read it. Its buffer is
- * one for every holder, and epoll delivers a queued wake-up only if the
- * pipe is still readable when the waiter collects it. When importers
- * drained the pipe, a free's wake-up could be lost, and the freed
- * mappings stayed cached until the exporter exited (issue 22, the stress
- * workload's "held after the exporter freed everything"): the exporter
- * writes its byte, our epoll queues the view while this thread is busy
- * (a scan, the scheduler); another importer of the same exporter (a fork
- * child of ours that opened one handle, another rank) drains the pipe in
- * its own watcher; this thread then collects a view that is no longer
- * readable, epoll drops the event, and no later write comes. So only the
- * exporter empties the pipe, when it is full, and it writes again right
- * after (registry.c): a pipe written since our last look stays readable
- * until we collect it. What was freed is told by the header's seq, which
- * the exporter bumps before each write: a wake-up with the seq we scanned
- * last reports nothing new (the bytes left in the pipe, reported again
- * when a view is re-armed, or a write by someone else).
- *
- * Bounds (issue 22, defect 6): what one exporter can make us do is
- * bounded, whatever writes its pipe (any holder of the pipe can): after a
- * report, a view's further wake-ups within BYVAL_REG_RESCAN_NS disarm it
- * (EPOLL_CTL_MOD without EPOLLIN: a hang-up is still reported) and one
- * report follows at the end of the interval; wake-ups that bring no new
- * seq are let pass once after a (re-)arm, then disarm the view likewise.
- * So a pipe written in a loop costs at most two wake-ups and one rescan
- * per interval. What the views cost is bounded too: at most
- * BYVAL_REG_VIEWS_MAX are listed (one fd and a 256 KiB mapping each);
- * publishing one more kicks this thread, which evicts the least recently
- * used (one no import tracks, where there is one). An evicted view loses its pipe and its mapping is replaced by
- * zero pages: every export of it reads as freed from then on, so its
- * closed mappings are released at once (the eviction is reported as a
- * free) and its open ones at their last close. No later free of that
- * exporter can be missed, because nothing of it stays cached; the next
- * open of one of its handles attaches afresh.
+ * Bounds, whatever writes the pipe: after a report, a view's wake-ups
+ * within BYVAL_REG_RESCAN_NS disarm it (a hang-up is still reported) and
+ * one report follows at the end of the interval; wake-ups without a new
+ * seq pass once, then disarm it likewise. At most BYVAL_REG_VIEWS_MAX
+ * views are listed: one more evicts the least recently used, whose
+ * mapping is replaced by zero pages (every export reads as freed, so
+ * nothing of it stays cached).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -66,11 +39,218 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/bgthread.h"
 #include "handles/registry_internal.h"
-#include "handles/resolve_internal.h"
+#include "handles/sys.h"
 
-/* ---- the watcher -------------------------------------------------------- */
+/* Reports of one exporter's frees at most once per this (a burst, or a
+ * peer writing its pipe in a loop, coalesces into one rescan). */
+#define BYVAL_REG_RESCAN_NS 5000000u
+
+/* How often the watcher asks whether each exporter it can see in /proc
+ * still holds its registry (registry_watch.c: the pipe's hang-up alone
+ * depends on who else holds the pipe). */
+#define BYVAL_REG_LIVE_NS 1000000000u
+
+/* What a view's pipe is watched for (edge-triggered: every write). */
+#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
+
+/* What a view's pipe is watched for (edge-triggered: every write). */
+#define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
+
+typedef struct pidfd_watch {
+    int kind; /* WATCH_PIDFD */
+    int fd;
+    void (*fn)(void *arg);
+    void *arg;
+    struct pidfd_watch *next; /* w.pidfds, under w.lock */
+} pidfd_watch_t;
+
+/* The list of views and the watcher's state. */
+struct byval_reg_watch {
+    byval_lock_t lock;
+    byval_reg_view_t *head;
+    pidfd_watch_t *pidfds;
+    unsigned count;
+    uint64_t tick; /* LRU clock */
+    int epfd;
+    int kick_fd; /* our eventfd: views to evict */
+    int kick_kind;
+    int started;         /* the thread (atomic: read unlocked by byval_reg_watch_need) */
+    uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
+    int on_demand;       /* byval_reg_watch_on_demand */
+    byval_reg_event_fn on_event;
+};
+
+static struct byval_reg_watch byval_reg_w = {
+    .lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1, .kick_fd = -1, .kick_kind = WATCH_KICK};
+BYVAL_LOCK_STATIC(registry_watch, &byval_reg_w.lock);
+
+static void byval_reg_w_lock(void)
+{
+    byval_lock(&byval_reg_w.lock);
+}
+
+/* (locked) The epoll set; with the thread; wake the thread to evict. */
+static int byval_reg_watch_setup(char *msg, size_t msglen);
+static int byval_reg_watch_start(char *msg, size_t msglen);
+static void byval_reg_watch_kick(void);
+
+void byval_reg_on_event(byval_reg_event_fn fn)
+{
+    __atomic_store_n(&byval_reg_w.on_event, fn, __ATOMIC_RELEASE);
+}
+
+void byval_reg_view_free(byval_reg_view_t *v)
+{
+    munmap((void *)v->hdr, BYVAL_REG_BYTES);
+    if (v->pipe_fd >= 0)
+        close(v->pipe_fd); /* out of the epoll set already (unlist) */
+    free(v);
+}
+
+void byval_reg_view_put(byval_reg_view_t *v)
+{
+    if (!v)
+        return;
+    byval_reg_w_lock();
+    int last = --v->refs == 0;
+    byval_unlock(&byval_reg_w.lock);
+    if (last)
+        byval_reg_view_free(v);
+}
+
+void byval_reg_view_id(const byval_reg_view_t *v, uint32_t *pidns_p, uint32_t *pid_p,
+                       uint64_t *identity_p)
+{
+    *pidns_p = v->pidns;
+    *pid_p = v->pid;
+    *identity_p = v->identity;
+}
+
+int byval_reg_view_gone(const byval_reg_view_t *v)
+{
+    return __atomic_load_n(&v->gone, __ATOMIC_ACQUIRE);
+}
+
+unsigned byval_reg_views(void)
+{
+    return __atomic_load_n(&byval_reg_w.count, __ATOMIC_RELAXED);
+}
+
+static void fork_child(void)
+{
+    /* The epoll instance is shared with the parent: only our copies of
+     * the fds go, its interest list stays the parent's. */
+    for (byval_reg_view_t *v = byval_reg_w.head, *nx; v; v = nx) {
+        nx = v->next;
+        byval_reg_view_free(v);
+    }
+    byval_reg_w.head = NULL;
+    byval_reg_w.count = 0;
+    for (pidfd_watch_t *pw = byval_reg_w.pidfds, *nx; pw; pw = nx) {
+        nx = pw->next;
+        close(pw->fd);
+        free(pw);
+    }
+    byval_reg_w.pidfds = NULL;
+    if (byval_reg_w.epfd >= 0)
+        close(byval_reg_w.epfd);
+    if (byval_reg_w.kick_fd >= 0)
+        close(byval_reg_w.kick_fd);
+    byval_reg_w.epfd = byval_reg_w.kick_fd = -1;
+    __atomic_store_n(&byval_reg_w.started, 0, __ATOMIC_RELAXED);
+}
+BYVAL_FORK_CHILD(registry_watch, fork_child);
+
+/* (locked) v may serve a lookup: its exporter's image is not known to be
+ * gone. Without a watcher yet (on demand) the pipe is asked (one poll):
+ * a hang-up marks v gone and *wake_p asks for the watcher to report it. */
+static int view_usable(byval_reg_view_t *v, int *wake_p)
+{
+    if (byval_reg_view_gone(v))
+        return 0;
+    if (__atomic_load_n(&byval_reg_w.started, __ATOMIC_RELAXED) || v->pipe_fd < 0)
+        return 1;
+    struct pollfd p = {.fd = v->pipe_fd, .events = 0};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLHUP | POLLERR)))
+        return 1;
+    __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+    *wake_p = 1;
+    return 0;
+}
+
+/* The listed view of (pidns, pid) whose identity matches under mask, not
+ * gone, referenced; or NULL. */
+static byval_reg_view_t *lookup(uint32_t pidns, uint32_t pid, uint64_t identity, uint64_t mask)
+{
+    byval_reg_view_t *found = NULL;
+    int wake = 0;
+    byval_reg_w_lock();
+    for (byval_reg_view_t *v = byval_reg_w.head; v && !found; v = v->next)
+        if (v->pid == pid && v->pidns == pidns && (v->identity & mask) == (identity & mask) &&
+            view_usable(v, &wake)) {
+            v->refs++;
+            v->used = ++byval_reg_w.tick;
+            found = v;
+        }
+    byval_unlock(&byval_reg_w.lock);
+    if (wake) /* the watcher reports it (-1: the view stays gone, unreported) */
+        (void)byval_reg_watch_need(NULL, 0);
+    return found;
+}
+
+byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
+{
+    return lookup(pidns, pid, identity, UINT64_MAX);
+}
+
+byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
+                                        uint64_t *identity_p)
+{
+    byval_reg_view_t *v = lookup(pidns, pid, id32, UINT32_MAX);
+    if (v)
+        *identity_p = v->identity;
+    return v;
+}
+
+/* List v and watch it (or use a twin another thread listed meanwhile). */
+byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msglen)
+{
+    byval_reg_w_lock();
+    for (byval_reg_view_t *o = byval_reg_w.head; o; o = o->next)
+        if (!byval_reg_view_gone(o) && o->pid == v->pid && o->pidns == v->pidns &&
+            o->identity == v->identity) {
+            o->refs++;
+            o->used = ++byval_reg_w.tick;
+            byval_unlock(&byval_reg_w.lock);
+            byval_reg_view_free(v);
+            return o;
+        }
+    struct epoll_event ev = {.events = VIEW_EVENTS, .data.ptr = v};
+    unsigned n = byval_reg_w.count + 1; /* read lock-free by byval_reg_views */
+    int over = n > BYVAL_REG_VIEWS_MAX;
+    /* The thread now, unless on demand; one too many views needs it (it evicts). */
+    if ((byval_reg_w.on_demand && !over ? byval_reg_watch_setup(msg, msglen)
+                                        : byval_reg_watch_start(msg, msglen)) != 0 ||
+        epoll_ctl(byval_reg_w.epfd, EPOLL_CTL_ADD, v->pipe_fd, &ev) != 0) {
+        if (msg && !msg[0])
+            byval_msg(msg, msglen, "epoll_ctl failed: %s", strerror(errno));
+        byval_unlock(&byval_reg_w.lock);
+        byval_reg_view_free(v);
+        return NULL;
+    }
+    v->next = byval_reg_w.head;
+    byval_reg_w.head = v;
+    v->used = ++byval_reg_w.tick;
+    __atomic_store_n(&byval_reg_w.count, n, __ATOMIC_RELAXED);
+    v->refs++; /* the caller's */
+    if (over)  /* the watcher evicts, between its batches */
+        byval_reg_watch_kick();
+    byval_unlock(&byval_reg_w.lock);
+    return v;
+}
 
 static uint64_t mono_ns(void)
 {
@@ -114,6 +294,14 @@ static void unlist(byval_reg_view_t *v)
         byval_reg_view_put(v);
 }
 
+/* v's exporter image is gone (exit or exec): report and unlist it. */
+static void image_gone(byval_reg_view_t *v)
+{
+    __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
+    report(v, 1);
+    unlist(v);
+}
+
 /* Disarm v until `due` (hang-ups are still reported). */
 static void hold(byval_reg_view_t *v, uint64_t due)
 {
@@ -122,8 +310,7 @@ static void hold(byval_reg_view_t *v, uint64_t due)
     arm(v, EPOLLET | EPOLLRDHUP);
 }
 
-/* Report v with the seq read before its scan: a free after the read
- * bumps it again and its write wakes us again. */
+/* Report v with the seq read before its scan (a later free wakes us again). */
 static void rescan(byval_reg_view_t *v, uint64_t seq, uint64_t now)
 {
     v->seen = seq;
@@ -138,14 +325,11 @@ static uint64_t view_seq(const byval_reg_view_t *v)
     return __atomic_load_n(&v->hdr->seq, __ATOMIC_ACQUIRE);
 }
 
-/* A wake-up of v (see the top): report now, or once at the end of its
- * interval when it reported less than BYVAL_REG_RESCAN_NS ago. */
+/* A wake-up of v: report now, or at the end of its interval (the top). */
 static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
 {
     if (events & (EPOLLHUP | EPOLLERR)) {
-        __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-        report(v, 1);
-        unlist(v);
+        image_gone(v);
         return;
     }
     if (v->held)
@@ -167,9 +351,7 @@ static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
 }
 
 /* Held views whose interval ended: report what was freed meanwhile and
- * re-arm (an edge-triggered re-arm reports the bytes waiting, a wake-up
- * on_view lets pass once: a pipe still written is held again at once).
- * The time until the next one is due, in ms (-1: none). */
+ * re-arm. The time until the next one is due, in ms (-1: none). */
 static int due_views(uint64_t now)
 {
     int timeout = -1;
@@ -201,10 +383,8 @@ static int due_views(uint64_t now)
     }
 }
 
-/* 1 when v's exporter no longer holds the registry it had at attach:
- * the fd number is closed (exit, exec: it is O_CLOEXEC) or holds another
- * file. Anything else (EACCES after a credential change, no memory) is
- * no answer: v stays. */
+/* 1 when v's exporter no longer holds the registry it had at attach (the
+ * number closed by exit or exec, or another file there); else no answer. */
 static int view_dropped(const byval_reg_view_t *v)
 {
     char path[64];
@@ -215,14 +395,10 @@ static int view_dropped(const byval_reg_view_t *v)
     return (uint64_t)st.st_dev != v->page_dev || (uint64_t)st.st_ino != v->page_ino;
 }
 
-/* The liveness pass, once per BYVAL_REG_LIVE_NS once the watcher runs:
- * each view whose exporter we see in /proc is checked to still hold its
- * registry. The pipe's hang-up says the same, but only when every write
- * end is closed, and any holder of the read end can reopen it for
- * writing through /proc/self/fd; this check depends on no one but the
- * exporter. Views of exporters outside our pid namespace (reached
- * through the directory) have no such check: their exit is the pidfd's,
- * their exec the pipe's. The time until the next pass, in ms. */
+/* The liveness pass, once per BYVAL_REG_LIVE_NS: each view whose exporter
+ * we see in /proc must still hold its registry (views of exporters
+ * outside our pid namespace have their pidfd and pipe only). The time
+ * until the next pass, in ms. */
 static int live_views(uint64_t now)
 {
     static uint64_t next;
@@ -244,11 +420,8 @@ static int live_views(uint64_t now)
         if (!v)
             break;
         v->live_round = round;
-        if (!byval_reg_view_gone(v) && view_dropped(v)) {
-            __atomic_store_n(&v->gone, 1, __ATOMIC_RELEASE);
-            report(v, 1);
-            unlist(v);
-        }
+        if (!byval_reg_view_gone(v) && view_dropped(v))
+            image_gone(v);
         byval_reg_view_put(v);
     }
     return (int)(BYVAL_REG_LIVE_NS / 1000000u);
@@ -290,8 +463,7 @@ static void evict_views(void)
 static void *watch_main(void *arg)
 {
     (void)arg;
-    /* Named by itself: prctl, where a name set by the starter is a write
-     * to procfs on the first open's path. */
+    /* Named here, off the first open's path. */
     pthread_setname_np(pthread_self(), "ipcbyval-watch");
     struct epoll_event ev[16];
     int timeout = (int)(BYVAL_REG_LIVE_NS / 1000000u); /* the first liveness pass */
@@ -336,7 +508,7 @@ static void *watch_main(void *arg)
     }
 }
 
-int byval_reg_watch_setup(char *msg, size_t msglen)
+static int byval_reg_watch_setup(char *msg, size_t msglen)
 {
     if (byval_reg_w.epfd < 0)
         byval_reg_w.epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -347,16 +519,14 @@ int byval_reg_watch_setup(char *msg, size_t msglen)
     return 0;
 }
 
-int byval_reg_watch_start(char *msg, size_t msglen)
+static int byval_reg_watch_start(char *msg, size_t msglen)
 {
     if (__atomic_load_n(&byval_reg_w.started, __ATOMIC_RELAXED))
         return 0;
     if (byval_reg_watch_setup(msg, msglen) != 0)
         return -1;
-    /* Not waited for (issue 23): the caller adds its view's pipe to the
-     * epoll set right after, and the thread's first epoll_wait reports
-     * whatever was written to it meanwhile (edge-triggered: a pipe that is
-     * readable when added is reported). */
+    /* Not waited for: the thread's first epoll_wait reports whatever was
+     * written meanwhile to pipes added before it (edge-triggered). */
     int rc = byval_bgthread_start(watch_main, NULL, NULL);
     if (rc != 0) {
         byval_msg(msg, msglen, "cannot start the release watcher: %s", strerror(rc));
@@ -384,7 +554,7 @@ int byval_reg_watch_need(char *msg, size_t msglen)
     return rc != 0 ? -1 : !was;
 }
 
-void byval_reg_watch_kick(void)
+static void byval_reg_watch_kick(void)
 {
     /* Made at the first need: most importers never meet 32 exporters, and
      * an fd of ours is one fewer for the application. Without it the

@@ -1,34 +1,48 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rendezvous.c - the rendezvous directory: its checks, the importer's
- * connect and the exporter's rule for its peers (see rendezvous.h; the
- * exporter's listening socket is rendezvous_listen.c).
+ * rendezvous.c - the rendezvous directory (rendezvous.h): its checks, the
+ * importer's connect, and the exporter's listening socket and peer rule.
+ * State is written once by byval_rendezvous_setup (the shim's init) and
+ * only read afterwards.
  *
- * State is written once by byval_rendezvous_setup (the shim's init, under
- * its byval_once) and only read afterwards.
+ * A name in the directory is always a listening socket until its process
+ * dies: bound and listening under a temporary name first, then renamed
+ * over the final one (ours alone, from our pidfs inode: anything found
+ * there is stale or planted). So a name nobody listens on (ECONNREFUSED)
+ * is stale for sure; exporters remove those of their uid when they start,
+ * and the process that made a socket removes it at exit (a fork child
+ * closes its inherited copy, broker_serve.c).
  */
 #include "handles/rendezvous.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "handles/broker_internal.h"
-#include "handles/rendezvous_internal.h"
 
-byval_rdv_t byval_rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
+static struct {
+    int dirfd;     /* O_PATH, the checked directory; -1: none */
+    int via_proc;  /* bind/connect through /proc/self/fd/DIRFD/NAME */
+    long gid;      /* BYVAL_RENDEZVOUS_NO_GID or the trusted group */
+    char dir[200]; /* as configured, for messages and the fallback path */
+} byval_rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
 
 void byval_rendezvous_name(char *buf, size_t len, uint32_t boot, uint64_t identity)
 {
     snprintf(buf, len, "ipcbyval-%08x-%016llx.sock", boot, (unsigned long long)identity);
 }
 
-int byval_rdv_addr(struct sockaddr_un *a, const char *name)
+/* The address of name in the directory: 0, or -1 when it does not fit. */
+static int byval_rdv_addr(struct sockaddr_un *a, const char *name)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
@@ -38,7 +52,7 @@ int byval_rdv_addr(struct sockaddr_un *a, const char *name)
     return n > 0 && (size_t)n < sizeof(a->sun_path) ? 0 : -1;
 }
 
-int byval_rdv_trusted_owner(const struct stat *st)
+static int byval_rdv_trusted_owner(const struct stat *st)
 {
     if (st->st_uid == geteuid())
         return 1;
@@ -89,6 +103,10 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     struct stat st;
     if (msg && msglen)
         msg[0] = '\0';
+    if (byval_rdv.dirfd >= 0)
+        close(byval_rdv.dirfd);
+    byval_rdv.dirfd = -1;
+    byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)
         return 0;
     if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir)) {
@@ -156,13 +174,11 @@ static int peer_in_group(int conn, gid_t gid)
     return in;
 }
 
-int byval_rendezvous_peer_allowed(int conn, const struct ucred *cred)
+int byval_rendezvous_group_peer(int conn, const struct ucred *cred)
 {
     long gid = byval_rdv.gid;
-    if (gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid() &&
-        (cred->gid == (gid_t)gid || peer_in_group(conn, (gid_t)gid)))
-        return 1;
-    return byval_broker_uid_allowed(cred->uid); /* counts the refusal */
+    return gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid() &&
+        (cred->gid == (gid_t)gid || peer_in_group(conn, (gid_t)gid));
 }
 
 byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_t deadline,
@@ -220,4 +236,216 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
     byval_msg(msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s", byval_rdv.dir, name,
               rec->pid, strerror(err), err == EAGAIN ? " (its backlog stayed full)" : "");
     return BYVAL_E_SYS;
+}
+
+#define SWEEP_MAX 4096 /* entries looked at per start: bounded work */
+
+static struct {
+    pid_t owner; /* the process that made the socket; 0: none */
+    ino_t ino;   /* its inode, so exit removes only that file */
+    char name[64];
+} mine;
+
+/* Call fn(name, boot, identity, arg) for each socket name of ours among
+ * the directory's first max entries, until it returns non-zero. */
+static void each_name(int max, int (*fn)(const char *, uint32_t, uint64_t, void *), void *arg)
+{
+    int fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *e;
+    for (int n = 0; n < max && (e = readdir(d)) != NULL; n++) {
+        unsigned b;
+        unsigned long long id;
+        char tail[8];
+        if (sscanf(e->d_name, "ipcbyval-%8x-%16llx%7s", &b, &id, tail) == 3 &&
+            !strcmp(tail, ".sock") && fn(e->d_name, b, id, arg))
+            break;
+    }
+    closedir(d);
+}
+
+typedef struct each_arg {
+    uint32_t boot, id32;
+    int (*fn)(uint64_t identity, void *arg);
+    void *arg;
+    int n;
+} each_arg_t;
+
+static int each_id32(const char *name, uint32_t boot, uint64_t id, void *arg)
+{
+    each_arg_t *a = arg;
+    (void)name;
+    if (boot != a->boot || (uint32_t)id != a->id32)
+        return 0;
+    a->n++;
+    return a->fn(id, a->arg);
+}
+
+int byval_rendezvous_each(uint32_t boot, uint32_t id32, int (*fn)(uint64_t identity, void *arg),
+                          void *arg)
+{
+    each_arg_t a = {boot, id32, fn, arg, 0};
+    if (byval_rendezvous_enabled())
+        each_name(INT32_MAX, each_id32, &a);
+    return a.n;
+}
+
+/* Remove name when it is a stale socket of our uid (a killed exporter's). */
+static int sweep_one(const char *name, uint32_t b, uint64_t id, void *arg)
+{
+    struct stat st;
+    uint32_t boot = *(uint32_t *)arg;
+    (void)id;
+    if (strcmp(name, mine.name) == 0 ||
+        fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode) ||
+        st.st_uid != geteuid())
+        return 0;         /* not ours to judge: importers refuse or ignore it */
+    int dead = b != boot; /* a previous boot's */
+    struct sockaddr_un a;
+    int s = dead || byval_rdv_addr(&a, name) != 0
+        ? -1
+        : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    /* Non-blocking: a full backlog says EAGAIN (alive), never waits. A
+     * live exporter sees a connection closed before any request. */
+    if (s >= 0) {
+        dead = connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 && errno == ECONNREFUSED;
+        close(s);
+    }
+    if (dead)
+        unlinkat(byval_rdv.dirfd, name, 0);
+    return 0;
+}
+
+int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
+{
+    char tmp[96];
+    struct sockaddr_un a;
+    struct stat st;
+    int err;
+    if (!byval_rendezvous_enabled())
+        return -1;
+    if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS)) {
+        byval_msg(msg, msglen,
+                  "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and prove "
+                  "this process across pid namespaces: not listening there");
+        return -1;
+    }
+    byval_rendezvous_name(mine.name, sizeof(mine.name), self->boot, self->identity);
+    uint32_t boot = self->boot;
+    each_name(SWEEP_MAX, sweep_one, &boot);
+    snprintf(tmp, sizeof(tmp), ".%s.%u.tmp", mine.name, (unsigned)getpid());
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0 || byval_rdv_addr(&a, tmp) != 0)
+        goto err;
+    unlinkat(byval_rdv.dirfd, tmp, 0); /* a previous process's, same pid: ours to reuse */
+    if (bind(s, (struct sockaddr *)&a, sizeof(a)) != 0)
+        goto err;
+    /* connect() needs write permission on the socket file: our uid only,
+     * or the group's too (which must then own it). */
+    int group = byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
+    if ((group &&
+         fchownat(byval_rdv.dirfd, tmp, (uid_t)-1, (gid_t)byval_rdv.gid, AT_SYMLINK_NOFOLLOW) !=
+             0) ||
+        fchmodat(byval_rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
+        listen(s, 64) != 0 || renameat(byval_rdv.dirfd, tmp, byval_rdv.dirfd, mine.name) != 0)
+        goto err_bound;
+    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        mine.ino = st.st_ino;
+        mine.owner = getpid();
+    }
+    return s;
+
+err_bound:
+    err = errno;
+    unlinkat(byval_rdv.dirfd, tmp, 0);
+    errno = err;
+err:
+    err = errno;
+    byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", byval_rdv.dir,
+              strerror(err), err == EPERM ? " (the group: are we a member?)" : "");
+    if (s >= 0)
+        close(s);
+    errno = err;
+    return -1;
+}
+
+/* Why we do not listen: written once under the broker's lock, read by
+ * whoever logs it first. */
+static char failed[512];
+static int failed_unsaid;
+
+void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int *fd_p)
+{
+    char msg[512];
+    *fd_p = -1;
+    if (!byval_rendezvous_enabled())
+        return;
+    int s = byval_rendezvous_listen(self, msg, sizeof(msg));
+    if (s >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
+        if (epoll_ctl(efd, EPOLL_CTL_ADD, s, &ev) == 0) {
+            *fd_p = s;
+            return;
+        }
+        byval_msg(msg, sizeof(msg), "cannot serve the rendezvous socket: epoll_ctl: %s",
+                  strerror(errno));
+        close(s);
+    }
+    if (__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE))
+        return;
+    memcpy(failed, msg, sizeof(failed));
+    __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
+}
+
+void byval_rendezvous_start_failed(int err)
+{
+    static int said; /* every export tries the start again: once is enough */
+    char msg[512];
+    if (!byval_rendezvous_enabled() || __atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+        return;
+    byval_msg(msg, sizeof(msg),
+              "cannot listen in the rendezvous directory %s: the socket fallback did not "
+              "start: %s%s",
+              byval_rdv.dir, strerror(err),
+              err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
+    memcpy(failed, msg, sizeof(failed));
+    __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
+}
+
+int byval_rendezvous_take_error(char *msg, size_t msglen)
+{
+    if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
+        !__atomic_exchange_n(&failed_unsaid, 0, __ATOMIC_ACQ_REL))
+        return 0;
+    byval_msg(msg, msglen, "%s", failed);
+    return 1;
+}
+
+/* At exit the socket goes with its process; only that one removes it,
+ * and only the file it made. */
+__attribute__((destructor)) static void rendezvous_exit(void)
+{
+    struct stat st;
+    if (mine.owner != getpid() || byval_rdv.dirfd < 0)
+        return;
+    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == mine.ino)
+        unlinkat(byval_rdv.dirfd, mine.name, 0);
+}
+
+static uint64_t served;
+
+void byval_rendezvous_served(void)
+{
+    __atomic_fetch_add(&served, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t byval_rendezvous_served_count(void)
+{
+    return __atomic_load_n(&served, __ATOMIC_RELAXED);
 }

@@ -4,48 +4,191 @@
  * fds: the whole resolution, in one sequence (pipeline() below).
  *
  *   1. translate   the record's pid is its exporter's in ITS namespace:
- *                  find its pid in ours (the same when both share one;
- *                  else remembered, or found once by nsxlate.c). Every
- *                  later step, /proc path and message uses this pid.
- *   2. identify    a pidfd of that pid, and the proof that the process
- *                  behind it is the record's exporter (identity.c). A
- *                  pidfd the caller kept from an earlier open was
- *                  identified then: it names that process for ever.
+ *                  find its pid in ours (remembered, the pidfd's word, or
+ *                  NSpid in /proc). Every later step uses this pid.
+ *   2. identify    a pidfd of that pid, proven to be the record's
+ *                  exporter (self.c); a pidfd kept from an earlier open
+ *                  was identified then.
  *   3. prove the export   before anything is duplicated: the exporter's
- *                  own registry lists the fd as the export the record
- *                  names (the prover the library installs, proof.c),
- *                  read as (slot, serial); objects no registry lists (the
- *                  registry and its pipe themselves, or no prover
- *                  installed) are proven by their kind through /proc
- *                  without opening them (fdcheck.c's precheck).
- *   4. duplicate   the fetch step, one of three routes: pidfd_getfd
- *                  (here), the exporter's socket broker at its abstract
- *                  name, or its socket in the rendezvous directory
- *                  (resolve_socket.c: the broker proves its identity and
- *                  serves only what its exporter offered). auto takes
+ *                  registry lists the fd as the export the record names
+ *                  (the installed prover, registry_view.c); what no
+ *                  registry lists is proven by its kind through /proc
+ *                  (fdcheck.c).
+ *   4. duplicate   pidfd_getfd, or the broker's socket routes (broker.h),
+ *                  whose exporter serves only what it offered. auto takes
  *                  pidfd first, the sockets where the kernel refuses or
- *                  the exporter is out of reach, and remembers what
- *                  worked (peers.c).
+ *                  the exporter is out of reach, and remembers per
+ *                  exporter what worked.
  *   5. prove the object   the duplicate is of a kind we may use, with the
- *                  record's inode and size (fdcheck.c, from the fd itself,
- *                  never a path), and the registry entry read in step 3
- *                  still holds the same serial: the exporter withdraws an
- *                  entry before it closes the fd, so an unchanged serial
- *                  proves the number was not closed and reused between
- *                  the proof and the duplicate (an inode alone cannot: on
- *                  NVIDIA every VMM chunk fd is /dev/nvidiactl, one inode).
+ *                  record's inode and size (fdcheck.c), and the registry
+ *                  entry of step 3 still holds its serial (withdrawn
+ *                  before its fd is closed: the number was not reused).
  *
  * Every failure closes what it opened and writes one line naming the
  * syscall, the pid, the fd and strerror.
  */
+#include "handles/resolve.h"
+
+#include <errno.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/locks.h"
 #include "handles/broker.h"
-#include "handles/nsxlate.h"
-#include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
 #include "handles/transport.h"
+#include "handles/sys.h"
+
+/* What the pipeline fetches: fd (inode low bits ino, size
+ * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a
+ * pidfd's process, no record), to be of kind obj; tag: what the socket
+ * routes show for it (rec->tag for rec's own fd, else 0). */
+typedef struct byval_want {
+    const byval_record_t *rec;
+    uint32_t fd, ino;
+    uint64_t size;
+    byval_obj_t obj;
+    uint64_t tag;
+} byval_want_t;
+
+/* The exporter as this process reaches it. */
+typedef struct byval_exporter {
+    uint32_t pid; /* in our pid namespace; 0: not known yet */
+    int pidfd;    /* identified (step 2), or -1 */
+    int owned;    /* pidfd opened by this resolution (else the caller's) */
+} byval_exporter_t;
+
+/* What auto learnt per exporter (pidns, pid, identity: never a later
+ * process with the pid): its pid here (the /proc scan once per exporter)
+ * or that its socket serves it. Fixed size, round robin: forgetting costs
+ * one retry. True in a fork child too (same exporters). */
+#define PEERS 256
+
+typedef struct peer {
+    uint32_t pidns, pid;
+    uint64_t identity;
+    byval_via_t via; /* XLATED or SOCKET; NONE: empty slot */
+    uint32_t local_pid;
+} peer_t;
+
+static struct {
+    byval_lock_t lock;
+    unsigned next; /* entries ever written (atomic: read unlocked) */
+    peer_t p[PEERS];
+} mem = {.lock = BYVAL_LOCK_INIT(TRANSPORT)};
+BYVAL_LOCK_STATIC(transport, &mem.lock);
+
+static peer_t *peer_find_locked(const byval_record_t *rec)
+{
+    for (unsigned i = 0; i < PEERS; i++) {
+        peer_t *p = &mem.p[i];
+        if (p->via != BYVAL_VIA_NONE && p->pid == rec->pid && p->pidns == rec->pidns &&
+            p->identity == rec->identity)
+            return p;
+    }
+    return NULL;
+}
+
+static peer_t peer_get(const byval_record_t *rec)
+{
+    peer_t found = {0};
+    /* Nothing learnt yet (one namespace, pidfd allowed): no lock, no scan. */
+    if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
+        return found;
+    byval_lock(&mem.lock);
+    peer_t *p = peer_find_locked(rec);
+    if (p)
+        found = *p;
+    byval_unlock(&mem.lock);
+    return found;
+}
+
+static void peer_put(const byval_record_t *rec, byval_via_t via, uint32_t local_pid)
+{
+    byval_lock(&mem.lock);
+    peer_t *slot = peer_find_locked(rec);
+    int fresh = !slot;
+    if (fresh)
+        slot = &mem.p[__atomic_load_n(&mem.next, __ATOMIC_RELAXED) % PEERS];
+    *slot = (peer_t){rec->pidns, rec->pid, rec->identity, via, local_pid};
+    if (fresh) /* after the entry: an unlocked reader that sees it counted looks */
+        __atomic_fetch_add(&mem.next, 1, __ATOMIC_RELEASE);
+    byval_unlock(&mem.lock);
+}
+
+void byval_transport_remember_socket(const byval_record_t *rec)
+{
+    peer_put(rec, BYVAL_VIA_SOCKET, 0);
+}
+
+/* Last field of the NSpid line of /proc/<dir>/status, or 0. */
+static uint32_t innermost_pid(const char *dir)
+{
+    char path[300], line[512]; /* NSpid: up to 32 levels of 10 digits */
+    snprintf(path, sizeof(path), "/proc/%s/status", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    uint32_t last = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "NSpid:", 6) != 0)
+            continue;
+        char *save = NULL;
+        for (char *tok = strtok_r(line + 6, " \t\n", &save); tok;
+             tok = strtok_r(NULL, " \t\n", &save))
+            last = (uint32_t)strtoul(tok, NULL, 10);
+        break;
+    }
+    fclose(f);
+    return last;
+}
+
+byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
+                                  size_t msglen)
+{
+    /* The pids read off /proc must be pids of OUR namespace, or pidfd_open
+     * would reach whatever holds that number here. */
+    if (!byval_proc_is_ours()) {
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
+                  "we can tell: this /proc belongs to another pid namespace (mount one for "
+                  "ours to translate pids)",
+                  rec->pid, rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    DIR *d = opendir("/proc");
+    if (!d) {
+        byval_msg(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid,
+                  rec->pidns);
+        return BYVAL_E_FOREIGN_NS;
+    }
+    struct dirent *e;
+    byval_status_t st = BYVAL_E_FOREIGN_NS;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]) || innermost_pid(e->d_name) != rec->pid)
+            continue;
+        char path[300];
+        struct stat sb;
+        snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
+        if (stat(path, &sb) == 0 && (uint32_t)sb.st_ino == rec->pidns) {
+            *local_pid_p = (uint32_t)strtoul(e->d_name, NULL, 10);
+            st = BYVAL_OK;
+            break;
+        }
+    }
+    closedir(d);
+    if (st != BYVAL_OK)
+        byval_msg(msg, msglen,
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
+                  "not visible from here",
+                  rec->pid, rec->pidns);
+    return st;
+}
 
 static const byval_prover_t *prover;
 
@@ -54,15 +197,13 @@ void byval_resolve_set_prover(const byval_prover_t *p)
     __atomic_store_n(&prover, p, __ATOMIC_RELEASE);
 }
 
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
+static byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
 {
     /* The record's own fd is of the record's kind; any other fd of the
      * same exporter a record leads to is one a manifest lists: memory. */
     return rec->kind == BYVAL_KIND_CU_VMM_MANIFEST && fd == rec->fd ? BYVAL_OBJ_MANIFEST
                                                                     : BYVAL_OBJ_MEMORY;
 }
-
-/* ---- 1. translate --------------------------------------------------- */
 
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
                                 byval_exporter_t *x, char *msg, size_t msglen)
@@ -73,8 +214,7 @@ static byval_status_t translate(const byval_record_t *rec, const byval_self_t *s
         x->pid = rec->pid;
         return BYVAL_OK;
     }
-    /* Not remembered (peers.c, read by resolve()): an identified pidfd
-     * has the kernel's own word for it; else the /proc scan. */
+    /* Not remembered: an identified pidfd has the kernel's word for it. */
     uint32_t local = 0;
     int kernel;
     if (x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)
@@ -143,9 +283,9 @@ static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x
 
 /* ---- 5. prove the object -------------------------------------------- */
 
-byval_status_t byval_prove_object(const byval_want_t *w, const byval_exporter_t *x,
-                                  const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
-                                  char *msg, size_t msglen)
+static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t *x,
+                                   const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
+                                   char *msg, size_t msglen)
 {
     if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
         /* Withdrawn between the proof and the duplicate: the number may
@@ -173,13 +313,38 @@ static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t
     if (st == BYVAL_OK)
         st = dup_pidfd(w, x, &dup, msg, msglen);
     if (st == BYVAL_OK)
-        st = byval_prove_object(w, x, &proof, &seen, dup, msg, msglen);
+        st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
     if (proof.word) /* what the prover holds */
         __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
         byval_fd_release(dup); /* maybe not what we asked for: never block on it */
     else if (st == BYVAL_OK)
         *fd_p = dup;
+    return st;
+}
+
+/* Step 4 on the socket routes (broker.h), then step 5 with no registry
+ * proof (the broker checked its own): *fd_p the proven duplicate; x keeps
+ * the listener's pidfd when it proved the identity and x had none. */
+static byval_status_t fetch_socket(const byval_want_t *w, byval_exporter_t *x, int *fd_p,
+                                   byval_fetch_info_t *info, char *msg, size_t msglen)
+{
+    int via, *pidfd_p = x->pidfd >= 0 ? NULL : &x->pidfd;
+    x->pid = w->rec->pid; /* as the exporter named itself: the broker's name */
+    byval_status_t st =
+        byval_broker_fetch_routes(w->rec, w->fd, w->ino, w->tag, fd_p, pidfd_p, &via, msg, msglen);
+    if (pidfd_p)
+        x->owned = x->pidfd >= 0;
+    if (st != BYVAL_OK)
+        return st;
+    info->via = (byval_via_t)via;
+    byval_fd_seen_t none = {0};
+    byval_proof_t no_proof = {0};
+    st = prove_object(w, x, &no_proof, &none, *fd_p, msg, msglen);
+    if (st != BYVAL_OK) {
+        byval_fd_release(*fd_p);
+        *fd_p = -1;
+    }
     return st;
 }
 
@@ -198,7 +363,7 @@ static byval_status_t pipeline(const byval_want_t *w, const byval_self_t *self, 
 }
 
 /* The policy over the routes: what mode asks, what auto learnt about
- * this exporter before (one read of peers.c), and what it learns now (at
+ * this exporter before (one read of its memory), and what it learns now (at
  * most one write). */
 static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, int mode,
                               byval_exporter_t *x, int *fd_p, byval_fetch_info_t *info, char *msg,
@@ -213,10 +378,10 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
                   w->rec->boot, self->boot);
         return BYVAL_E_FOREIGN_HOST;
     }
-    byval_peer_t known = byval_peer_get(w->rec);
+    peer_t known = peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
-        return byval_fetch_socket(w, x, fd_p, info, msg, msglen);
+        return fetch_socket(w, x, fd_p, info, msg, msglen);
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
@@ -226,7 +391,7 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
     if (mode != BYVAL_MODE_AUTO ||
         (st != BYVAL_E_PERM && st != BYVAL_E_NOSYS && st != BYVAL_E_FOREIGN_NS)) {
         if (st == BYVAL_OK && info->via == BYVAL_VIA_XLATED && known.via != BYVAL_VIA_XLATED)
-            byval_peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
+            peer_put(w->rec, BYVAL_VIA_XLATED, x->pid);
         return st;
     }
     /* auto: the kernel refused pidfd_getfd, or the exporter is not
@@ -237,9 +402,9 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
         close(x->pidfd);
     *x = (byval_exporter_t){.pidfd = x->owned ? -1 : x->pidfd};
     byval_fetch_info_t got = *info;
-    byval_status_t st2 = byval_fetch_socket(w, x, fd_p, &got, msg, msglen);
+    byval_status_t st2 = fetch_socket(w, x, fd_p, &got, msg, msglen);
     if (st2 == BYVAL_OK) {
-        byval_peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
+        peer_put(w->rec, BYVAL_VIA_SOCKET, info->local_pid);
         info->via = got.via;
         info->fell_back = 1;
         memcpy(info->why, why, sizeof(why));

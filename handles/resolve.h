@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * resolve.h - who am I (exporter side) and how to get an exporter's fd
- * (importer side) with pidfd_open + pidfd_getfd. No GPU API here.
- */
+/* resolve.h - the resolution pipeline (resolve.c) on the pidfd route, and
+ * the proof of export it asks for; transport.h has its other entries. */
 #ifndef BYVAL_HANDLES_RESOLVE_H
 #define BYVAL_HANDLES_RESOLVE_H
 
@@ -10,104 +8,34 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "handles/wire.h"
+#include "handles/self.h"
 
-/* The calling process as an exporter describes itself in every record. */
-typedef struct byval_self {
-    uint32_t pid;
-    uint32_t pidns; /* inode of /proc/self/ns/pid */
-    uint32_t boot;  /* byval_fnv1a32 of the boot_id text (36 chars) */
-    uint64_t identity;
-    uint8_t id_flags; /* BYVAL_FLAG_ID_PIDFS or 0 */
-} byval_self_t;
+/* The pid here of rec->pid of pid namespace rec->pidns (a descendant of
+ * ours: NSpid in /proc/<pid>/status), or FOREIGN_NS. Proves nothing: the
+ * pipeline then identifies the process behind a pidfd of it. */
+byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid_p, char *msg,
+                                  size_t msglen);
 
-typedef enum byval_status {
-    BYVAL_OK = 0,
-    BYVAL_E_INVALID,      /* malformed record or argument */
-    BYVAL_E_FOREIGN_HOST, /* boot id differs: handle from another node/boot */
-    BYVAL_E_FOREIGN_NS,   /* exporter lives in another pid namespace */
-    BYVAL_E_GONE,         /* exporter exited (ESRCH) */
-    BYVAL_E_IDENTITY,     /* pid belongs to another process (reused, or forged) */
-    BYVAL_E_BADFD,        /* fd not open in the exporter (EBADF) */
-    BYVAL_E_PERM,         /* pidfd_getfd denied (EPERM): ptrace rules */
-    BYVAL_E_NOSYS,        /* kernel has no pidfd_open/pidfd_getfd */
-    BYVAL_E_NOFD,         /* out of fds in the importer (EMFILE/ENFILE) */
-    BYVAL_E_FDKIND,       /* fd is not the object the record describes */
-    BYVAL_E_SYS,          /* other syscall failure, see errno text */
-} byval_status_t;
-
-/* Static name for a status ("exporter gone", ...). */
-const char *byval_status_str(byval_status_t st);
-
-/* Fill *self for the calling process. Computed on first use and cached;
- * byval_self_reset() forgets it (call in an at-fork child handler). */
-int byval_self_get(byval_self_t *self_p);
-void byval_self_reset(void);
-
-/* Fill the identity fields of rec (pid, pidns, boot, identity, flags)
- * from self. */
-void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
-
-/* What an fd a record leads to must be. */
-typedef enum byval_obj {
-    BYVAL_OBJ_MEMORY = 1, /* GPU memory: a dma-buf, an NVIDIA device file, a memfd */
-    BYVAL_OBJ_MANIFEST,   /* ipcbyval's CUDA VMM manifest: a sealed memfd */
-    BYVAL_OBJ_REGISTRY,   /* an exporter's registry (handles/registry.h): a memfd */
-    BYVAL_OBJ_WAKE_PIPE,  /* its wake-up pipe, named by that registry: a pipe */
-} byval_obj_t;
-
-/* The kind fd must be for rec: rec's own fd is of rec's kind; any other fd
- * (the chunks a manifest lists) is GPU memory. */
-byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd);
-
-/* inode of fd (st_ino), 0 on error. */
-uint64_t byval_fd_inode(int fd);
-
-/* Size in bytes of the object behind fd (memfd: st_size; dma-buf: its
- * SEEK_END), or -1. Exporters record this, not the allocation's size: a
- * pooled allocation's dma-buf is larger than the allocation. */
-int64_t byval_fd_size(int fd);
-
-/*
- * Resolve rec into a local duplicate of the exporter's fd with
- * pidfd_open + pidfd_getfd: resolve.c's pipeline (translate, identify,
- * prove the export, duplicate, prove the object) on the pidfd route
- * alone; transport.h's byval_transport_fetch_fd is the same with the
- * socket route too. Nothing on the way blocks on a file system or moves
- * a file offset.
- * On success *fd_p is a new fd owned by the caller (O_CLOEXEC).
- * On failure writes one exact, human-readable line (no trailing newline)
- * into msg (may be NULL) that names the syscall, pid, fd and errno text,
- * with a hint for EPERM.
- * pidfd_p: if non-NULL, receives the pidfd (caller owns it; -1 on error)
- * so callers can keep it to watch for exporter exit; else it is closed.
- */
+/* rec's object as a new fd of ours (*fd_p, O_CLOEXEC) through the pidfd
+ * route alone; *pidfd_p (may be NULL) the exporter's pidfd, the caller's
+ * to keep and watch. On failure one line in msg (may be NULL) naming the
+ * syscall, pid, fd and errno text. Never blocks on a file system. */
 byval_status_t byval_resolve_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                                 int *pidfd_p, char *msg, size_t msglen);
 
-/*
- * Duplicate one more fd of an exporter already identified (pidfd from
- * byval_resolve_fd; pid: its pid in our namespace) that no record
- * describes (an exporter's registry or its pipe): its kind through /proc
- * before pidfd_getfd, then the duplicate must be that same object, of
- * kind obj (inode low 32 bits == fd_ino and, when size != 0, the size in
- * pages).
- */
+/* One more fd of an identified exporter (pid: its pid here) that no
+ * record describes (a registry, its pipe): of kind obj, inode low bits
+ * fd_ino and, when size != 0, that size in pages. */
 byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd_ino, uint64_t size,
                                byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
 
-/*
- * The proof of export (the pipeline's step 3): pidfd_getfd can duplicate
- * any fd of a process we may ptrace, whether it exported it or not, so
- * nothing is duplicated before its exporter is shown to have exported it.
- * prove() finds fd (inode low 32 bits ino) listed, under the key rec
- * names it by (byval_record_key), in the registry of the exporter behind pidfd (pid: its pid here, for
- * messages) and fills *proof with the word that stays serial while that
- * export lives; the pipeline checks it again after the
- * duplicate (the exporter withdraws before it closes). done() drops what
- * prove() holds. The library installs the registry's (proof.c); without
- * one (the unit tests of this layer) /proc shows the fd's kind first.
- */
+/* The proof of export (step 3): pidfd_getfd duplicates any fd of a
+ * process we may ptrace, so nothing is duplicated before its exporter is
+ * shown to have exported it. prove() fills *proof with the word that
+ * stays serial while the export of fd (inode ino, under byval_record_key)
+ * lives, checked again after the duplicate; done() drops what it holds.
+ * The library installs the registry's (registry_view.c); without one,
+ * /proc shows the fd's kind first. */
 typedef struct byval_proof {
     const uint64_t *word; /* NULL: nothing held */
     uint64_t serial;
@@ -126,8 +54,5 @@ void byval_resolve_set_prover(const byval_prover_t *p);
  * own fd under its kind and allocation id, a chunk its manifest lists
  * under the chunk kind and that id. */
 uint64_t byval_record_key(const byval_record_t *rec, uint32_t fd);
-
-/* 1 if the process behind pidfd has exited (pidfd readable), else 0. */
-int byval_pidfd_exited(int pidfd);
 
 #endif

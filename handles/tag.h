@@ -1,17 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * tag.h - the exporter's tag of an exported object: a keyed hash
- * (SipHash-2-4, 40 bits kept) of (fd number, inode low 32 bits, as
- * records carry it) under a random key
- * this process never publishes. A record carries its fd's tag, a CUDA
- * manifest each chunk's; the broker recomputes it at a request, storing
- * nothing, and serves a peer of another uid only what it shows the tag
- * of. What a peer can read elsewhere (the registry page's fd and inode
- * list, /proc) does not give the tag without the key.
- *
- * The key comes from getrandom at the first tag; a fork child makes its
- * own (its exports are its own).
- */
+/* tag.h - the exporter's tag of an exported object: SipHash-2-4 (40 bits
+ * kept) of (fd, inode low 32 bits) under a random key never published (a
+ * fork child makes its own). Records carry it; the broker recomputes it
+ * and serves a peer of another uid only what it shows the tag of. */
 #ifndef BYVAL_HANDLES_TAG_H
 #define BYVAL_HANDLES_TAG_H
 

@@ -1,20 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * transport.h - how an importer gets the exporter's fd, by policy:
- * pidfd_getfd (with pid translation when the exporter lives in a pid
- * namespace below ours), the socket fallback (broker.h), or auto: pidfd
- * first, and on EPERM/ENOSYS/foreign pid namespace the socket, remembered
- * per exporter (pidns, pid, identity) so later opens go straight to what
- * worked. No GPU API and no configuration here: the shim passes the mode.
- * These are the entries of resolve.c's pipeline; peers.c remembers.
- */
+/* transport.h - how an importer gets the exporter's fd, by policy:
+ * pidfd_getfd, the socket fallback (broker.h), or auto (pidfd first, the
+ * socket where the kernel refuses or the exporter is out of reach,
+ * remembered per exporter). The entries of resolve.c's pipeline; the shim
+ * passes the mode. */
 #ifndef BYVAL_HANDLES_TRANSPORT_H
 #define BYVAL_HANDLES_TRANSPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "handles/resolve.h"
+#include "handles/self.h"
 
 /* Modes: the values of IPCBYVAL_TRANSPORT (shim/config.h's enum). */
 #define BYVAL_MODE_AUTO 0
@@ -37,15 +33,10 @@ typedef struct byval_fetch_info {
     char why[512];      /* fell_back: why pidfd_getfd could not serve it */
 } byval_fetch_info_t;
 
-/*
- * A new fd (O_CLOEXEC, owned by the caller) for the record's object. The
- * host (boot id) is checked before anything: a handle from another host
- * or boot is never resolved locally. *pidfd_p: the exporter's pidfd to
- * watch for its exit, or -1 (socket without SO_PEERPIDFD). info may be
- * NULL. On failure one line in msg, naming both transports when auto
- * tried both; the status is the socket's when the exporter answered it,
- * else pidfd_getfd's.
- */
+/* A new fd (O_CLOEXEC, the caller's) for the record's object, never from
+ * another host or boot. *pidfd_p: the exporter's pidfd to watch, or -1.
+ * info may be NULL. On failure one line in msg, naming both transports
+ * when auto tried both (the socket's status when the exporter answered). */
 byval_status_t byval_transport_fetch_fd(const byval_record_t *rec, const byval_self_t *self,
                                         int mode, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
                                         char *msg, size_t msglen);
@@ -57,28 +48,19 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
                                      int kept, int *fd_p, int *pidfd_p, byval_fetch_info_t *info,
                                      char *msg, size_t msglen);
 
-/*
- * One more fd of the same exporter (CUDA manifest chunks, or a later cold
- * open of an exporter whose pidfd was kept), after a successful
- * byval_transport_fetch_fd that gave pidfd: through whichever transport
- * reached the exporter then. size: as byval_getfd_obj (0: not checked).
- */
+/* One more fd of the same exporter (manifest chunks) after a fetch that
+ * gave pidfd, through whichever transport reached it. size 0: unchecked.
+ * _obj: an fd that must be of kind obj (a registry, its pipe). */
 byval_status_t byval_transport_fetch_more_fd(const byval_record_t *rec, int mode, int pidfd,
                                              uint32_t fd, uint32_t fd_ino, uint64_t size, int *fd_p,
                                              char *msg, size_t msglen);
 
-/* The same for an fd that must be of kind obj (an exporter's registry or
- * its wake-up pipe, which a record does not describe). */
 byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, int pidfd,
                                          uint32_t fd, uint32_t fd_ino, uint64_t size,
                                          byval_obj_t obj, int *fd_p, char *msg, size_t msglen);
 
-/* Remember that rec's exporter is reached through its socket (found in
- * the rendezvous directory, rendezvous_short.c): its pid names nothing
- * here, so no pidfd_getfd is tried on it. */
+/* Remember that rec's exporter is reached through its socket only (its
+ * pid names nothing here). */
 void byval_transport_remember_socket(const byval_record_t *rec);
-
-/* Forget what auto learnt (tests). */
-void byval_transport_forget(void);
 
 #endif

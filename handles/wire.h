@@ -86,10 +86,8 @@ byval_wire_status_t byval_wire_encode(const byval_record_t *rec, uint8_t out[BYV
 /* Decode and validate len bytes at in. Never reads past in[len-1]. */
 byval_wire_status_t byval_wire_decode(const uint8_t *in, size_t len, byval_record_t *rec_p);
 
-/* Decode without the checksum: for a record that the caller will compare
- * byte for byte with one it decoded (and checked) before, as a cache hit
- * does; the checksum is a byte-serial FNV pass over 45 bytes, a third of
- * a hit's cost. Anything else must use byval_wire_decode. */
+/* Decode without the checksum (a third of a cache hit's cost): only for
+ * a record the caller compares byte for byte with one it decoded before. */
 byval_wire_status_t byval_wire_parse(const uint8_t *in, size_t len, byval_record_t *rec_p);
 
 /* Cheap pre-check: 1 if the bytes start with the magic (no checksum). */
@@ -100,12 +98,9 @@ const char *byval_wire_status_str(byval_wire_status_t st);
 
 /*
  * The short record: 24 bytes, for handles whose driver leaves fewer than
- * 47 bytes free (Level Zero's classic IpcEventPoolData writes bytes 0-39
- * and leaves 40-63). It cannot describe the export itself; it names an
- * entry of the exporter's registry (handles/registry.h), which importers
- * map read-only and which holds the rest: the fd number, the fd's inode,
- * the size, the full identity (in its header), and whether the export
- * still lives. Little endian:
+ * 47 bytes free (Level Zero's classic IpcEventPoolData). It names an entry
+ * of the exporter's registry (registry.h), which holds the rest. Little
+ * endian:
  *
  *  off len field
  *    0   2 magic      0x6562 ("be")
@@ -118,9 +113,8 @@ const char *byval_wire_status_str(byval_wire_status_t st);
  *   20   4 checksum   FNV-1a 32 over the bound bytes (the driver's part of
  *                     the handle), then bytes 0..19
  *
- * Binding the driver's bytes into the checksum makes a handle whose fd
- * bytes the program replaced (SCM_RIGHTS programs) fail the checksum: it
- * is then not ours and goes to the driver unchanged.
+ * A handle whose driver bytes the program replaced fails the checksum:
+ * not ours, it goes to the driver unchanged.
  */
 #define BYVAL_SHORT_LEN 24
 #define BYVAL_SHORT_MAGIC 0x6562u

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "handles/resolve_internal.h"
+#include "handles/self.h"
 #include "handles/sys.h" /* the kernel asked directly, never our own syscall() rescue */
 
 #ifndef SO_PEERPIDFD

@@ -20,7 +20,7 @@
 #include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/self.h"
 #include "shim/config.h"
 #include "shim/doctor.h"
 #include "shim/rendezvous.h"

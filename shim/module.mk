@@ -32,7 +32,7 @@ $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_ski
 # are the real ones; nothing else of the shim).
 STATS_TEST_OBJ = $(BUILD)/shim/stats.o $(BUILD)/shim/stats_file.o $(BUILD)/shim/log.o \
                  $(BUILD)/shim/config.o $(BUILD)/handles/registry_fds.o $(BUILD)/handles/fdproof.o $(CACHE_OBJ) \
-                 $(BUILD)/handles/rendezvous_stats.o
+                 $(BUILD)/handles/rendezvous.o
 UNIT_TESTS += $(BUILD)/test/unit/test_stats
 $(BUILD)/test/unit/test_stats: test/unit/test_stats.c $(STATS_TEST_OBJ)
 	@mkdir -p $(dir $@)

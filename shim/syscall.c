@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "handles/rescue.h"
-#include "handles/resolve_internal.h"
+#include "handles/sys.h"
 #include "shim/config.h"
 #include "shim/dlsym_next.h"
 #include "shim/init.h"

@@ -5,7 +5,7 @@
  * (as the library's exporters do), each next to the raw syscalls it is
  * made of (every row closes the duplicate, as the open does once the
  * driver imported it). The library's proof of export (the registry,
- * handles/proof.c) is installed, as the shim installs it:
+ * handles/registry_view.c) is installed, as the shim installs it:
  *  - resolve_us: the first open from an exporter whose registry is
  *    mapped already, byval_resolve_fd (host check, pidfd_open, identity,
  *    proof of export, pidfd_getfd, object check; the pidfd is kept) vs

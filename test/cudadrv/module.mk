@@ -31,7 +31,7 @@ $(CU_PAIR): $(CU_PAIR_OBJ)
 # VMM manifests at their limits (1024 chunks, a forged short manifest).
 CU_CHUNKS      := $(CUDADRV_DIR)/cu_chunks
 $(CU_CHUNKS): test/cudadrv/cu_chunks.c $(BUILD)/test/cudadrv/cu_pair_drv.o $(BUILD)/handles/wire.o \
-              $(BUILD)/handles/self.o $(BUILD)/handles/fdcheck.o $(BUILD)/handles/fdkind.o $(BUILD)/handles/pidfd.o $(BUILD)/handles/bgthread.o \
+              $(BUILD)/handles/self.o $(BUILD)/handles/fdcheck.o $(BUILD)/handles/bgthread.o \
               $(BUILD)/cache/locks.o
 	$(CC) $(CUDADRV_CFLAGS) -MMD -MP -o $@ $< $(filter %.o,$^) -ldl
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_broker_req.c - libFuzzer target for the socket fallback's request
- * parser (handles/broker_proto.c), which the exporter runs on whatever a
+ * parser (handles/broker_internal.h), which the exporter runs on whatever a
  * peer of its uid sends.
  *
  * The input is what one connection sends. Checked for every prefix, as

@@ -48,7 +48,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#include "handles/resolve_internal.h" /* SYS_pidfd_* where headers lack them */
+#include "handles/sys.h" /* SYS_pidfd_* where headers lack them */
 #include <unistd.h>
 
 /* ze_api.h 1.6 / 1.15, not in the 1.4 headers. */

@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "handles/resolve_internal.h" /* SYS_pidfd_* where headers lack them */
+#include "handles/sys.h" /* SYS_pidfd_* where headers lack them */
 #include "test/cudadrv/cu_pair.h"
 
 /* glibc 2.36's wrapper (declared here: older headers lack <sys/pidfd.h>). */

@@ -261,7 +261,7 @@ static int ask(const char *addr, uint32_t magic, uint32_t fd, uint32_t ino, uint
 
 static int do_page(const char *addr)
 {
-    int fd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, 0, &fd);
+    int fd, st = ask(addr, BROKER_MAGIC_REGISTRY, 0, 0, 0, &fd);
     char buf[256] = "", link[128] = "", path[64];
     printf("page: status %d\n", st);
     if (fd < 0)
@@ -277,7 +277,7 @@ static int do_page(const char *addr)
 
 static int do_grab(const char *addr)
 {
-    int pfd, st = ask(addr, BROKER_MAGIC_RESCUE, BYVAL_RENDEZVOUS_FD_REGISTRY, 0, 0, &pfd);
+    int pfd, st = ask(addr, BROKER_MAGIC_REGISTRY, 0, 0, 0, &pfd);
     int got = 0, live = 0, untagged = 0;
     if (pfd < 0) {
         printf("grab: page refused (%d): 0 of 0 exports fetched\n", st);

@@ -31,7 +31,10 @@
 
 #include "handles/broker_internal.h"
 #include "handles/transport.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_skip.h"
 #include "test/unit/test_fdcheck.h"
 

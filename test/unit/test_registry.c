@@ -27,7 +27,10 @@
 #include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
-#include "handles/resolve_internal.h"
+#include "handles/sys.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/transport.h"
 #include "handles/transport.h"
 #include "test/unit/test_skip.h"
 
@@ -248,7 +251,7 @@ static void test_no_registry_no_view(void **state)
     close(pidfd);
 }
 
-/* The proof the pipeline asks for (proof.c): fd, inode and key listed. */
+/* The proof the pipeline asks for (registry_view.c): fd, inode and key listed. */
 static byval_status_t proven(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t fd,
                              uint32_t ino, byval_proof_t *proof, char *msg, size_t len)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_registry_fds.c - the registry by fd (handles/registry_fds.c) and
- * the rescue through the broker (handles/rescue.c), with real kernel
+ * the rescue through the broker (handles/broker_fetch.c), with real kernel
  * objects: eventfds stand for /dev/nvidiactl (one inode shared by every
  * open, and they poll), memfds for the test drivers' memory (an inode per
  * object, no poll). Served only while the number is the exported open
@@ -28,7 +28,10 @@
 #include "handles/broker.h"
 #include "handles/registry.h"
 #include "handles/rescue.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_skip.h"
 
 #ifndef KCMP_FILE

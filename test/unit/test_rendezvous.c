@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "handles/broker_internal.h"
-#include "handles/rendezvous_internal.h"
+#include "handles/rendezvous.h"
 #include "test/unit/test_skip.h"
 
 static char top[64];
@@ -43,10 +43,7 @@ static const char *mkdir_mode(char *buf, size_t len, mode_t mode)
 /* Forget the directory (each test sets up its own). */
 static void forget(void)
 {
-    if (byval_rdv.dirfd >= 0)
-        close(byval_rdv.dirfd);
-    byval_rdv.dirfd = -1;
-    byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
+    byval_rendezvous_setup(NULL, BYVAL_RENDEZVOUS_NO_GID, NULL, 0);
 }
 
 static int setup_dir(const char *dir, long gid, char *msg, size_t len)

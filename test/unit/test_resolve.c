@@ -22,7 +22,10 @@
 
 #include <cmocka.h>
 
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_resolve.h"
 
 static void test_ok_and_exit_watch(void **state)

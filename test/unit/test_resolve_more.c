@@ -24,7 +24,10 @@
 #include <cmocka.h>
 
 #include "handles/registry.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_resolve.h"
 
 /* An exporter described by start time resolves, and only while it lives. */

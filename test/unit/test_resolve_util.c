@@ -16,7 +16,10 @@
 
 #include <cmocka.h>
 
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "test/unit/test_resolve.h"
 
 byval_self_t self;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_transport.c - pid translation (handles/nsxlate.c) and the
+ * test_transport.c - pid translation (handles/resolve.c) and the
  * transport policy (handles/resolve.c): an exporter in a child pid
  * namespace (needs root), and an importer whose pidfd_getfd a seccomp
  * filter denies, as under Yama or a container profile.
@@ -26,8 +26,10 @@
 #include <cmocka.h>
 
 #include "handles/broker.h"
-#include "handles/nsxlate.h"
-#include "handles/resolve_internal.h"
+#include "handles/fdcheck.h"
+#include "handles/resolve.h"
+#include "handles/sys.h"
+#include "handles/transport.h"
 #include "handles/transport.h"
 
 static byval_self_t me;
