@@ -6,7 +6,6 @@
  */
 #include "cache/locks.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -170,9 +169,7 @@ static void fork_check(void)
         die("fork() called", 0, held[nheld - 1]);
 }
 #else
-static void fork_check(void)
-{
-}
+#define fork_check() ((void)0)
 #endif
 
 /* ---- one lock of the order ---------------------------------------------- */

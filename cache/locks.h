@@ -183,14 +183,8 @@ const char *byval_rank_name(unsigned rank);
 void byval_rank_enter(unsigned rank);
 void byval_rank_leave(unsigned rank);
 #else
-static inline void byval_rank_enter(unsigned rank)
-{
-    (void)rank;
-}
-static inline void byval_rank_leave(unsigned rank)
-{
-    (void)rank;
-}
+#define byval_rank_enter(rank) ((void)(rank))
+#define byval_rank_leave(rank) ((void)(rank))
 #endif
 
 static inline void byval_lock(byval_lock_t *l)

@@ -178,15 +178,11 @@ static int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *
     return diff == 0;
 }
 
-static lru_slot_t *slot_in(const byval_lru_t *lru, unsigned char *chunk, uint32_t idx)
-{
-    return (lru_slot_t *)(chunk + ((idx - 1) & ((1u << lru->chunk_shift) - 1)) * lru->stride);
-}
-
 static lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_dir_t *d = LD_ACQ(&lru->dir);
-    return slot_in(lru, LD(&d->chunk[(idx - 1) >> lru->chunk_shift]), idx);
+    unsigned char *chunk = LD(&d->chunk[(idx - 1) >> lru->chunk_shift]);
+    return (lru_slot_t *)(chunk + ((idx - 1) & ((1u << lru->chunk_shift) - 1)) * lru->stride);
 }
 
 /* The slot a handle names; NULL when it names no slot of a chunk (it comes
@@ -198,8 +194,7 @@ static lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
         return NULL;
     const lru_dir_t *d = LD_ACQ(&lru->dir);
     uint32_t c = (idx - 1) >> lru->chunk_shift;
-    unsigned char *chunk = c < d->cap ? LD(&d->chunk[c]) : NULL;
-    return chunk ? slot_in(lru, chunk, idx) : NULL;
+    return c < d->cap && LD(&d->chunk[c]) ? slot_at(lru, idx) : NULL;
 }
 
 static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)

@@ -107,18 +107,13 @@ static void ptab_erase(ptab_t *t, size_t i)
 
 /* ---- the tally (under the map's lock) ----------------------------------- */
 
-static void tally_free(byval_ptrmap_t *m)
-{
-    free(m->tally.slots);
-    m->tally = (ptab_t){.slot_size = sizeof(tally_slot_t)};
-}
-
 static void tally_add(byval_ptrmap_t *m, const void *value)
 {
     if (!value || m->tally_lost)
         return;
-    if (ptab_room(&m->tally) != 0) {
-        tally_free(m);
+    if (ptab_room(&m->tally) != 0) { /* counts unknown from now on: the map scans */
+        free(m->tally.slots);
+        m->tally = (ptab_t){.slot_size = sizeof(tally_slot_t)};
         m->tally_lost = 1;
         return;
     }
