@@ -87,12 +87,6 @@ typedef struct lru_key {
     uint64_t w[MAX_KEY / 8]; /* zero padded: what slots hold */
 } lru_key_t;
 
-typedef struct lru_probe {
-    const lru_table_t *t;
-    size_t pos, n;
-    uint32_t h;
-} lru_probe_t;
-
 /* Hit counters, one stripe per thread; two lines a stripe, as CPUs
  * prefetch lines in pairs. */
 typedef struct lru_stripe {
@@ -163,11 +157,15 @@ uint32_t byval_lru_hash(const void *key, size_t len)
     return (uint32_t)h;
 }
 
-static void key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
+/* 0 when there is no cache or key to look for. */
+static int key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
 {
+    if (!lru || !key)
+        return 0;
     k->w[lru->key_words - 1] = 0;
     memcpy(k->w, key, lru->key_len);
     k->h = byval_lru_hash(key, lru->key_len);
+    return 1;
 }
 
 static int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
@@ -200,30 +198,6 @@ static lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
 static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
 {
     return (uint64_t)idx << 32 | gen; /* idx >= 1: never 0 */
-}
-
-/* The slots whose hash is h, one per call, then 0. Lock-free, the table may
- * change under the probe, which then misses or gives up. */
-static lru_probe_t probe_start(const byval_lru_t *lru, uint32_t h)
-{
-    const lru_table_t *t = LD_ACQ(&lru->table);
-    return (lru_probe_t){t, h & t->mask, 0, h};
-}
-
-static uint32_t probe_next(lru_probe_t *p)
-{
-    const lru_table_t *t = p->t;
-    while (p->n <= t->mask && p->n < MAX_PROBES) {
-        uint64_t e = LD_ACQ(&t->b[p->pos]);
-        p->pos = (p->pos + 1) & t->mask;
-        p->n++;
-        if (!e)
-            break;
-        if ((uint32_t)(e >> 32) == p->h)
-            return (uint32_t)e;
-    }
-    p->n = SIZE_MAX; /* done */
-    return 0;
 }
 
 static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
@@ -642,18 +616,41 @@ void byval_lru_destroy(byval_lru_t *lru)
     free(lru);
 }
 
-/* Lock-free, or locked: the live entry for k (NULL, *idx_p 0: none found),
- * its index and state. Only a locked miss says that the key is absent. */
-static lru_slot_t *find_live(byval_lru_t *lru, const lru_key_t *k, uint32_t *idx_p, uint64_t *st_p)
+enum find_mode { FIND_LIVE, FIND_PUT, FIND_PUT_VALUE };
+
+/* The entry for k (NULL, *idx_p 0: none found), its index and state.
+ * FIND_LIVE: the live one, lock-free or locked (the table may change under
+ * a lock-free probe, which then misses: only a locked miss says that the
+ * key is absent). FIND_PUT (locked): one with references, holding value for
+ * FIND_PUT_VALUE, a zombie first (a live entry under the same key can only
+ * be newer, so the zombie is what an older reference points to). */
+static lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
+                        const void *value, uint32_t *idx_p, uint64_t *st_p)
 {
-    lru_probe_t p = probe_start(lru, k->h);
-    while ((*idx_p = probe_next(&p)) != 0) {
-        lru_slot_t *s = slot_at(lru, *idx_p);
-        *st_p = LD_ACQ(&s->state);
-        if (!(*st_p & (ST_DEAD | ST_ZOMBIE)) && key_eq(lru, s, k))
-            return s;
+    const lru_table_t *t = LD_ACQ(&lru->table);
+    lru_slot_t *found = NULL;
+    *idx_p = 0;
+    for (size_t n = 0, pos = k->h & t->mask; n <= t->mask && n < MAX_PROBES;
+         n++, pos = (pos + 1) & t->mask) {
+        uint64_t e = LD_ACQ(&t->b[pos]);
+        if (!e)
+            break;
+        if ((uint32_t)(e >> 32) != k->h)
+            continue;
+        lru_slot_t *s = slot_at(lru, (uint32_t)e);
+        uint64_t st = LD_ACQ(&s->state);
+        if (mode == FIND_LIVE ? (st & (ST_DEAD | ST_ZOMBIE))
+                              : !REFS(st) || (mode == FIND_PUT_VALUE && LD(&s->value) != value))
+            continue;
+        if (!key_eq(lru, s, k))
+            continue;
+        found = s;
+        *idx_p = (uint32_t)e;
+        *st_p = st;
+        if (mode == FIND_LIVE || (st & ST_ZOMBIE) || !LD(&lru->zombies))
+            break;
     }
-    return NULL;
+    return found;
 }
 
 /* Reference (take_ref), or only mark used, the live entry for k: its index,
@@ -664,7 +661,7 @@ static uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, voi
 {
     uint64_t st;
     uint32_t i;
-    lru_slot_t *s = find_live(lru, k, &i, &st);
+    lru_slot_t *s = find(lru, k, FIND_LIVE, NULL, &i, &st);
     if (!s)
         return 0;
     *v_p = LD_ACQ(&s->value);
@@ -678,10 +675,9 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
 {
     if (ref_p)
         *ref_p = 0;
-    if (!lru || !key)
-        return 0;
     lru_key_t k;
-    key_prep(lru, key, &k);
+    if (!key_prep(lru, key, &k))
+        return 0;
     void *v = NULL;
     uint32_t gen = 0, i = get_live(lru, &k, take_ref, &v, &gen);
     if (!i) { /* absent, or the probe raced a writer: ask under the lock */
@@ -717,16 +713,15 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
 {
     if (ref_p)
         *ref_p = 0;
-    if (!lru || !key)
-        return BYVAL_LRU_NOENT;
     lru_key_t k;
-    key_prep(lru, key, &k);
+    if (!key_prep(lru, key, &k))
+        return BYVAL_LRU_NOENT;
     lru_chain_t c = {0, 0};
     uint64_t st;
     int rc = BYVAL_LRU_OK;
     uint32_t i;
     byval_lock(&lru->lock);
-    lru_slot_t *s = find_live(lru, &k, &i, &st);
+    lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
     /* Make room first, so that the bound holds at every instant. */
     while (!s && lru->count >= LD(&lru->capacity) && evict_one(lru, &c))
         ;
@@ -798,33 +793,21 @@ int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
     return put_finish(lru, left, 1, &c);
 }
 
-/* (locked) Drop a reference of key's entry - with match the one holding
- * value, else a zombie first (a live entry under the same key can only be
- * newer, so the zombie is what an older reference points to). */
-static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, int match,
+/* (locked) Drop a reference of the entry find() gives for a put. */
+static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, enum find_mode mode,
                       lru_chain_t *c, int *zombie_p)
 {
     for (;;) {
-        uint32_t found = 0;
-        uint64_t fst = 0;
-        lru_probe_t p = probe_start(lru, k->h);
-        for (uint32_t i; (i = probe_next(&p)) != 0;) {
-            lru_slot_t *s = slot_at(lru, i);
-            uint64_t st = LD(&s->state);
-            if (REFS(st) && (!match || LD(&s->value) == value) && key_eq(lru, s, k)) {
-                found = i;
-                fst = st;
-                if ((st & ST_ZOMBIE) || !LD(&lru->zombies))
-                    break;
-            }
-        }
-        if (!found)
+        uint32_t i;
+        uint64_t st;
+        lru_slot_t *s = find(lru, k, mode, value, &i, &st);
+        if (!s)
             return BYVAL_LRU_NOENT;
-        if (fst & ST_ZOMBIE) {
+        if (st & ST_ZOMBIE) {
             *zombie_p = 1;
-            return zombie_put(lru, found, fst, c);
+            return zombie_put(lru, i, st, c);
         }
-        int left = ref_cas(slot_at(lru, found), ST_GEN(fst), -1);
+        int left = ref_cas(s, ST_GEN(st), -1);
         if (left >= 0)
             return left;
         /* A lock-free put took the last reference first: look again. */
@@ -832,22 +815,21 @@ static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, i
 }
 
 /* put and put_value; the latter tries a lock-free put of the live entry. */
-static int lru_put(byval_lru_t *lru, const void *key, const void *value, int match)
+static int lru_put(byval_lru_t *lru, const void *key, const void *value, enum find_mode mode)
 {
-    if (!lru || !key)
-        return BYVAL_LRU_NOENT;
     lru_key_t k;
-    key_prep(lru, key, &k);
+    if (!key_prep(lru, key, &k))
+        return BYVAL_LRU_NOENT;
     uint64_t st;
     uint32_t i;
     int left = -1, zombie = 0;
-    lru_slot_t *s = match ? find_live(lru, &k, &i, &st) : NULL;
+    lru_slot_t *s = mode == FIND_PUT_VALUE ? find(lru, &k, FIND_LIVE, NULL, &i, &st) : NULL;
     if (s && LD_ACQ(&s->value) == value)
         left = ref_cas(s, ST_GEN(st), -1);
     lru_chain_t c = {0, 0};
     if (left < 0) {
         byval_lock(&lru->lock);
-        left = put_locked(lru, &k, value, match, &c, &zombie);
+        left = put_locked(lru, &k, value, mode, &c, &zombie);
         byval_unlock(&lru->lock);
     }
     return put_finish(lru, left, zombie, &c);
@@ -855,25 +837,24 @@ static int lru_put(byval_lru_t *lru, const void *key, const void *value, int mat
 
 int byval_lru_put(byval_lru_t *lru, const void *key)
 {
-    return lru_put(lru, key, NULL, 0);
+    return lru_put(lru, key, NULL, FIND_PUT);
 }
 
 int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value)
 {
-    return lru_put(lru, key, value, 1);
+    return lru_put(lru, key, value, FIND_PUT_VALUE);
 }
 
 int byval_lru_remove(byval_lru_t *lru, const void *key)
 {
-    if (!lru || !key)
-        return BYVAL_LRU_NOENT;
     lru_key_t k;
-    key_prep(lru, key, &k);
+    if (!key_prep(lru, key, &k))
+        return BYVAL_LRU_NOENT;
     lru_chain_t c = {0, 0};
     uint64_t st;
     uint32_t i;
     byval_lock(&lru->lock);
-    if (find_live(lru, &k, &i, &st))
+    if (find(lru, &k, FIND_LIVE, NULL, &i, &st))
         detach(lru, i, &c);
     unlock_release(lru, &c);
     return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
