@@ -87,12 +87,6 @@ typedef struct lru_key {
     uint64_t w[MAX_KEY / 8]; /* zero padded: what slots hold */
 } lru_key_t;
 
-/* Hit counters, one stripe per thread; two lines a stripe, as CPUs
- * prefetch lines in pairs. */
-typedef struct lru_stripe {
-    uint64_t hits;
-} __attribute__((aligned(2 * CACHELINE))) lru_stripe_t;
-
 struct byval_lru {
     /* Written at creation (capacity by set_capacity, table and dir locked). */
     struct byval_lru *reg_next; /* the list of caches (fork), reg_lock */
@@ -117,7 +111,9 @@ struct byval_lru {
     size_t high_water;
     uint64_t misses, inserts, evictions, removals;
 
-    lru_stripe_t stripes[BYVAL_STRIPES];
+    struct { /* hit counters, one stripe a thread; two lines, as CPUs prefetch pairs */
+        uint64_t hits;
+    } __attribute__((aligned(2 * CACHELINE))) stripes[BYVAL_STRIPES];
 };
 
 /* ---- keys, slots and the table ---------------------------------------- */
