@@ -164,11 +164,6 @@ static void spin_take(int *locked)
     }
 }
 
-static void spin_drop(int *locked)
-{
-    __atomic_store_n(locked, 0, __ATOMIC_RELEASE);
-}
-
 static void map_lock(byval_ptrmap_t *m)
 {
     byval_rank_enter(BYVAL_RANK_PTRMAP);
@@ -177,7 +172,7 @@ static void map_lock(byval_ptrmap_t *m)
 
 static void map_unlock(byval_ptrmap_t *m)
 {
-    spin_drop(&m->locked);
+    __atomic_store_n(&m->locked, 0, __ATOMIC_RELEASE);
     byval_rank_leave(BYVAL_RANK_PTRMAP);
 }
 
@@ -198,7 +193,7 @@ static void maps_take(void)
 static void maps_drop(void)
 {
     for (byval_ptrmap_t *m = maps.head; m; m = m->next)
-        spin_drop(&m->locked);
+        __atomic_store_n(&m->locked, 0, __ATOMIC_RELEASE);
     byval_lock_fork_drop(&maps.lock);
 }
 
