@@ -164,7 +164,7 @@ static int key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
     return 1;
 }
 
-static int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
+static inline int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
 {
     uint64_t diff = 0;
     for (size_t i = 0; i < lru->key_words; i++) /* acquire: see publish() */
@@ -172,7 +172,7 @@ static int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *
     return diff == 0;
 }
 
-static lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
+static inline lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_dir_t *d = LD_ACQ(&lru->dir);
     unsigned char *chunk = LD(&d->chunk[(idx - 1) >> lru->chunk_shift]);
@@ -181,7 +181,7 @@ static lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 
 /* The slot a handle names; NULL when it names no slot of a chunk (it comes
  * from outside: no read out of bounds). */
-static lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
+static inline lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
 {
     uint32_t idx = (uint32_t)(ref >> 32);
     if (!lru || !idx)
@@ -357,7 +357,7 @@ static void table_del(byval_lru_t *lru, uint32_t idx)
 /* Add delta (+1, -1, or 0: only mark it used) to the references of a live
  * entry of generation gen with one CAS: the references left, or -1 when the
  * slot is no longer that entry (or the count would leave its range). */
-static int ref_cas(lru_slot_t *s, uint32_t gen, int delta)
+static inline int ref_cas(lru_slot_t *s, uint32_t gen, int delta)
 {
     uint64_t cur = LD(&s->state);
     for (;;) {
@@ -620,8 +620,8 @@ enum find_mode { FIND_LIVE, FIND_PUT, FIND_PUT_VALUE };
  * key is absent). FIND_PUT (locked): one with references, holding value for
  * FIND_PUT_VALUE, a zombie first (a live entry under the same key can only
  * be newer, so the zombie is what an older reference points to). */
-static lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
-                        const void *value, uint32_t *idx_p, uint64_t *st_p)
+static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
+                               const void *value, uint32_t *idx_p, uint64_t *st_p)
 {
     const lru_table_t *t = LD_ACQ(&lru->table);
     lru_slot_t *found = NULL;
@@ -652,8 +652,8 @@ static lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mod
 /* Reference (take_ref), or only mark used, the live entry for k: its index,
  * 0 when there was none or no more reference fits. The value is read before
  * the CAS validates the generation (the seqlock read). */
-static uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, void **v_p,
-                         uint32_t *gen_p)
+static inline uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, void **v_p,
+                                uint32_t *gen_p)
 {
     uint64_t st;
     uint32_t i;

@@ -149,7 +149,7 @@ static size_t tally_count(const byval_ptrmap_t *m, const void *value)
 
 /* ---- the lock, and fork ---------------------------------------------------- */
 
-static void spin_take(int *locked)
+static inline void spin_take(int *locked)
 {
     for (unsigned spins = 0;; spins++) {
         if (!__atomic_load_n(locked, __ATOMIC_RELAXED) &&
