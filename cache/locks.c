@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * locks.c - the registered locks in rank order, the one pthread_atfork,
- * and the rank check of debug builds (see locks.h).
+ * locks.c - the registered locks in rank order, the one pthread_atfork, the
+ * rank check of debug builds, the readers-writer lock and byval_once (see
+ * locks.h).
  */
 #include "cache/locks.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -169,9 +169,7 @@ static void fork_check(void)
         die("fork() called", 0, held[nheld - 1]);
 }
 #else
-static void fork_check(void)
-{
-}
+#define fork_check() ((void)0)
 #endif
 
 /* ---- one lock of the order ---------------------------------------------- */
@@ -216,6 +214,46 @@ static void drop(const byval_lock_desc_t *d)
         d->drop();
 }
 
+/* ---- byval_once ----------------------------------------------------------- *
+ * A thread marks an init running (with the fork generation) under the lock,
+ * runs it unlocked and marks it done; others wait on the condition
+ * variable. A fork child starts a new generation: an init marked running in
+ * an older one was left by a thread the child does not have, so its first
+ * caller runs it again (what it had done is the parent's state, which each
+ * module's fork handler resets). */
+
+enum { ONCE_NEW = 0, ONCE_DONE = 1, ONCE_RUNNING = 2 }; /* running: | generation << 2 */
+
+static byval_lock_t once_lock = BYVAL_LOCK_INIT(ONCE);
+static pthread_cond_t once_cond = PTHREAD_COND_INITIALIZER;
+static unsigned generation; /* forks since load, in this process's line (once_lock) */
+BYVAL_LOCK_STATIC(once, &once_lock);
+
+void byval_once(byval_once_t *o, void (*fn)(void))
+{
+    if (__atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == ONCE_DONE)
+        return;
+    byval_lock(&once_lock);
+    const int mine = (int)(ONCE_RUNNING | (generation & 0x1fffffffu) << 2);
+    for (;;) {
+        int s = __atomic_load_n(&o->state, __ATOMIC_RELAXED);
+        if (s == ONCE_DONE) {
+            byval_unlock(&once_lock);
+            return;
+        }
+        if (s != mine) /* new, or left running by a thread of the parent */
+            break;
+        pthread_cond_wait(&once_cond, &once_lock.m);
+    }
+    __atomic_store_n(&o->state, mine, __ATOMIC_RELAXED);
+    byval_unlock(&once_lock);
+    fn();
+    byval_lock(&once_lock);
+    __atomic_store_n(&o->state, ONCE_DONE, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&once_cond);
+    byval_unlock(&once_lock);
+}
+
 /* ---- fork --------------------------------------------------------------- */
 
 static void fork_prepare(void)
@@ -249,6 +287,8 @@ static void fork_child(void)
         drop(order[i]);
     }
     gate_held = 0;
+    generation++;
+    pthread_cond_init(&once_cond, NULL); /* its waiters are not in the child */
     for (const byval_fork_child_fn *f = __start_byval_fork_child; f && f < __stop_byval_fork_child;
          f++)
         (*f)();
@@ -285,30 +325,20 @@ unsigned byval_locks_rank(unsigned i)
 
 void byval_locks_hold(unsigned i)
 {
-    if (i >= norder)
-        return;
-    const byval_lock_desc_t *d = order[i];
-    byval_rank_enter(desc_rank(d));
-    if (d->rw) {
-        pthread_mutex_lock(&d->rw->m);
-        wr_take_locked(d->rw, NULL);
-        pthread_mutex_unlock(&d->rw->m);
-    } else {
-        take(d);
+    if (i < norder && order[i]->rw) {
+        byval_wrlock(order[i]->rw);
+    } else if (i < norder) {
+        byval_rank_enter(desc_rank(order[i]));
+        take(order[i]);
     }
 }
 
 void byval_locks_unhold(unsigned i)
 {
-    if (i >= norder)
-        return;
-    const byval_lock_desc_t *d = order[i];
-    if (d->rw) {
-        pthread_mutex_lock(&d->rw->m);
-        wr_drop_locked(d->rw);
-        pthread_mutex_unlock(&d->rw->m);
-    } else {
-        drop(d);
+    if (i < norder && order[i]->rw) {
+        byval_wrunlock(order[i]->rw);
+    } else if (i < norder) {
+        drop(order[i]);
+        byval_rank_leave(desc_rank(order[i]));
     }
-    byval_rank_leave(desc_rank(d));
 }

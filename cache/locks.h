@@ -156,7 +156,7 @@ typedef struct byval_rwlock {
         PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r \
     }
 
-/* Once-only initialisation with a fork story (cache/once.c). pthread_once
+/* Once-only initialisation with a fork story (cache/locks.c). pthread_once
  * has one in glibc only (not in ThreadSanitizer's interceptor, not in
  * musl): a child forked while another thread ran an init waited for that
  * thread for ever (test_stress, a fork child's first open). Here, as in
@@ -183,14 +183,8 @@ const char *byval_rank_name(unsigned rank);
 void byval_rank_enter(unsigned rank);
 void byval_rank_leave(unsigned rank);
 #else
-static inline void byval_rank_enter(unsigned rank)
-{
-    (void)rank;
-}
-static inline void byval_rank_leave(unsigned rank)
-{
-    (void)rank;
-}
+#define byval_rank_enter(rank) ((void)(rank))
+#define byval_rank_leave(rank) ((void)(rank))
 #endif
 
 static inline void byval_lock(byval_lock_t *l)

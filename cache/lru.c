@@ -1,17 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lru.c - bounded cache with reference counts (see lru.h): creation,
- * lookups, inserts, removals, statistics (puts are in lru_put.c).
+ * lru.c - the bounded cache of lru.h, whole: slots and hash table, lock-free
+ * hits and puts, eviction by the clock, zombies, and fork.
  *
- * Hits and the puts that leave an entry live take no lock (lru_internal.h
- * says how, lru_clock.c why the clock). Everything else - inserts,
- * removals, evictions, every put of a zombie, and every lookup the
- * lock-free probe could not settle - runs under the cache's one lock. One
- * lock is enough there: those paths come with a driver call that costs
- * microseconds, and they never hold the lock across a callback.
+ * Concurrency. Every change of the table, of a slot's contents or of the
+ * counters is made under the cache's one lock. Hits and the puts that leave
+ * an entry live take none: they probe the table with atomic loads and move
+ * the reference count with one CAS on the entry's state word, whose
+ * generation (bumped when a slot is reused) proves that the key compared
+ * just before still names the entry. Slots live in chunks freed only with
+ * the cache, as are replaced bucket arrays and chunk directories, so a
+ * reader never touches freed memory. A lock-free miss is confirmed locked.
  *
- * Why not uthash: its UT_hash_handle is 56 bytes per entry, and a
- * lock-free reader needs type-stable memory that malloc'd entries are not.
+ * The clock, not a strict LRU list: a list relinked on every hit needs the
+ * lock and bounces its lines between CPUs (16 threads ran 1.3x one). A hit
+ * sets the entry's CLOCK bit in the CAS that takes its reference; the hand
+ * (locked, at insert) clears the bit of an entry used since it last passed
+ * and evicts the first unreferenced entry without it.
+ *
+ * The table: open addressing, a bucket = hash << 32 | slot index, so a probe
+ * reads bucket lines, which hits leave alone, then the one slot whose hash
+ * matches; removal shifts later entries back (no tombstones). A slot is 24
+ * bytes plus the key; the table stays <= 7/8 full (48-byte key: ~85 bytes).
  */
 #include "cache/lru.h"
 
@@ -19,12 +29,166 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/lru_internal.h"
+#include "cache/locks.h"
 #include "cache/stripe.h"
 
-static void count_hit(byval_lru_t *lru)
+#define CACHELINE 64
+#define MAX_KEY 1024
+#define MAX_PROBES 256     /* a probe this long races a writer: let the lock decide */
+#define MAX_TABLE_SHIFT 24 /* initial table at most 16M buckets */
+
+/* Every field a lock-free reader may see is accessed with these. */
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define CAS(p, exp, des) \
+    __atomic_compare_exchange_n((p), (exp), (des), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)
+
+/* The state word: generation << 32 | flags | references. */
+#define ST_REFS 0x0FFFFFFFu  /* references held (2^28 - 1 at most) */
+#define ST_CLOCK (1u << 28)  /* hit since the clock hand last passed */
+#define ST_ZOMBIE (1u << 29) /* removed while referenced: out of lookups */
+#define ST_DEAD (1u << 30)   /* free, being released, or being written */
+#define ST_GEN(s) ((uint32_t)((s) >> 32))
+#define GEN_BITS(s) ((s) & ~(uint64_t)UINT32_MAX)
+#define REFS(s) ((uint32_t)(s)&ST_REFS)
+
+typedef struct lru_slot {
+    uint64_t state;
+    uint32_t hash;
+    uint32_t hnext; /* next slot of the free list or a release chain; 0: none */
+    void *value;
+    uint64_t key[]; /* key_len bytes, zero padded to a word */
+} lru_slot_t;
+
+/* Replaced tables and directories are chained on retired (a reader may
+ * still use one) and freed with the cache. */
+typedef struct lru_table {
+    struct lru_table *retired;
+    size_t mask;
+    uint64_t b[]; /* hash << 32 | slot index; 0: empty */
+} lru_table_t;
+
+typedef struct lru_dir {
+    struct lru_dir *retired;
+    size_t cap;
+    unsigned char *chunk[]; /* 1 << chunk_shift slots each; index i at position i - 1 */
+} lru_dir_t;
+
+/* Slots released under the lock, linked through hnext: their callbacks run
+ * after unlock, then they are freed. */
+typedef struct lru_chain {
+    uint32_t head, tail;
+} lru_chain_t;
+
+typedef struct lru_key {
+    uint32_t h;
+    uint64_t w[MAX_KEY / 8]; /* zero padded: what slots hold */
+} lru_key_t;
+
+struct byval_lru {
+    /* Written at creation (capacity by set_capacity, table and dir locked). */
+    struct byval_lru *reg_next; /* the list of caches (fork), reg_lock */
+    size_t key_len, key_words;
+    size_t stride; /* bytes per slot */
+    size_t capacity;
+    byval_lru_evict_fn evict;
+    void *ctx;
+    lru_table_t *table;
+    lru_dir_t *dir;
+    unsigned chunk_shift;
+
+    /* Written under the lock only. */
+    byval_lock_t lock __attribute__((aligned(CACHELINE)));
+    uint32_t next_new;  /* first never-used slot index */
+    uint32_t free_head; /* free slots, chained through hnext */
+    uint32_t hand;      /* the clock hand: next slot the sweep looks at */
+    size_t nchunks;
+    size_t nodes;   /* slots in the table: live + zombies */
+    size_t count;   /* live entries: the bound (read unlocked by put) */
+    size_t zombies; /* read unlocked by put */
+    size_t high_water;
+    uint64_t misses, inserts, evictions, removals;
+
+    struct { /* hit counters, one stripe a thread; two lines, as CPUs prefetch pairs */
+        uint64_t hits;
+    } __attribute__((aligned(2 * CACHELINE))) stripes[BYVAL_STRIPES];
+};
+
+/* ---- keys, slots and the table ---------------------------------------- */
+
+/* Word-at-a-time multiply-xorshift in two lanes of alternate words: keys
+ * are short and hashed on every hit, and one chain over an 80-byte key was
+ * 10 dependent multiplies deep. Each round is a bijection of its lane, so
+ * keys that differ in one word differ in the combined 64 bits. */
+#define HASH_MUL 0xFF51AFD7ED558CCDull
+#define HASH_ROUND(h, w) ((h) = ((h) ^ (w)) * HASH_MUL, (h) ^= (h) >> 29)
+
+uint32_t byval_lru_hash(const void *key, size_t len)
 {
-    byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
+    const unsigned char *p = key;
+    uint64_t a = 0x9E3779B97F4A7C15ull ^ len, b = 0xC2B2AE3D27D4EB4Full, w0, w1;
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        memcpy(&w0, p + i, 8);
+        memcpy(&w1, p + i + 8, 8);
+        HASH_ROUND(a, w0);
+        HASH_ROUND(b, w1);
+    }
+    if (i + 8 <= len) {
+        memcpy(&w0, p + i, 8);
+        HASH_ROUND(a, w0);
+        i += 8;
+    }
+    if (i < len) {
+        w1 = 0;
+        memcpy(&w1, p + i, len - i);
+        HASH_ROUND(b, w1);
+    }
+    uint64_t h = a ^ (b << 32 | b >> 32);
+    h ^= h >> 32;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    return (uint32_t)h;
+}
+
+/* 0 when there is no cache or key to look for. */
+static int key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
+{
+    if (!lru || !key)
+        return 0;
+    k->w[lru->key_words - 1] = 0;
+    memcpy(k->w, key, lru->key_len);
+    k->h = byval_lru_hash(key, lru->key_len);
+    return 1;
+}
+
+static inline int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
+{
+    uint64_t diff = 0;
+    for (size_t i = 0; i < lru->key_words; i++) /* acquire: see publish() */
+        diff |= LD_ACQ(&s->key[i]) ^ k->w[i];
+    return diff == 0;
+}
+
+static inline lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
+{
+    const lru_dir_t *d = LD_ACQ(&lru->dir);
+    unsigned char *chunk = LD(&d->chunk[(idx - 1) >> lru->chunk_shift]);
+    return (lru_slot_t *)(chunk + ((idx - 1) & ((1u << lru->chunk_shift) - 1)) * lru->stride);
+}
+
+/* The slot a handle names; NULL when it names no slot of a chunk (it comes
+ * from outside: no read out of bounds). */
+static inline lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
+{
+    uint32_t idx = (uint32_t)(ref >> 32);
+    if (!lru || !idx)
+        return NULL;
+    const lru_dir_t *d = LD_ACQ(&lru->dir);
+    uint32_t c = (idx - 1) >> lru->chunk_shift;
+    return c < d->cap && LD(&d->chunk[c]) ? slot_at(lru, idx) : NULL;
 }
 
 static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
@@ -32,16 +196,368 @@ static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
     return (uint64_t)idx << 32 | gen; /* idx >= 1: never 0 */
 }
 
-/* ---- creation ----------------------------------------------------------- */
+static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
+{
+    size_t p = min;
+    while (p < n && p < ((size_t)1 << max_shift))
+        p *= 2;
+    return p;
+}
+
+static lru_table_t *table_new(size_t nbuckets)
+{
+    lru_table_t *t = calloc(1, sizeof(*t) + nbuckets * sizeof(uint64_t));
+    if (t)
+        t->mask = nbuckets - 1;
+    return t;
+}
+
+static lru_dir_t *dir_new(size_t cap)
+{
+    lru_dir_t *d = calloc(1, sizeof(*d) + cap * sizeof(unsigned char *));
+    if (d)
+        d->cap = cap;
+    return d;
+}
+
+static void slab_free(byval_lru_t *lru)
+{
+    for (lru_table_t *t = lru->table, *nx; t; t = nx) {
+        nx = t->retired;
+        free(t);
+    }
+    if (lru->dir)
+        for (size_t c = 0; c < lru->nchunks; c++)
+            free(lru->dir->chunk[c]);
+    for (lru_dir_t *d = lru->dir, *nx; d; d = nx) {
+        nx = d->retired;
+        free(d);
+    }
+}
+
+/* Bytes of every bucket array and chunk directory, replaced ones too. */
+static size_t meta_bytes(const byval_lru_t *lru)
+{
+    size_t bytes = 0;
+    for (lru_table_t *t = lru->table; t; t = t->retired)
+        bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
+    for (lru_dir_t *d = lru->dir; d; d = d->retired)
+        bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    return bytes;
+}
+
+/* (locked) A slot (state DEAD, not in the table), 0 on ENOMEM. */
+static uint32_t slot_alloc(byval_lru_t *lru)
+{
+    uint32_t idx = lru->free_head;
+    if (idx) {
+        lru->free_head = LD(&slot_at(lru, idx)->hnext);
+        return idx;
+    }
+    if (lru->next_new == UINT32_MAX)
+        return 0;
+    if (((lru->next_new - 1) >> lru->chunk_shift) >= lru->nchunks) {
+        lru_dir_t *d = lru->dir;
+        if (lru->nchunks == d->cap) {
+            lru_dir_t *n = dir_new(d->cap * 2);
+            if (!n)
+                return 0;
+            memcpy(n->chunk, d->chunk, d->cap * sizeof(d->chunk[0]));
+            n->retired = d;
+            ST_REL(&lru->dir, n);
+            d = n;
+        }
+        size_t bytes = lru->stride << lru->chunk_shift;
+        unsigned char *c = NULL;
+        if (posix_memalign((void **)&c, CACHELINE, bytes) != 0)
+            return 0;
+        memset(c, 0, bytes);
+        for (size_t i = 0; i < ((size_t)1 << lru->chunk_shift); i++)
+            ((lru_slot_t *)(c + i * lru->stride))->state = ST_DEAD; /* not yet a reader's */
+        /* Published to readers by the release store of the first index in it. */
+        ST(&d->chunk[lru->nchunks], c);
+        lru->nchunks++;
+    }
+    return lru->next_new++;
+}
+
+static void slot_free(byval_lru_t *lru, uint32_t idx)
+{
+    ST(&slot_at(lru, idx)->hnext, lru->free_head);
+    lru->free_head = idx;
+}
+
+static void table_put(lru_table_t *t, uint32_t h, uint32_t idx)
+{
+    size_t p = h & t->mask;
+    while (LD(&t->b[p]))
+        p = (p + 1) & t->mask;
+    ST_REL(&t->b[p], ((uint64_t)h << 32) | idx);
+}
+
+/* (locked) Fill slot idx (state = refs, a new generation) and add it to the
+ * table, which doubles past a load of 7/8 (zombies, a capacity raised); -1
+ * when it is full and cannot grow. */
+static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *value, uint32_t refs)
+{
+    lru_table_t *o = lru->table, *n;
+    if ((lru->nodes + 1) * 8 > (o->mask + 1) * 7 && (n = table_new((o->mask + 1) * 2))) {
+        for (size_t b = 0; b <= o->mask; b++) {
+            uint64_t e = LD(&o->b[b]);
+            if (e)
+                table_put(n, (uint32_t)(e >> 32), (uint32_t)e);
+        }
+        n->retired = o;
+        ST_REL(&lru->table, n);
+    }
+    if (lru->nodes + 1 > lru->table->mask)
+        return -1;
+    lru_slot_t *s = slot_at(lru, idx);
+    uint64_t old = LD(&s->state);
+    /* Release stores, read with acquire loads: a reader that reads any of
+     * them and then the state sees the DEAD state this slot got before (or a
+     * later one), never the generation whose key it compared - the seqlock
+     * read, without fences (which TSan cannot follow). */
+    ST_REL(&s->hash, k->h);
+    for (size_t i = 0; i < lru->key_words; i++)
+        ST_REL(&s->key[i], k->w[i]);
+    ST_REL(&s->value, value);
+    ST_REL(&s->state, ((uint64_t)(ST_GEN(old) + 1) << 32) | refs);
+    table_put(lru->table, k->h, idx);
+    lru->nodes++;
+    return 0;
+}
+
+/* (locked) Remove idx, then shift back every later entry of the run that its
+ * home bucket allows (Knuth's algorithm R). */
+static void table_del(byval_lru_t *lru, uint32_t idx)
+{
+    lru_table_t *t = lru->table;
+    size_t i = LD(&slot_at(lru, idx)->hash) & t->mask;
+    while ((uint32_t)LD(&t->b[i]) != idx)
+        i = (i + 1) & t->mask;
+    for (size_t j = i;;) {
+        j = (j + 1) & t->mask;
+        uint64_t e = LD(&t->b[j]);
+        if (!e)
+            break;
+        size_t home = (uint32_t)(e >> 32) & t->mask;
+        /* e stays when its home lies cyclically in (i, j]. */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        ST_REL(&t->b[i], e);
+        i = j;
+    }
+    ST_REL(&t->b[i], 0);
+    lru->nodes--;
+}
+
+/* ---- references, releases, the clock ---------------------------------- */
+
+/* Add delta (+1, -1, or 0: only mark it used) to the references of a live
+ * entry of generation gen with one CAS: the references left, or -1 when the
+ * slot is no longer that entry (or the count would leave its range). */
+static inline int ref_cas(lru_slot_t *s, uint32_t gen, int delta)
+{
+    uint64_t cur = LD(&s->state);
+    for (;;) {
+        uint32_t refs = REFS(cur);
+        if (ST_GEN(cur) != gen || (cur & (ST_DEAD | ST_ZOMBIE)) || (delta > 0 && refs == ST_REFS) ||
+            (delta < 0 && refs == 0))
+            return -1;
+        uint64_t nw = delta < 0 ? cur - 1 : (cur + (uint64_t)delta) | ST_CLOCK;
+        if (nw == cur || CAS(&s->state, &cur, nw))
+            return (int)refs + delta;
+    }
+}
+
+static void chain_push(byval_lru_t *lru, lru_chain_t *c, uint32_t idx)
+{
+    ST(&slot_at(lru, idx)->hnext, 0);
+    if (c->tail)
+        ST(&slot_at(lru, c->tail)->hnext, idx);
+    else
+        c->head = idx;
+    c->tail = idx;
+}
+
+/* No lock held: the callbacks, then free the slots (their keys were read). */
+static void release(byval_lru_t *lru, lru_chain_t *c)
+{
+    if (!c->head)
+        return;
+    if (lru->evict)
+        for (uint32_t i = c->head; i; i = LD(&slot_at(lru, i)->hnext))
+            lru->evict(lru->ctx, slot_at(lru, i)->key, LD(&slot_at(lru, i)->value));
+    byval_lock(&lru->lock);
+    for (uint32_t i = c->head, nx; i; i = nx) {
+        nx = LD(&slot_at(lru, i)->hnext);
+        slot_free(lru, i);
+    }
+    byval_unlock(&lru->lock);
+    c->head = c->tail = 0;
+}
+
+static void unlock_release(byval_lru_t *lru, lru_chain_t *c)
+{
+    byval_unlock(&lru->lock);
+    release(lru, c);
+}
+
+/* (locked) Release entry idx, live or zombie, whose state is st: DEAD, out
+ * of the table and the counts, onto the chain. 0 when its state moved (a
+ * lock-free reader took or dropped a reference): the caller looks again. */
+static int kill(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
+{
+    if (!CAS(&slot_at(lru, idx)->state, &st, GEN_BITS(st) | ST_DEAD))
+        return 0;
+    table_del(lru, idx);
+    if (st & ST_ZOMBIE)
+        ST(&lru->zombies, lru->zombies - 1);
+    else
+        ST(&lru->count, lru->count - 1);
+    chain_push(lru, c, idx);
+    return 1;
+}
+
+/* (locked) Drop one reference of zombie idx, state st (zombies move only
+ * under the lock); the last one releases it. The references left. */
+static int zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
+{
+    if (REFS(st) == 1) {
+        kill(lru, idx, st, c);
+        return 0;
+    }
+    ST(&slot_at(lru, idx)->state, st - 1);
+    return (int)REFS(st) - 1;
+}
+
+/* (locked) Evict idx if it is live and unreferenced (1); with the clock's
+ * second chance, an entry used since the hand passed only loses its mark. */
+static int evict_slot(byval_lru_t *lru, uint32_t idx, int second_chance, lru_chain_t *c)
+{
+    lru_slot_t *s = slot_at(lru, idx);
+    for (uint64_t st = LD(&s->state); !(st & (ST_DEAD | ST_ZOMBIE)) && !REFS(st);
+         st = LD(&s->state)) {
+        if (second_chance && (st & ST_CLOCK)) {
+            if (CAS(&s->state, &st, st & ~(uint64_t)ST_CLOCK))
+                return 0;
+        } else if (kill(lru, idx, st, c)) {
+            lru->evictions++;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* (locked) Evict one unreferenced entry by the clock: two turns, the first
+ * may only clear marks. 0 when none can be. */
+static int evict_one(byval_lru_t *lru, lru_chain_t *c)
+{
+    uint32_t n = lru->next_new;
+    for (size_t visits = 0; n > 1 && visits <= 2 * (size_t)(n - 1); visits++) {
+        uint32_t i = lru->hand;
+        lru->hand = i + 1 < n ? i + 1 : 1;
+        if (evict_slot(lru, i, 1, c))
+            return 1;
+    }
+    return 0;
+}
+
+static void trim(byval_lru_t *lru, lru_chain_t *c)
+{
+    while (lru->count > LD(&lru->capacity) && evict_one(lru, c))
+        ;
+}
+
+/* (locked) Out of lookups: unreferenced, released; referenced, a zombie
+ * (out of the bound, in the table for its last put to find). */
+static void detach(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
+{
+    lru_slot_t *s = slot_at(lru, idx);
+    lru->removals++;
+    for (uint64_t st = LD(&s->state);; st = LD(&s->state)) {
+        if (!REFS(st)) {
+            if (kill(lru, idx, st, c))
+                return;
+        } else if (CAS(&s->state, &st, st | ST_ZOMBIE)) {
+            ST(&lru->count, lru->count - 1);
+            ST(&lru->zombies, lru->zombies + 1);
+            return;
+        }
+    }
+}
+
+/* (locked) Release idx now whatever its references: its holders' puts
+ * then fail. No-op on a DEAD slot. */
+static void purge(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
+{
+    lru_slot_t *s = slot_at(lru, idx);
+    for (uint64_t st = LD(&s->state); !(st & ST_DEAD); st = LD(&s->state))
+        if (kill(lru, idx, st, c)) {
+            lru->removals++;
+            return;
+        }
+}
+
+/* ---- fork ------------------------------------------------------------------ *
+ * Every cache is on one list, the class LRU of cache/locks.h: prepare takes
+ * every cache's lock, the parent and the child release them, and the child
+ * forgets every entry without callbacks (they would call the GPU driver,
+ * whose state the child does not own). No cache operation holds two cache
+ * locks or waits while holding one, so prepare cannot deadlock. */
+
+static byval_lock_t reg_lock = BYVAL_LOCK_INIT(LRU_LIST);
+static byval_lru_t *reg_head;
+
+static void fork_prepare(void)
+{
+    byval_lock_fork_take(&reg_lock);
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        byval_lock_fork_take(&c->lock);
+}
+
+static void fork_parent(void)
+{
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next)
+        byval_lock_fork_drop(&c->lock);
+    byval_lock_fork_drop(&reg_lock);
+}
+
+BYVAL_LOCK_CLASS(lru, LRU, fork_prepare, fork_parent);
+
+/* An empty table, no slot in use (the chunks stay), zeroed stats. Stores
+ * that lock-free readers would race are atomic: those threads are gone in
+ * the child, but the sanitizer's model still wants the discipline. */
+static void fork_child(void)
+{
+    for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
+        for (size_t b = 0; b <= c->table->mask; b++)
+            ST(&c->table->b[b], 0);
+        c->next_new = c->hand = 1;
+        c->free_head = 0;
+        c->nodes = 0;
+        ST(&c->count, 0);
+        ST(&c->zombies, 0);
+        ST(&c->high_water, 0);
+        c->misses = c->inserts = c->evictions = c->removals = 0;
+        for (int i = 0; i < BYVAL_STRIPES; i++)
+            ST(&c->stripes[i].hits, 0);
+    }
+}
+
+BYVAL_FORK_CHILD(lru, fork_child);
+
+/* ---- the API ---------------------------------------------------------------- */
 
 byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_fn evict, void *ctx)
 {
-    if (capacity < 1 || key_len < 1 || key_len > LRU_MAX_KEY) {
+    if (capacity < 1 || key_len < 1 || key_len > MAX_KEY) {
         errno = EINVAL;
         return NULL;
     }
     byval_lru_t *lru = NULL;
-    if (posix_memalign((void **)&lru, BYVAL_LRU_CACHELINE, sizeof(*lru)) != 0) {
+    if (posix_memalign((void **)&lru, CACHELINE, sizeof(*lru)) != 0) {
         errno = ENOMEM;
         return NULL;
     }
@@ -52,13 +568,25 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
     lru->capacity = capacity;
     lru->evict = evict;
     lru->ctx = ctx;
-    if (byval_lru_slab_init(lru) != 0) {
+    /* Chunks of capacity/64 slots (16..1024): small caches waste little,
+     * large ones need few chunks. The table: load <= 7/8 when full. */
+    lru->chunk_shift = (unsigned)__builtin_ctzll(pow2_at_least(capacity / 64, 16, 10));
+    size_t want = capacity + capacity / 7;
+    lru->table = table_new(pow2_at_least(want > capacity ? want : capacity, 16, MAX_TABLE_SHIFT));
+    lru->dir = dir_new(4);
+    lru->next_new = lru->hand = 1;
+    if (!lru->table || !lru->dir) {
+        slab_free(lru);
         free(lru);
         errno = ENOMEM;
         return NULL;
     }
-    byval_lru_lock_init(lru);
-    byval_lru_register(lru);
+    /* Adaptive: critical sections last tens of ns. */
+    byval_lock_init(&lru->lock, BYVAL_RANK_LRU, 1);
+    byval_lock(&reg_lock);
+    lru->reg_next = reg_head;
+    reg_head = lru;
+    byval_unlock(&reg_lock);
     return lru;
 }
 
@@ -66,106 +594,97 @@ void byval_lru_destroy(byval_lru_t *lru)
 {
     if (!lru)
         return;
-    byval_lru_unregister(lru);
+    byval_lock(&reg_lock);
+    for (byval_lru_t **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
+        if (*pp == lru) {
+            *pp = lru->reg_next;
+            break;
+        }
+    byval_unlock(&reg_lock);
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
     for (uint32_t i = 1; i < lru->next_new; i++)
-        if (!(LD(&byval_lru_slot(lru, i)->state) & ST_DEAD))
-            byval_lru_chain_push(lru, &c, i);
-    byval_unlock(&lru->lock);
-    if (lru->evict)
-        for (uint32_t i = c.head; i; i = LD(&byval_lru_slot(lru, i)->hnext))
-            lru->evict(lru->ctx, byval_lru_slot(lru, i)->key, byval_lru_slot(lru, i)->value);
-    byval_lru_slab_free(lru);
+        if (!(LD(&slot_at(lru, i)->state) & ST_DEAD))
+            chain_push(lru, &c, i);
+    unlock_release(lru, &c);
+    slab_free(lru);
     byval_lock_destroy(&lru->lock);
     free(lru);
 }
 
-/* ---- lookups -------------------------------------------------------------- */
+enum find_mode { FIND_LIVE, FIND_PUT, FIND_PUT_VALUE };
 
-/* Lock-free: the live entry for w (its slot index, 0 when none was
- * found); with take_ref it is referenced (and its CLOCK set) by one CAS,
- * else only its CLOCK is set. *gen_p gets its generation. */
-static uint32_t get_fast(byval_lru_t *lru, uint32_t h, const uint64_t *w, int take_ref,
-                         void **value_p, uint32_t *gen_p)
+/* The entry for k (NULL, *idx_p 0: none found), its index and state.
+ * FIND_LIVE: the live one, lock-free or locked (the table may change under
+ * a lock-free probe, which then misses: only a locked miss says that the
+ * key is absent). FIND_PUT (locked): one with references, holding value for
+ * FIND_PUT_VALUE, a zombie first (a live entry under the same key can only
+ * be newer, so the zombie is what an older reference points to). */
+static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
+                               const void *value, uint32_t *idx_p, uint64_t *st_p)
 {
-    lru_probe_t p;
-    byval_lru_probe_init(lru, h, &p);
-    for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
-        lru_slot_t *s = byval_lru_slot(lru, i);
-        uint64_t st = LD_ACQ(&s->state);
-        if ((st & (ST_DEAD | ST_ZOMBIE)) || !byval_lru_key_eq(lru, s, w))
+    const lru_table_t *t = LD_ACQ(&lru->table);
+    lru_slot_t *found = NULL;
+    *idx_p = 0;
+    for (size_t n = 0, pos = k->h & t->mask; n <= t->mask && n < MAX_PROBES;
+         n++, pos = (pos + 1) & t->mask) {
+        uint64_t e = LD_ACQ(&t->b[pos]);
+        if (!e)
+            break;
+        if ((uint32_t)(e >> 32) != k->h)
             continue;
-        /* Seqlock read: the key and value loads are acquire loads, so the
-         * state is read again (by the CAS or the load below) after them. */
-        void *v = LD_ACQ(&s->value);
-        if (take_ref) {
-            uint32_t refs;
-            if (!byval_lru_ref_cas(s, ST_GEN(st), 1, &refs))
-                continue; /* removed or reused meanwhile */
-        } else {
-            uint64_t now = LD(&s->state);
-            if (ST_GEN(now) != ST_GEN(st) || (now & (ST_DEAD | ST_ZOMBIE)))
-                continue;
-            if (!(now & ST_CLOCK)) /* best effort: a lost race is a use seen anyway */
-                __atomic_compare_exchange_n(&s->state, &now, now | ST_CLOCK, 0, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED);
-        }
-        *value_p = v;
-        *gen_p = ST_GEN(st);
-        return i;
+        lru_slot_t *s = slot_at(lru, (uint32_t)e);
+        uint64_t st = LD_ACQ(&s->state);
+        if (mode == FIND_LIVE ? (st & (ST_DEAD | ST_ZOMBIE))
+                              : !REFS(st) || (mode == FIND_PUT_VALUE && LD(&s->value) != value))
+            continue;
+        if (!key_eq(lru, s, k))
+            continue;
+        found = s;
+        *idx_p = (uint32_t)e;
+        *st_p = st;
+        if (mode == FIND_LIVE || (st & ST_ZOMBIE) || !LD(&lru->zombies))
+            break;
     }
-    return 0;
+    return found;
 }
 
-uint32_t byval_lru_find_live(byval_lru_t *lru, uint32_t h, const uint64_t *w)
+/* Reference (take_ref), or only mark used, the live entry for k: its index,
+ * 0 when there was none or no more reference fits. The value is read before
+ * the CAS validates the generation (the seqlock read). */
+static inline uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, void **v_p,
+                                uint32_t *gen_p)
 {
-    lru_probe_t p;
-    byval_lru_probe_init(lru, h, &p);
-    for (uint32_t i; (i = byval_lru_probe_next(&p, h)) != 0;) {
-        lru_slot_t *s = byval_lru_slot(lru, i);
-        if (!(LD(&s->state) & ST_ZOMBIE) && byval_lru_key_eq(lru, s, w))
-            return i;
-    }
-    return 0;
+    uint64_t st;
+    uint32_t i;
+    lru_slot_t *s = find(lru, k, FIND_LIVE, NULL, &i, &st);
+    if (!s)
+        return 0;
+    *v_p = LD_ACQ(&s->value);
+    *gen_p = ST_GEN(st);
+    return ref_cas(s, ST_GEN(st), take_ref != 0) < 0 ? 0 : i;
 }
 
-/* get and get_ref: with ref_p (take_ref only), the handle of the entry
- * referenced, 0 on a miss. */
+/* get and get_ref: ref_p (take_ref only) gets the handle, 0 on a miss. */
 static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p,
                    byval_lru_ref_t *ref_p)
 {
     if (ref_p)
         *ref_p = 0;
-    if (!lru || !key)
+    lru_key_t k;
+    if (!key_prep(lru, key, &k))
         return 0;
-    uint64_t w[MAX_WORDS];
-    byval_lru_key_words(lru, key, w);
-    uint32_t h = byval_lru_hash(key, lru->key_len);
     void *v = NULL;
-    uint32_t gen = 0, i = get_fast(lru, h, w, take_ref, &v, &gen);
-    if (!i) {
-        /* Absent, or the probe raced a writer: ask under the lock. */
+    uint32_t gen = 0, i = get_live(lru, &k, take_ref, &v, &gen);
+    if (!i) { /* absent, or the probe raced a writer: ask under the lock */
         byval_lock(&lru->lock);
-        i = byval_lru_find_live(lru, h, w);
-        uint32_t refs;
-        if (i) {
-            lru_slot_t *s = byval_lru_slot(lru, i);
-            uint64_t st = LD(&s->state);
-            gen = ST_GEN(st);
-            /* Under the lock a live entry cannot die: only refs move. */
-            if (take_ref ? !byval_lru_ref_cas(s, gen, 1, &refs)
-                         : (__atomic_fetch_or(&s->state, ST_CLOCK, __ATOMIC_RELAXED), 0))
-                i = 0; /* 2^28 references: none more */
-            v = LD(&s->value);
-        }
-        if (!i)
-            lru->misses++;
+        i = get_live(lru, &k, take_ref, &v, &gen);
+        lru->misses += !i;
         byval_unlock(&lru->lock);
         if (!i)
             return 0;
     }
-    count_hit(lru);
+    byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
     if (value_p)
         *value_p = v;
     if (ref_p)
@@ -183,65 +702,45 @@ int byval_lru_get_ref(byval_lru_t *lru, const void *key, void **value_p, byval_l
     return lru_get(lru, key, 1, value_p, ref_p);
 }
 
-/* insert and insert_ref: with ref_p (take_ref only), the handle of the
- * entry referenced on OK and EXISTS, else 0. */
+/* insert and insert_ref: ref_p (take_ref only) gets the handle of the entry
+ * referenced on OK and EXISTS, else 0. */
 static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_ref,
                       void **existing_p, byval_lru_ref_t *ref_p)
 {
     if (ref_p)
         *ref_p = 0;
-    if (!lru || !key)
+    lru_key_t k;
+    if (!key_prep(lru, key, &k))
         return BYVAL_LRU_NOENT;
-    uint64_t w[MAX_WORDS];
-    byval_lru_key_words(lru, key, w);
-    uint32_t h = byval_lru_hash(key, lru->key_len);
     lru_chain_t c = {0, 0};
-    int rc;
+    uint64_t st;
+    int rc = BYVAL_LRU_OK;
+    uint32_t i;
     byval_lock(&lru->lock);
-    for (;;) {
-        uint32_t i = byval_lru_find_live(lru, h, w);
-        if (i) {
-            lru_slot_t *s = byval_lru_slot(lru, i);
-            uint32_t refs;
-            if (take_ref && !byval_lru_ref_cas(s, ST_GEN(LD(&s->state)), 1, &refs)) {
-                rc = BYVAL_LRU_FULL; /* 2^28 references: none more */
-                break;
-            }
-            if (existing_p)
-                *existing_p = LD(&s->value);
-            if (ref_p)
-                *ref_p = mkref(i, ST_GEN(LD(&s->state)));
-            rc = BYVAL_LRU_EXISTS;
-            break;
-        }
-        /* Make room first, so that the bound holds at every instant. */
-        if (lru->count < LD(&lru->capacity)) {
-            i = byval_lru_slot_alloc(lru);
-            if (!i) {
-                rc = BYVAL_LRU_NOMEM;
-                break;
-            }
-            if (byval_lru_slot_publish(lru, i, h, w, value, take_ref ? 1 : 0) != 0) {
-                byval_lru_slot_free(lru, i);
-                rc = BYVAL_LRU_NOMEM;
-                break;
-            }
-            ST(&lru->count, lru->count + 1);
-            if (lru->count > lru->high_water)
-                ST(&lru->high_water, lru->count);
-            lru->inserts++;
-            if (ref_p) /* the generation moves only under the lock */
-                *ref_p = mkref(i, ST_GEN(LD(&byval_lru_slot(lru, i)->state)));
-            rc = BYVAL_LRU_OK;
-            break;
-        }
-        if (!byval_lru_evict_one(lru, &c)) {
-            rc = BYVAL_LRU_FULL;
-            break;
-        }
+    lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
+    /* Make room first, so that the bound holds at every instant. */
+    while (!s && lru->count >= LD(&lru->capacity) && evict_one(lru, &c))
+        ;
+    if (s) {
+        rc = take_ref && ref_cas(s, ST_GEN(st), 1) < 0 ? BYVAL_LRU_FULL : BYVAL_LRU_EXISTS;
+        if (rc == BYVAL_LRU_EXISTS && existing_p)
+            *existing_p = LD(&s->value);
+    } else if (lru->count >= LD(&lru->capacity)) {
+        rc = BYVAL_LRU_FULL;
+    } else if (!(i = slot_alloc(lru))) {
+        rc = BYVAL_LRU_NOMEM;
+    } else if (publish(lru, i, &k, value, take_ref ? 1 : 0) != 0) {
+        slot_free(lru, i);
+        rc = BYVAL_LRU_NOMEM;
+    } else {
+        ST(&lru->count, lru->count + 1);
+        if (lru->count > lru->high_water)
+            ST(&lru->high_water, lru->count);
+        lru->inserts++;
     }
-    byval_unlock(&lru->lock);
-    byval_lru_release(lru, &c);
+    if (ref_p && rc >= 0) /* the generation moves only under the lock */
+        *ref_p = mkref(i, ST_GEN(LD(&slot_at(lru, i)->state)));
+    unlock_release(lru, &c);
     return rc;
 }
 
@@ -257,7 +756,172 @@ int byval_lru_insert_ref(byval_lru_t *lru, const void *key, void *value, void **
     return lru_insert(lru, key, value, 1, existing_p, ref_p);
 }
 
-/* ---- stats and capacity --------------------------------------------------- */
+/* Every put ends here: a live entry evictable again may let the cache down
+ * to a capacity that shrank while every entry was referenced. */
+static int put_finish(byval_lru_t *lru, int left, int zombie, lru_chain_t *c)
+{
+    if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
+        byval_lock(&lru->lock);
+        trim(lru, c);
+        byval_unlock(&lru->lock);
+    }
+    release(lru, c);
+    return left;
+}
+
+int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
+{
+    lru_slot_t *s = ref_slot(lru, ref);
+    if (!s)
+        return BYVAL_LRU_NOENT;
+    lru_chain_t c = {0, 0};
+    int left = ref_cas(s, (uint32_t)ref, -1);
+    if (left >= 0)
+        return put_finish(lru, left, 0, &c);
+    /* Not live: a zombie (a live entry we hold a reference of can only
+     * become one), or a stale handle. */
+    left = BYVAL_LRU_NOENT;
+    byval_lock(&lru->lock);
+    uint64_t st = LD(&s->state);
+    if (ST_GEN(st) == (uint32_t)ref && (st & ST_ZOMBIE) && !(st & ST_DEAD) && REFS(st))
+        left = zombie_put(lru, (uint32_t)(ref >> 32), st, &c);
+    byval_unlock(&lru->lock);
+    return put_finish(lru, left, 1, &c);
+}
+
+/* (locked) Drop a reference of the entry find() gives for a put. */
+static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, enum find_mode mode,
+                      lru_chain_t *c, int *zombie_p)
+{
+    for (;;) {
+        uint32_t i;
+        uint64_t st;
+        lru_slot_t *s = find(lru, k, mode, value, &i, &st);
+        if (!s)
+            return BYVAL_LRU_NOENT;
+        if (st & ST_ZOMBIE) {
+            *zombie_p = 1;
+            return zombie_put(lru, i, st, c);
+        }
+        int left = ref_cas(s, ST_GEN(st), -1);
+        if (left >= 0)
+            return left;
+        /* A lock-free put took the last reference first: look again. */
+    }
+}
+
+/* put and put_value; the latter tries a lock-free put of the live entry. */
+static int lru_put(byval_lru_t *lru, const void *key, const void *value, enum find_mode mode)
+{
+    lru_key_t k;
+    if (!key_prep(lru, key, &k))
+        return BYVAL_LRU_NOENT;
+    uint64_t st;
+    uint32_t i;
+    int left = -1, zombie = 0;
+    lru_slot_t *s = mode == FIND_PUT_VALUE ? find(lru, &k, FIND_LIVE, NULL, &i, &st) : NULL;
+    if (s && LD_ACQ(&s->value) == value)
+        left = ref_cas(s, ST_GEN(st), -1);
+    lru_chain_t c = {0, 0};
+    if (left < 0) {
+        byval_lock(&lru->lock);
+        left = put_locked(lru, &k, value, mode, &c, &zombie);
+        byval_unlock(&lru->lock);
+    }
+    return put_finish(lru, left, zombie, &c);
+}
+
+int byval_lru_put(byval_lru_t *lru, const void *key)
+{
+    return lru_put(lru, key, NULL, FIND_PUT);
+}
+
+int byval_lru_put_value(byval_lru_t *lru, const void *key, const void *value)
+{
+    return lru_put(lru, key, value, FIND_PUT_VALUE);
+}
+
+int byval_lru_remove(byval_lru_t *lru, const void *key)
+{
+    lru_key_t k;
+    if (!key_prep(lru, key, &k))
+        return BYVAL_LRU_NOENT;
+    lru_chain_t c = {0, 0};
+    uint64_t st;
+    uint32_t i;
+    byval_lock(&lru->lock);
+    if (find(lru, &k, FIND_LIVE, NULL, &i, &st))
+        detach(lru, i, &c);
+    unlock_release(lru, &c);
+    return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
+}
+
+int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref)
+{
+    lru_slot_t *s = ref_slot(lru, ref);
+    if (!s)
+        return BYVAL_LRU_NOENT;
+    lru_chain_t c = {0, 0};
+    byval_lock(&lru->lock);
+    uint64_t st = LD(&s->state);
+    int live = ST_GEN(st) == (uint32_t)ref && !(st & (ST_DEAD | ST_ZOMBIE));
+    if (live)
+        detach(lru, (uint32_t)(ref >> 32), &c);
+    unlock_release(lru, &c);
+    return live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
+}
+
+enum scan_mode { SCAN_REMOVE, SCAN_PURGE, SCAN_EVICT };
+
+/* One pass over the slots under the lock, from the clock hand (so that
+ * evict_if takes the entries the clock would take first). */
+static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx,
+                   enum scan_mode mode)
+{
+    size_t matched = 0;
+    if (!lru || !pred)
+        return 0;
+    lru_chain_t c = {0, 0};
+    byval_lock(&lru->lock);
+    uint32_t n = lru->next_new, start = lru->hand >= 1 && lru->hand < n ? lru->hand : 1;
+    for (uint32_t k = 1; k < n; k++) {
+        uint32_t i = start + k - 1 < n ? start + k - 1 : start + k - n;
+        lru_slot_t *s = slot_at(lru, i);
+        uint64_t st = LD(&s->state);
+        if ((st & ST_DEAD) || ((st & ST_ZOMBIE) && mode != SCAN_PURGE) ||
+            (mode == SCAN_EVICT && REFS(st)))
+            continue;
+        int v = pred(ctx, s->key, LD(&s->value));
+        if (v < 0)
+            break;
+        if (!v)
+            continue;
+        if (mode == SCAN_REMOVE)
+            detach(lru, i, &c);
+        else if (mode == SCAN_PURGE)
+            purge(lru, i, &c);
+        else if (!evict_slot(lru, i, 0, &c))
+            continue; /* referenced meanwhile */
+        matched++;
+    }
+    unlock_release(lru, &c);
+    return matched;
+}
+
+size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+{
+    return scan(lru, pred, ctx, SCAN_REMOVE);
+}
+
+size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+{
+    return scan(lru, pred, ctx, SCAN_PURGE);
+}
+
+size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+{
+    return scan(lru, pred, ctx, SCAN_EVICT);
+}
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
 {
@@ -276,58 +940,35 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
     st->size = lru->count;
     st->high_water = lru->high_water;
     for (uint32_t i = 1; i < lru->next_new; i++) {
-        uint64_t s = LD(&byval_lru_slot(lru, i)->state);
-        st->referenced += !(s & (ST_DEAD | ST_ZOMBIE)) && (ST_LOW(s) & ST_REFS);
+        uint64_t s = LD(&slot_at(lru, i)->state);
+        st->referenced += !(s & (ST_DEAD | ST_ZOMBIE)) && REFS(s);
     }
-    /* What the entries really cost: every slot chunk, every bucket array
-     * (replaced ones too) and chunk directory, shared over the entries
-     * held (one slot and bucket when empty). */
-    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift);
-    for (lru_table_t *t = lru->table; t; t = t->retired)
-        bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
-    for (lru_dir_t *d = lru->dir; d; d = d->retired)
-        bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    /* What the entries cost: every chunk and table, shared over the
+     * entries held (one slot and bucket when empty). */
+    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift) + meta_bytes(lru);
     byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
     st->bytes_per_entry =
         st->size ? (bytes + st->size - 1) / st->size : lru->stride + sizeof(uint64_t);
 }
 
-/* The bookkeeping's memory now, and per entry once full at capacity
- * (chunks full, the table at its final size): bytes_per_entry divides
- * what is allocated now by the entries held, which says little until the
- * cache fills. */
+/* Per entry once full at capacity: chunks full, the table and directory at
+ * their final sizes (bytes_per_entry says little until the cache fills). */
 void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 {
-    size_t now = 0, full = 0;
     byval_lock(&lru->lock);
     size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
-    size_t chunk = lru->stride << lru->chunk_shift;
-    now += lru->nchunks * chunk;
+    size_t chunk = lru->stride << lru->chunk_shift, meta = meta_bytes(lru);
     size_t chunks_full = (cap + per - 1) / per;
-    full += (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk;
-
-    size_t tables = 0;
-    for (lru_table_t *t = lru->table; t; t = t->retired)
-        tables += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
-    now += tables;
-    /* The table doubles when an insert would pass a load of 7/8. */
-    size_t size = lru->table->mask + 1;
-    full += tables;
-    while (cap * 8 > size * 7) {
+    size_t now = lru->nchunks * chunk + meta;
+    size_t full = (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk + meta;
+    for (size_t size = lru->table->mask + 1; cap * 8 > size * 7;) { /* doubles past 7/8 */
         size *= 2;
         full += sizeof(lru_table_t) + size * sizeof(uint64_t);
     }
-
-    size_t dirs = 0;
-    for (lru_dir_t *d = lru->dir; d; d = d->retired)
-        dirs += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
-    now += dirs;
-    full += dirs;
     for (size_t c = lru->dir->cap; c < chunks_full; c *= 2)
         full += sizeof(lru_dir_t) + 2 * c * sizeof(unsigned char *);
     byval_unlock(&lru->lock);
-
     *now_p = now;
     *full_per_entry_p = cap ? (full + cap / 2) / cap : 0;
 }
@@ -339,7 +980,6 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
     ST(&lru->capacity, capacity);
-    byval_lru_trim_locked(lru, &c);
-    byval_unlock(&lru->lock);
-    byval_lru_release(lru, &c);
+    trim(lru, &c);
+    unlock_release(lru, &c);
 }

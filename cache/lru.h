@@ -2,18 +2,21 @@
 /*
  * lru.h - generic, bounded, thread-safe LRU cache with reference counts.
  *
- * Keys are fixed-size byte strings (key_len given at creation, compared with
- * memcmp, so callers must zero padding). Values are opaque pointers.
- * Entries with a non-zero reference count are never evicted. The eviction
- * callback runs after the cache lock is released and receives the evicted
- * entry's own key and value. All operations are O(1) except remove_if.
- * Invalid arguments (NULL cache, key or predicate) never crash: get and
- * remove_if return 0, the other calls BYVAL_LRU_NOENT, and nothing is done.
+ * Keys are fixed-size byte strings (key_len given at creation, compared
+ * bytewise, so callers must zero padding); values are opaque pointers.
+ * Referenced entries are never evicted. The eviction callback runs after
+ * the cache lock is released, with the entry's own key and value. All
+ * operations are O(1) except the *_if scans. Invalid arguments (NULL cache,
+ * key or predicate) do nothing: get and the scans return 0, the others
+ * BYVAL_LRU_NOENT.
  *
- * A reference can be taken with a handle (get_ref, insert_ref) and dropped
- * by it (put_ref): the put then goes to the very entry the reference came
- * with, without hashing or comparing the key again. That is what a close
- * wants: it is half of every cached open+close cycle.
+ * A reference taken with a handle (get_ref, insert_ref) is dropped by it
+ * (put_ref), which goes to the very entry without hashing the key again:
+ * half of every cached open+close cycle.
+ *
+ * fork(): every cache is in the class LRU of cache/locks.h; the child
+ * empties every cache WITHOUT eviction callbacks (no driver call in the
+ * child) and zeroes its stats.
  */
 #ifndef BYVAL_CACHE_LRU_H
 #define BYVAL_CACHE_LRU_H
@@ -141,13 +144,7 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 /* Change capacity (evicts down to it where it can). */
 void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity);
 
-/*
- * fork(): every cache is listed at create (the class LRU of
- * cache/locks.h, whose fork handler does the rest). prepare takes every
- * cache lock, the parent and the child release them, and the child
- * empties every cache WITHOUT calling the eviction
- * callbacks (no driver call in the child): the child starts with
- * consistent, empty caches and zeroed stats.
- */
+/* The key hash (test_lru_hash checks its spread). */
+uint32_t byval_lru_hash(const void *key, size_t len);
 
 #endif

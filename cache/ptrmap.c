@@ -1,46 +1,180 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ptrmap.c - open-addressing table keyed by pointer value, one spin lock
- * (cache/spin.h says why not a mutex).
+ * ptrmap.c - the pointer map: open addressing on the pointer, one spin lock,
+ * and a tally of the slots that hold each value.
  *
- * Every cached re-open and close goes through here, so it is built for
- * that: slots hold the entry inline (no malloc per open), linear probing
- * on a multiplicative hash of the pointer, deletion by backward shift (no
- * tombstones), doubling at half load. uthash cost a malloc-free but
- * hash-heavy add/delete per cycle and twice the time.
+ * Every cached re-open and close goes through here: slots hold the entry
+ * inline (no malloc per open), probing is linear on a multiplicative hash,
+ * deletion shifts back (no tombstones), the table doubles at half load.
+ * The tally (value -> slots, the same kind of table) lets a release find
+ * its mapping's one pointer without scanning the map: at 1M entries a scan
+ * per release held the lock 1-3 ms. An allocation it cannot get marks it
+ * lost for good: every count is then unknown and the map scans.
+ *
+ * The lock is a test-and-test-and-set spin lock: one exchange to take, one
+ * plain store to release, where a mutex costs a locked instruction each way
+ * (a cached open+close takes it twice, and locked instructions are most of
+ * a hit's cost on large virtual machines). A waiter spins with pause, then
+ * yields, so a holder preempted mid-section is not starved.
  */
 #include "cache/ptrmap.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/spin.h"
-#include "cache/vtally.h"
+#include "cache/locks.h"
+
+/* A table of slots that start with a nonzero word, the key (0: empty). */
+typedef struct ptab {
+    unsigned char *slots;
+    size_t slot_size, nslots, used; /* nslots: a power of two, 0 before the first slot */
+} ptab_t;
 
 typedef struct slot {
-    uintptr_t ptr; /* 0 = empty (no mapping lives at address 0) */
+    uintptr_t ptr; /* no mapping lives at address 0 */
     int count;
     void *value;
     unsigned char key[]; /* key_len bytes */
 } slot_t;
 
+typedef struct tally_slot {
+    uintptr_t value;
+    size_t n;
+} tally_slot_t;
+
 struct byval_ptrmap {
-    byval_spin_t lock;
+    int locked;
     struct byval_ptrmap *next; /* the list of maps (fork), maps.lock */
     size_t key_len;
-    size_t slot_size;
-    size_t nslots; /* power of two */
-    size_t used;
     int keep; /* closed pointers stay, with count 0, until dropped */
-    unsigned char *slots;
-    /* How many slots hold each value (vtally.c's table, under lock): a
-     * release finds its mapping's one pointer without scanning the map
-     * (at 1M entries a scan per release was 1-3 ms with the lock held,
-     * and tearing a cache down N^2 slot visits). */
-    byval_vtally_t tally;
+    int tally_lost;
+    ptab_t tab, tally;
 };
 
-#define PTRMAP_MIN_SLOTS 64
+static uintptr_t *ptab_at(const ptab_t *t, size_t i)
+{
+    return (uintptr_t *)(t->slots + i * t->slot_size);
+}
+
+static size_t ptab_home(const ptab_t *t, uintptr_t key)
+{
+    return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 20) & (t->nslots - 1);
+}
+
+/* Index of key's slot, or of the empty slot where it would go. */
+static size_t ptab_find(const ptab_t *t, uintptr_t key)
+{
+    size_t i = ptab_home(t, key);
+    while (*ptab_at(t, i) && *ptab_at(t, i) != key)
+        i = (i + 1) & (t->nslots - 1);
+    return i;
+}
+
+/* Room for one more slot (doubling at half load); -1 on ENOMEM. */
+static int ptab_room(ptab_t *t)
+{
+    if ((t->used + 1) * 2 <= t->nslots)
+        return 0;
+    ptab_t big = {.slot_size = t->slot_size, .nslots = t->nslots ? t->nslots * 2 : 64};
+    big.slots = calloc(big.nslots, big.slot_size);
+    if (!big.slots)
+        return -1;
+    for (size_t i = 0; i < t->nslots; i++)
+        if (*ptab_at(t, i))
+            memcpy(ptab_at(&big, ptab_find(&big, *ptab_at(t, i))), ptab_at(t, i), t->slot_size);
+    free(t->slots);
+    big.used = t->used;
+    *t = big;
+    return 0;
+}
+
+/* Remove slot i, shifting back the entries of its probe run. */
+static void ptab_erase(ptab_t *t, size_t i)
+{
+    size_t mask = t->nslots - 1;
+    for (size_t j = (i + 1) & mask; *ptab_at(t, j); j = (j + 1) & mask) {
+        size_t h = ptab_home(t, *ptab_at(t, j));
+        /* j may move to i if its home is not in (i, j] cyclically. */
+        if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+            memcpy(ptab_at(t, i), ptab_at(t, j), t->slot_size);
+            i = j;
+        }
+    }
+    memset(ptab_at(t, i), 0, t->slot_size);
+    t->used--;
+}
+
+/* ---- the tally (under the map's lock) ----------------------------------- */
+
+static void tally_add(byval_ptrmap_t *m, const void *value)
+{
+    if (!value || m->tally_lost)
+        return;
+    if (ptab_room(&m->tally) != 0) { /* counts unknown from now on: the map scans */
+        free(m->tally.slots);
+        m->tally = (ptab_t){.slot_size = sizeof(tally_slot_t)};
+        m->tally_lost = 1;
+        return;
+    }
+    tally_slot_t *s = (tally_slot_t *)ptab_at(&m->tally, ptab_find(&m->tally, (uintptr_t)value));
+    if (!s->value) {
+        s->value = (uintptr_t)value;
+        m->tally.used++;
+    }
+    s->n++;
+}
+
+static void tally_sub(byval_ptrmap_t *m, const void *value)
+{
+    if (!value || m->tally_lost || !m->tally.slots)
+        return;
+    size_t i = ptab_find(&m->tally, (uintptr_t)value);
+    tally_slot_t *s = (tally_slot_t *)ptab_at(&m->tally, i);
+    if (s->value && --s->n == 0)
+        ptab_erase(&m->tally, i);
+}
+
+/* The slots of value; SIZE_MAX when unknown (NULL, or the tally lost). */
+static size_t tally_count(const byval_ptrmap_t *m, const void *value)
+{
+    if (!value || m->tally_lost)
+        return SIZE_MAX;
+    if (!m->tally.slots)
+        return 0;
+    const tally_slot_t *s =
+        (const tally_slot_t *)ptab_at(&m->tally, ptab_find(&m->tally, (uintptr_t)value));
+    return s->value ? s->n : 0;
+}
+
+/* ---- the lock, and fork ---------------------------------------------------- */
+
+static inline void spin_take(int *locked)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!__atomic_load_n(locked, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(locked, 1, __ATOMIC_ACQUIRE))
+            return;
+        if (spins >= 64)
+            sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+        else
+            __builtin_ia32_pause();
+#endif
+    }
+}
+
+static void map_lock(byval_ptrmap_t *m)
+{
+    byval_rank_enter(BYVAL_RANK_PTRMAP);
+    spin_take(&m->locked);
+}
+
+static void map_unlock(byval_ptrmap_t *m)
+{
+    __atomic_store_n(&m->locked, 0, __ATOMIC_RELEASE);
+    byval_rank_leave(BYVAL_RANK_PTRMAP);
+}
 
 /* Every map, for fork (the class PTRMAP of cache/locks.h): prepare holds
  * every map's lock across fork, so the child's clear races nothing. */
@@ -53,26 +187,35 @@ static void maps_take(void)
 {
     byval_lock_fork_take(&maps.lock);
     for (byval_ptrmap_t *m = maps.head; m; m = m->next)
-        byval_spin_lock_raw(&m->lock);
+        spin_take(&m->locked);
 }
 
 static void maps_drop(void)
 {
     for (byval_ptrmap_t *m = maps.head; m; m = m->next)
-        byval_spin_unlock_raw(&m->lock);
+        __atomic_store_n(&m->locked, 0, __ATOMIC_RELEASE);
     byval_lock_fork_drop(&maps.lock);
 }
 
 BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop);
 
+/* ---- the map ------------------------------------------------------------- */
+
 static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
 {
-    return (slot_t *)(m->slots + i * m->slot_size);
+    return (slot_t *)ptab_at(&m->tab, i);
 }
 
-static size_t home_of(const byval_ptrmap_t *m, uintptr_t ptr)
+static slot_t *find(const byval_ptrmap_t *m, uintptr_t ptr, size_t *i_p)
 {
-    return (size_t)(((uint64_t)ptr * 0x9E3779B97F4A7C15ull) >> 20) & (m->nslots - 1);
+    *i_p = ptab_find(&m->tab, ptr);
+    return slot_at(m, *i_p);
+}
+
+static void erase(byval_ptrmap_t *m, size_t i)
+{
+    tally_sub(m, slot_at(m, i)->value);
+    ptab_erase(&m->tab, i);
 }
 
 byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
@@ -80,12 +223,10 @@ byval_ptrmap_t *byval_ptrmap_create(size_t key_len)
     byval_ptrmap_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
-    m->lock.rank = BYVAL_RANK_PTRMAP;
     m->key_len = key_len;
-    m->slot_size = (sizeof(slot_t) + key_len + 7) & ~(size_t)7;
-    m->nslots = PTRMAP_MIN_SLOTS;
-    m->slots = calloc(m->nslots, m->slot_size);
-    if (!m->slots) {
+    m->tab.slot_size = (sizeof(slot_t) + key_len + 7) & ~(size_t)7;
+    m->tally.slot_size = sizeof(tally_slot_t);
+    if (ptab_room(&m->tab) != 0) {
         free(m);
         return NULL;
     }
@@ -115,53 +256,9 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
             break;
         }
     byval_unlock(&maps.lock);
-    free(m->slots);
-    byval_vtally_free(&m->tally);
+    free(m->tab.slots);
+    free(m->tally.slots);
     free(m);
-}
-
-/* Index of ptr's slot, or of the empty slot where it would go. */
-static size_t find(const byval_ptrmap_t *m, uintptr_t ptr)
-{
-    size_t i = home_of(m, ptr);
-    while (slot_at(m, i)->ptr && slot_at(m, i)->ptr != ptr)
-        i = (i + 1) & (m->nslots - 1);
-    return i;
-}
-
-static int grow(byval_ptrmap_t *m)
-{
-    /* Not a copy of *m: its lock word is read by spinning waiters. */
-    byval_ptrmap_t big = {.slot_size = m->slot_size, .nslots = m->nslots * 2};
-    big.slots = calloc(big.nslots, m->slot_size);
-    if (!big.slots)
-        return -1;
-    for (size_t i = 0; i < m->nslots; i++) {
-        slot_t *s = slot_at(m, i);
-        if (s->ptr)
-            memcpy(slot_at(&big, find(&big, s->ptr)), s, m->slot_size);
-    }
-    free(m->slots);
-    m->slots = big.slots;
-    m->nslots = big.nslots;
-    return 0;
-}
-
-/* Remove slot i, shifting back the entries of its probe run. */
-static void erase(byval_ptrmap_t *m, size_t i)
-{
-    size_t mask = m->nslots - 1;
-    byval_vtally_sub(&m->tally, slot_at(m, i)->value);
-    for (size_t j = (i + 1) & mask; slot_at(m, j)->ptr; j = (j + 1) & mask) {
-        size_t h = home_of(m, slot_at(m, j)->ptr);
-        /* j may move to i if its home is not in (i, j] cyclically. */
-        if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
-            memcpy(slot_at(m, i), slot_at(m, j), m->slot_size);
-            i = j;
-        }
-    }
-    memset(slot_at(m, i), 0, m->slot_size);
-    m->used--;
 }
 
 int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, void *value)
@@ -169,32 +266,32 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     if (!m || !key || !ptr)
         return -1;
     int n = -1;
-    byval_spin_lock(&m->lock);
-    size_t i = find(m, ptr);
-    slot_t *s = slot_at(m, i);
+    size_t i;
+    map_lock(m);
+    slot_t *s = find(m, ptr, &i);
     if (s->ptr) {
         int same = s->value == value && memcmp(s->key, key, m->key_len) == 0;
         if (!same && s->count == 0) {
             /* A kept closed pointer of a mapping released without a drop:
              * the new one at that address replaces it. */
             memcpy(s->key, key, m->key_len);
-            byval_vtally_sub(&m->tally, s->value);
-            byval_vtally_add(&m->tally, value);
+            tally_sub(m, s->value);
+            tally_add(m, value);
             s->value = value;
             same = 1;
         }
         if (same)
             n = ++s->count;
-    } else if ((m->used + 1) * 2 <= m->nslots || grow(m) == 0) {
-        s = slot_at(m, find(m, ptr));
+    } else if (ptab_room(&m->tab) == 0) {
+        s = find(m, ptr, &i);
         s->ptr = ptr;
         s->count = n = 1;
         s->value = value;
         memcpy(s->key, key, m->key_len);
-        m->used++;
-        byval_vtally_add(&m->tally, value);
+        m->tab.used++;
+        tally_add(m, value);
     }
-    byval_spin_unlock(&m->lock);
+    map_unlock(m);
     return n;
 }
 
@@ -208,9 +305,9 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
     if (!m || !ptr)
         return -1;
     int n = -1;
-    byval_spin_lock(&m->lock);
-    size_t i = find(m, ptr);
-    slot_t *s = slot_at(m, i);
+    size_t i;
+    map_lock(m);
+    slot_t *s = find(m, ptr, &i);
     if (s->ptr) {
         if (key_p)
             memcpy(key_p, s->key, m->key_len);
@@ -224,7 +321,7 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
                 erase(m, i);
         }
     }
-    byval_spin_unlock(&m->lock);
+    map_unlock(m);
     return n;
 }
 
@@ -238,108 +335,90 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
     if (!m || !ptr)
         return -1;
     int n = -1;
-    byval_spin_lock(&m->lock);
-    size_t i = find(m, ptr);
-    if (slot_at(m, i)->ptr) {
-        n = slot_at(m, i)->count;
+    size_t i;
+    map_lock(m);
+    slot_t *s = find(m, ptr, &i);
+    if (s->ptr) {
+        n = s->count;
         erase(m, i);
     }
-    byval_spin_unlock(&m->lock);
+    map_unlock(m);
     return n;
 }
 
-/* (locked) The one slot recorded with value, found through hint, when
- * the tally says value has exactly one and hint is it: its index, else
- * -1 (scan). */
-static long only_slot(const byval_ptrmap_t *m, const void *value, uintptr_t hint)
+/* Drop, or close (count 0, kept), every pointer recorded with value: how
+ * many (close: how many were open). O(1) when the tally says value has no
+ * pointer, or one and it is hint; else a scan. */
+static size_t for_value(byval_ptrmap_t *m, const void *value, uintptr_t hint, int drop)
 {
-    if (!hint || byval_vtally_count(&m->tally, value) != 1)
-        return -1;
-    size_t i = find(m, hint);
-    return slot_at(m, i)->ptr && slot_at(m, i)->value == value ? (long)i : -1;
+    size_t n = 0, i = 0, end;
+    if (!m)
+        return 0;
+    map_lock(m);
+    size_t count = tally_count(m, value);
+    if (count == 1 && hint && find(m, hint, &i)->ptr && slot_at(m, i)->value == value) {
+        end = i + 1;
+    } else {
+        i = 0;
+        end = count ? m->tab.nslots : 0;
+    }
+    while (i < end) {
+        slot_t *s = slot_at(m, i);
+        if (s->ptr && s->value == value && (drop || s->count)) {
+            n++;
+            if (drop) {
+                erase(m, i); /* shifts a later entry into i: look at i again */
+                continue;
+            }
+            s->count = 0;
+        }
+        i++;
+    }
+    map_unlock(m);
+    return n;
 }
 
 size_t byval_ptrmap_drop_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint)
 {
-    size_t n = 0;
-    if (!m)
-        return 0;
-    byval_spin_lock(&m->lock);
-    long one = byval_vtally_count(&m->tally, value) == 0 ? -2 : only_slot(m, value, hint);
-    if (one >= 0) {
-        erase(m, (size_t)one);
-        n = 1;
-    }
-    for (size_t i = 0; one == -1 && i < m->nslots;) {
-        slot_t *s = slot_at(m, i);
-        if (s->ptr && s->value == value) {
-            erase(m, i); /* shifts a later entry into i: look at i again */
-            n++;
-        } else {
-            i++;
-        }
-    }
-    byval_spin_unlock(&m->lock);
-    return n;
+    return for_value(m, value, hint, 1);
 }
 
-size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value)
+size_t byval_ptrmap_close_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint)
 {
-    return byval_ptrmap_drop_value_at(m, value, 0);
+    return for_value(m, value, hint, 0);
 }
 
 int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value)
 {
     if (!m || !ptr)
         return -1;
-    byval_spin_lock(&m->lock);
-    slot_t *s = slot_at(m, find(m, ptr));
-    int n = s->ptr && s->value == value ? (int)s->count : -1;
-    byval_spin_unlock(&m->lock);
+    size_t i;
+    map_lock(m);
+    slot_t *s = find(m, ptr, &i);
+    int n = s->ptr && s->value == value ? s->count : -1;
+    map_unlock(m);
     return n;
-}
-
-size_t byval_ptrmap_close_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint)
-{
-    size_t n = 0;
-    if (!m)
-        return 0;
-    byval_spin_lock(&m->lock);
-    long one = byval_vtally_count(&m->tally, value) == 0 ? -2 : only_slot(m, value, hint);
-    for (size_t i = one >= 0 ? (size_t)one : 0; one != -2 && i < m->nslots; i++) {
-        slot_t *s = slot_at(m, i);
-        if (s->ptr && s->value == value && s->count) {
-            s->count = 0;
-            n++;
-        }
-        if (one >= 0)
-            break;
-    }
-    byval_spin_unlock(&m->lock);
-    return n;
-}
-
-size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value)
-{
-    return byval_ptrmap_close_value_at(m, value, 0);
 }
 
 size_t byval_ptrmap_size(byval_ptrmap_t *m)
 {
     if (!m)
         return 0;
-    byval_spin_lock(&m->lock);
-    size_t n = m->used;
-    byval_spin_unlock(&m->lock);
+    map_lock(m);
+    size_t n = m->tab.used;
+    map_unlock(m);
     return n;
 }
 
+/* In a fork child, after cache/locks.c released the lock. A lost tally
+ * stays lost: counts made before are unknown still. */
 void byval_ptrmap_clear(byval_ptrmap_t *m)
 {
     if (!m)
         return;
-    /* Called in a fork child, after cache/locks.c released the lock. */
-    memset(m->slots, 0, m->nslots * m->slot_size);
-    m->used = 0;
-    byval_vtally_clear(&m->tally);
+    memset(m->tab.slots, 0, m->tab.nslots * m->tab.slot_size);
+    m->tab.used = 0;
+    if (m->tally.slots)
+        memset(m->tally.slots, 0, m->tally.nslots * m->tally.slot_size);
+    m->tally.used = 0;
 }

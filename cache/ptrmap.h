@@ -43,14 +43,11 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr);
 /* Forget every pointer recorded with value. Returns how many. O(1) when
  * value has no pointer, or one and it is hint (a mapping's own address,
  * where it is opened as a rule); else O(size). */
-size_t byval_ptrmap_drop_value(byval_ptrmap_t *m, const void *value);
 size_t byval_ptrmap_drop_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint);
 
 /* Mark every pointer recorded with value closed (count 0, kept: a close
  * of it is BYVAL_PTRMAP_CLOSED, a new ref with another value replaces it).
- * Returns how many were open. */
-size_t byval_ptrmap_close_value(byval_ptrmap_t *m, const void *value);
-/* The same, O(1) in the cases of byval_ptrmap_drop_value_at. */
+ * Returns how many were open; O(1) as drop_value_at. */
 size_t byval_ptrmap_close_value_at(byval_ptrmap_t *m, const void *value, uintptr_t hint);
 /* The open count of ptr when it is recorded with value, else -1. */
 int byval_ptrmap_count_value(byval_ptrmap_t *m, uintptr_t ptr, const void *value);

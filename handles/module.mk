@@ -10,11 +10,11 @@ HANDLES_SRC := handles/bgthread.c handles/wire.c handles/tag.c handles/self.c ha
 TRANSPORT_SRC := handles/broker_serve.c handles/broker_fetch.c handles/rendezvous.c \
                  handles/resolve.c handles/registry_view.c handles/registry_watch.c
 LIB_SRC += $(HANDLES_SRC) $(TRANSPORT_SRC)
-HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o $(BUILD)/cache/once.o
+HANDLES_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o
 
 UNIT_TESTS += $(BUILD)/test/unit/test_wire $(BUILD)/test/unit/test_resolve $(BUILD)/test/unit/test_manifest \
               $(BUILD)/test/unit/test_fdcheck
-HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o $(BUILD)/cache/once.o
+HANDLES_ALL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) $(BUILD)/cache/locks.o
 FDCHECK_TEST_SRC := test/unit/test_fdcheck.c test/unit/test_fdcheck_fuse.c
 $(BUILD)/test/unit/test_fdcheck: $(FDCHECK_TEST_SRC) test/unit/test_fdcheck.h test/unit/test_skip.h \
                                  $(HANDLES_ALL_OBJ)

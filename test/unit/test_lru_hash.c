@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "cache/lru_internal.h"
+#include "cache/lru.h"
 
 #define HN 200000
 #define LOW_BITS 20

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_once.c - byval_once (cache/once.c): one run however many threads
+ * test_once.c - byval_once (cache/locks.c): one run however many threads
  * ask, a nested once inside an init, and its fork story: a child forked
  * while another thread ran an init runs it itself, as with glibc's
  * pthread_once (with pthread_once under ThreadSanitizer or musl, the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_ptrmap_tally.c - the pointer map's count of pointers per value
- * (cache/vtally.c) and what it buys (issue 23, memory at scale):
+ * (cache/ptrmap.c) and what it buys at scale:
  *  - a release at scale: 100,000 cached mappings, each with its kept
  *    pointer, released one by one (byval_imports_destroy). Each release
  *    scanned the whole map before: 10^10 slot visits, half a minute here;
