@@ -34,11 +34,11 @@
 
 #include "handles/rescue.h"
 #include "handles/resolve_internal.h"
-#include "shim/config.h"
+#include "cache/config.h"
 #include "shim/dlsym_next.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
+#include "cache/init.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 
 #define BYVAL_EXPORT __attribute__((visibility("default")))
 #define BYVAL_HIDDEN __attribute__((visibility("hidden")))

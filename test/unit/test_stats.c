@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
-#include "shim/stats.h"
+#include "cache/stats.h"
 
 /* Fill a cache of cap entries of key_len bytes; compare the statistic
  * with what the full cache costs by byval_lru_stats (allocated memory

@@ -7,8 +7,8 @@
  * run in the environment the ranks will have: its kernel, Yama, seccomp
  * filter, capabilities, namespaces and library path.
  */
-#ifndef BYVAL_SHIM_DOCTOR_H
-#define BYVAL_SHIM_DOCTOR_H
+#ifndef BYVAL_CACHE_DOCTOR_H
+#define BYVAL_CACHE_DOCTOR_H
 
 /* What two sibling processes (as two ranks are) could do: the probes of
  * doctor_probe.c. Errors are errno values, 0 when it worked. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* stats.c - counters and the exit summary (IPCBYVAL_STATS=1). */
-#include "shim/stats.h"
+#include "cache/stats.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -9,7 +9,7 @@
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h" /* rendezvous_served */
-#include "shim/log.h"
+#include "cache/log.h"
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* log.c - one line per message, written with a single write(2) so lines
  * from ranks sharing a terminal do not interleave mid-line. */
-#include "shim/log.h"
+#include "cache/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim/config.h"
+#include "cache/config.h"
 
 int byval_log_level = BYVAL_LOG_LVL_WARN;
 

@@ -11,7 +11,7 @@
  * tells a seccomp filter or a missing kernel call from Yama.
  * Everything is a raw system call: no GPU, no ipcbyval state touched.
  */
-#include "shim/doctor.h"
+#include "cache/doctor.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * The man page's ENVIRONMENT section and `ipcbyval-run --print-config`
  * are checked against this table by test/integration/test_config.sh.
  */
-#include "shim/config.h"
+#include "cache/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "shim/log.h"
+#include "cache/log.h"
 
 byval_config_t byval_cfg;
 

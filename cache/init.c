@@ -7,7 +7,7 @@
  * API (a shell, mpirun) gets no threads, no files and no output from
  * ipcbyval.
  */
-#include "shim/init.h"
+#include "cache/init.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -21,11 +21,11 @@
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "handles/resolve_internal.h"
-#include "shim/config.h"
-#include "shim/doctor.h"
+#include "cache/config.h"
+#include "cache/doctor.h"
 #include "shim/rendezvous.h"
-#include "shim/log.h"
-#include "shim/stats.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 
 static byval_once_t init_once = BYVAL_ONCE_INIT;
 /* init.h's: byval_init reads them inline. */

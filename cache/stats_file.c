@@ -16,7 +16,7 @@
  * so a field added there appears in the file, and in the merged table,
  * without a change here or in the merger.
  */
-#include "shim/stats.h"
+#include "cache/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "cache/imports.h"
-#include "shim/log.h"
+#include "cache/log.h"
 
 /* ---- the per-process file -------------------------------------------------- */
 

@@ -5,7 +5,7 @@
  * where by-value will not work, the fix. Exit status 0 when same-node
  * ranks can exchange handles by value (by any transport).
  */
-#include "shim/doctor.h"
+#include "cache/doctor.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -19,8 +19,7 @@
 #include <unistd.h>
 
 #include "handles/rendezvous.h"
-#include "shim/config.h"
-#include "shim/symbols.h"
+#include "cache/config.h"
 
 #define LINE(label, ...) (printf("  %-12s ", label), printf(__VA_ARGS__), putchar('\n'))
 
@@ -135,7 +134,7 @@ static void gpu_cuda(int *found)
     char real[PATH_MAX] = "?", drv[160] = "";
     if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && !realpath(lm->l_name, real))
         snprintf(real, sizeof(real), "%s", lm->l_name);
-    int (*get)(int *) = (int (*)(int *))byval_real_dlsym(h, "cuDriverGetVersion");
+    int (*get)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
     int v = 0;
     if (get && get(&v) == 0 && v > 0)
         snprintf(drv, sizeof(drv), "; CUDA driver API %d.%d", v / 1000, v % 1000 / 10);

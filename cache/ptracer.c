@@ -10,8 +10,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "shim/config.h"
-#include "shim/log.h"
+#include "cache/config.h"
+#include "cache/log.h"
 
 #ifndef PR_SET_PTRACER
 #define PR_SET_PTRACER 0x59616d61
