@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.c - the one table of IPCBYVAL_* variables and its parser.
- * The man page's ENVIRONMENT section and `ipcbyval-run --print-config`
- * are checked against this table by test/integration/test_config.sh.
+ * config.c - the one table of IPCBYVAL_* variables, its parser and printer,
+ * and IPCBYVAL_SET_PTRACER's effect. The man page's ENVIRONMENT section and
+ * `ipcbyval-run --print-config` are checked against the table (test_config.sh).
  */
 #include "cache/config.h"
 
@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include "cache/log.h"
 
@@ -20,11 +22,9 @@ byval_config_t byval_cfg;
 enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_BYTES, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT, CFG_GID };
 
 typedef struct cfg_entry {
-    const char *name;
-    const char *defval;
+    const char *name, *defval;
     enum cfg_type type;
-    size_t offset;
-    size_t size; /* for strings: buffer size */
+    size_t offset, size; /* of the field in byval_config_t */
     const char *doc;
 } cfg_entry_t;
 
@@ -61,7 +61,6 @@ static const cfg_entry_t cfg_table[] = {
          "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
     CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
          "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
-    /* handles/rendezvous.h, applied by shim/rendezvous.c */
     CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
          "a directory both sides reach (a volume shared by two pods or containers): exporters "
          "also listen there and importers in other pid/network namespaces connect there"),
@@ -71,96 +70,6 @@ static const cfg_entry_t cfg_table[] = {
 };
 
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
-
-static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
-static const char *const transport_names[] = {"auto", "pidfd", "socket"};
-
-static int parse_enum(const char *s, const char *const *names, size_t n, int *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcasecmp(s, names[i]) == 0) {
-            *out = (int)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
-static int parse_bool(const char *s, int *out)
-{
-    static const char *const names[] = {"0", "n", "no",  "off", "false",
-                                        "1", "y", "yes", "on",  "true"};
-    int i;
-    if (parse_enum(s, names, 10, &i) != 0)
-        return -1;
-    *out = i >= 5;
-    return 0;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '\0')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end != '\0' || v < 1 || v > (1ULL << 32))
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
-/* Bytes, with an optional binary suffix K, M, G or T (0 allowed). */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    static const char units[] = "KMGT";
-    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-    if (errno || (*end && (!u || end[1] != '\0')))
-        return -1;
-    unsigned shift = u ? 10u * (unsigned)(u - units + 1) : 0;
-    if (v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
-static int parse_value(const cfg_entry_t *e, const char *s)
-{
-    void *field = (char *)&byval_cfg + e->offset;
-    switch (e->type) {
-    case CFG_BOOL: return parse_bool(s, field);
-    case CFG_SIZE: return parse_size(s, field);
-    case CFG_BYTES: return parse_bytes(s, field);
-    case CFG_LEVEL:
-        if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0') {
-            *(int *)field = s[0] - '0';
-            return 0;
-        }
-        return parse_enum(s, level_names, 5, field);
-    case CFG_TRANSPORT: return parse_enum(s, transport_names, 3, field);
-    case CFG_STRING:
-        if (strlen(s) >= e->size)
-            return -1;
-        strcpy(field, s);
-        return 0;
-    case CFG_GID: {
-        char *end;
-        errno = 0;
-        unsigned long v = *s ? strtoul(s, &end, 10) : 0;
-        if (*s && (*s < '0' || *s > '9' || errno || *end || v >= UINT32_MAX))
-            return -1;
-        *(long *)field = *s ? (long)v : -1;
-        return 0;
-    }
-    }
-    return -1;
-}
 
 /* What each type accepts, for the invalid-value warning. */
 static const char *const type_hint[] = {
@@ -173,8 +82,100 @@ static const char *const type_hint[] = {
     [CFG_GID] = "a numeric group id, or empty",
 };
 
-/* Levenshtein distance, bounded to short names; used to suggest a fix
- * for a misspelt IPCBYVAL_* variable. */
+static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
+static const char *const transport_names[] = {"auto", "pidfd", "socket"};
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts: index >= 5 is true. */
+static const char *const bool_names[] = {"0", "n", "no",  "off", "false",
+                                         "1", "y", "yes", "on",  "true"};
+
+static int parse_enum(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* A decimal number, with a binary suffix K, M, G or T when units. */
+static int parse_u64(const char *s, int units, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    static const char suffix[] = "KMGT";
+    const char *u = units && *end ? strchr(suffix, toupper((unsigned char)*end)) : NULL;
+    if (errno || end == s || (*end && (!u || end[1] != '\0')))
+        return -1;
+    unsigned shift = u ? 10u * (unsigned)(u - suffix + 1) : 0;
+    if (v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
+{
+    void *field = (char *)c + e->offset;
+    uint64_t v;
+    int i;
+    switch (e->type) {
+    case CFG_BOOL:
+        if ((i = parse_enum(s, bool_names, 10)) < 0)
+            return -1;
+        *(int *)field = i >= 5;
+        return 0;
+    case CFG_SIZE:
+        if (*s == '-' || parse_u64(s, 0, &v) != 0 || v < 1 || v > (1ULL << 32))
+            return -1;
+        *(size_t *)field = (size_t)v;
+        return 0;
+    case CFG_BYTES:
+        if (!isdigit((unsigned char)*s) || parse_u64(s, 1, &v) != 0)
+            return -1;
+        *(uint64_t *)field = v;
+        return 0;
+    case CFG_LEVEL:
+        i = s[0] >= '0' && s[0] <= '4' && s[1] == '\0' ? s[0] - '0' : parse_enum(s, level_names, 5);
+        break;
+    case CFG_TRANSPORT: i = parse_enum(s, transport_names, 3); break;
+    case CFG_STRING:
+        if (strlen(s) >= e->size)
+            return -1;
+        strcpy(field, s);
+        return 0;
+    case CFG_GID:
+        if (*s && (!isdigit((unsigned char)*s) || parse_u64(s, 0, &v) != 0 || v >= UINT32_MAX))
+            return -1;
+        *(long *)field = *s ? (long)v : -1;
+        return 0;
+    default: return -1;
+    }
+    if (i < 0)
+        return -1;
+    *(int *)field = i;
+    return 0;
+}
+
+static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *buf, size_t len)
+{
+    const void *field = (const char *)c + e->offset;
+    switch (e->type) {
+    case CFG_BOOL: snprintf(buf, len, "%d", *(const int *)field); break;
+    case CFG_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
+    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)field]); break;
+    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[*(const int *)field]); break;
+    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
+    case CFG_GID:
+        if (*(const long *)field >= 0)
+            snprintf(buf, len, "%ld", *(const long *)field);
+        else
+            buf[0] = '\0';
+        break;
+    }
+}
+
+/* Levenshtein distance, to suggest a fix for a misspelt variable. */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {
     size_t lb = strlen(b), prev[64], cur[64];
@@ -194,16 +195,6 @@ static size_t edit_distance(const char *a, size_t la, const char *b)
     return prev[lb];
 }
 
-/* The most edits that still make a suggestion: one typo in a short name
- * (ZEE for ZE), two in a longer one (TRANSPROT); IPCBYVAL_FOO is not
- * IPCBYVAL_LOG, however few names there are. */
-static size_t close_enough(const char *name)
-{
-    size_t n = strlen(name) - 9; /* after "IPCBYVAL_" */
-    return n >= 6 ? 2 : 1;
-}
-
-/* Is name (len bytes, not terminated) want? */
 static int name_is(const char *want, const char *name, size_t len)
 {
     return strlen(want) == len && strncmp(want, name, len) == 0;
@@ -217,23 +208,14 @@ static const cfg_entry_t *find_entry(const char *name, size_t len)
     return NULL;
 }
 
-/* Read by ipcbyval-run, scripts/deps.sh or at load time, not by the
- * configuration. */
-static int is_launcher_variable(const char *name, size_t len)
-{
-    static const char *const names[] = {
-        "IPCBYVAL_LIB",         "IPCBYVAL_PRINT_CONFIG", "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
-        "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",  "IPCBYVAL_HELPER"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (name_is(names[i], name, len))
-            return 1;
-    return 0;
-}
+/* Read by ipcbyval-run, scripts/deps.sh or at load time, not by the table. */
+static const char *const launcher_names[] = {
+    "IPCBYVAL_LIB",         "IPCBYVAL_PRINT_CONFIG", "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
+    "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",  "IPCBYVAL_HELPER"};
 
-/* Warnings about the environment: at warn level, unless ipcbyval-run
- * checked it already and said so once for the whole job
- * (IPCBYVAL_RUN_CHECKED=1): then at debug level, so that N ranks do not
- * print N copies. Counted for IPCBYVAL_PRINT_CONFIG=check. */
+/* Warnings about the environment, counted: at warn level, or at debug level
+ * when ipcbyval-run checked it once for the whole job (IPCBYVAL_RUN_CHECKED=1),
+ * so that N ranks do not print N copies. */
 static int cfg_problems;
 
 static int problem_level(void)
@@ -243,115 +225,102 @@ static int problem_level(void)
     return c && strcmp(c, "1") == 0 ? BYVAL_LOG_LVL_DEBUG : BYVAL_LOG_LVL_WARN;
 }
 
-static void warn_unknown(void)
+static void warn_unknown(const char *var, size_t len)
 {
-    extern char **environ;
-    for (char **env = environ; env && *env; env++) {
-        const char *eq = strchr(*env, '=');
-        if (strncmp(*env, "IPCBYVAL_", 9) != 0 || !eq)
-            continue;
-        size_t len = (size_t)(eq - *env);
-        if (find_entry(*env, len) || is_launcher_variable(*env, len))
-            continue;
-        const char *best = NULL;
-        size_t best_d = SIZE_MAX;
-        for (size_t i = 0; i < CFG_COUNT; i++) {
-            size_t d = edit_distance(*env, len, cfg_table[i].name);
-            if (d < best_d && d <= close_enough(cfg_table[i].name)) {
-                best_d = d;
-                best = cfg_table[i].name;
-            }
+    if (find_entry(var, len))
+        return;
+    for (size_t i = 0; i < sizeof(launcher_names) / sizeof(launcher_names[0]); i++)
+        if (name_is(launcher_names[i], var, len))
+            return;
+    /* One typo in a short name (ZEE for ZE), two in a longer one (TRANSPROT). */
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        size_t d = edit_distance(var, len, cfg_table[i].name);
+        if (d < best_d && d <= (strlen(cfg_table[i].name) - 9 >= 6 ? 2u : 1u)) {
+            best_d = d;
+            best = cfg_table[i].name;
         }
-        int lvl = problem_level();
-        if (best)
-            BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, *env, best);
-        else
-            BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)",
-                       (int)len, *env);
     }
+    int lvl = problem_level();
+    if (best)
+        BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, var, best);
+    else
+        BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)", (int)len,
+                   var);
 }
 
 int byval_config_load(void)
 {
+    extern char **environ;
     cfg_problems = 0;
-    /* Defaults first, so every later error keeps them. */
     for (size_t i = 0; i < CFG_COUNT; i++)
-        (void)parse_value(&cfg_table[i], cfg_table[i].defval);
+        (void)parse_value(&byval_cfg, &cfg_table[i], cfg_table[i].defval);
     /* The log level first, so that the warnings below obey it. */
     const char *lvl = getenv("IPCBYVAL_LOG");
-    if (lvl && parse_value(find_entry("IPCBYVAL_LOG", 12), lvl) == 0)
+    if (lvl && parse_value(&byval_cfg, find_entry("IPCBYVAL_LOG", 12), lvl) == 0)
         byval_log_level = byval_cfg.log_level;
     for (size_t i = 0; i < CFG_COUNT; i++) {
         const cfg_entry_t *e = &cfg_table[i];
         const char *val = getenv(e->name);
-        if (!val)
-            continue;
-        if (parse_value(e, val) != 0) {
-            (void)parse_value(e, e->defval);
+        if (val && parse_value(&byval_cfg, e, val) != 0) {
+            (void)parse_value(&byval_cfg, e, e->defval);
             BYVAL_LOG_(problem_level(),
                        "invalid value %s='%s' (expected %s); using the default '%s'", e->name, val,
                        type_hint[e->type], e->defval);
         }
     }
     byval_log_level = byval_cfg.log_level;
-    warn_unknown();
-    return cfg_problems;
-}
-
-static void format_value(const cfg_entry_t *e, char *buf, size_t len)
-{
-    const void *field = (const char *)&byval_cfg + e->offset;
-    switch (e->type) {
-    case CFG_BOOL: snprintf(buf, len, "%d", *(const int *)field); break;
-    case CFG_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
-    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)field]); break;
-    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[*(const int *)field]); break;
-    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
-    case CFG_GID:
-        if (*(const long *)field >= 0)
-            snprintf(buf, len, "%ld", *(const long *)field);
-        else
-            buf[0] = '\0';
-        break;
+    for (char **env = environ; env && *env; env++) {
+        const char *eq = strchr(*env, '=');
+        if (strncmp(*env, "IPCBYVAL_", 9) == 0 && eq)
+            warn_unknown(*env, (size_t)(eq - *env));
     }
+    return cfg_problems;
 }
 
 void byval_config_print(FILE *out)
 {
     char val[300];
     for (size_t i = 0; i < CFG_COUNT; i++) {
-        format_value(&cfg_table[i], val, sizeof(val));
+        format_value(&byval_cfg, &cfg_table[i], val, sizeof(val));
         fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
                 cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
     }
 }
 
-int byval_config_get(const char *name, char *buf, size_t len)
-{
-    const cfg_entry_t *e = find_entry(name, strlen(name));
-    if (!e)
-        return -1;
-    format_value(e, buf, len);
-    return 0;
-}
-
 void byval_config_changed(char *buf, size_t len)
 {
     char val[300], def[300];
+    byval_config_t dflt = {0};
     size_t n = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < CFG_COUNT && n < len; i++) {
         const cfg_entry_t *e = &cfg_table[i];
-        format_value(e, val, sizeof(val));
-        /* The default as this table stores it, formatted the same way. */
-        byval_config_t saved = byval_cfg;
-        (void)parse_value(e, e->defval);
-        format_value(e, def, sizeof(def));
-        byval_cfg = saved;
+        (void)parse_value(&dflt, e, e->defval);
+        format_value(&dflt, e, def, sizeof(def));
+        format_value(&byval_cfg, e, val, sizeof(val));
         if (strcmp(val, def) != 0) {
             int m = snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
             n += m > 0 ? (size_t)m : 0;
         }
     }
+}
+
+/* Under Yama ptrace_scope 1 a process may only pidfd_getfd its descendants:
+ * MPI peers (siblings) are refused. PR_SET_PTRACER_ANY lifts that for this
+ * process, which any process of the uid may then ptrace (read its memory,
+ * not only the exported fds): Intel's driver does it at every context
+ * creation; ipcbyval only when asked. */
+void byval_ptracer_allow(void)
+{
+    static pid_t done_pid; /* per process: a forked child sets its own */
+    if (!byval_cfg.set_ptracer)
+        return;
+    pid_t pid = getpid();
+    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) == pid)
+        return;
+    /* EINVAL means no Yama: nothing to lift. */
+    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+        BYVAL_LOG_INFO("IPCBYVAL_SET_PTRACER: any process may now ptrace pid %d", (int)pid);
 }

@@ -1,9 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * config.h - every IPCBYVAL_* variable, parsed once from the environment.
- * The table itself (name, default, type, doc) lives in config.c; the man
- * page and `ipcbyval-run --print-config` are checked against it.
- */
+/* config.h - every IPCBYVAL_* variable, parsed once from the environment
+ * (the table, with defaults and docs, is config.c's). */
 #ifndef BYVAL_CACHE_CONFIG_H
 #define BYVAL_CACHE_CONFIG_H
 
@@ -44,17 +41,12 @@ extern byval_config_t byval_cfg;
  * job) those warnings are debug lines. Returns how many there were. */
 int byval_config_load(void);
 
-/* The current value of variable name, formatted as --print-config shows
- * it, into buf; -1 when the table has no such variable. */
-int byval_config_get(const char *name, char *buf, size_t len);
-
 /* "NAME=value NAME=value" for every variable not at its default ("" when
  * none is), into buf. */
 void byval_config_changed(char *buf, size_t len);
 
-/* Exporter side, before a by-value export: with IPCBYVAL_SET_PTRACER=1
- * declare every process a permitted ptracer of this one (Yama
- * ptrace_scope 1), once per process. */
+/* Before a by-value export, with IPCBYVAL_SET_PTRACER=1: let any process
+ * ptrace this one (Yama ptrace_scope 1), once per process. */
 void byval_ptracer_allow(void);
 
 /* Print every variable: name, current value, default, doc. */

@@ -1,25 +1,241 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * doctor.c - the report of `ipcbyval-run --doctor` (doctor.h): one line
- * per thing that decides what ipcbyval does here, then a verdict and,
- * where by-value will not work, the fix. Exit status 0 when same-node
- * ranks can exchange handles by value (by any transport).
+ * doctor.c - `ipcbyval-run --doctor`: what ipcbyval will do here, and why.
+ * ipcbyval-run loads the library into its helper with IPCBYVAL_DOCTOR=1
+ * (init.c), so the probes run where the ranks will: their kernel, Yama,
+ * seccomp filter, capabilities, namespaces and library path. One line per
+ * thing that decides, a verdict and the fix; exit 0 when same-node ranks
+ * can exchange handles by value (by any transport).
+ *
+ * Two ranks of one node are siblings, and Yama ptrace_scope 1 lets a
+ * process pidfd_getfd its own child but not a sibling: the probe forks an
+ * exporter E (a memfd, and an abstract socket that hands it out, as the
+ * broker does) and an importer I, which tries pidfd_getfd of E's fd, then
+ * the socket. The parent also tries its own child, which tells a seccomp
+ * filter or a missing system call from Yama. Raw system calls only.
  */
-#include "cache/doctor.h"
-
 #include <dlfcn.h>
 #include <errno.h>
-#include <link.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <link.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "handles/rendezvous.h"
 #include "cache/config.h"
+#include "cache/init.h"
+#include "handles/rendezvous.h"
+#include "handles/resolve_internal.h"
+#include "handles/sys.h" /* the kernel asked directly, never our own syscall() rescue */
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* What two sibling processes could do. Errors are errno values, 0: it worked. */
+typedef struct probe {
+    int pidfd_open_err;    /* pidfd_open of a child of ours */
+    int pidfs;             /* that pidfd is a pidfs inode (Linux 6.9+) */
+    int child_getfd_err;   /* pidfd_getfd of our own child's fd */
+    int sibling_getfd_err; /* pidfd_getfd of a sibling's fd, as rank to rank */
+    int socket_err;        /* the sibling's fd over an abstract Unix socket */
+    int peerpidfd;         /* SO_PEERPIDFD answered (the broker's proof) */
+    int yama;              /* -1: no Yama */
+    int seccomp, cap_ptrace;
+} probe_t;
+
+/* pidfd_getfd of pid's fd, checked by inode: 0 or an errno. */
+static int probe_getfd(pid_t pid, int fd, ino_t want)
+{
+    int pidfd = byval_pidfd_open(pid, 0);
+    if (pidfd < 0)
+        return errno;
+    int got = byval_pidfd_getfd(pidfd, fd, 0);
+    int err = got < 0 ? errno : 0;
+    struct stat st;
+    if (got >= 0 && (fstat(got, &st) != 0 || st.st_ino != want))
+        err = EBADF; /* not the object asked for: as good as refused */
+    if (got >= 0)
+        close(got);
+    close(pidfd);
+    return err;
+}
+
+/* The parent's pid and a nonce: two doctors in containers sharing a network
+ * namespace (pids may repeat) differ. */
+static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent, unsigned long nonce)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-doctor-%d-%lx",
+                     (int)parent, nonce);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* A one-byte message with room for one SCM_RIGHTS fd. */
+#define PROBE_MSG(mh, byte, ctl)        \
+    char ctl[CMSG_SPACE(sizeof(int))];  \
+    struct iovec mh##_iov = {&byte, 1}; \
+    struct msghdr mh = {                \
+        .msg_iov = &mh##_iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)}
+
+/* The exporter: report (memfd number, inode, listen error) on out, serve the
+ * memfd to one connection, then wait for the parent to close `hold`. */
+static void exporter(int out, int hold, int set_ptracer, pid_t parent, unsigned long nonce)
+{
+    alarm(10); /* whatever happens, never outlive the doctor by much */
+    if (set_ptracer)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    int mfd = memfd_create("ipcbyval-doctor", MFD_CLOEXEC);
+    struct stat st = {0};
+    if (mfd >= 0)
+        fstat(mfd, &st);
+    struct sockaddr_un a;
+    socklen_t alen = probe_addr(&a, parent, nonce);
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ok = ls >= 0 && bind(ls, (struct sockaddr *)&a, alen) == 0 && listen(ls, 1) == 0;
+    long msg[3] = {mfd, (long)st.st_ino, ok ? 0 : errno};
+    if (write(out, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        _exit(1);
+    close(out);
+    struct pollfd pf = {ls, POLLIN, 0};
+    int c = ok && poll(&pf, 1, 5000) == 1 ? accept4(ls, NULL, NULL, SOCK_CLOEXEC) : -1;
+    if (c >= 0) {
+        char byte = 'F';
+        PROBE_MSG(mh, byte, ctl);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+        ssize_t w = sendmsg(c, &mh, MSG_NOSIGNAL);
+        (void)w;
+        close(c);
+    }
+    char b;
+    while (read(hold, &b, 1) > 0) {
+    }
+    _exit(0);
+}
+
+/* The importer's socket try: the exporter's fd, checked by inode. */
+static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peerpidfd)
+{
+    struct sockaddr_un a;
+    socklen_t alen = probe_addr(&a, parent, nonce);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return errno;
+    if (connect(s, (struct sockaddr *)&a, alen) != 0) {
+        int e = errno;
+        close(s);
+        return e;
+    }
+    int pfd = -1;
+    socklen_t len = sizeof(pfd);
+    *peerpidfd = getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0 && pfd >= 0;
+    if (pfd >= 0)
+        close(pfd);
+    char byte;
+    PROBE_MSG(mh, byte, ctl);
+    ssize_t r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+    int e = r == 1 ? EBADF : (r < 0 ? errno : ECONNRESET);
+    struct cmsghdr *cm = r == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+    if (cm && cm->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        struct stat st;
+        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+        e = fstat(fd, &st) == 0 && st.st_ino == want ? 0 : EBADF;
+        close(fd);
+    }
+    close(s);
+    return e;
+}
+
+/* Fork E and I and try each way of passing an fd between them; set_ptracer:
+ * E calls PR_SET_PTRACER as IPCBYVAL_SET_PTRACER=1 makes ipcbyval's do. */
+static void probe_run(probe_t *p, int set_ptracer)
+{
+    p->pidfd_open_err = p->child_getfd_err = p->sibling_getfd_err = p->socket_err = ECHILD;
+    int info[2], hold[2], res[2];
+    if (pipe2(info, O_CLOEXEC) != 0)
+        return;
+    if (pipe2(hold, O_CLOEXEC) != 0 || pipe2(res, O_CLOEXEC) != 0) {
+        close(info[0]);
+        close(info[1]);
+        return;
+    }
+    pid_t parent = getpid();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long nonce = (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec << 30;
+    pid_t e = fork();
+    if (e == 0) {
+        close(info[0]);
+        close(hold[1]);
+        close(res[0]);
+        close(res[1]);
+        exporter(info[1], hold[0], set_ptracer, parent, nonce);
+    }
+    close(info[1]);
+    close(hold[0]);
+    long msg[3];
+    if (e < 0 || read(info[0], msg, sizeof(msg)) != (ssize_t)sizeof(msg) || msg[0] < 0)
+        goto out;
+    int mfd = (int)msg[0];
+    ino_t ino = (ino_t)msg[1];
+
+    /* Our own child: Yama lets an ancestor in; seccomp and ENOSYS do not. */
+    int pidfd = byval_pidfd_open(e, 0);
+    p->pidfd_open_err = pidfd < 0 ? errno : 0;
+    if (pidfd >= 0) {
+        p->pidfs = byval_pidfd_is_pidfs(pidfd);
+        close(pidfd);
+    }
+    p->child_getfd_err = probe_getfd(e, mfd, ino);
+
+    /* A sibling, as one rank of another. */
+    pid_t i = fork();
+    if (i == 0) {
+        alarm(10);
+        close(res[0]);
+        int r[3] = {probe_getfd(e, mfd, ino), (int)msg[2], 0};
+        if (!r[1])
+            r[1] = socket_fetch(parent, nonce, ino, &r[2]);
+        _exit(write(res[1], r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
+    }
+    close(res[1]);
+    res[1] = -1;
+    int r[3];
+    if (i > 0 && read(res[0], r, sizeof(r)) == (ssize_t)sizeof(r)) {
+        p->sibling_getfd_err = r[0];
+        p->socket_err = r[1];
+        p->peerpidfd = r[2];
+    }
+    if (i > 0)
+        waitpid(i, NULL, 0);
+out:
+    close(info[0]);
+    close(hold[1]); /* the exporter may go */
+    if (e > 0)
+        waitpid(e, NULL, 0);
+    close(res[0]);
+    if (res[1] >= 0)
+        close(res[1]);
+}
+
+/* ---- the report ---------------------------------------------------------- */
 
 #define LINE(label, ...) (printf("  %-12s ", label), printf(__VA_ARGS__), putchar('\n'))
 
@@ -44,18 +260,6 @@ static void status_field(const char *key, char *out, size_t len)
     fclose(f);
 }
 
-static int read_int(const char *path, int dflt)
-{
-    FILE *f = fopen(path, "re");
-    int v = dflt;
-    if (f) {
-        if (fscanf(f, "%d", &v) != 1)
-            v = dflt;
-        fclose(f);
-    }
-    return v;
-}
-
 static unsigned long ns_inode(const char *which)
 {
     struct stat st;
@@ -63,13 +267,6 @@ static unsigned long ns_inode(const char *which)
     snprintf(path, sizeof(path), "/proc/self/ns/%s", which);
     return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
-
-typedef struct env {
-    int yama; /* -1: no Yama */
-    int seccomp;
-    int cap_ptrace;
-    byval_probe_t p;
-} env_t;
 
 /* "EPERM" rather than a sentence: the lines stay short. */
 static const char *errname(int err)
@@ -89,65 +286,78 @@ static const char *yama_words(int y)
     }
 }
 
-/* Why a sibling's pidfd_getfd was refused, in the user's words. */
-static const char *denial(const env_t *e)
+static int no_pidfd_calls(const probe_t *p)
 {
-    if (e->p.sibling_getfd_err == ENOSYS || e->p.pidfd_open_err == ENOSYS)
+    return p->sibling_getfd_err == ENOSYS || p->pidfd_open_err == ENOSYS;
+}
+
+/* Why a sibling's pidfd_getfd was refused, in the user's words. */
+static const char *denial(const probe_t *p)
+{
+    if (no_pidfd_calls(p))
         return "this kernel or sandbox has no pidfd_open/pidfd_getfd (ENOSYS)";
-    if (e->p.child_getfd_err && e->seccomp == 2)
+    if (p->child_getfd_err && p->seccomp == 2)
         return "denied by the seccomp filter (a container's default profile)";
-    if (e->yama == 3)
+    if (p->yama == 3)
         return "denied by Yama ptrace_scope 3";
-    if (e->yama == 2 && !e->cap_ptrace)
+    if (p->yama == 2 && !p->cap_ptrace)
         return "denied by Yama ptrace_scope 2 without CAP_SYS_PTRACE";
-    if (e->yama == 1 && !e->p.child_getfd_err)
+    if (p->yama == 1 && !p->child_getfd_err)
         return "denied by Yama ptrace_scope 1 between sibling processes";
-    if (!e->cap_ptrace)
+    if (!p->cap_ptrace)
         return "denied (no CAP_SYS_PTRACE, and ptrace access is refused)";
     return "denied";
 }
 
 /* How to get pidfd_getfd back, for the reason denial() gave. */
-static const char *pidfd_fix(const env_t *e)
+static const char *pidfd_fix(const probe_t *p)
 {
-    if (e->p.sibling_getfd_err == ENOSYS || e->p.pidfd_open_err == ENOSYS)
+    if (no_pidfd_calls(p))
         return "a Linux 5.6+ kernel outside the sandbox";
-    if (e->p.child_getfd_err && e->seccomp == 2)
+    if (p->child_getfd_err && p->seccomp == 2)
         return "run the container with --cap-add SYS_PTRACE (or a seccomp profile allowing "
                "pidfd_getfd)";
-    if (e->yama == 1)
+    if (p->yama == 1)
         return "IPCBYVAL_SET_PTRACER=1, or CAP_SYS_PTRACE";
-    if (e->yama == 3)
+    if (p->yama == 3)
         return "none while ptrace_scope is 3";
     return "CAP_SYS_PTRACE";
 }
 
-static void gpu_cuda(int *found)
+/* dlopen lib and its real path into real, or say it is not found. */
+static void *gpu_lib(const char *label, const char *lib, char *real, int *found)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    void *h = dlopen(lib, RTLD_LAZY | RTLD_LOCAL);
+    struct link_map *lm = NULL;
     if (!h) {
-        LINE("libcuda", "libcuda.so.1 not found");
-        return;
+        LINE(label, "%s not found", lib);
+        return NULL;
     }
     *found = 1;
-    struct link_map *lm = NULL;
-    char real[PATH_MAX] = "?", drv[160] = "";
+    strcpy(real, "?");
     if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && !realpath(lm->l_name, real))
-        snprintf(real, sizeof(real), "%s", lm->l_name);
+        snprintf(real, PATH_MAX, "%s", lm->l_name);
+    return h;
+}
+
+static void gpu_cuda(int *found)
+{
+    char real[PATH_MAX], drv[160] = "", line[256];
+    void *h = gpu_lib("libcuda", "libcuda.so.1", real, found);
+    if (!h)
+        return;
+    /* Our dlsym passes through inside the library. */
     int (*get)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
     int v = 0;
     if (get && get(&v) == 0 && v > 0)
         snprintf(drv, sizeof(drv), "; CUDA driver API %d.%d", v / 1000, v % 1000 / 10);
     FILE *f = fopen("/proc/driver/nvidia/version", "re");
-    char line[256];
-    if (f && fgets(line, sizeof(line), f)) {
-        char *k = strstr(line, "Kernel Module");
-        if (k) {
-            k += strlen("Kernel Module");
-            k += strspn(k, " ");
-            k[strcspn(k, " \n")] = '\0';
-            snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", k);
-        }
+    char *k = f && fgets(line, sizeof(line), f) ? strstr(line, "Kernel Module") : NULL;
+    if (k) {
+        k += strlen("Kernel Module");
+        k += strspn(k, " ");
+        k[strcspn(k, " \n")] = '\0';
+        snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", k);
     }
     if (f)
         fclose(f);
@@ -156,22 +366,14 @@ static void gpu_cuda(int *found)
 
 static void gpu_ze(int *found)
 {
-    void *h = dlopen("libze_loader.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!h) {
-        LINE("level zero", "libze_loader.so.1 not found");
+    char real[PATH_MAX], drivers[1024] = "", list[1024];
+    if (!gpu_lib("level zero", "libze_loader.so.1", real, found))
         return;
-    }
-    *found = 1;
-    struct link_map *lm = NULL;
-    char real[PATH_MAX] = "?", drivers[1024] = "";
-    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && !realpath(lm->l_name, real))
-        snprintf(real, sizeof(real), "%s", lm->l_name);
     /* The drivers the loader will look for: ZE_ENABLE_ALT_DRIVERS, else
      * Intel's GPU and NPU drivers by their usual names. */
     const char *alt = getenv("ZE_ENABLE_ALT_DRIVERS");
     if (alt && !*alt)
         alt = NULL;
-    char list[1024];
     snprintf(list, sizeof(list), "%s",
              alt ? alt : "libze_intel_gpu.so.1,libze_intel_gpu_legacy1.so.1,libze_intel_vpu.so.1");
     size_t n = 0;
@@ -189,17 +391,12 @@ static void gpu_ze(int *found)
          alt ? " (ZE_ENABLE_ALT_DRIVERS)" : "");
 }
 
-/* IPCBYVAL_RENDEZVOUS_DIR as the library judges it: the check its init
- * ran (byval_rendezvous_setup, run again for the reason when it refused
- * the folder). 1 when the folder is set and refused. */
+/* IPCBYVAL_RENDEZVOUS_DIR as the library judges it (the check its init ran,
+ * run again for the reason when it refused). 1: set and refused. */
 static int rendezvous(void)
 {
-    char dir[300], msg[512];
-    /* Through the config table once it has the variable, else as set. */
-    if (byval_config_get("IPCBYVAL_RENDEZVOUS_DIR", dir, sizeof(dir)) != 0) {
-        const char *v = getenv("IPCBYVAL_RENDEZVOUS_DIR");
-        snprintf(dir, sizeof(dir), "%s", v ? v : "");
-    }
+    const char *dir = byval_cfg.rendezvous_dir;
+    char msg[512];
     if (!dir[0]) {
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR not set");
         return 0;
@@ -224,37 +421,40 @@ static int rendezvous(void)
     return 0;
 }
 
-static const char *transport_names[] = {"auto", "pidfd", "socket"};
-
 int byval_doctor(void)
 {
-    env_t e;
+    static const char *const transport_names[] = {"auto", "pidfd", "socket"};
+    probe_t p = {0};
     char buf[512];
     struct utsname u;
     uname(&u);
-    e.yama = read_int("/proc/sys/kernel/yama/ptrace_scope", -1);
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (!f || fscanf(f, "%d", &p.yama) != 1)
+        p.yama = -1;
+    if (f)
+        fclose(f);
     status_field("Seccomp", buf, sizeof(buf));
-    e.seccomp = atoi(buf);
+    p.seccomp = atoi(buf);
     status_field("CapEff", buf, sizeof(buf));
-    e.cap_ptrace = (int)((strtoull(buf, NULL, 16) >> 19) & 1); /* CAP_SYS_PTRACE */
-    byval_probe_run(&e.p, byval_cfg.set_ptracer);
+    p.cap_ptrace = (int)((strtoull(buf, NULL, 16) >> 19) & 1); /* CAP_SYS_PTRACE */
+    probe_run(&p, byval_cfg.set_ptracer);
 
     printf("ipcbyval doctor: what ipcbyval will do on %s (uid %d)\n", u.nodename, (int)getuid());
     LINE("kernel", "Linux %s; pidfd_open %s; pidfs %s", u.release,
-         e.p.pidfd_open_err ? errname(e.p.pidfd_open_err) : "works",
-         e.p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
-    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(e.yama),
-         e.seccomp == 2       ? "filter (mode 2)"
-             : e.seccomp == 1 ? "strict (mode 1)"
+         p.pidfd_open_err ? errname(p.pidfd_open_err) : "works",
+         p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
+    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(p.yama),
+         p.seccomp == 2       ? "filter (mode 2)"
+             : p.seccomp == 1 ? "strict (mode 1)"
                               : "off",
-         e.cap_ptrace ? "yes" : "no");
+         p.cap_ptrace ? "yes" : "no");
     LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
-         e.p.child_getfd_err ? errname(e.p.child_getfd_err) : "allowed",
-         e.p.sibling_getfd_err ? errname(e.p.sibling_getfd_err) : "allowed",
-         e.p.sibling_getfd_err ? ": " : "", e.p.sibling_getfd_err ? denial(&e) : "");
-    /* Nested: NSpid lists several levels (where /proc is an ancestor's),
-     * or the namespace is not the initial one, whose inode the kernel
-     * fixes (PROC_PID_INIT_INO), as a container's /proc shows it. */
+         p.child_getfd_err ? errname(p.child_getfd_err) : "allowed",
+         p.sibling_getfd_err ? errname(p.sibling_getfd_err) : "allowed",
+         p.sibling_getfd_err ? ": " : "", p.sibling_getfd_err ? denial(&p) : "");
+    /* Nested: NSpid lists several levels (where /proc is an ancestor's), or
+     * the namespace is not the initial one, whose inode the kernel fixes
+     * (PROC_PID_INIT_INO), as a container's /proc shows it. */
     status_field("NSpid", buf, sizeof(buf));
     int depth = 0;
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t"))
@@ -264,10 +464,10 @@ int byval_doctor(void)
          depth > 1 || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's" : "the host's",
          ns_inode("net"));
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
-         e.p.socket_err ? errname(e.p.socket_err) : "works",
-         e.p.socket_err      ? ""
-             : e.p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
-                             : " (no SO_PEERPIDFD: Linux < 6.5)");
+         p.socket_err ? errname(p.socket_err) : "works",
+         p.socket_err      ? ""
+             : p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
+                           : " (no SO_PEERPIDFD: Linux < 6.5)");
     int rdv_refused = rendezvous();
     int gpu = 0;
     gpu_cuda(&gpu);
@@ -280,7 +480,7 @@ int byval_doctor(void)
     LINE("ipcbyval", "%s at %s; config: %s (--print-config lists all)", BYVAL_VERSION, path,
          buf[0] ? buf : "defaults");
 
-    int pidfd_ok = !e.p.sibling_getfd_err, sock_ok = !e.p.socket_err, mode = byval_cfg.transport;
+    int pidfd_ok = !p.sibling_getfd_err, sock_ok = !p.socket_err, mode = byval_cfg.transport;
     const char *how = NULL, *fix = NULL, *why = NULL;
     char fixbuf[300];
     if (!byval_cfg.enable) {
@@ -297,21 +497,21 @@ int byval_doctor(void)
     } else if (mode == BYVAL_TRANSPORT_PIDFD && sock_ok) {
         why = "IPCBYVAL_TRANSPORT=pidfd, and pidfd_getfd is denied here";
         snprintf(fixbuf, sizeof(fixbuf), "IPCBYVAL_TRANSPORT=auto (the socket works here), or %s",
-                 pidfd_fix(&e));
+                 pidfd_fix(&p));
         fix = fixbuf;
     } else if (mode == BYVAL_TRANSPORT_SOCKET && pidfd_ok) {
         why = "IPCBYVAL_TRANSPORT=socket, and the socket does not work here";
         fix = "IPCBYVAL_TRANSPORT=auto (pidfd_getfd works here)";
     } else {
         why = "pidfd_getfd is denied and the socket does not work";
-        snprintf(fixbuf, sizeof(fixbuf), "%s; or ranks in one network namespace", pidfd_fix(&e));
+        snprintf(fixbuf, sizeof(fixbuf), "%s; or ranks in one network namespace", pidfd_fix(&p));
         fix = fixbuf;
     }
     if (how) {
         LINE("transport", "IPCBYVAL_TRANSPORT=%s: same-node pairs use %s", transport_names[mode],
              how);
         if (!pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET)
-            LINE("for pidfd", "%s", pidfd_fix(&e));
+            LINE("for pidfd", "%s", pidfd_fix(&p));
         LINE("other ranks", "another pid namespace: the socket%s%s; another node: refused",
              sock_ok ? " (same network namespace only)" : " (not working here)",
              rdv_refused                      ? ", not the rendezvous directory (refused)"

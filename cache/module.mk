@@ -41,7 +41,7 @@ $(BUILD)/test/unit/test_exports: test/unit/test_exports.c $(CACHE_OBJ)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
 
 # The core's services: configuration, log, counters, initialisation, the doctor.
-LIB_SRC += cache/config.c cache/log.c cache/stats.c cache/stats_file.c cache/ptracer.c cache/init.c cache/doctor.c cache/doctor_probe.c
+LIB_SRC += cache/config.c cache/log.c cache/stats.c cache/stats_file.c cache/init.c cache/doctor.c
 
 # Statistics alone: cache memory and the per-process file (config and log
 # are the real ones; nothing else of the library).
