@@ -54,28 +54,14 @@ extern byval_stats_t byval_stats[BYVAL_STRIPES];
 /* Monotonic ns, for the miss_*_ns split of a cold open (misses only). */
 uint64_t byval_stats_now_ns(void);
 
-/* The sum over the stripes of one counter, e.g. BYVAL_STAT_SUM(opens). */
-#define BYVAL_STAT_SUM(name) byval_stats_sum(offsetof(byval_stats_t, name))
-uint64_t byval_stats_sum(size_t offset);
-
 /* Include a cache in the exit summary (name must be a static string). */
 void byval_stats_register_cache(const char *name, byval_lru_t *lru);
 
-/* Values read from their owners when printed (cache bytes, the rescue's
- * exporter side): name, value, how a job totals it ("sum" or "max"). */
-void byval_stats_each_gauge(void (*fn)(void *ctx, const char *name, uint64_t v, const char *total,
-                                       const char *doc),
-                            void *ctx);
-
-/* Print the counters and every registered cache's statistics. */
+/* The summary in the log (IPCBYVAL_STATS=1): every counter and cache. */
 void byval_stats_print(void);
 
-/* Call fn for every registered cache, under the registry's lock. */
-void byval_stats_each_cache(void (*fn)(void *ctx, const char *name, byval_lru_t *lru), void *ctx);
-
-/* stats_file.c: write every counter and cache statistic, by name, to
- * DIR/HOST.PID.stats (IPCBYVAL_STATS_DIR); ipcbyval-run merges the files
- * of a job into one table. 0 or -1 (logged). */
+/* The same, by name, into DIR/HOST.PID.stats (IPCBYVAL_STATS_DIR), which
+ * ipcbyval-run merges into one table for the job. 0 or -1 (logged). */
 int byval_stats_write_file(const char *dir);
 
 #endif
