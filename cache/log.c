@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* log.c - one line per message, written with a single write(2) so lines
- * from ranks sharing a terminal do not interleave mid-line. */
+/* log.c - one line per message, written with a single write(2) so that lines
+ * from ranks sharing a terminal do not interleave mid-line. No lock: one held
+ * by another thread at fork() would hang the child's first log line. */
 #include "cache/log.h"
 
 #include <errno.h>
@@ -17,8 +18,6 @@
 
 int byval_log_level = BYVAL_LOG_LVL_WARN;
 
-static const char *const level_tag[] = {"", "error", "warn", "info", "debug", "stats"};
-
 const char *byval_log_rank(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
@@ -31,19 +30,12 @@ const char *byval_log_rank(void)
     return "-";
 }
 
-/* The log's fd and the pid that opened it, in one word: (pid << 32) |
- * (fd + 2); 0 before the first line. No lock (issue 15: a lock held by
- * another thread at fork() stays held in the child, whose first log line
- * would hang): each line is one write(2) on its own, and the fd is
- * published with a compare-and-swap. */
+/* The log's fd and the pid that opened it, in one word published by a
+ * compare-and-swap: (pid << 32) | (fd + 2); 0 before the first line. */
 static uint64_t log_state;
 
-static uint64_t log_pack(pid_t pid, int fd)
-{
-    return (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
-}
-
-/* Open IPCBYVAL_LOG_FILE (with %p -> pid) once per process; -1 = stderr. */
+/* IPCBYVAL_LOG_FILE (%p -> pid) opened once per process (a forked child
+ * opens its own); -1: stderr. */
 static int log_fd(void)
 {
     pid_t pid = getpid();
@@ -51,48 +43,36 @@ static int log_fd(void)
     if (st && (pid_t)(st >> 32) == pid)
         return (int)(uint32_t)st - 2;
     int fd = -1;
-    if (byval_cfg.log_file[0]) {
-        char path[320];
-        const char *p = strstr(byval_cfg.log_file, "%p");
-        if (p)
-            snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - byval_cfg.log_file),
-                     byval_cfg.log_file, (int)pid, p + 2);
-        else
-            snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
+    char path[320];
+    const char *p = strstr(byval_cfg.log_file, "%p");
+    if (p)
+        snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - byval_cfg.log_file), byval_cfg.log_file,
+                 (int)pid, p + 2);
+    else
+        snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
+    if (path[0])
         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            /* Said once per process (racing threads too), on the
-             * stderr every later line goes to. */
-            static pid_t warned;
-            char w[480];
-            int n = snprintf(w, sizeof(w),
-                             "[ipcbyval %d %s] warn: IPCBYVAL_LOG_FILE: cannot "
-                             "open %s: %s; logging to stderr\n",
-                             (int)pid, byval_log_rank(), path, strerror(errno));
-            if (n > 0 && __atomic_exchange_n(&warned, pid, __ATOMIC_RELAXED) != pid) {
-                size_t len = (size_t)n < sizeof(w) ? (size_t)n : sizeof(w) - 1;
-                ssize_t wr = write(STDERR_FILENO, w, len);
-                (void)wr;
-            }
-        }
+    int err = errno;
+    uint64_t mine = (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
+    /* Racing threads: one fd wins, the others close theirs. */
+    if (!__atomic_compare_exchange_n(&log_state, &st, mine, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        if (fd >= 0)
+            close(fd);
+        return (int)(uint32_t)st - 2;
     }
-    /* First line of this process (or of a forked child, which closes what
-     * its parent opened: it writes to its own file). Racing threads: one
-     * fd wins, the others close theirs. */
-    if (__atomic_compare_exchange_n(&log_state, &st, log_pack(pid, fd), 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-        int old = st ? (int)(uint32_t)st - 2 : -1;
-        if (old >= 0)
-            close(old);
-        return fd;
-    }
-    if (fd >= 0)
-        close(fd);
-    return (int)(uint32_t)st - 2;
+    if ((int)(uint32_t)st - 2 >= 0)
+        close((int)(uint32_t)st - 2); /* the parent's, in a forked child */
+    /* Said once, on the stderr every later line goes to. */
+    if (path[0] && fd < 0)
+        byval_log(BYVAL_LOG_LVL_WARN, NULL,
+                  "IPCBYVAL_LOG_FILE: cannot open %s: %s; logging to stderr", path, strerror(err));
+    return fd;
 }
 
 void byval_log(int level, const char *func, const char *fmt, ...)
 {
+    static const char *const level_tag[] = {"", "error", "warn", "info", "debug", "stats"};
     int saved = errno;
     char buf[1024];
     if (level < BYVAL_LOG_LVL_ERROR || level > BYVAL_LOG_LVL_STATS)
@@ -104,7 +84,7 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     if ((size_t)n < sizeof(buf)) {
         va_list ap;
         va_start(ap, fmt);
-        errno = saved; /* let the caller's %m see its errno */
+        errno = saved; /* the caller's %m sees its errno */
         int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
         va_end(ap);
         n = m < 0 ? n : n + m;
@@ -118,25 +98,28 @@ void byval_log(int level, const char *func, const char *fmt, ...)
     errno = saved;
 }
 
+/* lvl the first time *seen is set, debug after: a loop that keeps failing
+ * must not flood the job's output. */
+static int first_at(int *seen, int lvl)
+{
+    return __atomic_exchange_n(seen, 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG : lvl;
+}
+
 void byval_log_double_close(const char *api, const void *ptr)
 {
     static int warned;
-    int lvl = __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG
-                                                                : BYVAL_LOG_LVL_WARN;
-    if (byval_log_level >= lvl)
-        byval_log(lvl, NULL,
-                  "%s(%p): not open (closed already): the driver's error is returned "
-                  "and the cached mapping is left alone",
-                  api, ptr);
+    int lvl = first_at(&warned, BYVAL_LOG_LVL_WARN);
+    BYVAL_LOG_(lvl,
+               "%s(%p): not open (closed already): the driver's error is returned "
+               "and the cached mapping is left alone",
+               api, ptr);
 }
 
 void byval_log_once_per_kind(int *seen, int nkinds, int kind, const char *api, const char *fmt, ...)
 {
     char msg[600];
     va_list ap;
-    int k = kind >= 0 && kind < nkinds ? kind : nkinds - 1;
-    int lvl = __atomic_exchange_n(&seen[k], 1, __ATOMIC_RELAXED) ? BYVAL_LOG_LVL_DEBUG
-                                                                 : BYVAL_LOG_LVL_ERROR;
+    int lvl = first_at(&seen[kind >= 0 && kind < nkinds ? kind : nkinds - 1], BYVAL_LOG_LVL_ERROR);
     if (byval_log_level < lvl)
         return;
     va_start(ap, fmt);
@@ -165,11 +148,9 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
         "hit",          "miss via pidfd",           "miss via socket", "miss via rendezvous",
         "miss rescued", "miss opened by the driver"};
     int r = route >= 0 && route < (int)(sizeof(served) / sizeof(served[0])) ? route : 0;
-    char who[32];
+    char who[32] = "exporter not named"; /* CUDA legacy: the driver's bytes, not read */
     if (pid)
         snprintf(who, sizeof(who), "exporter pid %u", pid);
-    else /* CUDA legacy: the driver's bytes; ipcbyval does not read them */
-        snprintf(who, sizeof(who), "exporter not named");
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
               served[r], who, bytes, ptr, log_us(t0));
 }
@@ -187,9 +168,8 @@ void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
         snprintf(f, sizeof(f), " (fd %d)", fd);
     if (withdrawn)
         byval_log(BYVAL_LOG_LVL_DEBUG, NULL,
-                  "export withdrawn: %s%p%s: freed; importers "
-                  "release their closed mappings",
-                  what, ptr, f);
+                  "export withdrawn: %s%p%s: freed; importers release their closed mappings", what,
+                  ptr, f);
     else
         byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value%s", what, ptr, f);
 }
