@@ -7,12 +7,12 @@
  * thing that decides, a verdict and the fix; exit 0 when same-node ranks
  * can exchange handles by value (by any transport).
  *
- * Two ranks of one node are siblings, and Yama ptrace_scope 1 lets a
- * process pidfd_getfd its own child but not a sibling: the probe forks an
- * exporter E (a memfd, and an abstract socket that hands it out, as the
- * broker does) and an importer I, which tries pidfd_getfd of E's fd, then
- * the socket. The parent also tries its own child, which tells a seccomp
- * filter or a missing system call from Yama. Raw system calls only.
+ * Yama ptrace_scope 1 lets a process pidfd_getfd its descendants only, and
+ * one rank is not another's: the probe's child tries what an importer would
+ * on its parent (not its descendant either): pidfd_getfd of a memfd, then an
+ * abstract socket that hands it out, as the broker does. The parent also
+ * tries its child, which tells a seccomp filter or a missing system call
+ * from Yama. Raw system calls only.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -90,45 +90,6 @@ static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent, unsigned long n
     struct msghdr mh = {                \
         .msg_iov = &mh##_iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)}
 
-/* The exporter: report (memfd number, inode, listen error) on out, serve the
- * memfd to one connection, then wait for the parent to close `hold`. */
-static void exporter(int out, int hold, int set_ptracer, pid_t parent, unsigned long nonce)
-{
-    alarm(10); /* whatever happens, never outlive the doctor by much */
-    if (set_ptracer)
-        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    int mfd = memfd_create("ipcbyval-doctor", MFD_CLOEXEC);
-    struct stat st = {0};
-    if (mfd >= 0)
-        fstat(mfd, &st);
-    struct sockaddr_un a;
-    socklen_t alen = probe_addr(&a, parent, nonce);
-    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int ok = ls >= 0 && bind(ls, (struct sockaddr *)&a, alen) == 0 && listen(ls, 1) == 0;
-    long msg[3] = {mfd, (long)st.st_ino, ok ? 0 : errno};
-    if (write(out, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
-        _exit(1);
-    close(out);
-    struct pollfd pf = {ls, POLLIN, 0};
-    int c = ok && poll(&pf, 1, 5000) == 1 ? accept4(ls, NULL, NULL, SOCK_CLOEXEC) : -1;
-    if (c >= 0) {
-        char byte = 'F';
-        PROBE_MSG(mh, byte, ctl);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
-        ssize_t w = sendmsg(c, &mh, MSG_NOSIGNAL);
-        (void)w;
-        close(c);
-    }
-    char b;
-    while (read(hold, &b, 1) > 0) {
-    }
-    _exit(0);
-}
-
 /* The importer's socket try: the exporter's fd, checked by inode. */
 static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peerpidfd)
 {
@@ -163,76 +124,77 @@ static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peer
     return e;
 }
 
-/* Fork E and I and try each way of passing an fd between them; set_ptracer:
- * E calls PR_SET_PTRACER as IPCBYVAL_SET_PTRACER=1 makes ipcbyval's do. */
+/* set_ptracer: call PR_SET_PTRACER as IPCBYVAL_SET_PTRACER=1 makes
+ * ipcbyval's exporters do. */
 static void probe_run(probe_t *p, int set_ptracer)
 {
     p->pidfd_open_err = p->child_getfd_err = p->sibling_getfd_err = p->socket_err = ECHILD;
-    int info[2], hold[2], res[2];
-    if (pipe2(info, O_CLOEXEC) != 0)
-        return;
-    if (pipe2(hold, O_CLOEXEC) != 0 || pipe2(res, O_CLOEXEC) != 0) {
-        close(info[0]);
-        close(info[1]);
-        return;
-    }
-    pid_t parent = getpid();
+    struct stat st = {0};
+    struct sockaddr_un a;
     struct timespec ts;
+    int sp[2], r[3] = {0, 0, 0};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     unsigned long nonce = (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec << 30;
-    pid_t e = fork();
-    if (e == 0) {
-        close(info[0]);
-        close(hold[1]);
-        close(res[0]);
-        close(res[1]);
-        exporter(info[1], hold[0], set_ptracer, parent, nonce);
+    pid_t self = getpid();
+    socklen_t alen = probe_addr(&a, self, nonce);
+    int mfd = memfd_create("ipcbyval-doctor", MFD_CLOEXEC);
+    if (mfd < 0 || fstat(mfd, &st) != 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
+        if (mfd >= 0)
+            close(mfd);
+        return;
     }
-    close(info[1]);
-    close(hold[0]);
-    long msg[3];
-    if (e < 0 || read(info[0], msg, sizeof(msg)) != (ssize_t)sizeof(msg) || msg[0] < 0)
-        goto out;
-    int mfd = (int)msg[0];
-    ino_t ino = (ino_t)msg[1];
-
-    /* Our own child: Yama lets an ancestor in; seccomp and ENOSYS do not. */
-    int pidfd = byval_pidfd_open(e, 0);
-    p->pidfd_open_err = pidfd < 0 ? errno : 0;
-    if (pidfd >= 0) {
-        p->pidfs = byval_pidfd_is_pidfs(pidfd);
-        close(pidfd);
-    }
-    p->child_getfd_err = probe_getfd(e, mfd, ino);
-
-    /* A sibling, as one rank of another. */
-    pid_t i = fork();
-    if (i == 0) {
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int listen_err =
+        ls >= 0 && bind(ls, (struct sockaddr *)&a, alen) == 0 && listen(ls, 1) == 0 ? 0 : errno;
+    if (set_ptracer)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    pid_t c = fork();
+    if (c == 0) { /* the importer, once its parent tried it: as one rank another */
         alarm(10);
-        close(res[0]);
-        int r[3] = {probe_getfd(e, mfd, ino), (int)msg[2], 0};
-        if (!r[1])
-            r[1] = socket_fetch(parent, nonce, ino, &r[2]);
-        _exit(write(res[1], r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
+        close(sp[0]);
+        if (read(sp[1], &r[0], 1) != 1)
+            _exit(1);
+        r[0] = probe_getfd(self, mfd, st.st_ino);
+        r[1] = listen_err ? listen_err : socket_fetch(self, nonce, st.st_ino, &r[2]);
+        _exit(write(sp[1], r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
     }
-    close(res[1]);
-    res[1] = -1;
-    int r[3];
-    if (i > 0 && read(res[0], r, sizeof(r)) == (ssize_t)sizeof(r)) {
-        p->sibling_getfd_err = r[0];
-        p->socket_err = r[1];
-        p->peerpidfd = r[2];
+    close(sp[1]); /* a child gone early reads as EOF */
+    if (c > 0) {
+        /* Our own child: Yama lets an ancestor in; seccomp and ENOSYS do not. */
+        int pidfd = byval_pidfd_open(c, 0);
+        p->pidfd_open_err = pidfd < 0 ? errno : 0;
+        if (pidfd >= 0) {
+            p->pidfs = byval_pidfd_is_pidfs(pidfd);
+            close(pidfd);
+        }
+        p->child_getfd_err = probe_getfd(c, mfd, st.st_ino);
+        struct pollfd pf = {ls, POLLIN, 0};
+        int s = send(sp[0], "g", 1, MSG_NOSIGNAL) == 1 && !listen_err && poll(&pf, 1, 5000) == 1
+            ? accept4(ls, NULL, NULL, SOCK_CLOEXEC)
+            : -1;
+        if (s >= 0) {
+            char byte = 'F';
+            PROBE_MSG(mh, byte, ctl);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+            ssize_t w = sendmsg(s, &mh, MSG_NOSIGNAL);
+            (void)w;
+            close(s);
+        }
+        if (read(sp[0], r, sizeof(r)) == (ssize_t)sizeof(r)) {
+            p->sibling_getfd_err = r[0];
+            p->socket_err = r[1];
+            p->peerpidfd = r[2];
+        }
+        waitpid(c, NULL, 0);
     }
-    if (i > 0)
-        waitpid(i, NULL, 0);
-out:
-    close(info[0]);
-    close(hold[1]); /* the exporter may go */
-    if (e > 0)
-        waitpid(e, NULL, 0);
-    close(res[0]);
-    if (res[1] >= 0)
-        close(res[1]);
+    close(sp[0]);
+    if (ls >= 0)
+        close(ls);
+    close(mfd);
 }
 
 /* ---- the report ---------------------------------------------------------- */
