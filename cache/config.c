@@ -113,65 +113,65 @@ static int parse_u64(const char *s, int units, uint64_t *out)
     return 0;
 }
 
+/* Every field but a string is an int or 8 bytes (size_t, uint64_t, long). */
 static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
 {
     void *field = (char *)c + e->offset;
-    uint64_t v;
-    int i;
+    uint64_t v = 0;
+    int i = -1, ok = 0;
     switch (e->type) {
     case CFG_BOOL:
-        if ((i = parse_enum(s, bool_names, 10)) < 0)
-            return -1;
-        *(int *)field = i >= 5;
-        return 0;
-    case CFG_SIZE:
-        if (*s == '-' || parse_u64(s, 0, &v) != 0 || v < 1 || v > (1ULL << 32))
-            return -1;
-        *(size_t *)field = (size_t)v;
-        return 0;
-    case CFG_BYTES:
-        if (!isdigit((unsigned char)*s) || parse_u64(s, 1, &v) != 0)
-            return -1;
-        *(uint64_t *)field = v;
-        return 0;
+        ok = (i = parse_enum(s, bool_names, 10)) >= 0;
+        v = i >= 5;
+        break;
     case CFG_LEVEL:
         i = s[0] >= '0' && s[0] <= '4' && s[1] == '\0' ? s[0] - '0' : parse_enum(s, level_names, 5);
+        ok = i >= 0;
+        v = (uint64_t)i;
         break;
-    case CFG_TRANSPORT: i = parse_enum(s, transport_names, 3); break;
+    case CFG_TRANSPORT:
+        ok = (i = parse_enum(s, transport_names, 3)) >= 0;
+        v = (uint64_t)i;
+        break;
+    case CFG_SIZE: ok = *s != '-' && parse_u64(s, 0, &v) == 0 && v >= 1 && v <= (1ULL << 32); break;
+    case CFG_BYTES: ok = isdigit((unsigned char)*s) && parse_u64(s, 1, &v) == 0; break;
+    case CFG_GID: /* empty: none (-1) */
+        ok = !*s || (isdigit((unsigned char)*s) && parse_u64(s, 0, &v) == 0 && v < UINT32_MAX);
+        v = *s ? v : UINT64_MAX;
+        break;
     case CFG_STRING:
         if (strlen(s) >= e->size)
             return -1;
         strcpy(field, s);
         return 0;
-    case CFG_GID:
-        if (*s && (!isdigit((unsigned char)*s) || parse_u64(s, 0, &v) != 0 || v >= UINT32_MAX))
-            return -1;
-        *(long *)field = *s ? (long)v : -1;
-        return 0;
-    default: return -1;
     }
-    if (i < 0)
+    if (!ok)
         return -1;
-    *(int *)field = i;
+    if (e->size == sizeof(int))
+        *(int *)field = (int)v;
+    else
+        memcpy(field, &v, sizeof(v));
     return 0;
 }
 
 static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *buf, size_t len)
 {
     const void *field = (const char *)c + e->offset;
+    uint64_t v = 0;
+    if (e->size == sizeof(int))
+        v = (uint64_t)((const int *)field)[0];
+    else if (e->type != CFG_STRING)
+        memcpy(&v, field, sizeof(v));
     switch (e->type) {
-    case CFG_BOOL: snprintf(buf, len, "%d", *(const int *)field); break;
-    case CFG_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
-    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)field]); break;
-    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[*(const int *)field]); break;
+    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[v]); break;
+    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[v]); break;
     case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
-    case CFG_GID:
-        if (*(const long *)field >= 0)
-            snprintf(buf, len, "%ld", *(const long *)field);
-        else
+    case CFG_GID: /* -1: empty */
+        snprintf(buf, len, "%lld", (long long)v);
+        if ((int64_t)v < 0)
             buf[0] = '\0';
         break;
+    default: snprintf(buf, len, "%llu", (unsigned long long)v);
     }
 }
 

@@ -55,32 +55,26 @@ typedef struct probe {
     int seccomp, cap_ptrace;
 } probe_t;
 
-/* pidfd_getfd of pid's fd, checked by inode: 0 or an errno. */
+/* 0 when fd (closed here) is the object asked for, else EBADF: as good as
+ * refused. */
+static int probe_check(int fd, ino_t want)
+{
+    struct stat st;
+    int err = fstat(fd, &st) == 0 && st.st_ino == want ? 0 : EBADF;
+    close(fd);
+    return err;
+}
+
+/* pidfd_getfd of pid's fd: 0 or an errno. */
 static int probe_getfd(pid_t pid, int fd, ino_t want)
 {
     int pidfd = byval_pidfd_open(pid, 0);
     if (pidfd < 0)
         return errno;
     int got = byval_pidfd_getfd(pidfd, fd, 0);
-    int err = got < 0 ? errno : 0;
-    struct stat st;
-    if (got >= 0 && (fstat(got, &st) != 0 || st.st_ino != want))
-        err = EBADF; /* not the object asked for: as good as refused */
-    if (got >= 0)
-        close(got);
+    int err = got < 0 ? errno : probe_check(got, want);
     close(pidfd);
     return err;
-}
-
-/* The parent's pid and a nonce: two doctors in containers sharing a network
- * namespace (pids may repeat) differ. */
-static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent, unsigned long nonce)
-{
-    memset(a, 0, sizeof(*a));
-    a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ipcbyval-doctor-%d-%lx",
-                     (int)parent, nonce);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 /* A one-byte message with room for one SCM_RIGHTS fd. */
@@ -91,14 +85,12 @@ static socklen_t probe_addr(struct sockaddr_un *a, pid_t parent, unsigned long n
         .msg_iov = &mh##_iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)}
 
 /* The importer's socket try: the exporter's fd, checked by inode. */
-static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peerpidfd)
+static int socket_fetch(const struct sockaddr_un *a, socklen_t alen, ino_t want, int *peerpidfd)
 {
-    struct sockaddr_un a;
-    socklen_t alen = probe_addr(&a, parent, nonce);
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return errno;
-    if (connect(s, (struct sockaddr *)&a, alen) != 0) {
+    if (connect(s, (const struct sockaddr *)a, alen) != 0) {
         int e = errno;
         close(s);
         return e;
@@ -115,10 +107,8 @@ static int socket_fetch(pid_t parent, unsigned long nonce, ino_t want, int *peer
     struct cmsghdr *cm = r == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
     if (cm && cm->cmsg_type == SCM_RIGHTS) {
         int fd;
-        struct stat st;
         memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-        e = fstat(fd, &st) == 0 && st.st_ino == want ? 0 : EBADF;
-        close(fd);
+        e = probe_check(fd, want);
     }
     close(s);
     return e;
@@ -130,13 +120,17 @@ static void probe_run(probe_t *p, int set_ptracer)
 {
     p->pidfd_open_err = p->child_getfd_err = p->sibling_getfd_err = p->socket_err = ECHILD;
     struct stat st = {0};
-    struct sockaddr_un a;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
     struct timespec ts;
     int sp[2], r[3] = {0, 0, 0};
+    pid_t self = getpid();
+    /* Our pid and a nonce: two doctors in containers sharing a network
+     * namespace (pids may repeat) differ. */
     clock_gettime(CLOCK_MONOTONIC, &ts);
     unsigned long nonce = (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec << 30;
-    pid_t self = getpid();
-    socklen_t alen = probe_addr(&a, self, nonce);
+    int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "ipcbyval-doctor-%d-%lx", (int)self,
+                     nonce);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     int mfd = memfd_create("ipcbyval-doctor", MFD_CLOEXEC);
     if (mfd < 0 || fstat(mfd, &st) != 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
         if (mfd >= 0)
@@ -155,7 +149,7 @@ static void probe_run(probe_t *p, int set_ptracer)
         if (read(sp[1], &r[0], 1) != 1)
             _exit(1);
         r[0] = probe_getfd(self, mfd, st.st_ino);
-        r[1] = listen_err ? listen_err : socket_fetch(self, nonce, st.st_ino, &r[2]);
+        r[1] = listen_err ? listen_err : socket_fetch(&a, alen, st.st_ino, &r[2]);
         _exit(write(sp[1], r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
     }
     close(sp[1]); /* a child gone early reads as EOF */
@@ -239,13 +233,10 @@ static const char *errname(int err)
 
 static const char *yama_words(int y)
 {
-    switch (y) {
-    case 0: return "0 (any process of the uid)";
-    case 1: return "1 (descendants only: sibling ranks refused)";
-    case 2: return "2 (CAP_SYS_PTRACE only)";
-    case 3: return "3 (no ptrace at all)";
-    default: return "off";
-    }
+    static const char *const w[] = {"0 (any process of the uid)",
+                                    "1 (descendants only: sibling ranks refused)",
+                                    "2 (CAP_SYS_PTRACE only)", "3 (no ptrace at all)"};
+    return y >= 0 && y <= 3 ? w[y] : "off";
 }
 
 static int no_pidfd_calls(const probe_t *p)

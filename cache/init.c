@@ -7,7 +7,6 @@
  */
 #include "cache/init.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,17 +103,10 @@ int byval_enabled(void)
 static int init_is_helper(void)
 {
     const char *h = getenv("IPCBYVAL_HELPER");
-    char *end;
+    unsigned long long pid, start;
     uint64_t own = 0;
-    if (!h)
-        return 0;
-    errno = 0;
-    unsigned long long pid = strtoull(h, &end, 10);
-    if (errno || end == h || *end != ':')
-        return 0;
-    const char *s = end + 1;
-    unsigned long long start = strtoull(s, &end, 10);
-    if (errno || end == s || *end)
+    int n = 0;
+    if (!h || sscanf(h, "%llu:%llu%n", &pid, &start, &n) != 2 || h[n])
         return 0;
     if (byval_proc_start_time(getpid(), &own) != 0)
         own = 0;
