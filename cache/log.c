@@ -135,8 +135,7 @@ unsigned long long byval_log_clock(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-/* Microseconds since t0 (0: the caller did not time it). */
-static double log_us(unsigned long long t0)
+double byval_log_us(unsigned long long t0)
 {
     return t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0;
 }
@@ -152,13 +151,13 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
     if (pid)
         snprintf(who, sizeof(who), "exporter pid %u", pid);
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
-              served[r], who, bytes, ptr, log_us(t0));
+              served[r], who, bytes, ptr, byval_log_us(t0));
 }
 
 void byval_log_close_(const char *what, const void *ptr, const char *outcome, unsigned long long t0)
 {
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "close: %s%p: %s, %.1f us", what, ptr, outcome,
-              log_us(t0));
+              byval_log_us(t0));
 }
 
 void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)

@@ -60,6 +60,8 @@ enum byval_route {
 /* The clock a logged operation starts from: 0 (not read) unless debug lines
  * are on, so a cache hit pays one compare for its log line. */
 unsigned long long byval_log_clock(void);
+/* Microseconds since t0 (0: the caller did not time it). */
+double byval_log_us(unsigned long long t0);
 #define BYVAL_LOG_T0() \
     (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0) ? byval_log_clock() : 0)
 

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache/exports.h"
@@ -26,13 +25,6 @@
 #include "handles/rendezvous.h" /* rendezvous_served */
 
 byval_stats_t byval_stats[BYVAL_STRIPES];
-
-uint64_t byval_stats_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The sum over the stripes of the counter at offset. */
 static uint64_t stats_sum(size_t offset)

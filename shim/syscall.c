@@ -99,7 +99,7 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
     else
         BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
                         "that process's socket, %.1f us",
-                        pid, fd, t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0);
+                        pid, fd, byval_log_us(t0));
     errno = saved;
     return got;
 }
