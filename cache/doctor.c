@@ -1,18 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * doctor.c - `ipcbyval-run --doctor`: what ipcbyval will do here, and why.
- * ipcbyval-run loads the library into its helper with IPCBYVAL_DOCTOR=1
- * (init.c), so the probes run where the ranks will: their kernel, Yama,
- * seccomp filter, capabilities, namespaces and library path. One line per
- * thing that decides, a verdict and the fix; exit 0 when same-node ranks
- * can exchange handles by value (by any transport).
- *
- * Yama ptrace_scope 1 lets a process pidfd_getfd its descendants only, and
- * one rank is not another's: the probe's child tries what an importer would
- * on its parent (not its descendant either): pidfd_getfd of a memfd, then an
- * abstract socket that hands it out, as the broker does. The parent also
- * tries its child, which tells a seccomp filter or a missing system call
- * from Yama. Raw system calls only.
+ * doctor.c - `ipcbyval-run --doctor`: one line per thing that decides what
+ * ipcbyval does here, a verdict and the fix; exit 0 when same-node ranks can
+ * exchange handles by value. It runs in ipcbyval-run's helper (init.c), so
+ * the probes meet the ranks' kernel, Yama, seccomp filter, capabilities,
+ * namespaces and library path. Yama ptrace_scope 1 lets a process
+ * pidfd_getfd its descendants only, and one rank is not another's: the
+ * probe's child tries on its parent (not its descendant either) what an
+ * importer would, pidfd_getfd of a memfd and then an abstract socket that
+ * hands it out; the parent tries its child, which tells a seccomp filter or
+ * a missing system call from Yama.
  */
 #include <dlfcn.h>
 #include <errno.h>
