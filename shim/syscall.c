@@ -4,8 +4,11 @@
  * syscall(SYS_pidfd_getfd) or pidfd_getfd() (PyTorch, Intel's driver, UMF,
  * MPICH, oneCCL, UCX), refused by Yama or seccomp (EPERM) or missing in a
  * sandbox (ENOSYS), served by the exporter's broker (handles/rescue.c).
- * Only after the kernel refused; its errno returned whenever the rescue
- * cannot help, and never with flags, IPCBYVAL_TRANSPORT=pidfd or
+ * glibc's syscall() is an ordinary exported function: ours wins for every
+ * library loaded after us. pidfd_open is not interposed: a refused one
+ * leaves no pidfd to name the process. Only after the kernel refused; its
+ * errno returned whenever the rescue cannot help (no broker, a number not
+ * exported, another uid), and never with flags, IPCBYVAL_TRANSPORT=pidfd or
  * IPCBYVAL_ENABLE=0. ipcbyval's own calls enter the kernel through
  * handles/sys.h, never here. Every other system call pays a compare and a
  * tail call (x86-64: an assembly entry; elsewhere six arguments forwarded,
