@@ -165,10 +165,8 @@ void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
     char f[24] = "";
     if (fd >= 0)
         snprintf(f, sizeof(f), " (fd %d)", fd);
-    if (withdrawn)
-        byval_log(BYVAL_LOG_LVL_DEBUG, NULL,
-                  "export withdrawn: %s%p%s: freed; importers release their closed mappings", what,
-                  ptr, f);
-    else
-        byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "export: %s%p by value%s", what, ptr, f);
+    byval_log(BYVAL_LOG_LVL_DEBUG, NULL,
+              withdrawn ? "export withdrawn: %s%p%s: freed; importers release their closed mappings"
+                        : "export: %s%p by value%s",
+              what, ptr, f);
 }
