@@ -292,7 +292,7 @@ static void *gpu_lib(const char *label, const char *lib, char *real, int *found)
 
 static void gpu_cuda(int *found)
 {
-    char real[PATH_MAX], drv[160] = "", line[256];
+    char real[PATH_MAX], drv[160] = "", line[256], mod[64];
     void *h = gpu_lib("libcuda", "libcuda.so.1", real, found);
     if (!h)
         return;
@@ -303,12 +303,8 @@ static void gpu_cuda(int *found)
         snprintf(drv, sizeof(drv), "; CUDA driver API %d.%d", v / 1000, v % 1000 / 10);
     FILE *f = fopen("/proc/driver/nvidia/version", "re");
     char *k = f && fgets(line, sizeof(line), f) ? strstr(line, "Kernel Module") : NULL;
-    if (k) {
-        k += strlen("Kernel Module");
-        k += strspn(k, " ");
-        k[strcspn(k, " \n")] = '\0';
-        snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", k);
-    }
+    if (k && sscanf(k + strlen("Kernel Module"), "%63s", mod) == 1)
+        snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", mod);
     if (f)
         fclose(f);
     LINE("libcuda", "%s%s", real, drv);
