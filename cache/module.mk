@@ -37,3 +37,16 @@ UNIT_TESTS += $(BUILD)/test/unit/test_exports
 $(BUILD)/test/unit/test_exports: test/unit/test_exports.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
+
+# The core's services: configuration, log, counters, initialisation, the doctor.
+LIB_SRC += cache/config.c cache/log.c cache/stats.c cache/init.c cache/doctor.c
+
+# Statistics alone: cache memory and the per-process file (config and log
+# are the real ones; nothing else of the library).
+STATS_TEST_OBJ = $(BUILD)/cache/stats.o $(BUILD)/cache/log.o \
+                 $(BUILD)/cache/config.o $(BUILD)/handles/registry_fds.o $(BUILD)/handles/fdproof.o $(CACHE_OBJ) \
+                 $(BUILD)/handles/rendezvous.o
+UNIT_TESTS += $(BUILD)/test/unit/test_stats
+$(BUILD)/test/unit/test_stats: test/unit/test_stats.c $(STATS_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $^ -lcmocka -lpthread

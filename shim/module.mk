@@ -28,16 +28,6 @@ $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_ski
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread
 
-# Statistics alone: cache memory and the per-process file (config and log
-# are the real ones; nothing else of the shim).
-STATS_TEST_OBJ = $(BUILD)/shim/stats.o $(BUILD)/shim/stats_file.o $(BUILD)/shim/log.o \
-                 $(BUILD)/shim/config.o $(BUILD)/handles/registry_fds.o $(BUILD)/handles/fdproof.o $(CACHE_OBJ) \
-                 $(BUILD)/handles/rendezvous.o
-UNIT_TESTS += $(BUILD)/test/unit/test_stats
-$(BUILD)/test/unit/test_stats: test/unit/test_stats.c $(STATS_TEST_OBJ)
-	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $^ -lcmocka -lpthread
-
 # The lock order and fork (cache/locks.h) with every module linked in, so
 # that every registered lock is there (the shim's too).
 UNIT_TESTS += $(BUILD)/test/unit/test_locks

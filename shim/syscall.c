@@ -1,31 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * syscall.c - the pidfd_getfd rescue, importer side: other libraries'
- * own pidfd_getfd, refused by the kernel, served by the exporter's broker.
- *
- * PyTorch, Intel's driver, UMF, MPICH, oneCCL and UCX fetch a peer's
- * GPU-memory fd with syscall(SYS_pidfd_getfd, pidfd, fd, 0) from a shared
- * library, and fail where Yama or a container's seccomp profile refuses it
- * (EPERM) or the sandbox lacks it (ENOSYS). glibc's syscall() is an
- * ordinary exported function, so ours wins for every library loaded after
- * us; glibc's pidfd_getfd() wrapper does not go through syscall() and is
- * interposed on its own. pidfd_open is not: its refusal cannot be rescued
- * (there would be no pidfd to name the process), and the pid behind a
- * pidfd comes from the kernel (handles/rescue.c).
- *
- * The rescue runs only after the kernel refused, with the kernel's errno
- * returned unchanged whenever it cannot help: no broker (the exporter runs
- * no ipcbyval, or another pid namespace), a number the exporter did not
- * export, a peer of another uid. IPCBYVAL_TRANSPORT=pidfd and
- * IPCBYVAL_ENABLE=0 never rescue, and neither do flags != 0 (the kernel
- * answers EINVAL to those). ipcbyval's own calls never come here: they
- * enter the kernel through handles/sys.h, so nothing needs to tell them
- * apart. A rescued call leaves errno as it found it, as the C library
- * does on success.
- *
- * Every other system call pays a compare and a tail call (x86-64: an
- * assembly entry that jumps to the C library's syscall; elsewhere a C
- * function that forwards six arguments, as glibc's reads six).
+ * syscall.c - the pidfd_getfd rescue, importer side: other libraries' own
+ * syscall(SYS_pidfd_getfd) or pidfd_getfd() (PyTorch, Intel's driver, UMF,
+ * MPICH, oneCCL, UCX), refused by Yama or seccomp (EPERM) or missing in a
+ * sandbox (ENOSYS), served by the exporter's broker (handles/rescue.c).
+ * glibc's syscall() is an ordinary exported function: ours wins for every
+ * library loaded after us. pidfd_open is not interposed: a refused one
+ * leaves no pidfd to name the process. Only after the kernel refused; its
+ * errno returned whenever the rescue cannot help (no broker, a number not
+ * exported, another uid), and never with flags, IPCBYVAL_TRANSPORT=pidfd or
+ * IPCBYVAL_ENABLE=0. ipcbyval's own calls enter the kernel through
+ * handles/sys.h, never here. Every other system call pays a compare and a
+ * tail call (x86-64: an assembly entry; elsewhere six arguments forwarded,
+ * as glibc's syscall reads six).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -34,11 +21,11 @@
 
 #include "handles/rescue.h"
 #include "handles/sys.h"
-#include "shim/config.h"
+#include "cache/config.h"
 #include "shim/dlsym_next.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
+#include "cache/init.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 
 #define BYVAL_EXPORT __attribute__((visibility("default")))
 #define BYVAL_HIDDEN __attribute__((visibility("hidden")))
@@ -46,24 +33,25 @@
 typedef long (*syscall_fn)(long, ...);
 typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
 
-/* The C library's syscall (the next definition after ours). */
-static syscall_fn next_syscall(void)
+static void *libc_syscall;
+
+/* The next definition of name after ours (the C library's), resolved once;
+ * allocation-free (dlsym_next.c), so safe in a constructor. */
+static void *next_fn(void **slot, const char *name)
 {
-    static syscall_fn fn;
-    syscall_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+    void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!f) {
-        f = (syscall_fn)byval_dlsym_next((const void *)next_syscall, "syscall");
-        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+        f = byval_dlsym_next((const void *)next_fn, name);
+        __atomic_store_n(slot, f, __ATOMIC_RELEASE);
     }
     return f;
 }
 
-/* The C library's syscall with six arguments (as it reads six), or
- * ENOSYS where there is none. Also where the x86-64 entry jumps until the
- * C library's syscall is known (before our first use only). */
+/* The C library's syscall with six arguments, or ENOSYS where there is none.
+ * The x86-64 entry jumps here until that syscall is known. */
 static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
-    syscall_fn next = next_syscall();
+    syscall_fn next = (syscall_fn)next_fn(&libc_syscall, "syscall");
     if (!next) {
         errno = ENOSYS;
         return -1;
@@ -83,9 +71,8 @@ static const char *denial(int err)
                          : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
 }
 
-/* pidfd_getfd(pidfd, fd, flags) failed with err (EPERM or ENOSYS): the
- * rescued fd with errno = saved (the caller's, untouched as on a native
- * success), or -1 with errno = err. */
+/* pidfd_getfd(pidfd, fd, flags) failed with err: the rescued fd with errno =
+ * saved (untouched, as on a native success), or -1 with errno = err. */
 static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
 {
     int got = -1;
@@ -115,7 +102,7 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
     else
         BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
                         "that process's socket, %.1f us",
-                        pid, fd, t0 ? (double)(byval_log_clock() - t0) / 1000.0 : 0.0);
+                        pid, fd, byval_log_us(t0));
     errno = saved;
     return got;
 }
@@ -136,10 +123,9 @@ BYVAL_HIDDEN void *byval_syscall_next = (void *)forward;
 
 __attribute__((constructor)) static void syscall_resolve(void)
 {
-    /* Allocation-free (dlsym_next.c), so safe this early. */
-    syscall_fn next = next_syscall();
+    void *next = next_fn(&libc_syscall, "syscall");
     if (next)
-        __atomic_store_n(&byval_syscall_next, (void *)next, __ATOMIC_RELEASE);
+        __atomic_store_n(&byval_syscall_next, next, __ATOMIC_RELEASE);
 }
 
 /* long syscall(long number, ...): the number is in %rdi; every argument
@@ -176,13 +162,9 @@ BYVAL_EXPORT long syscall(long nr, ...)
 /* glibc 2.36's own stub, which does not go through syscall(). */
 BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
-    static pidfd_getfd_fn fn;
+    static void *fn;
     int saved = errno;
-    pidfd_getfd_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = (pidfd_getfd_fn)byval_dlsym_next((const void *)pidfd_getfd, "pidfd_getfd");
-        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
-    }
+    pidfd_getfd_fn f = (pidfd_getfd_fn)next_fn(&fn, "pidfd_getfd");
     int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
               : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
     return refused(r) ? (int)rescue(pidfd, targetfd, flags, errno, saved) : r;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_stats.c - shim/stats.c and shim/stats_file.c: what a cache's memory
+ * test_stats.c - cache/stats.c: what a cache's memory
  * statistic says (per entry when full, against a cache really filled), and
  * the per-process file that ipcbyval-run merges into a job's table (every
  * counter and cache field by name, values as counted, written whole).
@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "cache/lru.h"
-#include "shim/stats.h"
+#include "cache/stats.h"
 
 /* Fill a cache of cap entries of key_len bytes; compare the statistic
  * with what the full cache costs by byval_lru_stats (allocated memory

@@ -1,53 +1,47 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * init.c - once-only initialisation, the re-entry guard, fork and exit.
- *
- * Nothing runs at load time except one getenv() for --print-config and
+ * init.c - once-only initialisation, fork and exit, and ipcbyval-run's
+ * helper. Nothing runs at load time but one getenv() for that helper and
  * the one pthread_atfork (cache/locks.c): a process that never calls a GPU
- * API (a shell, mpirun) gets no threads, no files and no output from
- * ipcbyval.
+ * API gets no threads, no files and no output from ipcbyval.
  */
-#include "shim/init.h"
+#include "cache/init.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/config.h"
 #include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "handles/self.h"
-#include "shim/config.h"
-#include "shim/doctor.h"
 #include "shim/rendezvous.h"
-#include "shim/log.h"
-#include "shim/stats.h"
 
 static byval_once_t init_once = BYVAL_ONCE_INIT;
-/* init.h's: byval_init reads them inline. */
 int byval_init_enabled_;
-int byval_init_done_; /* init_run finished (read atomically) */
-/* >0 while this thread runs ipcbyval code. Initial-exec: read on every
- * wrapped call, and the default model for a shared object's TLS calls
- * __tls_get_addr each time; a preloaded library gets static TLS. */
+int byval_init_done_;
+/* >0 while this thread runs ipcbyval code. Initial-exec: the default model
+ * for a shared object's TLS calls __tls_get_addr on every wrapped call. */
 __thread int byval_init_depth_ __attribute__((tls_model("initial-exec")));
 
+static int init_quiet_exit;     /* ipcbyval-run's helper: print nothing else */
+static int init_problems;       /* warnings about the environment's values */
+static int init_helper_ignored; /* the helper's variables set in another process */
+
+/* The child has a new pid: its exporter identity is recomputed, the caches
+ * empty themselves (cache/lru_fork.c) and the counters start from zero
+ * (each process reports its own calls; a job's table adds them up). */
 static void init_fork_child(void)
 {
-    /* The child has a new pid: its exporter identity must be recomputed.
-     * The caches empty themselves (cache/lru_fork.c), and the counters
-     * start from zero: each process reports its own calls (a job's table
-     * adds them up). */
     byval_self_reset();
     memset(byval_stats, 0, sizeof(byval_stats));
 }
 BYVAL_FORK_CHILD(init, init_fork_child);
-
-static int init_quiet_exit; /* --print-config: print nothing else */
 
 static void init_at_exit(void)
 {
@@ -59,21 +53,15 @@ static void init_at_exit(void)
         byval_stats_write_file(byval_cfg.stats_dir);
 }
 
-static int init_problems; /* warnings about the environment's values */
-/* The helper-only variables were set in a process that is not
- * ipcbyval-run's helper: said once, at its first GPU call. */
-static int init_helper_ignored;
-
 static void init_run(void)
 {
     byval_init_depth_++;
     init_problems = byval_config_load();
     byval_init_enabled_ = byval_cfg.enable;
     if (byval_init_enabled_) {
-        byval_rendezvous_configure(); /* IPCBYVAL_RENDEZVOUS_DIR, before any export */
+        byval_rendezvous_configure(); /* before any export */
         /* The release watcher starts with the first closed mapping that
-         * depends on an exporter's registry (shim/track.c), not with the
-         * first open: a first open does not pay a thread start. */
+         * depends on an exporter's registry, not with the first open. */
         byval_reg_watch_on_demand(1);
     }
     if (init_helper_ignored)
@@ -82,7 +70,7 @@ static void init_run(void)
                        "--print-config)");
     if (byval_cfg.stats || byval_cfg.stats_dir[0])
         atexit(init_at_exit);
-    if (!init_quiet_exit) /* not in ipcbyval-run's own checks */
+    if (!init_quiet_exit)
         BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
                        byval_init_enabled_ ? "enabled" : "disabled: pure pass-through",
                        byval_cfg.ze, byval_cfg.cuda, byval_cfg.cache_size,
@@ -108,53 +96,30 @@ int byval_enabled(void)
     return byval_init_enabled_;
 }
 
-int byval_in_shim(void)
-{
-    return byval_init_depth_ != 0;
-}
-
-void byval_enter(void)
-{
-    byval_init_depth_++;
-}
-
-void byval_leave(void)
-{
-    byval_init_depth_--;
-}
-
 /* Is this process ipcbyval-run's own helper? IPCBYVAL_HELPER names it
- * ("PID:STARTTIME", written by the launcher's subshell just before it
- * execs the helper, which keeps both): a value inherited by any other
- * process names another. Without /proc the start time reads as 0. */
+ * ("PID:STARTTIME", written just before the launcher execs the helper): a
+ * value inherited by any other process names another. Without /proc the
+ * start time reads as 0. */
 static int init_is_helper(void)
 {
     const char *h = getenv("IPCBYVAL_HELPER");
-    if (!h)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long pid = strtoull(h, &end, 10);
-    if (errno || end == h || *end != ':')
-        return 0;
-    const char *s = end + 1;
-    unsigned long long start = strtoull(s, &end, 10);
-    if (errno || end == s || *end)
-        return 0;
+    unsigned long long pid, start;
     uint64_t own = 0;
+    int n = 0;
+    if (!h || sscanf(h, "%llu:%llu%n", &pid, &start, &n) != 2 || h[n])
+        return 0;
     if (byval_proc_start_time(getpid(), &own) != 0)
         own = 0;
     return pid == (unsigned long long)getpid() && start == own;
 }
 
-/* ipcbyval-run loads the library into /bin/true for what it asks of it;
- * that is the only work ever done at load time, and only in that helper
- * process (init_is_helper):
+/* ipcbyval-run loads the library into /bin/true for what it asks, the only
+ * work ever done at load time, and only in that helper:
  *   IPCBYVAL_PRINT_CONFIG=1      print every variable (--print-config);
  *   IPCBYVAL_PRINT_CONFIG=check  only parse them: the warnings, once for
  *                                the whole job, and exit 1 if any;
  *   IPCBYVAL_DOCTOR=1            the --doctor report and its exit status. */
-__attribute__((constructor)) static void init_print_config(void)
+__attribute__((constructor)) static void init_helper(void)
 {
     const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
     const char *d = getenv("IPCBYVAL_DOCTOR");
@@ -169,7 +134,7 @@ __attribute__((constructor)) static void init_print_config(void)
     int doctor = d && strcmp(d, "1") == 0;
     if (!print && !check && !doctor)
         return;
-    init_quiet_exit = 1; /* this run does nothing else */
+    init_quiet_exit = 1;
     byval_init();
     if (print) {
         byval_config_print(stdout);
@@ -179,7 +144,6 @@ __attribute__((constructor)) static void init_print_config(void)
         _exit(init_problems ? 1 : 0);
     if (doctor) {
         byval_init_depth_++; /* the probes' dlopen and dlsym are ours, not the program's */
-        int rc = byval_doctor();
-        _exit(rc);
+        _exit(byval_doctor());
     }
 }

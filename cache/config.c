@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - the one table of IPCBYVAL_* variables, its parser and printer,
+ * and IPCBYVAL_SET_PTRACER's effect. The man page's ENVIRONMENT section and
+ * `ipcbyval-run --print-config` are checked against the table (test_config.sh).
+ */
+#include "cache/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "cache/log.h"
+
+byval_config_t byval_cfg;
+
+enum cfg_type { CFG_BOOL, CFG_SIZE, CFG_BYTES, CFG_LEVEL, CFG_STRING, CFG_TRANSPORT, CFG_GID };
+
+typedef struct cfg_entry {
+    const char *name, *defval;
+    enum cfg_type type;
+    size_t offset, size; /* of the field in byval_config_t */
+    const char *doc;
+} cfg_entry_t;
+
+#define CFG_(name, def, type, field, doc)                                                       \
+    {                                                                                           \
+        name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), \
+            doc                                                                                 \
+    }
+
+static const cfg_entry_t cfg_table[] = {
+    CFG_("IPCBYVAL_ENABLE", "1", CFG_BOOL, enable,
+         "0 makes every wrapper a pure pass-through to the driver"),
+    CFG_("IPCBYVAL_LOG", "warn", CFG_LEVEL, log_level,
+         "log level: none, error, warn, info, debug (or 0-4)"),
+    CFG_("IPCBYVAL_LOG_FILE", "", CFG_STRING, log_file,
+         "append log lines to this file instead of stderr (%p expands to the pid)"),
+    CFG_("IPCBYVAL_CACHE_SIZE", "1024", CFG_SIZE, cache_size,
+         "import cache entries (mappings kept open for reuse), >= 1"),
+    CFG_("IPCBYVAL_CACHE_BYTES", "1G", CFG_BYTES, cache_bytes,
+         "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"),
+    CFG_("IPCBYVAL_EXPORT_CACHE_SIZE", "4096", CFG_SIZE, export_cache_size,
+         "export cache entries (one exported fd per live allocation), >= 1"),
+    CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
+         "print counters and cache statistics to the log at exit"),
+    CFG_("IPCBYVAL_STATS_DIR", "", CFG_STRING, stats_dir,
+         "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
+         "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
+    CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
+         "handle Level Zero IPC (0: pass Level Zero calls through)"),
+    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda, "handle CUDA IPC (0: pass CUDA calls through)"),
+    CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
+         "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
+    CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
+         "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
+    CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
+         "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
+    CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
+         "a directory both sides reach (a volume shared by two pods or containers): exporters "
+         "also listen there and importers in other pid/network namespaces connect there"),
+    CFG_("IPCBYVAL_RENDEZVOUS_GID", "", CFG_GID, rendezvous_gid,
+         "a numeric group whose members (another uid) are served through the rendezvous "
+         "directory, which that group may own; empty: our uid only"),
+};
+
+#define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+/* What each type accepts, for the invalid-value warning. */
+static const char *const type_hint[] = {
+    [CFG_BOOL] = "y/yes/on/true/1 or n/no/off/false/0",
+    [CFG_SIZE] = "an integer from 1 to 4294967296",
+    [CFG_BYTES] = "a byte count, with an optional K, M, G or T suffix",
+    [CFG_LEVEL] = "none, error, warn, info, debug or 0-4",
+    [CFG_STRING] = "a path of at most 255 bytes",
+    [CFG_TRANSPORT] = "auto, pidfd or socket",
+    [CFG_GID] = "a numeric group id, or empty",
+};
+
+static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
+static const char *const transport_names[] = {"auto", "pidfd", "socket"};
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts: index >= 5 is true. */
+static const char *const bool_names[] = {"0", "n", "no",  "off", "false",
+                                         "1", "y", "yes", "on",  "true"};
+
+static int parse_enum(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* A decimal number, with a binary suffix K, M, G or T when units. */
+static int parse_u64(const char *s, int units, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    static const char suffix[] = "KMGT";
+    const char *u = units && *end ? strchr(suffix, toupper((unsigned char)*end)) : NULL;
+    if (errno || end == s || (*end && (!u || end[1] != '\0')))
+        return -1;
+    unsigned shift = u ? 10u * (unsigned)(u - suffix + 1) : 0;
+    if (v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* Every field but a string is an int or 8 bytes (size_t, uint64_t, long). */
+static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
+{
+    void *field = (char *)c + e->offset;
+    uint64_t v = 0;
+    int i = -1, ok = 0;
+    switch (e->type) {
+    case CFG_BOOL:
+        ok = (i = parse_enum(s, bool_names, 10)) >= 0;
+        v = i >= 5;
+        break;
+    case CFG_LEVEL:
+        i = s[0] >= '0' && s[0] <= '4' && s[1] == '\0' ? s[0] - '0' : parse_enum(s, level_names, 5);
+        ok = i >= 0;
+        v = (uint64_t)i;
+        break;
+    case CFG_TRANSPORT:
+        ok = (i = parse_enum(s, transport_names, 3)) >= 0;
+        v = (uint64_t)i;
+        break;
+    case CFG_SIZE: ok = *s != '-' && parse_u64(s, 0, &v) == 0 && v >= 1 && v <= (1ULL << 32); break;
+    case CFG_BYTES: ok = isdigit((unsigned char)*s) && parse_u64(s, 1, &v) == 0; break;
+    case CFG_GID: /* empty: none (-1) */
+        ok = !*s || (isdigit((unsigned char)*s) && parse_u64(s, 0, &v) == 0 && v < UINT32_MAX);
+        v = *s ? v : UINT64_MAX;
+        break;
+    case CFG_STRING:
+        if (strlen(s) >= e->size)
+            return -1;
+        strcpy(field, s);
+        return 0;
+    }
+    if (!ok)
+        return -1;
+    if (e->size == sizeof(int))
+        *(int *)field = (int)v;
+    else
+        memcpy(field, &v, sizeof(v));
+    return 0;
+}
+
+static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *buf, size_t len)
+{
+    const void *field = (const char *)c + e->offset;
+    uint64_t v = 0;
+    if (e->size == sizeof(int))
+        v = (uint64_t)((const int *)field)[0];
+    else if (e->type != CFG_STRING)
+        memcpy(&v, field, sizeof(v));
+    switch (e->type) {
+    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[v]); break;
+    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[v]); break;
+    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
+    case CFG_GID: /* -1: empty */
+        snprintf(buf, len, "%lld", (long long)v);
+        if ((int64_t)v < 0)
+            buf[0] = '\0';
+        break;
+    default: snprintf(buf, len, "%llu", (unsigned long long)v);
+    }
+}
+
+/* Levenshtein distance, to suggest a fix for a misspelt variable. */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), prev[64], cur[64];
+    if (la >= 63 || lb >= 63)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(prev));
+    }
+    return prev[lb];
+}
+
+static int name_is(const char *want, const char *name, size_t len)
+{
+    return strlen(want) == len && strncmp(want, name, len) == 0;
+}
+
+static const cfg_entry_t *find_entry(const char *name, size_t len)
+{
+    for (size_t i = 0; i < CFG_COUNT; i++)
+        if (name_is(cfg_table[i].name, name, len))
+            return &cfg_table[i];
+    return NULL;
+}
+
+/* Read by ipcbyval-run, scripts/deps.sh or at load time, not by the table. */
+static const char *const launcher_names[] = {
+    "IPCBYVAL_LIB",         "IPCBYVAL_PRINT_CONFIG", "IPCBYVAL_APT_WAIT", "IPCBYVAL_DOCTOR",
+    "IPCBYVAL_RUN_CHECKED", "IPCBYVAL_ENVMOD_ROOT",  "IPCBYVAL_HELPER"};
+
+/* Warnings about the environment, counted: at warn level, or at debug level
+ * when ipcbyval-run checked it once for the whole job (IPCBYVAL_RUN_CHECKED=1),
+ * so that N ranks do not print N copies. */
+static int cfg_problems;
+
+static int problem_level(void)
+{
+    cfg_problems++;
+    const char *c = getenv("IPCBYVAL_RUN_CHECKED");
+    return c && strcmp(c, "1") == 0 ? BYVAL_LOG_LVL_DEBUG : BYVAL_LOG_LVL_WARN;
+}
+
+static void warn_unknown(const char *var, size_t len)
+{
+    if (find_entry(var, len))
+        return;
+    for (size_t i = 0; i < sizeof(launcher_names) / sizeof(launcher_names[0]); i++)
+        if (name_is(launcher_names[i], var, len))
+            return;
+    /* One typo in a short name (ZEE for ZE), two in a longer one (TRANSPROT). */
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        size_t d = edit_distance(var, len, cfg_table[i].name);
+        if (d < best_d && d <= (strlen(cfg_table[i].name) - 9 >= 6 ? 2u : 1u)) {
+            best_d = d;
+            best = cfg_table[i].name;
+        }
+    }
+    int lvl = problem_level();
+    if (best)
+        BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, var, best);
+    else
+        BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)", (int)len,
+                   var);
+}
+
+int byval_config_load(void)
+{
+    extern char **environ;
+    cfg_problems = 0;
+    for (size_t i = 0; i < CFG_COUNT; i++)
+        (void)parse_value(&byval_cfg, &cfg_table[i], cfg_table[i].defval);
+    /* The log level first, so that the warnings below obey it. */
+    const char *level = getenv("IPCBYVAL_LOG");
+    if (level && parse_value(&byval_cfg, find_entry("IPCBYVAL_LOG", 12), level) == 0)
+        byval_log_level = byval_cfg.log_level;
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        const char *val = getenv(e->name);
+        if (val && parse_value(&byval_cfg, e, val) != 0) {
+            int lvl = problem_level();
+            (void)parse_value(&byval_cfg, e, e->defval);
+            BYVAL_LOG_(lvl, "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
+                       val, type_hint[e->type], e->defval);
+        }
+    }
+    byval_log_level = byval_cfg.log_level;
+    for (char **env = environ; env && *env; env++) {
+        const char *eq = strchr(*env, '=');
+        if (strncmp(*env, "IPCBYVAL_", 9) == 0 && eq)
+            warn_unknown(*env, (size_t)(eq - *env));
+    }
+    return cfg_problems;
+}
+
+void byval_config_print(FILE *out)
+{
+    char val[300];
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        format_value(&byval_cfg, &cfg_table[i], val, sizeof(val));
+        fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
+                cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
+    }
+}
+
+void byval_config_changed(char *buf, size_t len)
+{
+    char val[300], def[300];
+    byval_config_t dflt = {0};
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < CFG_COUNT && n < len; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        (void)parse_value(&dflt, e, e->defval);
+        format_value(&dflt, e, def, sizeof(def));
+        format_value(&byval_cfg, e, val, sizeof(val));
+        if (strcmp(val, def) != 0) {
+            int m = snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
+            n += m > 0 ? (size_t)m : 0;
+        }
+    }
+}
+
+/* Under Yama ptrace_scope 1 a process may only pidfd_getfd its descendants:
+ * MPI peers (siblings) are refused. PR_SET_PTRACER_ANY lifts that for this
+ * process, which any process of the uid may then ptrace (read its memory,
+ * not only the exported fds): Intel's driver does it at every context
+ * creation; ipcbyval only when asked. */
+void byval_ptracer_allow(void)
+{
+    static pid_t done_pid; /* per process: a forked child sets its own */
+    if (!byval_cfg.set_ptracer)
+        return;
+    pid_t pid = getpid();
+    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) == pid)
+        return;
+    /* EINVAL means no Yama: nothing to lift. */
+    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+        BYVAL_LOG_INFO("IPCBYVAL_SET_PTRACER: any process may now ptrace pid %d", (int)pid);
+}
