@@ -130,16 +130,6 @@ static inline void *byval_cu_room(void *arr, size_t *cap_p, size_t n, size_t ele
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
                       uint64_t *out);
 
-/* The export fast path (cu_export_fast.c): pointer -> handle last given,
- * validated by the pointer's BUFFER_ID. */
-void byval_cu_fast_init(size_t capacity);
-void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t mapgen,
-                            uint64_t reserve_start, uint64_t reserve_size, const CUipcMemHandle *h);
-int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t mapgen,
-                         CUipcMemHandle *h);
-void byval_cu_fast_forget_range(CUdeviceptr ptr, size_t size);
-void byval_cu_fast_forget_all(void);
-
 /* Exporter side: chunks in the range are unmapped (cuMemUnmap, cuMemFree)
  * or the allocation released (cuMemRelease): the exports naming them end.
  * A chunk was mapped (cuMemMap): remembered handles are checked again. */

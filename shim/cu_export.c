@@ -1,28 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_export.c - cuIpcGetMemHandle for VMM memory.
- *
- * The driver refuses VMM memory (CUDA_ERROR_INVALID_VALUE); its only
- * export is cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR): up to
- * ~1 ms and a new fd every call. VMM users map many chunks into one large
- * reservation and keep mapping after an export (PyTorch's expandable
- * segments: 20 MiB pages in a range the size of the GPU). So:
- *  - a pool per reservation holds each chunk's export, made once, when a
- *    handle first needs the chunk, and kept until the chunk is unmapped
- *    or released;
- *  - a handle names an extent: the pointer's chunk and every chunk mapped
- *    after it without a hole, as at the get (all that a buffer starting
- *    in that chunk can cover: the driver does not say where it ends).
- *    One export per extent (cache/exports.h): a sealed memfd listing its
- *    chunks (handles/manifest.h), the manifest and each chunk published
- *    and offered; a repeated get is a lookup;
- *  - mapping more chunks ends nothing; an unmap or a release of a chunk
- *    ends the extents naming it, closes its export, and renews the pool's
- *    liveness entry, which importers' mirrors of the pool watch
- *    (cu_import.c): exports not naming the chunk stay valid.
- * A context's end does not end VMM exports: VMM memory is no context's
- * (an H100 kept a mapping after a reset). Legacy memory never gets here:
- * the driver's own handle is returned.
+ * cu_export.c - the CUDA VMM export backend (cuIpcGetMemHandle on memory
+ * the driver refuses: its only export, cuMemExportToShareableHandle, costs
+ * up to 1 ms and a new fd a call). A pool per reservation keeps each
+ * chunk's export, made when a handle first needs the chunk, until the
+ * chunk is unmapped or released. A handle names an extent: the pointer's
+ * chunk and the chunks mapped after it without a hole (all that a buffer
+ * starting there can cover); one export per extent, a sealed manifest of
+ * its chunks (handles/manifest.h) published and offered with them. An
+ * unmap ends or trims the extents naming the chunk and renews the pool's
+ * liveness entry, which importers' mirrors watch. VMM memory is no
+ * context's: a context's end ends nothing here (doc/cuda-vmm-pools.md).
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -32,11 +20,11 @@
 
 #include "cache/exports.h"
 #include "cache/locks.h"
+#include "handles/manifest.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/cu_manifest.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
@@ -87,23 +75,91 @@ static size_t npools;   /* read without the lock: a hint to skip work */
 static uint64_t ids;    /* pool, chunk and export ids, never reused */
 static uint64_t mapgen; /* bumped by every cuMemMap: a remembered handle's extent may be short */
 
+/* ---- the fast path ------------------------------------------------------
+ * The handle last given for a pointer, validated by one BUFFER_ID query
+ * (a reused address has a new id): a repeated get costs a lookup, not the
+ * driver's failing call and a walk. A chunk mapped since (mapgen) sends
+ * the get to the walk; an extent's end clears its reservation's pointers.
+ * A memo: it holds no fd and nothing shared. */
+
+typedef struct cu_fast {
+    uint64_t buffer_id, mapgen, reserve_start, reserve_size;
+    CUipcMemHandle handle;
+} cu_fast_t;
+
+static byval_lru_t *fast_cache; /* key: the exported pointer */
+
+static void fast_evicted(void *ctx, const void *key, void *value)
+{
+    free(value);
+}
+
+static void fast_remember(CUdeviceptr ptr, const cu_fast_t *from)
+{
+    cu_fast_t *f = fast_cache ? malloc(sizeof(*f)) : NULL;
+    uint64_t key = ptr;
+    void *existing;
+    if (!f)
+        return;
+    *f = *from;
+    int rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
+    if (rc == BYVAL_LRU_EXISTS) { /* a handle of an older extent: replaced */
+        byval_lru_remove(fast_cache, &key);
+        rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
+    }
+    if (rc != BYVAL_LRU_OK)
+        free(f);
+}
+
+static int fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t gen, CUipcMemHandle *h)
+{
+    uint64_t key = ptr, id = 0;
+    void *v;
+    byval_lru_ref_t ref;
+    if (!fast_cache || !byval_lru_get_ref(fast_cache, &key, &v, &ref))
+        return 0;
+    const cu_fast_t *f = v;
+    int ok = f->mapgen == gen &&
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 && id == f->buffer_id;
+    int reused = f->mapgen == gen && !ok;
+    if (ok)
+        *h = f->handle;
+    byval_lru_put_ref(fast_cache, ref);
+    if (reused)
+        byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
+    return ok;
+}
+
+static int fast_overlaps(void *ctx, const void *key, void *value)
+{
+    const uint64_t *range = ctx;
+    const cu_fast_t *f = value;
+    return f->reserve_start < range[0] + range[1] && range[0] < f->reserve_start + f->reserve_size;
+}
+
+/* ---- exports ------------------------------------------------------------- */
+
 static void export_end(byval_export_t *core)
 {
     cu_export_t *e = (cu_export_t *)core;
     if (e->manifest_fd >= 0) {
-        byval_cu_fast_forget_range(e->key.reserve_start, e->key.reserve_size);
+        uint64_t range[2] = {e->key.reserve_start, e->key.reserve_size ? e->key.reserve_size : 1};
+        if (fast_cache)
+            byval_lru_remove_if(fast_cache, fast_overlaps, range);
         close(e->manifest_fd);
     }
     free(e);
 }
 
-static const byval_exports_ops_t export_ops = {"cuda export", sizeof(cu_export_key_t), export_end};
+static const byval_backend_export_t export_ops = {"cuda export", sizeof(cu_export_key_t),
+                                                  export_end, NULL};
 
 static void export_init(void)
 {
     /* Read without the once by the free paths: published with a release. */
     __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
-    byval_cu_fast_init(byval_cfg.export_cache_size);
+    fast_cache =
+        byval_lru_create(byval_cfg.export_cache_size, sizeof(uint64_t), fast_evicted, NULL);
 }
 
 static uint64_t new_id(void)
@@ -482,20 +538,15 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
                                                 .size = c->size,
                                                 .flags = BYVAL_EXPORT_OFFER};
     }
-    if (byval_exports_start(exports, &e->core) != 0) {
+    byval_export_t *kept;
+    byval_lru_ref_t ref;
+    int rc = byval_exports_keep(exports, key, &e->core, NULL, &kept, &ref);
+    if (rc >= 0) /* ours, or a racing get's */
+        *h = ((cu_export_t *)kept)->handle;
+    if (rc == 1)
         byval_exports_discard(&e->core);
-        return -1;
-    }
-    byval_export_t *existing = NULL;
-    byval_lru_ref_t ref = 0;
-    int ins = byval_exports_insert(exports, key, &e->core, &existing, &ref);
-    if (ins != 0 && ins != BYVAL_LRU_EXISTS)
-        return -1;
-    *h = ins == 0 ? e->handle : ((cu_export_t *)existing)->handle; /* a racing get's */
     byval_exports_unget(exports, ref);
-    if (ins == BYVAL_LRU_EXISTS)
-        byval_exports_discard(&e->core);
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 /* Export the chunks of r that p lacks (the driver's calls, unlocked),
@@ -576,7 +627,7 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
         return -1;
     cu_export_key_t key = {start, size, r.first, r.end};
     byval_lru_ref_t ref;
-    cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
+    cu_export_t *e = (cu_export_t *)byval_exports_find(exports, &key, NULL, &ref);
     int rc = 0;
     if (e) {
         *h = e->handle;
@@ -586,7 +637,7 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
     if (*fresh_p)
         rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
     if (rc == 0)
-        byval_cu_fast_remember(ptr, buffer_id, gen, start, size, h);
+        fast_remember(ptr, &(cu_fast_t){buffer_id, gen, start, size, *h});
     free(r.c);
     return rc;
 }
@@ -598,7 +649,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE))) {
         byval_enter();
-        int hit = byval_cu_fast_lookup(rl, ptr, __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), h);
+        int hit = fast_lookup(rl, ptr, __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), h);
         byval_leave();
         if (hit) {
             BYVAL_STAT_INC(export_hits);

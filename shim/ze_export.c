@@ -1,31 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ze_export.c - zeMemGetIpcHandle / zeMemPutIpcHandle / zeMemFree.
- *
- * The classic Intel layout puts a dma-buf fd in bytes 0-7 and leaves bytes
- * 17-63 as the caller's buffer had them. We fill those bytes with a pattern
- * before the real call: if the pattern survives, the layout is classic and
- * the record (exporter pid, pid namespace, identity, fd, ...) goes there.
- * Anything else (the opaque layout of newer drivers, which resolves pids
- * itself, or a layout we do not know) passes through untouched.
- *
- * One exported handle per live allocation (an export of cache/exports.h
- * keyed by context and pointer, validated with the allocation id):
- * repeated gets cost a lookup, the application's puts are absorbed, and
- * the export ends (registry entry, broker offer and rescue registration
- * withdrawn, then the driver's put) when the allocation is freed, its
- * context destroyed, or the table needs room.
- *
- * USM pools: compute-runtime serves small allocations from pool buffers.
- * Every allocation of a pool has the pool's id and its handle the pool's
- * one fd (with its poolOffset), so an allocation is told by its id and
- * its base (zeMemGetAddressRange gives the pooled allocation), and a free
- * ends only that allocation's exports: the shared registry entry and
- * offers are counted by the core and stay while others name them. The
- * driver takes one of the fd's references at any free in the pool, so
- * while the fd stays exported by us a free is handed one of its own.
+ * ze_export.c - the Level Zero memory export backend (zeMemGetIpcHandle,
+ * Put, Free). A classic handle gets our record after the driver's bytes;
+ * an opaque one (newer drivers, which resolve pids themselves) a short
+ * record where the rendezvous directory is used; other layouts pass
+ * through. One export per (context, pointer, route), validated by the
+ * allocation id: repeated gets cost a lookup, the application's puts are
+ * absorbed, and the export ends at the free, the context's destroy or
+ * eviction. USM pools (doc/level-zero-usm-pools.md): a pool's allocations
+ * share its id and fd, so an allocation is told by its id and base, and a
+ * free ends only that allocation's exports.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,7 +72,21 @@ static void export_end(byval_export_t *core)
     free(e);
 }
 
-static const byval_exports_ops_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end};
+/* An export of allocation alloc_id, with the driver's fd (UINT64_MAX: any). */
+typedef struct ze_same {
+    uint64_t alloc_id, fd;
+} ze_same_t;
+
+static int same_alloc(const byval_export_t *core, const void *arg)
+{
+    const ze_export_t *e = (const ze_export_t *)core;
+    const ze_same_t *s = arg;
+    return e->alloc_id == s->alloc_id &&
+        (s->fd == UINT64_MAX || byval_ze_handle_fd(e->handle.data) == s->fd);
+}
+
+static const byval_backend_export_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end,
+                                                  same_alloc};
 
 /* The base of the allocation that holds ptr (of the pooled allocation in
  * a USM pool), or 0 when the driver cannot say. */
@@ -111,6 +110,48 @@ static void export_init(void)
     /* Read without the once by the free and destroy paths: published with
      * a release. */
     __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
+}
+
+/* Device ordinal of dev within its driver (record field, diagnostics). */
+static uint8_t device_ordinal(ze_device_handle_t dev)
+{
+    ze_pfnDriverGet_t drv_get = (ze_pfnDriverGet_t)byval_ze_sym("zeDriverGet");
+    ze_pfnDeviceGet_t dev_get = (ze_pfnDeviceGet_t)byval_ze_sym("zeDeviceGet");
+    ze_driver_handle_t drivers[8];
+    uint32_t nd = 8;
+    if (!dev || !drv_get || !dev_get || drv_get(&nd, drivers) != ZE_RESULT_SUCCESS)
+        return 0;
+    for (uint32_t d = 0; d < nd && d < 8; d++) {
+        ze_device_handle_t devs[64];
+        uint32_t n = 64;
+        if (dev_get(drivers[d], &n, devs) != ZE_RESULT_SUCCESS)
+            continue;
+        for (uint32_t i = 0; i < n && i < 64; i++)
+            if (devs[i] == dev)
+                return (uint8_t)i;
+    }
+    return 0;
+}
+
+/* The record of the fd @0 of a handle the driver just filled: 0, or -1. */
+static int record_of(const uint8_t *h, uint64_t alloc_id, byval_record_t *rec_p)
+{
+    byval_self_t self;
+    uint64_t fd = byval_ze_handle_fd(h);
+    if (fd > INT32_MAX || byval_self_get(&self) != 0)
+        return -1;
+    memset(rec_p, 0, sizeof(*rec_p));
+    byval_record_set_exporter(rec_p, &self);
+    rec_p->kind = BYVAL_KIND_ZE_MEM;
+    rec_p->fd = (uint32_t)fd;
+    rec_p->fd_ino = (uint32_t)byval_fd_inode((int)fd);
+    rec_p->alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    /* The object's own size (a pool's dma-buf is larger than the
+     * allocation), checked by the importer against its duplicate. */
+    int64_t size = byval_fd_size((int)fd);
+    if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
+        rec_p->size = (uint64_t)size;
+    return 0;
 }
 
 /* Start the export of the handle h describes and keep it under key (one
@@ -157,49 +198,40 @@ static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_recor
         return -1;
     }
     memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE); /* the opaque one's record */
-    for (int tries = 0; tries < 2; tries++) {
-        byval_export_t *other = NULL;
-        byval_lru_ref_t ref;
-        int rc = byval_exports_insert(exports, key, &e->core, &other, &ref);
-        if (rc == 0) /* kept: the application's puts are absorbed from now on */
-            __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
-        if (rc != BYVAL_LRU_EXISTS) {
-            byval_exports_unget(exports, ref);
-            return rc == 0 ? 0 : -1; /* not kept: withdrawn already */
-        }
-        int same = byval_ze_handle_fd(((ze_export_t *)other)->handle.data) == rec.fd;
-        byval_exports_unget(exports, ref);
-        if (same) { /* a racing get of the same export: share it, ours put */
-            e->put = put;
-            byval_exports_discard(&e->core);
-            return 0;
-        }
-        byval_exports_end(exports, key); /* another fd under the key: stale */
-    }
-    byval_exports_discard(&e->core);
-    return -1;
+    ze_same_t same = {alloc_id, rec.fd};
+    byval_export_t *kept;
+    byval_lru_ref_t ref;
+    int rc = byval_exports_keep(exports, key, &e->core, &same, &kept, &ref);
+    if (rc >= 0) /* kept or shared: the application's puts are absorbed from now on */
+        __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
+    if (rc == 1) /* a racing get kept the same export first: ours is put */
+        byval_exports_discard(&e->core);
+    byval_exports_unget(exports, ref);
+    return rc < 0 ? -1 : 0;
 }
 
 static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
                     ze_device_handle_t dev, uint64_t route)
 {
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
-    if (!byval_ze_pattern_intact(h)) {
-        byval_record_t rec;
-        if (byval_ze_layout_is_opaque(h) && byval_ze_opaque_describable(h, 0) &&
-            byval_ze_opaque_record(h, alloc_id, &rec) == 0 &&
+    byval_record_t rec = {0};
+    int layout = byval_ze_layout(h, 0);
+    if (layout == 1) {
+        if (record_of(h, alloc_id, &rec) == 0 &&
             export_keep(&key, h, &rec, ctx, ptr, alloc_id, route == 0) == 0) {
-            BYVAL_STAT_INC(exports); /* for importers in other pods (ze_opaque.c) */
+            BYVAL_STAT_INC(exports); /* for importers in other pods */
             return 1;
         }
-        BYVAL_STAT_INC(export_passthrough);
-        if (!byval_ze_layout_is_opaque(h))
-            BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
-        else /* the importer's driver fetches fd @0 with its own pidfd_getfd */
-            byval_export_register_fd((int)byval_ze_handle_fd(h));
-        return 0;
+        byval_ze_pass(h, 0);
     }
-    if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
+    if (layout != 0)
+        return 0;
+    if (record_of(h, alloc_id, &rec) == 0) {
+        rec.device = device_ordinal(dev);
+        rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
+    }
+    if (rec.kind != BYVAL_KIND_ZE_MEM ||
+        byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK ||
         export_keep(&key, h, NULL, ctx, ptr, alloc_id, route == 0) != 0) {
         memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
         BYVAL_STAT_INC(export_passthrough);
@@ -265,19 +297,14 @@ static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, cons
         return call_get(next, ctx, ptr, handle); /* the driver reports the error */
 
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
+    ze_same_t same = {alloc_id, UINT64_MAX};
     byval_lru_ref_t ref;
-    ze_export_t *e = (ze_export_t *)byval_exports_get(exports, &key, &ref);
+    ze_export_t *e = (ze_export_t *)byval_exports_find(exports, &key, &same, &ref);
     if (e) {
-        int valid = e->alloc_id == alloc_id;
-        if (valid)
-            *handle = e->handle;
+        *handle = e->handle;
         byval_exports_unget(exports, ref);
-        if (valid) {
-            BYVAL_STAT_INC(export_hits);
-            return ZE_RESULT_SUCCESS;
-        }
-        /* Freed behind our back and the address reused: end the stale one. */
-        byval_exports_end(exports, &key);
+        BYVAL_STAT_INC(export_hits);
+        return ZE_RESULT_SUCCESS;
     }
 
     byval_ptracer_allow();

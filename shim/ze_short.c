@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_short.c - the short record (handles/wire.h) in Level Zero handles,
- * both ends: an exporter writes it after the driver's bytes (a classic
- * event pool's @40, an opaque handle's reserved bytes @30: ze_event.c,
- * ze_opaque.c); an importer resolves it to the live entry of the
- * exporter's registry it names, and from that to the record of the fd
- * to fetch (ze_event_import.c, ze_opaque_import.c).
+ * both ends (doc/level-zero-short-records.md): an exporter writes it after
+ * a classic event pool's driver bytes (@40) or in an opaque handle's
+ * reserved bytes (@30); an importer resolves it to the live entry of the
+ * exporter's registry it names, and from that to the fd to fetch.
  */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "handles/rendezvous.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 #include "shim/transport.h"
 #include "shim/ze_short.h"
+
+#define RESERVED_OFF 30 /* both opaque layouts: reservedHandleData[32] @30-61 */
+#define RESERVED_LEN 32
 
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
 {
@@ -122,4 +125,58 @@ void byval_ze_short_fill(byval_ze_short_import_t *m, const void *handle64,
     m->base.pid = rec->pid;
     m->base.identity = rec->identity;
     byval_import_track(&m->base, w, serial, v);
+}
+
+int byval_ze_opaque_describable(const void *handle64, int pool)
+{
+    const uint8_t *h = handle64;
+    for (int i = RESERVED_OFF; i < RESERVED_OFF + RESERVED_LEN; i++)
+        if (h[i]) /* fabric data, the driver's */
+            return 0;
+    /* memory: handle type @20 (0: fd); pools carry theirs @29 */
+    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
+        (pool ? h[29] : h[20]) == 0;
+}
+
+int byval_ze_opaque_write(void *handle64, uint64_t serial)
+{
+    return byval_ze_short_write(handle64, RESERVED_OFF, serial);
+}
+
+int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p)
+{
+    const uint8_t *h = handle64;
+    return byval_short_decode(h + RESERVED_OFF, h, RESERVED_OFF, s_p) == BYVAL_WIRE_OK;
+}
+
+int byval_ze_opaque_whose(const byval_short_t *s)
+{
+    byval_self_t self;
+    if (byval_self_get(&self) != 0 || s->guard != byval_short_guard(self.boot, self.pidns))
+        return 2;
+    return s->pid == self.pid && s->id32 == (uint32_t)self.identity ? 0 : 1;
+}
+
+void byval_ze_opaque_strip(void *handle64)
+{
+    memset((uint8_t *)handle64 + RESERVED_OFF, 0, RESERVED_LEN);
+}
+
+void byval_ze_opaque_local(void *handle64, int fd, int pool)
+{
+    uint8_t *h = handle64;
+    uint64_t fd64 = (uint64_t)fd;
+    memcpy(h, &fd64, sizeof(fd64));
+    /* The copy differs (the driver's test for a handle changed by the
+     * user) and no pid is left to import from. */
+    if (pool) {
+        uint64_t none = UINT64_MAX;
+        memcpy(h + 8, &none, sizeof(none));
+        memset(h + 20, 0, 4);
+    } else {
+        int32_t none = -1;
+        memcpy(h + 22, &none, sizeof(none));
+        memset(h + 16, 0, 4);
+    }
+    byval_ze_opaque_strip(h);
 }
