@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/exporters.h"
 #include "cache/imports.h"
 #include "cache/locks.h"
 #include "handles/manifest.h"
@@ -32,7 +33,6 @@
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/exporters.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"

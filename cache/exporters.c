@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * exporters.c - exporter exit detection with pidfds, no helper thread, and
- * the same pidfds lent to cold opens (see exporters.h).
- *
- * A lent pidfd must stay open while its borrower uses it: closing it
- * would let the number go to another file under the borrower's
- * pidfd_getfd. So an exporter seen exiting while some of its pidfd's
- * loans are out leaves the table (no new loans, handlers run) but its
- * pidfd waits in `drain` until the last loan comes back.
+ * exporters.c - the importer's table of exporters (exporters.h): one
+ * pidfd each, polled for exit and lent to cold opens. A pidfd lent out
+ * stays open until its loan comes back (closing it would let the number
+ * go to another file under the borrower's pidfd_getfd): an exporter that
+ * exits with loans out waits in `drain`.
  */
-#include "shim/exporters.h"
+#include "cache/exporters.h"
 
 #include <pthread.h>
 #include <string.h>

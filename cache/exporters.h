@@ -6,8 +6,8 @@
  * cold opens of the same exporter, which then skip pidfd_open and the
  * identity check (both were done on this pidfd when it was kept).
  */
-#ifndef BYVAL_SHIM_EXPORTERS_H
-#define BYVAL_SHIM_EXPORTERS_H
+#ifndef BYVAL_CACHE_EXPORTERS_H
+#define BYVAL_CACHE_EXPORTERS_H
 
 #include <stdint.h>
 
