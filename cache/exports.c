@@ -219,17 +219,14 @@ static void withdraw_locked(byval_export_t *e)
         return;
     __atomic_store_n(&e->withdrawn, 1, __ATOMIC_RELEASE);
     give_locked(e, 0);
-    if (e->listed) {
-        byval_exports_t *x = e->home;
-        if (e->prev)
-            e->prev->next = e->next;
-        else
-            x->head = e->next;
-        if (e->next)
-            e->next->prev = e->prev;
-        e->listed = 0;
-        __atomic_store_n(&x->live, x->live - 1, __ATOMIC_RELAXED);
-    }
+    byval_exports_t *x = e->home;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        x->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    __atomic_store_n(&x->live, x->live - 1, __ATOMIC_RELAXED);
 }
 
 void byval_exports_discard(byval_export_t *e)
@@ -283,7 +280,6 @@ int byval_exports_start(byval_exports_t *x, byval_export_t *e)
     if (x->head)
         x->head->prev = e;
     x->head = e;
-    e->listed = 1;
     __atomic_store_n(&x->live, x->live + 1, __ATOMIC_RELAXED);
     int rc = take_locked(e);
     byval_unlock(&core.lock);
@@ -295,28 +291,6 @@ static void drop_ref(byval_exports_t *x, byval_lru_ref_t ref)
 {
     byval_lru_remove_ref(x->lru, ref);
     byval_lru_put_ref(x->lru, ref);
-}
-
-int byval_exports_insert(byval_exports_t *x, const void *key, byval_export_t *e,
-                         byval_export_t **existing_p, byval_lru_ref_t *ref_p)
-{
-    for (int tries = 0; tries < 2 && !is_withdrawn(e); tries++) {
-        void *v = NULL;
-        *ref_p = 0;
-        int rc = byval_lru_insert_ref(x->lru, key, e, &v, ref_p);
-        if (rc == BYVAL_LRU_OK)
-            return 0;
-        if (rc != BYVAL_LRU_EXISTS)
-            break;
-        if (!is_withdrawn(v)) {
-            *existing_p = v;
-            return BYVAL_LRU_EXISTS;
-        }
-        drop_ref(x, *ref_p); /* withdrawn, still under the key: e takes its place */
-    }
-    *ref_p = 0;
-    byval_exports_discard(e);
-    return BYVAL_LRU_NOENT;
 }
 
 byval_export_t *byval_exports_get(byval_exports_t *x, const void *key, byval_lru_ref_t *ref_p)
@@ -362,18 +336,24 @@ int byval_exports_keep(byval_exports_t *x, const void *key, byval_export_t *e, c
         byval_exports_discard(e);
         return -1;
     }
-    for (int tries = 0; tries < 2; tries++) {
-        int rc = byval_exports_insert(x, key, e, kept_p, ref_p);
-        if (rc == 0)
-            *kept_p = e;
+    for (int tries = 0; tries < 3 && !is_withdrawn(e); tries++) { /* ended meanwhile: not kept */
+        void *v = NULL;
+        int rc = byval_lru_insert_ref(x->lru, key, e, &v, ref_p);
+        *kept_p = rc == BYVAL_LRU_OK ? e : v;
+        if (rc == BYVAL_LRU_OK ||
+            (rc == BYVAL_LRU_EXISTS && !is_withdrawn(v) && stands_for(x, v, arg)))
+            return rc == BYVAL_LRU_OK ? 0 : 1;
         if (rc != BYVAL_LRU_EXISTS)
-            return rc == 0 ? 0 : -1;
-        if (stands_for(x, *kept_p, arg))
-            return 1;
-        byval_exports_unget(x, *ref_p); /* another one under the key: stale */
+            break;
+        if (is_withdrawn(v)) { /* withdrawn, still under the key: e takes its place */
+            drop_ref(x, *ref_p);
+        } else { /* another one under the key: stale */
+            byval_exports_unget(x, *ref_p);
+            byval_exports_end(x, key);
+        }
         *ref_p = 0;
-        byval_exports_end(x, key);
     }
+    *ref_p = 0;
     byval_exports_discard(e);
     return -1;
 }
@@ -396,24 +376,48 @@ static int withdrawn_pred(void *ctx, const void *key, void *value)
     return is_withdrawn(value);
 }
 
-size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byval_export_t *e),
+size_t byval_exports_cut_if(byval_exports_t *x, uint32_t (*keep)(void *arg, byval_export_t *e),
                             void *arg)
 {
-    size_t n = 0;
+    size_t n = 0, ended = 0;
     if (!byval_exports_live(x))
         return 0;
     byval_lock(&core.lock);
     for (byval_export_t *e = x->head, *next; e; e = next) {
         next = e->next;
-        if (pred(arg, e)) {
+        uint32_t k = keep(arg, e);
+        if (k >= e->nitems)
+            continue;
+        n++;
+        if (!k) {
             withdraw_locked(e);
-            n++;
+            ended++;
+        } else {
+            give_locked(e, k);
+            e->nitems = k;
         }
     }
     byval_unlock(&core.lock);
-    if (n) /* and out of the cache: ended now, or at their last unget */
+    if (ended) /* and out of the cache: ended now, or at their last unget */
         byval_lru_remove_if(x->lru, withdrawn_pred, NULL);
     return n;
+}
+
+typedef struct pred {
+    int (*fn)(void *arg, const byval_export_t *e);
+    void *arg;
+} pred_t;
+
+static uint32_t end_pred(void *arg, byval_export_t *e)
+{
+    const pred_t *p = arg;
+    return p->fn(p->arg, e) ? 0 : UINT32_MAX;
+}
+
+size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byval_export_t *e),
+                            void *arg)
+{
+    return byval_exports_cut_if(x, end_pred, &(pred_t){pred, arg});
 }
 
 static int in_ctx(void *arg, const byval_export_t *e)
@@ -437,16 +441,6 @@ int byval_exports_visit(byval_exports_t *x, int (*visit)(void *arg, const byval_
         r = visit(arg, e);
     byval_unlock(&core.lock);
     return r;
-}
-
-void byval_exports_trim(byval_export_t *e, uint32_t nitems)
-{
-    byval_lock(&core.lock);
-    if (!is_withdrawn(e) && nitems < e->nitems) {
-        give_locked(e, nitems);
-        e->nitems = nitems;
-    }
-    byval_unlock(&core.lock);
 }
 
 size_t byval_exports_live(byval_exports_t *x)

@@ -44,7 +44,7 @@ typedef struct byval_export {
     /* The core's. */
     byval_exports_t *home;
     struct byval_export *prev, *next; /* live exports of home */
-    uint32_t started, withdrawn, listed;
+    uint32_t started, withdrawn;
 } byval_export_t;
 
 /* The mechanisms of each stage (shim/transport.c). publish returns the
@@ -96,11 +96,6 @@ int byval_exports_keep(byval_exports_t *x, const void *key, byval_export_t *e, c
 /* Publish, offer and register e's items; it belongs to x from now on. 0,
  * or -1 when item 0 got no registry entry (e is started all the same). */
 int byval_exports_start(byval_exports_t *x, byval_export_t *e);
-/* Keep started e under key: 0 (referenced in *ref_p), BYVAL_LRU_EXISTS
- * (*existing_p holds the key, referenced; e not kept), else e was not
- * kept and is discarded. */
-int byval_exports_insert(byval_exports_t *x, const void *key, byval_export_t *e,
-                         byval_export_t **existing_p, byval_lru_ref_t *ref_p);
 /* End an export that is not kept. */
 void byval_exports_discard(byval_export_t *e);
 
@@ -116,8 +111,12 @@ size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byv
                             void *arg);
 /* Every export of context ctx (it is being destroyed). */
 size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx);
-/* Withdraw e's items from nitems on; e stays live with the others. */
-void byval_exports_trim(byval_export_t *e, uint32_t nitems);
+/* For every export of x, keep(arg, e) says how many items stay: fewer
+ * than e's are withdrawn (what they name goes before the export does),
+ * none ends it. keep runs under the core's lock: it reads e or writes
+ * the backend's fields, calls nothing. Returns how many were cut. */
+size_t byval_exports_cut_if(byval_exports_t *x, uint32_t (*keep)(void *arg, byval_export_t *e),
+                            void *arg);
 
 /* visit(arg, e) for live exports under the core's lock until non-zero
  * (returned); visit reads or copies, calls nothing. */

@@ -313,30 +313,30 @@ static int names_range(void *arg, const byval_export_t *core)
         e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
 }
 
-/* Extents that begin before a dropped range and run into it. */
 typedef struct cut {
     range_t r;
-    cu_export_t **e;
-    size_t n, cap;
+    const cu_pool_t *p;
+    size_t i; /* the first dropped chunk */
 } cut_t;
 
-static int runs_into(void *arg, const byval_export_t *core)
+/* Extents naming dropped chunks: those that begin before them keep only
+ * their chunks before them (no live buffer runs over a page its allocator
+ * unmapped), the others end. */
+static uint32_t cut_range(void *arg, byval_export_t *core)
 {
     cut_t *c = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    if (names_range(&c->r, core) && e->key.first < c->r.lo) {
-        if (c->n < c->cap)
-            c->e[c->n] = (cu_export_t *)e;
-        c->n++;
-    }
-    return 0;
+    cu_export_t *e = (cu_export_t *)core;
+    if (!names_range(&c->r, core))
+        return UINT32_MAX;
+    if (e->key.first >= c->r.lo)
+        return 0;
+    e->end = c->r.lo;
+    return 1 + (uint32_t)(c->i - chunk_at(c->p, e->key.first));
 }
 
-/* Chunks of p in offsets [lo, hi) are unmapped or released: extents that
- * begin before them keep only their chunks before them (no live buffer
- * runs over a page its allocator unmapped), extents that begin in them
- * end; all withdrawn before the chunks' fds close (into fds). The pool's
- * liveness entry is renewed. Returns the extents cut or ended. */
+/* Chunks of p in offsets [lo, hi) are unmapped or released: the extents
+ * naming them are cut, withdrawn before the chunks' fds close (into fds),
+ * and the pool's liveness entry renewed. Returns the extents cut. */
 static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
 {
     size_t i = chunk_at(p, lo), j = i;
@@ -344,31 +344,16 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
         j++;
     if (i == j)
         return 0;
-    range_t r = {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size};
-    cut_t cut = {.r = r};
-    byval_exports_visit(exports, runs_into, &cut); /* how many */
-    cut.cap = cut.n;
-    cut.n = 0;
-    if (cut.cap && (cut.e = calloc(cut.cap, sizeof(*cut.e))))
-        byval_exports_visit(exports, runs_into, &cut);
-    else
-        cut.n = 0; /* none to cut (or no memory: they end below) */
-    for (size_t k = 0; cut.e && k < cut.n && k < cut.cap; k++) {
-        cu_export_t *e = cut.e[k];
-        uint32_t keep = (uint32_t)(i - chunk_at(p, e->key.first)); /* its chunks before r */
-        e->end = r.lo;
-        byval_exports_trim(&e->core, 1 + keep);
-    }
-    size_t n = cut.n + byval_exports_end_if(exports, names_range, &r); /* the cut ones no more */
-    free(cut.e);
+    cut_t cut = {
+        {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size}, p, i};
+    size_t n = byval_exports_cut_if(exports, cut_range, &cut);
     for (size_t k = i; k < j; k++)
         fd_list_add(fds, p->chunks[k].fd);
     memmove(&p->chunks[i], &p->chunks[j], (p->n - j) * sizeof(p->chunks[0]));
     p->n -= j - i;
     live_end(p);
-    r.lo = 0;
-    r.hi = p->size;
-    if (byval_exports_visit(exports, names_range, &r)) /* extents left to watch it */
+    range_t all = {p->start, p->size, 0, p->size};
+    if (byval_exports_visit(exports, names_range, &all)) /* extents left to watch it */
         live_start(p);
     return n;
 }

@@ -128,7 +128,7 @@ static void keep(byval_exports_t *x, uint64_t key, test_export_t *t)
     byval_export_t *other = NULL;
     byval_lru_ref_t ref;
     assert_int_equal(byval_exports_start(x, &t->core), 0);
-    assert_int_equal(byval_exports_insert(x, &key, &t->core, &other, &ref), 0);
+    assert_int_equal(byval_exports_keep(x, &key, &t->core, NULL, &other, &ref), 0);
     byval_exports_unget(x, ref);
 }
 
@@ -216,7 +216,7 @@ static void test_end_if_and_lost_race(void **state)
     byval_lru_ref_t ref;
     uint64_t key = 5;
     assert_int_equal(byval_exports_start(x, &loser->core), 0);
-    assert_int_equal(byval_exports_insert(x, &key, &loser->core, &other, &ref), BYVAL_LRU_EXISTS);
+    assert_int_equal(byval_exports_keep(x, &key, &loser->core, NULL, &other, &ref), 1);
     assert_int_equal(((test_export_t *)other)->id, 5);
     byval_exports_unget(x, ref);
     reset();
