@@ -154,41 +154,33 @@ static int record_of(const uint8_t *h, uint64_t alloc_id, byval_record_t *rec_p)
     return 0;
 }
 
-/* Start the export of the handle h describes and keep it under key (one
- * that a racing thread kept first with the same fd is shared instead;
- * one with another fd is stale and replaced). Importers duplicate only
- * what the registry lists, and hear of its end from it. 0, or -1 when it
- * could not be published (the handle must not be handed out by value). */
-static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *opaque,
-                       ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id, int put)
+/* Start the export of handle h (its record rec; opaque: a short record
+ * goes in) and keep it under key: one that a racing get kept first with
+ * the same fd is shared, one with another fd is stale and replaced. 0, or
+ * -1 when it could not be published (the handle must not go by value). */
+static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *rec,
+                       int opaque, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
+                       int put)
 {
-    byval_record_t rec;
     ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
-    if (!e || (opaque ? (rec = *opaque, 0) : !byval_ze_decode(h, &rec))) {
-        free(e);
+    if (!e)
         return -1;
-    }
     e->alloc_id = alloc_id;
     e->base = alloc_base(ctx, ptr);
     e->ctx = ctx;
-    /* Until it is kept, the driver's reference stays the application's:
-     * a handle that passes through is put by the application. */
-    e->put = 0;
     memcpy(e->handle.data, h, ZE_MAX_IPC_HANDLE_SIZE);
+    /* Offered for importers pidfd_getfd cannot serve and registered for
+     * other libraries' own pidfd_getfd; a short record has no room for a
+     * tag: open to the directory's group. */
     e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
-        .fd = (int)rec.fd,
-        .ino = rec.fd_ino,
-        .size = rec.size,
-        /* for importers pidfd_getfd cannot serve, and for other
-         * libraries' own pidfd_getfd; an opaque handle's short record
-         * has no room for a tag: open to the directory's group */
+        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec->alloc_id),
+        .fd = (int)rec->fd,
+        .ino = rec->fd_ino,
+        .size = rec->size,
         .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (opaque ? BYVAL_EXPORT_OPEN : 0),
     };
     /* An opaque handle's fd is the driver's until the allocation goes,
-     * whatever becomes of the context (compute-runtime: allocations
-     * belong to the driver handle); its importers in our namespace open
-     * it after a zeContextDestroy natively: it ends with the free only. */
+     * whatever becomes of the context: it ends with the free only. */
     e->core.ctx = opaque ? 0 : (uintptr_t)ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;
@@ -197,12 +189,15 @@ static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_recor
         byval_exports_discard(&e->core);
         return -1;
     }
-    memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE); /* the opaque one's record */
-    ze_same_t same = {alloc_id, rec.fd};
+    memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
+    ze_same_t same = {alloc_id, rec->fd};
     byval_export_t *kept;
     byval_lru_ref_t ref;
     int rc = byval_exports_keep(exports, key, &e->core, &same, &kept, &ref);
-    if (rc >= 0) /* kept or shared: the application's puts are absorbed from now on */
+    /* Kept or shared: the driver's reference is the export's from now on
+     * (until then the application's: a handle that passes through is
+     * put by the application). */
+    if (rc >= 0)
         __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
     if (rc == 1) /* a racing get kept the same export first: ours is put */
         byval_exports_discard(&e->core);
@@ -214,34 +209,31 @@ static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64
                     ze_device_handle_t dev, uint64_t route)
 {
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
-    byval_record_t rec = {0};
+    byval_record_t rec;
     int layout = byval_ze_layout(h, 0);
-    if (layout == 1) {
-        if (record_of(h, alloc_id, &rec) == 0 &&
-            export_keep(&key, h, &rec, ctx, ptr, alloc_id, route == 0) == 0) {
-            BYVAL_STAT_INC(exports); /* for importers in other pods */
-            return 1;
-        }
-        byval_ze_pass(h, 0);
-    }
-    if (layout != 0)
+    if (layout < 0)
         return 0;
-    if (record_of(h, alloc_id, &rec) == 0) {
+    int ok = record_of(h, alloc_id, &rec) == 0;
+    if (ok && layout == 0) { /* classic: our record after the driver's bytes */
         rec.device = device_ordinal(dev);
         rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
+        ok = byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK;
     }
-    if (rec.kind != BYVAL_KIND_ZE_MEM ||
-        byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK ||
-        export_keep(&key, h, NULL, ctx, ptr, alloc_id, route == 0) != 0) {
-        memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
-        BYVAL_STAT_INC(export_passthrough);
-        BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
-                       (unsigned long long)byval_ze_handle_fd(h), ptr);
+    if (ok && export_keep(&key, h, &rec, layout, ctx, ptr, alloc_id, route == 0) == 0) {
+        BYVAL_STAT_INC(exports);
+        if (!layout)
+            byval_log_export("", 0, ptr, (int)rec.fd);
+        return 1;
+    }
+    if (layout) { /* opaque: as the driver wrote it */
+        byval_ze_pass(h, 0);
         return 0;
     }
-    BYVAL_STAT_INC(exports);
-    byval_log_export("", 0, ptr, (int)byval_ze_handle_fd(h));
-    return 1;
+    memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
+    BYVAL_STAT_INC(export_passthrough);
+    BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
+                   (unsigned long long)byval_ze_handle_fd(h), ptr);
+    return 0;
 }
 
 int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
