@@ -59,14 +59,9 @@ static void fork_child(void)
 }
 BYVAL_FORK_CHILD(exporters, fork_child);
 
-static void ex_lock(void)
-{
-    byval_lock(&ex.lock);
-}
-
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
-    ex_lock();
+    byval_lock(&ex.lock);
     for (int i = 0; i < EXPORTERS_HANDLERS; i++) {
         if (ex.handlers[i] == fn)
             break;
@@ -92,7 +87,7 @@ int byval_exporters_hold(const byval_exporter_id_t *id)
     if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
         return -1;
     int pidfd = -1;
-    ex_lock();
+    byval_lock(&ex.lock);
     kept_t *k = find_locked(id);
     if (k) {
         k->loans++;
@@ -107,7 +102,7 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
     if (pidfd < 0)
         return;
     int close_fd = -1;
-    ex_lock();
+    byval_lock(&ex.lock);
     kept_t *k = find_locked(id);
     if (k && k->pidfd == pidfd) {
         k->loans--; /* a loan back: open fds have unique numbers */
@@ -148,7 +143,40 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void poll_now(int64_t now);
+static void poll_now(int64_t now)
+{
+    byval_exporter_id_t gone[64];
+    int to_close[64];
+    unsigned ngone = 0, nclose = 0;
+    byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
+    byval_lock(&ex.lock);
+    __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < ex.count && ngone < 64;) {
+        kept_t *k = &ex.k[i];
+        /* Loans out and no room to wait: try again at a later poll. */
+        if (!byval_pidfd_exited(k->pidfd) || (k->loans && ex.ndrain == EXPORTERS_DRAIN)) {
+            i++;
+            continue;
+        }
+        gone[ngone++] = k->id;
+        if (k->loans)
+            ex.drain[ex.ndrain++] = *k;
+        else
+            to_close[nclose++] = k->pidfd;
+        __atomic_store_n(&ex.count, ex.count - 1, __ATOMIC_RELAXED);
+        *k = ex.k[ex.count];
+    }
+    memcpy(handlers, ex.handlers, sizeof(handlers));
+    byval_unlock(&ex.lock);
+    for (unsigned c = 0; c < nclose; c++)
+        close(to_close[c]);
+    for (unsigned g = 0; g < ngone; g++) {
+        BYVAL_STAT_INC(exporter_exits);
+        BYVAL_LOG_INFO("exporter pid %u exited: releasing its cached mappings", gone[g].pid);
+        for (int h = 0; h < EXPORTERS_HANDLERS && handlers[h]; h++)
+            handlers[h](&gone[g]);
+    }
+}
 
 void byval_exporters_poll(void)
 {
@@ -181,39 +209,4 @@ int byval_exporters_gone(const byval_exporter_id_t *id)
     if (exited)
         poll_now(now_ns());
     return exited;
-}
-
-static void poll_now(int64_t now)
-{
-    byval_exporter_id_t gone[64];
-    int to_close[64];
-    unsigned ngone = 0, nclose = 0;
-    byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
-    ex_lock();
-    __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < ex.count && ngone < 64;) {
-        kept_t *k = &ex.k[i];
-        /* Loans out and no room to wait: try again at a later poll. */
-        if (!byval_pidfd_exited(k->pidfd) || (k->loans && ex.ndrain == EXPORTERS_DRAIN)) {
-            i++;
-            continue;
-        }
-        gone[ngone++] = k->id;
-        if (k->loans)
-            ex.drain[ex.ndrain++] = *k;
-        else
-            to_close[nclose++] = k->pidfd;
-        __atomic_store_n(&ex.count, ex.count - 1, __ATOMIC_RELAXED);
-        *k = ex.k[ex.count];
-    }
-    memcpy(handlers, ex.handlers, sizeof(handlers));
-    byval_unlock(&ex.lock);
-    for (unsigned c = 0; c < nclose; c++)
-        close(to_close[c]);
-    for (unsigned g = 0; g < ngone; g++) {
-        BYVAL_STAT_INC(exporter_exits);
-        BYVAL_LOG_INFO("exporter pid %u exited: releasing its cached mappings", gone[g].pid);
-        for (int h = 0; h < EXPORTERS_HANDLERS && handlers[h]; h++)
-            handlers[h](&gone[g]);
-    }
 }

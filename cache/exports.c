@@ -45,7 +45,7 @@ static struct {
     byval_exports_t *tables[EXPORT_TABLES];
     const byval_exports_sink_t *sink;
     held_t *bucket[ITEM_BUCKETS];
-    size_t nheld[3]; /* published, offered, registered */
+    size_t nheld[3]; /* by stage / 2: offered, registered, published */
 } core = {.lock = BYVAL_LOCK_INIT(EXPORTS)};
 
 /* fork: held across it like the sink's locks. The child ends nothing of
@@ -72,11 +72,6 @@ void byval_exports_set_sink(const byval_exports_sink_t *s)
 }
 
 /* ---- counted shared objects (locked) ------------------------------------ */
-
-static unsigned stage_index(unsigned stage)
-{
-    return stage == EXP_PUBLISHED ? 0 : stage == BYVAL_EXPORT_OFFER ? 1 : 2;
-}
 
 /* Hashed on (stage, key or fd) alone: a key's entries share a bucket. */
 static held_t **head(unsigned stage, uint64_t id)
@@ -134,7 +129,7 @@ static int take(unsigned stage, byval_export_item_t *it)
                       .ino = it->ino,
                       .serial = it->serial};
         *pp = h;
-        __atomic_add_fetch(&core.nheld[stage_index(stage)], 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&core.nheld[stage / 2], 1, __ATOMIC_RELAXED);
     }
     h->holders++;
     it->taken |= stage;
@@ -150,7 +145,7 @@ static void give(unsigned stage, byval_export_item_t *it)
     if (!h || --h->holders)
         return;
     *pp = h->next;
-    __atomic_sub_fetch(&core.nheld[stage_index(stage)], 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&core.nheld[stage / 2], 1, __ATOMIC_RELAXED);
     free(h);
     untake(stage, it);
 }
@@ -200,9 +195,9 @@ int byval_exports_key_held(uint64_t key)
 void byval_exports_counts(size_t *published_p, size_t *offered_p, size_t *registered_p)
 {
     /* No lock: a fork child's exit statistics must not wait for one. */
-    *published_p = __atomic_load_n(&core.nheld[0], __ATOMIC_RELAXED);
-    *offered_p = __atomic_load_n(&core.nheld[1], __ATOMIC_RELAXED);
-    *registered_p = __atomic_load_n(&core.nheld[2], __ATOMIC_RELAXED);
+    *published_p = __atomic_load_n(&core.nheld[2], __ATOMIC_RELAXED);
+    *offered_p = __atomic_load_n(&core.nheld[0], __ATOMIC_RELAXED);
+    *registered_p = __atomic_load_n(&core.nheld[1], __ATOMIC_RELAXED);
 }
 
 /* ---- tables ------------------------------------------------------------- */
