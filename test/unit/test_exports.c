@@ -108,7 +108,7 @@ static void end(byval_export_t *e)
     free(e);
 }
 
-static const byval_exports_ops_t ops = {"test export", sizeof(uint64_t), end, NULL};
+static const byval_backend_export_t ops = {"test export", sizeof(uint64_t), end, NULL};
 
 static test_export_t *mk(int id, uintptr_t ctx, uint64_t key, int fd, uint32_t ino)
 {
