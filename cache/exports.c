@@ -229,7 +229,10 @@ void byval_exports_discard(byval_export_t *e)
     byval_lock(&core.lock);
     withdraw_locked(e);
     byval_unlock(&core.lock);
-    e->home->ops->end(e);
+    if (e->home->ops->end)
+        e->home->ops->end(e);
+    else
+        free(e);
 }
 
 /* The cache let e go (removed, evicted, or its last reference after a
@@ -268,7 +271,6 @@ int byval_exports_start(byval_exports_t *x, byval_export_t *e)
 {
     byval_lock(&core.lock);
     e->home = x;
-    e->started = 1;
     e->withdrawn = 0;
     e->prev = NULL;
     e->next = x->head;
@@ -306,51 +308,75 @@ void byval_exports_unget(byval_exports_t *x, byval_lru_ref_t ref)
         byval_lru_put_ref(x->lru, ref);
 }
 
-static int stands_for(const byval_exports_t *x, const byval_export_t *e, const void *arg)
+static int stands_for(const byval_exports_t *x, const byval_export_t *e, void *call)
 {
-    return !x->ops->same || x->ops->same(e, arg);
+    return !x->ops->same || x->ops->same(e, call);
 }
 
-byval_export_t *byval_exports_find(byval_exports_t *x, const void *key, const void *arg,
-                                   byval_lru_ref_t *ref_p)
+static void hand(const byval_exports_t *x, const byval_export_t *e, void *call)
 {
-    byval_export_t *e = byval_exports_get(x, key, ref_p);
-    if (!e || stands_for(x, e, arg))
-        return e;
-    byval_exports_unget(x, *ref_p); /* freed behind our back, the key reused: stale */
-    byval_exports_end(x, key);
-    *ref_p = 0;
-    return NULL;
+    if (x->ops->hand)
+        x->ops->hand(e, call);
 }
 
-int byval_exports_keep(byval_exports_t *x, const void *key, byval_export_t *e, const void *arg,
-                       byval_export_t **kept_p, byval_lru_ref_t *ref_p)
+int byval_exports_hit(byval_exports_t *x, const void *key, void *call)
 {
-    *ref_p = 0;
-    if (!e->started && byval_exports_start(x, e) != 0) {
+    byval_lru_ref_t ref = 0;
+    byval_export_t *e = byval_exports_get(x, key, &ref);
+    int same = e && stands_for(x, e, call);
+    if (same)
+        hand(x, e, call);
+    byval_exports_unget(x, ref);
+    if (e && !same) /* freed behind our back, the key reused: stale */
+        byval_exports_end(x, key);
+    return same;
+}
+
+int byval_exports_add(byval_exports_t *x, const void *key, byval_export_t *e, void *call)
+{
+    if (!x || !e) {
+        free(e);
+        return -1;
+    }
+    if (byval_exports_start(x, e) != 0 || (x->ops->write && x->ops->write(e, call) != 0)) {
         byval_exports_discard(e);
         return -1;
     }
+    e->handed = 1;
     for (int tries = 0; tries < 3 && !is_withdrawn(e); tries++) { /* ended meanwhile: not kept */
         void *v = NULL;
-        int rc = byval_lru_insert_ref(x->lru, key, e, &v, ref_p);
-        *kept_p = rc == BYVAL_LRU_OK ? e : v;
-        if (rc == BYVAL_LRU_OK ||
-            (rc == BYVAL_LRU_EXISTS && !is_withdrawn(v) && stands_for(x, v, arg)))
-            return rc == BYVAL_LRU_OK ? 0 : 1;
+        byval_lru_ref_t ref;
+        int rc = byval_lru_insert_ref(x->lru, key, e, &v, &ref);
+        int shared = rc == BYVAL_LRU_EXISTS && !is_withdrawn(v) && stands_for(x, v, call);
+        if (rc == BYVAL_LRU_OK || shared)
+            hand(x, rc == BYVAL_LRU_OK ? e : v, call);
+        if (rc == BYVAL_LRU_EXISTS && !shared && is_withdrawn(v))
+            drop_ref(x, ref); /* withdrawn, still under the key: e takes its place */
+        else
+            byval_exports_unget(x, ref);
+        if (rc == BYVAL_LRU_OK)
+            return 0;
+        if (shared) {
+            byval_exports_discard(e);
+            return 2;
+        }
         if (rc != BYVAL_LRU_EXISTS)
             break;
-        if (is_withdrawn(v)) { /* withdrawn, still under the key: e takes its place */
-            drop_ref(x, *ref_p);
-        } else { /* another one under the key: stale */
-            byval_exports_unget(x, *ref_p);
+        if (!is_withdrawn(v)) /* another one under the key: stale */
             byval_exports_end(x, key);
-        }
-        *ref_p = 0;
     }
-    *ref_p = 0;
+    e->handed = 0;
     byval_exports_discard(e);
-    return -1;
+    return -2;
+}
+
+int byval_exports_obtain(byval_exports_t *x, const void *key, void *call)
+{
+    int rc = -2;
+    for (unsigned t = 0; rc == -2 && t < (x->ops->tries ? x->ops->tries : 1); t++)
+        rc = byval_exports_hit(x, key, call) ? 1
+                                             : byval_exports_add(x, key, x->ops->make(call), call);
+    return rc;
 }
 
 int byval_exports_end(byval_exports_t *x, const void *key)
@@ -398,31 +424,14 @@ size_t byval_exports_cut_if(byval_exports_t *x, uint32_t (*keep)(void *arg, byva
     return n;
 }
 
-typedef struct pred {
-    int (*fn)(void *arg, const byval_export_t *e);
-    void *arg;
-} pred_t;
-
-static uint32_t end_pred(void *arg, byval_export_t *e)
+static uint32_t out_of_ctx(void *arg, byval_export_t *e)
 {
-    const pred_t *p = arg;
-    return p->fn(p->arg, e) ? 0 : UINT32_MAX;
-}
-
-size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byval_export_t *e),
-                            void *arg)
-{
-    return byval_exports_cut_if(x, end_pred, &(pred_t){pred, arg});
-}
-
-static int in_ctx(void *arg, const byval_export_t *e)
-{
-    return e->ctx == *(const uintptr_t *)arg;
+    return e->ctx == *(const uintptr_t *)arg ? 0 : UINT32_MAX;
 }
 
 size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx)
 {
-    return byval_exports_end_if(x, in_ctx, &ctx);
+    return byval_exports_cut_if(x, out_of_ctx, &ctx);
 }
 
 int byval_exports_visit(byval_exports_t *x, int (*visit)(void *arg, const byval_export_t *e),

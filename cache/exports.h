@@ -44,7 +44,7 @@ typedef struct byval_export {
     /* The core's. */
     byval_exports_t *home;
     struct byval_export *prev, *next; /* live exports of home */
-    uint32_t started, withdrawn;
+    uint32_t withdrawn, handed;
 } byval_export_t;
 
 /* The mechanisms of each stage (shim/transport.c). publish returns the
@@ -60,21 +60,28 @@ typedef struct byval_exports_sink {
 
 void byval_exports_set_sink(const byval_exports_sink_t *sink);
 
-/* What a GPU API's export backend supplies to the core. Getting the
- * driver's handle, telling its layout, the allocation's identity and
- * writing the record are the backend's (shim/ze_export.c, ze_event.c,
- * cu_export.c, cu_legacy_export.c); so are its free and put events,
- * which end exports through byval_exports_end*. */
+/* What a GPU API's export backend supplies to the core: the get flow's
+ * steps (byval_exports_obtain) and its end. call is the backend's: the
+ * get's arguments, the driver's handle, what the flow hands back. */
 typedef struct byval_backend_export {
     const char *name; /* for statistics: "ze export" */
     size_t key_len;
-    /* The export ended, every item withdrawn: give the driver its export
-     * back and free e. Never under a lock of the core, never in a fork
-     * child, once per export. */
+    unsigned tries; /* makes when a made export is not kept (full, ended); 0: 1 */
+    /* Does kept e still stand for the allocation call describes (its id,
+     * its fd)? One that does not is stale: ended. NULL: any does. */
+    int (*same)(const byval_export_t *e, const void *call);
+    /* Ask the driver and describe the allocation: a new export, its
+     * items filled (it may move the key). NULL: none. */
+    byval_export_t *(*make)(void *call);
+    /* Started e (serials known): write its record. 0, or -1. NULL: none. */
+    int (*write)(byval_export_t *e, void *call);
+    /* Copy out of kept e (referenced) what the get hands back. NULL: none. */
+    void (*hand)(const byval_export_t *e, void *call);
+    /* The export ended, every item withdrawn: give the driver what it gave
+     * (e->handed: the get's reference is the export's) and free e. Never
+     * under a lock of the core, never in a fork child, once per export.
+     * NULL: free(e). */
     void (*end)(byval_export_t *e);
-    /* Does kept e still stand for what arg describes (the allocation's
-     * id, its fd)? One that does not is stale: ended. NULL: any does. */
-    int (*same)(const byval_export_t *e, const void *arg);
 } byval_backend_export_t;
 typedef byval_backend_export_t byval_exports_ops_t;
 
@@ -82,16 +89,15 @@ typedef byval_backend_export_t byval_exports_ops_t;
 byval_exports_t *byval_exports_create(const byval_backend_export_t *ops, size_t capacity);
 byval_lru_t *byval_exports_lru(byval_exports_t *x);
 
-/* The flow: the export kept under key that is same(arg), referenced (the
- * caller ungets *ref_p), a stale one ended first; NULL: none. */
-byval_export_t *byval_exports_find(byval_exports_t *x, const void *key, const void *arg,
-                                   byval_lru_ref_t *ref_p);
-/* Start e (unless started) and keep it under key, a stale export there
- * ended. 0: e kept; 1: a racing get kept one same(arg) first, and e is
- * the caller's to discard; both: *kept_p is the kept one, referenced
- * (the caller ungets *ref_p). -1: not kept, e discarded. */
-int byval_exports_keep(byval_exports_t *x, const void *key, byval_export_t *e, const void *arg,
-                       byval_export_t **kept_p, byval_lru_ref_t *ref_p);
+/* The get: a hit (1) is the export kept under key that is same(call),
+ * a stale one ended; else make's export is added. hand ran when >= 0. */
+int byval_exports_obtain(byval_exports_t *x, const void *key, void *call);
+int byval_exports_hit(byval_exports_t *x, const void *key, void *call);
+/* Start e (x or e NULL: -1, e freed), write and keep it under key, a stale export there
+ * ended: 0; 2: a racing get kept one same(call) first, handed instead and
+ * e discarded; -1: e discarded (not started or written); -2: not kept
+ * (the table full, e ended meanwhile), discarded. */
+int byval_exports_add(byval_exports_t *x, const void *key, byval_export_t *e, void *call);
 
 /* Publish, offer and register e's items; it belongs to x from now on. 0,
  * or -1 when item 0 got no registry entry (e is started all the same). */
@@ -105,10 +111,6 @@ void byval_exports_unget(byval_exports_t *x, byval_lru_ref_t ref);
 /* End the export kept under key (withdrawn now, ended at its last
  * reference). 1 when there was one. */
 int byval_exports_end(byval_exports_t *x, const void *key);
-/* The same for every export of x where pred (run under the core's lock:
- * it reads e, calls nothing) is true; how many. */
-size_t byval_exports_end_if(byval_exports_t *x, int (*pred)(void *arg, const byval_export_t *e),
-                            void *arg);
 /* Every export of context ctx (it is being destroyed). */
 size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx);
 /* For every export of x, keep(arg, e) says how many items stay: fewer

@@ -151,8 +151,16 @@ static void export_end(byval_export_t *core)
     free(e);
 }
 
-static const byval_backend_export_t export_ops = {"cuda export", sizeof(cu_export_key_t),
-                                                  export_end, NULL};
+/* call: the handle to fill. */
+static void export_hand(const byval_export_t *e, void *h)
+{
+    *(CUipcMemHandle *)h = ((const cu_export_t *)e)->handle;
+}
+
+static const byval_backend_export_t export_ops = {.name = "cuda export",
+                                                  .key_len = sizeof(cu_export_key_t),
+                                                  .hand = export_hand,
+                                                  .end = export_end};
 
 static void export_init(void)
 {
@@ -523,15 +531,7 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
                                                 .size = c->size,
                                                 .flags = BYVAL_EXPORT_OFFER};
     }
-    byval_export_t *kept;
-    byval_lru_ref_t ref;
-    int rc = byval_exports_keep(exports, key, &e->core, NULL, &kept, &ref);
-    if (rc >= 0) /* ours, or a racing get's */
-        *h = ((cu_export_t *)kept)->handle;
-    if (rc == 1)
-        byval_exports_discard(&e->core);
-    byval_exports_unget(exports, ref);
-    return rc < 0 ? -1 : 0;
+    return byval_exports_add(exports, key, &e->core, h) < 0 ? -1 : 0;
 }
 
 /* Export the chunks of r that p lacks (the driver's calls, unlocked),
@@ -611,14 +611,8 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
         run_walk(rl, start, size, ptr, &r) != 0)
         return -1;
     cu_export_key_t key = {start, size, r.first, r.end};
-    byval_lru_ref_t ref;
-    cu_export_t *e = (cu_export_t *)byval_exports_find(exports, &key, NULL, &ref);
     int rc = 0;
-    if (e) {
-        *h = e->handle;
-        byval_exports_unget(exports, ref);
-    }
-    *fresh_p = !e || !run_known(&key, &r);
+    *fresh_p = !byval_exports_hit(exports, &key, h) || !run_known(&key, &r);
     if (*fresh_p)
         rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
     if (rc == 0)

@@ -20,21 +20,47 @@ typedef struct legacy_export {
     byval_export_item_t item;
 } legacy_export_t;
 
+/* A get: the pointer (the key: its allocation's start once made), the
+ * hash of the handle's bytes. */
+typedef struct legacy_call {
+    uint64_t start, key;
+    const byval_cu_real_t *rl;
+} legacy_call_t;
+
 static byval_exports_t *published;
 static byval_once_t published_once = BYVAL_ONCE_INIT;
 
-static void legacy_end(byval_export_t *core)
+static int same_handle(const byval_export_t *e, const void *arg)
 {
-    free(core); /* the driver's handle needs nothing back */
+    return e->items[0].key == ((const legacy_call_t *)arg)->key;
 }
 
-static int same_handle(const byval_export_t *e, const void *key)
+static byval_export_t *legacy_make(void *arg)
 {
-    return ((const legacy_export_t *)e)->item.key == *(const uint64_t *)key;
+    legacy_call_t *c = arg;
+    uint64_t ptr = c->start, size = 0, ctx = 0;
+    byval_enter();
+    int ok = byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &c->start) == 0 &&
+        byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
+    if (ok && byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
+        ctx = 0; /* no context known: the export ends at the free alone */
+    byval_leave();
+    legacy_export_t *e;
+    if (!ok || (c->start != ptr && byval_exports_hit(published, &c->start, c)) ||
+        !(e = calloc(1, sizeof(*e))))
+        return NULL;
+    e->item = (byval_export_item_t){.key = c->key, .fd = -1, .size = size};
+    e->core.ctx = (uintptr_t)ctx;
+    e->core.nitems = 1;
+    e->core.items = &e->item;
+    return &e->core;
 }
 
-static const byval_backend_export_t legacy_ops = {"cuda legacy export", sizeof(uint64_t),
-                                                  legacy_end, same_handle};
+/* The driver's handle needs nothing back. */
+static const byval_backend_export_t legacy_ops = {.name = "cuda legacy export",
+                                                  .key_len = sizeof(uint64_t),
+                                                  .same = same_handle,
+                                                  .make = legacy_make};
 
 static void published_init(void)
 {
@@ -42,41 +68,12 @@ static void published_init(void)
     __atomic_store_n(&published, byval_export_table(&legacy_ops), __ATOMIC_RELEASE);
 }
 
-/* Is (start -> key) published? */
-static int published_has(uint64_t start, uint64_t key)
-{
-    byval_lru_ref_t ref;
-    if (!byval_exports_find(published, &start, &key, &ref))
-        return 0;
-    byval_exports_unget(published, ref);
-    return 1;
-}
-
 void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr)
 {
-    uint64_t start = ptr, size = 0, ctx = 0;
+    legacy_call_t c = {ptr, byval_reg_key_bytes(h->reserved, sizeof(h->reserved)), rl};
     byval_once(&published_once, published_init);
-    uint64_t key = byval_reg_key_bytes(h->reserved, sizeof(h->reserved));
-    if (!published || published_has(start, key)) /* the common repeat: an allocation's start */
-        return;
-    byval_enter();
-    int ok = byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &start) == 0 &&
-        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
-    if (ok && byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
-        ctx = 0; /* no context known: the export ends at the free alone */
-    byval_leave();
-    legacy_export_t *e;
-    if (!ok || (start != ptr && published_has(start, key)) || !(e = calloc(1, sizeof(*e))))
-        return;
-    e->item = (byval_export_item_t){.key = key, .fd = -1, .size = size};
-    e->core.ctx = (uintptr_t)ctx;
-    e->core.nitems = 1;
-    e->core.items = &e->item;
-    byval_export_t *kept;
-    byval_lru_ref_t ref;
-    if (byval_exports_keep(published, &start, &e->core, &key, &kept, &ref) == 1)
-        byval_exports_discard(&e->core); /* a racing get published it first */
-    byval_exports_unget(published, ref);
+    if (published) /* the common repeat, an allocation's start, a hit */
+        byval_exports_obtain(published, &c.start, &c);
 }
 
 void byval_cu_legacy_freed(CUdeviceptr ptr)

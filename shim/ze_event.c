@@ -27,6 +27,14 @@ typedef struct pool_export {
     byval_export_item_t item;
 } pool_export_t;
 
+/* A get: the pool, the driver's fd and its inode; the serial handed. */
+typedef struct pool_call {
+    ze_event_pool_handle_t pool;
+    int fd;
+    uint32_t ino;
+    uint64_t serial;
+} pool_call_t;
+
 static byval_exports_t *pools;
 static byval_once_t pools_once = BYVAL_ONCE_INIT;
 static uint64_t next_id;
@@ -42,20 +50,51 @@ static void pool_ctx_init(void)
     __atomic_store_n(&pool_ctx, m, __ATOMIC_RELEASE);
 }
 
-static void pool_end(byval_export_t *core)
-{
-    free(core); /* the fd is the pool's, closed with it */
-}
-
 /* The same fd (fd, inode) as published: a put may have closed the old. */
 static int same_fd(const byval_export_t *e, const void *arg)
 {
-    const byval_export_item_t *a = arg, *b = e->items;
-    return a->fd == b->fd && a->ino == b->ino;
+    const pool_call_t *c = arg;
+    return e->items[0].fd == c->fd && e->items[0].ino == c->ino;
 }
 
-static const byval_backend_export_t pool_ops = {"ze pool export", sizeof(ze_event_pool_handle_t),
-                                                pool_end, same_fd};
+static byval_export_t *pool_make(void *arg)
+{
+    pool_call_t *c = arg;
+    int64_t size = byval_fd_size(c->fd);
+    void *ctx = NULL; /* unknown: the export ends at the pool's destroy alone */
+    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
+    pool_export_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    if (m && !byval_lru_get(m, &c->pool, 0, &ctx))
+        ctx = NULL;
+    e->core.ctx = (uintptr_t)ctx;
+    e->item = (byval_export_item_t){
+        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL,
+                             __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED)),
+        .fd = c->fd,
+        .ino = c->ino,
+        .size = size > 0 ? (uint64_t)size : 0,
+        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN,
+    };
+    e->core.nitems = 1;
+    e->core.items = &e->item;
+    return &e->core;
+}
+
+static void pool_hand(const byval_export_t *e, void *arg)
+{
+    ((pool_call_t *)arg)->serial = e->items[0].serial;
+}
+
+/* The fd is the pool's, closed with it. A made export not kept (the table
+ * full, the pool destroyed meanwhile) is made again, as a first get. */
+static const byval_backend_export_t pool_ops = {.name = "ze pool export",
+                                                .key_len = sizeof(ze_event_pool_handle_t),
+                                                .tries = 3,
+                                                .same = same_fd,
+                                                .make = pool_make,
+                                                .hand = pool_hand};
 
 static void pools_init(void)
 {
@@ -70,51 +109,6 @@ int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p)
         BYVAL_WIRE_OK)
         return 1;
     return byval_ze_opaque_decode(h, s_p) ? 2 : 0;
-}
-
-/* The registry serial of pool's export of fd, a new export started
- * (*fresh_p) when there is none of that fd. 0: not published. */
-static uint64_t publish(ze_event_pool_handle_t pool, uint32_t fd, int *fresh_p)
-{
-    byval_export_item_t it = {.fd = (int)fd, .ino = (uint32_t)byval_fd_inode((int)fd)};
-    byval_lru_ref_t ref;
-    byval_export_t *kept;
-    uint64_t serial = 0;
-    byval_once(&pools_once, pools_init);
-    if (!pools)
-        return 0;
-    if ((kept = byval_exports_find(pools, &pool, &it, &ref))) {
-        serial = kept->items[0].serial;
-        byval_exports_unget(pools, ref);
-        return serial;
-    }
-    int64_t size = byval_fd_size((int)fd);
-    void *ctx = NULL; /* unknown: the export ends at the pool's destroy alone */
-    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
-    pool_export_t *e = calloc(1, sizeof(*e));
-    if (!e)
-        return 0;
-    if (m && !byval_lru_get(m, &pool, 0, &ctx))
-        ctx = NULL;
-    e->core.ctx = (uintptr_t)ctx;
-    e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL,
-                             __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED)),
-        .fd = it.fd,
-        .ino = it.ino,
-        .size = size > 0 ? (uint64_t)size : 0,
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN,
-    };
-    e->core.nitems = 1;
-    e->core.items = &e->item;
-    int rc = byval_exports_keep(pools, &pool, &e->core, &it, &kept, &ref);
-    if (rc >= 0)
-        serial = kept->items[0].serial;
-    *fresh_p = rc == 0;
-    if (rc == 1) /* a racing get kept one first */
-        byval_exports_discard(&e->core);
-    byval_exports_unget(pools, ref);
-    return serial;
 }
 
 ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
@@ -152,12 +146,17 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
     ze_result_t r = next(pool, handle);
     byval_leave();
     int layout = r == ZE_RESULT_SUCCESS ? byval_ze_layout(h, 1) : -1, fresh = 0;
-    uint64_t fd = byval_ze_handle_fd(h), serial = 0;
+    uint64_t fd = byval_ze_handle_fd(h);
+    pool_call_t c = {pool, (int)fd, 0, 0};
     byval_self_t self;
     if (layout < 0)
         return r;
-    if (fd <= INT32_MAX && byval_self_get(&self) == 0)
-        serial = publish(pool, (uint32_t)fd, &fresh);
+    byval_once(&pools_once, pools_init);
+    if (pools && fd <= INT32_MAX && byval_self_get(&self) == 0) {
+        c.ino = (uint32_t)byval_fd_inode(c.fd);
+        fresh = byval_exports_obtain(pools, &pool, &c) == 0;
+    }
+    uint64_t serial = c.serial;
     if (layout == 1 && (!serial || byval_ze_opaque_write(h, serial) != 0)) {
         byval_ze_pass(h, 1);
         return r;

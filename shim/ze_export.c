@@ -44,8 +44,30 @@ typedef struct ze_export {
     uintptr_t base; /* the allocation's (a pooled one's, not its pool's); 0: unknown */
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
-    int put;                    /* the driver's reference is the export's: its put at the end */
+    int put;                    /* a get's reference (handed): put at the end */
 } ze_export_t;
+
+/* The driver's get, plain or with properties (zeMemGetIpcHandleWithProperties). */
+typedef struct get_call {
+    ze_pfnMemGetIpcHandle_t plain;
+    byval_ze_get_props_fn props;
+    void *pNext;
+} get_call_t;
+
+/* A get (cache/exports.h's call): the allocation, the driver's call
+ * (NULL: h is the driver's handle already) and what it answered. */
+typedef struct ze_call {
+    const get_call_t *next;
+    ze_context_handle_t ctx;
+    const void *ptr;
+    uint64_t alloc_id;
+    ze_device_handle_t dev;
+    uint8_t *h;
+    uint64_t fd; /* the driver's; UINT64_MAX before it answered: any */
+    int layout;  /* byval_ze_layout's; -2 before the driver answered */
+    int put;
+    ze_result_t r;
+} ze_call_t;
 
 static byval_exports_t *exports;
 static byval_once_t export_once = BYVAL_ONCE_INIT;
@@ -62,7 +84,7 @@ static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 static void export_end(byval_export_t *core)
 {
     ze_export_t *e = (ze_export_t *)core;
-    if (__atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
+    if (core->handed && __atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
         byval_enter();
         ze_result_t r = real_put(e->ctx, e->handle);
         byval_leave();
@@ -72,21 +94,13 @@ static void export_end(byval_export_t *core)
     free(e);
 }
 
-/* An export of allocation alloc_id, with the driver's fd (UINT64_MAX: any). */
-typedef struct ze_same {
-    uint64_t alloc_id, fd;
-} ze_same_t;
-
 static int same_alloc(const byval_export_t *core, const void *arg)
 {
     const ze_export_t *e = (const ze_export_t *)core;
-    const ze_same_t *s = arg;
-    return e->alloc_id == s->alloc_id &&
-        (s->fd == UINT64_MAX || byval_ze_handle_fd(e->handle.data) == s->fd);
+    const ze_call_t *c = arg;
+    return e->alloc_id == c->alloc_id &&
+        (c->fd == UINT64_MAX || byval_ze_handle_fd(e->handle.data) == c->fd);
 }
-
-static const byval_backend_export_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end,
-                                                  same_alloc};
 
 /* The base of the allocation that holds ptr (of the pooled allocation in
  * a USM pool), or 0 when the driver cannot say. */
@@ -99,17 +113,6 @@ static uintptr_t alloc_base(ze_context_handle_t ctx, const void *ptr)
     ze_result_t r = real_get_range(ctx, ptr, &base, NULL);
     byval_leave();
     return r == ZE_RESULT_SUCCESS ? (uintptr_t)base : 0;
-}
-
-static void export_init(void)
-{
-    real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
-    real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
-    real_get_range = (ze_pfnMemGetAddressRange_t)byval_ze_sym("zeMemGetAddressRange");
-    real_get = (ze_pfnMemGetIpcHandle_t)byval_ze_sym("zeMemGetIpcHandle");
-    /* Read without the once by the free and destroy paths: published with
-     * a release. */
-    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
 }
 
 /* Device ordinal of dev within its driver (record field, diagnostics). */
@@ -133,106 +136,122 @@ static uint8_t device_ordinal(ze_device_handle_t dev)
     return 0;
 }
 
-/* The record of the fd @0 of a handle the driver just filled: 0, or -1. */
-static int record_of(const uint8_t *h, uint64_t alloc_id, byval_record_t *rec_p)
+static ze_result_t call_get(const get_call_t *c, ze_context_handle_t ctx, const void *ptr,
+                            ze_ipc_mem_handle_t *handle)
 {
+    return c->props ? c->props(ctx, ptr, c->pNext, handle) : c->plain(ctx, ptr, handle);
+}
+
+/* Ask the driver (unless it answered) and describe its handle: the
+ * record of the fd @0, in a classic handle after the driver's bytes. */
+static byval_export_t *export_make(void *arg)
+{
+    ze_call_t *c = arg;
     byval_self_t self;
-    uint64_t fd = byval_ze_handle_fd(h);
-    if (fd > INT32_MAX || byval_self_get(&self) != 0)
-        return -1;
-    memset(rec_p, 0, sizeof(*rec_p));
-    byval_record_set_exporter(rec_p, &self);
-    rec_p->kind = BYVAL_KIND_ZE_MEM;
-    rec_p->fd = (uint32_t)fd;
-    rec_p->fd_ino = (uint32_t)byval_fd_inode((int)fd);
-    rec_p->alloc_id = alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    byval_record_t rec = {0};
+    if (c->next) {
+        byval_ptracer_allow();
+        byval_ze_pattern_fill(c->h);
+        byval_enter();
+        c->r = call_get(c->next, c->ctx, c->ptr, (ze_ipc_mem_handle_t *)c->h);
+        byval_leave();
+        if (c->r != ZE_RESULT_SUCCESS)
+            return NULL;
+    }
+    uint64_t fd = byval_ze_handle_fd(c->h);
+    if ((c->layout = byval_ze_layout(c->h, 0)) < 0 || fd > INT32_MAX || byval_self_get(&self) != 0)
+        return NULL;
+    byval_record_set_exporter(&rec, &self);
+    rec.kind = BYVAL_KIND_ZE_MEM;
+    rec.fd = (uint32_t)fd;
+    rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
+    rec.alloc_id = c->alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
     /* The object's own size (a pool's dma-buf is larger than the
      * allocation), checked by the importer against its duplicate. */
     int64_t size = byval_fd_size((int)fd);
     if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
-        rec_p->size = (uint64_t)size;
-    return 0;
-}
-
-/* Start the export of handle h (its record rec; opaque: a short record
- * goes in) and keep it under key: one that a racing get kept first with
- * the same fd is shared, one with another fd is stale and replaced. 0, or
- * -1 when it could not be published (the handle must not go by value). */
-static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *rec,
-                       int opaque, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
-                       int put)
-{
-    ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
-    if (!e)
-        return -1;
-    e->alloc_id = alloc_id;
-    e->base = alloc_base(ctx, ptr);
-    e->ctx = ctx;
-    memcpy(e->handle.data, h, ZE_MAX_IPC_HANDLE_SIZE);
+        rec.size = (uint64_t)size;
+    rec.device = c->layout ? 0 : device_ordinal(c->dev);
+    rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
+    ze_export_t *e;
+    if ((!c->layout && byval_wire_encode(&rec, c->h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK) ||
+        !(e = calloc(1, sizeof(*e))))
+        return NULL;
+    c->fd = fd;
+    *e = (ze_export_t){
+        .alloc_id = c->alloc_id, .base = alloc_base(c->ctx, c->ptr), .ctx = c->ctx, .put = c->put};
+    memcpy(e->handle.data, c->h, ZE_MAX_IPC_HANDLE_SIZE);
     /* Offered for importers pidfd_getfd cannot serve and registered for
      * other libraries' own pidfd_getfd; a short record has no room for a
      * tag: open to the directory's group. */
     e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec->alloc_id),
-        .fd = (int)rec->fd,
-        .ino = rec->fd_ino,
-        .size = rec->size,
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (opaque ? BYVAL_EXPORT_OPEN : 0),
+        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
+        .fd = (int)fd,
+        .ino = rec.fd_ino,
+        .size = rec.size,
+        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (c->layout ? BYVAL_EXPORT_OPEN : 0),
     };
     /* An opaque handle's fd is the driver's until the allocation goes,
      * whatever becomes of the context: it ends with the free only. */
-    e->core.ctx = opaque ? 0 : (uintptr_t)ctx;
+    e->core.ctx = c->layout ? 0 : (uintptr_t)c->ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;
-    if (byval_exports_start(exports, &e->core) != 0 ||
-        (opaque && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)) {
-        byval_exports_discard(&e->core);
-        return -1;
-    }
-    memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
-    ze_same_t same = {alloc_id, rec->fd};
-    byval_export_t *kept;
-    byval_lru_ref_t ref;
-    int rc = byval_exports_keep(exports, key, &e->core, &same, &kept, &ref);
-    /* Kept or shared: the driver's reference is the export's from now on
-     * (until then the application's: a handle that passes through is
-     * put by the application). */
-    if (rc >= 0)
-        __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
-    if (rc == 1) /* a racing get kept the same export first: ours is put */
-        byval_exports_discard(&e->core);
-    byval_exports_unget(exports, ref);
-    return rc < 0 ? -1 : 0;
+    return &e->core;
 }
 
-static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
-                    ze_device_handle_t dev, uint64_t route)
+/* An opaque handle's short record names the registry entry. */
+static int export_write(byval_export_t *core, void *arg)
 {
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
-    byval_record_t rec;
-    int layout = byval_ze_layout(h, 0);
-    if (layout < 0)
-        return 0;
-    int ok = record_of(h, alloc_id, &rec) == 0;
-    if (ok && layout == 0) { /* classic: our record after the driver's bytes */
-        rec.device = device_ordinal(dev);
-        rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
-        ok = byval_wire_encode(&rec, h + BYVAL_ZE_RECORD_OFF) == BYVAL_WIRE_OK;
-    }
-    if (ok && export_keep(&key, h, &rec, layout, ctx, ptr, alloc_id, route == 0) == 0) {
+    ze_call_t *c = arg;
+    ze_export_t *e = (ze_export_t *)core;
+    if (c->layout && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)
+        return -1;
+    memcpy(c->h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
+    return 0;
+}
+
+static void export_hand(const byval_export_t *core, void *arg)
+{
+    memcpy(((ze_call_t *)arg)->h, ((const ze_export_t *)core)->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
+}
+
+static const byval_backend_export_t export_ops = {.name = "ze export",
+                                                  .key_len = sizeof(ze_export_key_t),
+                                                  .same = same_alloc,
+                                                  .make = export_make,
+                                                  .write = export_write,
+                                                  .hand = export_hand,
+                                                  .end = export_end};
+
+static void export_init(void)
+{
+    real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
+    real_put = (byval_ze_mem_put_fn)byval_ze_sym("zeMemPutIpcHandle");
+    real_get_range = (ze_pfnMemGetAddressRange_t)byval_ze_sym("zeMemGetAddressRange");
+    real_get = (ze_pfnMemGetIpcHandle_t)byval_ze_sym("zeMemGetIpcHandle");
+    /* Read without the once by the free and destroy paths: published with
+     * a release. */
+    __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
+}
+
+/* After the flow's rc (cache/exports.h): counted and logged; or passed
+ * through, an opaque handle as the driver wrote it. 1 when by value. */
+static int described(const ze_call_t *c, int rc)
+{
+    if (rc >= 0) {
         BYVAL_STAT_INC(exports);
-        if (!layout)
-            byval_log_export("", 0, ptr, (int)rec.fd);
+        if (!c->layout)
+            byval_log_export("", 0, c->ptr, (int)c->fd);
         return 1;
     }
-    if (layout) { /* opaque: as the driver wrote it */
-        byval_ze_pass(h, 0);
+    if (c->layout == 1)
+        byval_ze_pass(c->h, 0);
+    if (c->layout) /* also a driver's error, or a layout passed through */
         return 0;
-    }
-    memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
+    memset(c->h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
     BYVAL_STAT_INC(export_passthrough);
     BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
-                   (unsigned long long)byval_ze_handle_fd(h), ptr);
+                   (unsigned long long)byval_ze_handle_fd(c->h), c->ptr);
     return 0;
 }
 
@@ -240,8 +259,10 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
                       ze_device_handle_t dev, unsigned index)
 {
     byval_once(&export_once, export_init);
-    return describe(h, ctx, ptr, alloc_id, dev,
-                    ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h));
+    ze_call_t c = {NULL, ctx, ptr, alloc_id, dev, h, UINT64_MAX, -2, 0, ZE_RESULT_SUCCESS};
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr,
+                           ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h)};
+    return described(&c, byval_exports_add(exports, &key, export_make(&c), &c));
 }
 
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
@@ -261,54 +282,23 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
     return 0;
 }
 
-/* The driver's get, plain or with properties (zeMemGetIpcHandleWithProperties). */
-typedef struct get_call {
-    ze_pfnMemGetIpcHandle_t plain;
-    byval_ze_get_props_fn props;
-    void *pNext;
-} get_call_t;
-
-static ze_result_t call_get(const get_call_t *c, ze_context_handle_t ctx, const void *ptr,
-                            ze_ipc_mem_handle_t *handle)
-{
-    return c->props ? c->props(ctx, ptr, c->pNext, handle) : c->plain(ctx, ptr, handle);
-}
-
 static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, const void *ptr,
                            ze_ipc_mem_handle_t *handle)
 {
     if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
         return call_get(next, ctx, ptr, handle);
     byval_once(&export_once, export_init);
-    if (!exports || !real_get_props)
-        return call_get(next, ctx, ptr, handle);
-
-    uint64_t alloc_id;
-    ze_device_handle_t dev = NULL;
-    if (byval_ze_alloc_props(ctx, ptr, &alloc_id, &dev) != 0)
+    ze_call_t c = {
+        next, ctx, ptr, 0, NULL, (uint8_t *)handle->data, UINT64_MAX, -2, 1, ZE_RESULT_SUCCESS};
+    if (!exports || !real_get_props || byval_ze_alloc_props(ctx, ptr, &c.alloc_id, &c.dev) != 0)
         return call_get(next, ctx, ptr, handle); /* the driver reports the error */
-
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
-    ze_same_t same = {alloc_id, UINT64_MAX};
-    byval_lru_ref_t ref;
-    ze_export_t *e = (ze_export_t *)byval_exports_find(exports, &key, &same, &ref);
-    if (e) {
-        *handle = e->handle;
-        byval_exports_unget(exports, ref);
+    int rc = byval_exports_obtain(exports, &key, &c);
+    if (rc == 1)
         BYVAL_STAT_INC(export_hits);
-        return ZE_RESULT_SUCCESS;
-    }
-
-    byval_ptracer_allow();
-    uint8_t *h = (uint8_t *)handle->data;
-    byval_ze_pattern_fill(h);
-    byval_enter();
-    ze_result_t r = call_get(next, ctx, ptr, handle);
-    byval_leave();
-    if (r != ZE_RESULT_SUCCESS)
-        return r;
-    describe(h, ctx, ptr, alloc_id, dev, 0);
-    return r;
+    else
+        described(&c, rc);
+    return c.r;
 }
 
 ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx, const void *ptr,
@@ -410,14 +400,15 @@ static void give_to_free(alloc_ref_t *a, ze_export_t *e)
     a->given = 1;
 }
 
-static int of_alloc(void *arg, const byval_export_t *core)
+/* cut_if's keep: the allocation's exports end (0). */
+static uint32_t not_of_alloc(void *arg, byval_export_t *core)
 {
     alloc_ref_t *a = arg;
     ze_export_t *e = (ze_export_t *)core;
     if (e->alloc_id != a->id || (a->base && e->base && e->base != a->base))
-        return 0;
+        return UINT32_MAX;
     give_to_free(a, e);
-    return 1;
+    return 0;
 }
 
 /* The allocation at (ctx, ptr) is being freed: its exports end first, and
@@ -450,7 +441,7 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
         !byval_exports_key_held(reg = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, a.id)))
         return;
     a.base = alloc_base(ctx, ptr);
-    byval_exports_end_if(x, of_alloc, &a);
+    byval_exports_cut_if(x, not_of_alloc, &a);
     /* Still held with nothing of this allocation's left to the free:
      * another allocation of the same USM pool is exported with the same
      * fd, and the free would take that one's reference: take one for it. */
