@@ -34,6 +34,9 @@ typedef struct byval_export_item {
     unsigned taken;  /* the core's: stages taken */
 } byval_export_item_t;
 
+#define BYVAL_EXPORT_ITEM(key, fd, ino, size, flags) \
+    ((byval_export_item_t){(key), (fd), (ino), (size), (flags), 0, 0})
+
 typedef struct byval_exports byval_exports_t;
 
 /* Embedded first in the backend's own export struct. */

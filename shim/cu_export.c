@@ -102,12 +102,8 @@ static void fast_remember(CUdeviceptr ptr, const cu_fast_t *from)
     if (!f)
         return;
     *f = *from;
-    int rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
-    if (rc == BYVAL_LRU_EXISTS) { /* a handle of an older extent: replaced */
-        byval_lru_remove(fast_cache, &key);
-        rc = byval_lru_insert(fast_cache, &key, f, 0, &existing);
-    }
-    if (rc != BYVAL_LRU_OK)
+    byval_lru_remove(fast_cache, &key); /* a handle of an older extent: replaced */
+    if (byval_lru_insert(fast_cache, &key, f, 0, &existing) != BYVAL_LRU_OK)
         free(f);
 }
 
@@ -196,8 +192,7 @@ static void live_start(cu_pool_t *p)
     cu_export_t *e = export_new(1);
     if (!e)
         return;
-    e->items[0] = (byval_export_item_t){
-        .key = BYVAL_CU_POOL_KEY(p->id), .fd = -1, .ino = BYVAL_CU_POOL_INO, .size = p->size};
+    e->items[0] = BYVAL_EXPORT_ITEM(BYVAL_CU_POOL_KEY(p->id), -1, BYVAL_CU_POOL_INO, p->size, 0);
     if (byval_exports_start(exports, &e->core) != 0) {
         byval_exports_discard(&e->core);
         return; /* importers find no entry: their mirrors are not kept closed */
@@ -212,23 +207,15 @@ static void live_end(cu_pool_t *p)
     p->live = NULL;
 }
 
-static cu_pool_t *pool_find(uint64_t start, uint64_t size)
+/* The pool of reservation [start, start + size), made when make. */
+static cu_pool_t *pool_get(uint64_t start, uint64_t size, int make)
 {
-    for (cu_pool_t *p = pools; p; p = p->next)
-        if (p->start == start && p->size == size)
-            return p;
-    return NULL;
-}
-
-static cu_pool_t *pool_get(uint64_t start, uint64_t size)
-{
-    cu_pool_t *p = pool_find(start, size);
-    if (p || !(p = calloc(1, sizeof(*p))))
+    cu_pool_t *p = pools;
+    while (p && !(p->start == start && p->size == size))
+        p = p->next;
+    if (p || !make || !(p = calloc(1, sizeof(*p))))
         return p;
-    p->start = start;
-    p->size = size;
-    p->id = new_id();
-    p->next = pools;
+    *p = (cu_pool_t){.next = pools, .start = start, .size = size, .id = new_id()};
     pools = p;
     __atomic_store_n(&npools, npools + 1, __ATOMIC_RELAXED);
     return p;
@@ -236,11 +223,10 @@ static cu_pool_t *pool_get(uint64_t start, uint64_t size)
 
 static void pool_free(cu_pool_t *p)
 {
-    for (cu_pool_t **pp = &pools; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            break;
-        }
+    cu_pool_t **pp = &pools;
+    while (*pp != p)
+        pp = &(*pp)->next;
+    *pp = p->next;
     __atomic_store_n(&npools, npools - 1, __ATOMIC_RELAXED);
     live_end(p);
     free(p->chunks);
@@ -286,29 +272,6 @@ static int chunk_add(cu_pool_t *p, const cu_chunk_t *c)
     return 0;
 }
 
-typedef struct fd_list {
-    int *fd;
-    size_t n, cap;
-} fd_list_t;
-
-static void fd_list_add(fd_list_t *l, int fd)
-{
-    int *a = byval_cu_room(l->fd, &l->cap, l->n, sizeof(int));
-    if (!a) {
-        close(fd); /* withdrawn already: closing it now is safe, only early */
-        return;
-    }
-    l->fd = a;
-    l->fd[l->n++] = fd;
-}
-
-static void fd_list_close(fd_list_t *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        close(l->fd[i]);
-    free(l->fd);
-}
-
 typedef struct range {
     uint64_t start, size, lo, hi; /* the reservation; offsets [lo, hi) in it */
 } range_t;
@@ -343,9 +306,9 @@ static uint32_t cut_range(void *arg, byval_export_t *core)
 }
 
 /* Chunks of p in offsets [lo, hi) are unmapped or released: the extents
- * naming them are cut, withdrawn before the chunks' fds close (into fds),
- * and the pool's liveness entry renewed. Returns the extents cut. */
-static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
+ * naming them are cut, withdrawn before the chunks' fds close, and the
+ * pool's liveness entry renewed. Returns the extents cut. */
+static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi)
 {
     size_t i = chunk_at(p, lo), j = i;
     while (j < p->n && p->chunks[j].off < hi)
@@ -356,7 +319,7 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
         {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size}, p, i};
     size_t n = byval_exports_cut_if(exports, cut_range, &cut);
     for (size_t k = i; k < j; k++)
-        fd_list_add(fds, p->chunks[k].fd);
+        close(p->chunks[k].fd);
     memmove(&p->chunks[i], &p->chunks[j], (p->n - j) * sizeof(p->chunks[0]));
     p->n -= j - i;
     live_end(p);
@@ -409,7 +372,7 @@ static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CU
 static int run_known(const cu_export_key_t *key, const run_t *r)
 {
     byval_lock(&pools_lock);
-    cu_pool_t *p = pool_find(key->reserve_start, key->reserve_size);
+    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size, 0);
     size_t k = 0;
     while (p && k < r->n && chunk_known(p, &r->c[k]) == 1)
         k++;
@@ -456,12 +419,8 @@ static int manifest_write(const cu_pool_t *p, size_t i, size_t n, uint32_t devic
     byval_manifest_t *m = calloc(1, len);
     if (!m)
         return -1;
-    *m = (byval_manifest_t){.magic = BYVAL_MANIFEST_MAGIC,
-                            .version = BYVAL_MANIFEST_VERSION,
-                            .nchunks = (uint32_t)n,
-                            .device = device,
-                            .reserve_size = p->size,
-                            .pool_id = p->id};
+    *m = (byval_manifest_t){
+        BYVAL_MANIFEST_MAGIC, BYVAL_MANIFEST_VERSION, (uint32_t)n, device, p->size, p->id};
     for (size_t k = 0; k < n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
         m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size,
@@ -518,18 +477,12 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
         return -1;
     }
     e->items[0] =
-        (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
-                              .fd = e->manifest_fd,
-                              .ino = rec.fd_ino,
-                              .size = r->end - r->first,
-                              .flags = BYVAL_EXPORT_OFFER};
+        BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id), e->manifest_fd,
+                          rec.fd_ino, r->end - r->first, BYVAL_EXPORT_OFFER);
     for (size_t k = 0; k < r->n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
-        e->items[1 + k] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id),
-                                                .fd = c->fd,
-                                                .ino = c->ino,
-                                                .size = c->size,
-                                                .flags = BYVAL_EXPORT_OFFER};
+        e->items[1 + k] = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id), c->fd, c->ino,
+                                            c->size, BYVAL_EXPORT_OFFER);
     }
     return byval_exports_add(exports, key, &e->core, h) < 0 ? -1 : 0;
 }
@@ -544,13 +497,12 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
     int rc = -1;
     if (!fresh)
         return -1;
-    fd_list_t stale = {0};
     byval_lock(&pools_lock);
-    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size);
+    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size, 1);
     for (size_t k = 0; p && k < r->n; k++) {
         int known = chunk_known(p, &r->c[k]);
         if (known < 0) { /* what we hold there is gone: as an unmap would */
-            pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size, &stale);
+            pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size);
             p->unmaps++;
         }
         if (known <= 0)
@@ -560,7 +512,6 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
     if (p)
         p->busy++; /* kept for us while we export unlocked */
     byval_unlock(&pools_lock);
-    fd_list_close(&stale);
     if (!p)
         goto out;
     int exported = 1;
@@ -683,7 +634,6 @@ static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh
 {
     if (!__atomic_load_n(&npools, __ATOMIC_RELAXED)) /* chunks kept with no export live too */
         return;
-    fd_list_t fds = {0};
     size_t n = 0;
     uint64_t lo = ptr, hi = ptr + (size ? size : 1);
     byval_lock(&pools_lock);
@@ -692,20 +642,19 @@ static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh
         if (gh) {
             for (size_t k = 0; k < p->n; k++)
                 if (p->chunks[k].gh == gh) { /* mapped more than once: each mapping */
-                    n += pool_drop(p, p->chunks[k].off, p->chunks[k].off + 1, &fds);
+                    n += pool_drop(p, p->chunks[k].off, p->chunks[k].off + 1);
                     p->unmaps++;
                     k--;
                 }
         } else if (p->start < hi && lo < p->start + p->size) {
             uint64_t olo = lo > p->start ? lo - p->start : 0;
-            n += pool_drop(p, olo, hi - p->start, &fds);
+            n += pool_drop(p, olo, hi - p->start);
             p->unmaps++; /* a get in flight exported what may be gone */
         }
         if (!p->n && !p->busy)
             pool_free(p);
     }
     byval_unlock(&pools_lock);
-    fd_list_close(&fds);
     BYVAL_STAT_ADD(frees, n);
     if (n)
         byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);

@@ -49,7 +49,7 @@ static byval_export_t *legacy_make(void *arg)
     if (!ok || (c->start != ptr && byval_exports_hit(published, &c->start, c)) ||
         !(e = calloc(1, sizeof(*e))))
         return NULL;
-    e->item = (byval_export_item_t){.key = c->key, .fd = -1, .size = size};
+    e->item = BYVAL_EXPORT_ITEM(c->key, -1, 0, size, 0);
     e->core.ctx = (uintptr_t)ctx;
     e->core.nitems = 1;
     e->core.items = &e->item;

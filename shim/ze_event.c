@@ -69,14 +69,10 @@ static byval_export_t *pool_make(void *arg)
     if (m && !byval_lru_get(m, &c->pool, 0, &ctx))
         ctx = NULL;
     e->core.ctx = (uintptr_t)ctx;
-    e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL,
-                             __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED)),
-        .fd = c->fd,
-        .ino = c->ino,
-        .size = size > 0 ? (uint64_t)size : 0,
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN,
-    };
+    uint64_t id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+    e->item = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL, id), c->fd, c->ino,
+                                size > 0 ? (uint64_t)size : 0,
+                                BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN);
     e->core.nitems = 1;
     e->core.items = &e->item;
     return &e->core;

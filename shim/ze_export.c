@@ -184,13 +184,9 @@ static byval_export_t *export_make(void *arg)
     /* Offered for importers pidfd_getfd cannot serve and registered for
      * other libraries' own pidfd_getfd; a short record has no room for a
      * tag: open to the directory's group. */
-    e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
-        .fd = (int)fd,
-        .ino = rec.fd_ino,
-        .size = rec.size,
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (c->layout ? BYVAL_EXPORT_OPEN : 0),
-    };
+    e->item = BYVAL_EXPORT_ITEM(
+        BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), (int)fd, rec.fd_ino, rec.size,
+        BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (c->layout ? BYVAL_EXPORT_OPEN : 0));
     /* An opaque handle's fd is the driver's until the allocation goes,
      * whatever becomes of the context: it ends with the free only. */
     e->core.ctx = c->layout ? 0 : (uintptr_t)c->ctx;
