@@ -14,14 +14,15 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/locks.h"
 
-#define EXPORT_TABLES 8
 #define ITEM_BUCKETS 1024u
 #define EXP_PUBLISHED 4u /* an item's registry entry is taken */
 
 struct byval_exports {
+    struct byval_exports *next_table;
     const byval_backend_export_t *ops;
     byval_lru_t *lru;
     byval_export_t *head; /* live, not withdrawn */
@@ -41,8 +42,7 @@ typedef struct held {
  * the sink's (registry, broker, rescue), never under a cache lock. */
 static struct {
     byval_lock_t lock;
-    unsigned ntables;
-    byval_exports_t *tables[EXPORT_TABLES];
+    byval_exports_t *tables;
     const byval_exports_sink_t *sink;
     held_t *bucket[ITEM_BUCKETS];
     size_t nheld[3]; /* by stage / 2: offered, registered, published */
@@ -54,13 +54,12 @@ BYVAL_LOCK_STATIC(exports, &core.lock);
 
 static void fork_child(void)
 {
-    for (unsigned t = 0; t < core.ntables && t < EXPORT_TABLES; t++) {
-        core.tables[t]->head = NULL;
-        __atomic_store_n(&core.tables[t]->live, 0, __ATOMIC_RELAXED);
+    for (byval_exports_t *x = core.tables; x; x = x->next_table) {
+        x->head = NULL;
+        __atomic_store_n(&x->live, 0, __ATOMIC_RELAXED);
     }
-    for (unsigned b = 0; b < ITEM_BUCKETS; b++)
-        core.bucket[b] = NULL;
-    core.nheld[0] = core.nheld[1] = core.nheld[2] = 0;
+    memset(core.bucket, 0, sizeof(core.bucket));
+    memset(core.nheld, 0, sizeof(core.nheld));
 }
 BYVAL_FORK_CHILD(exports, fork_child);
 
@@ -248,17 +247,14 @@ byval_exports_t *byval_exports_create(const byval_backend_export_t *ops, size_t 
     if (!x)
         return NULL;
     x->ops = ops;
-    x->lru = byval_lru_create(capacity ? capacity : 1, ops->key_len, let_go, x);
-    byval_lock(&core.lock);
-    int room = core.ntables < EXPORT_TABLES;
-    if (room && x->lru)
-        core.tables[core.ntables++] = x;
-    byval_unlock(&core.lock);
-    if (!room || !x->lru) {
-        byval_lru_destroy(x->lru);
+    if (!(x->lru = byval_lru_create(capacity ? capacity : 1, ops->key_len, let_go, x))) {
         free(x);
         return NULL;
     }
+    byval_lock(&core.lock);
+    x->next_table = core.tables;
+    core.tables = x;
+    byval_unlock(&core.lock);
     return x;
 }
 
@@ -432,19 +428,6 @@ static uint32_t out_of_ctx(void *arg, byval_export_t *e)
 size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx)
 {
     return byval_exports_cut_if(x, out_of_ctx, &ctx);
-}
-
-int byval_exports_visit(byval_exports_t *x, int (*visit)(void *arg, const byval_export_t *e),
-                        void *arg)
-{
-    int r = 0;
-    if (!byval_exports_live(x))
-        return 0;
-    byval_lock(&core.lock);
-    for (const byval_export_t *e = x->head; e && !r; e = e->next)
-        r = visit(arg, e);
-    byval_unlock(&core.lock);
-    return r;
 }
 
 size_t byval_exports_live(byval_exports_t *x)

@@ -123,10 +123,6 @@ size_t byval_exports_end_ctx(byval_exports_t *x, uintptr_t ctx);
 size_t byval_exports_cut_if(byval_exports_t *x, uint32_t (*keep)(void *arg, byval_export_t *e),
                             void *arg);
 
-/* visit(arg, e) for live exports under the core's lock until non-zero
- * (returned); visit reads or copies, calls nothing. */
-int byval_exports_visit(byval_exports_t *x, int (*visit)(void *arg, const byval_export_t *e),
-                        void *arg);
 /* Does any export hold a registry entry of key? */
 int byval_exports_key_held(uint64_t key);
 /* Live exports of x (a relaxed hint). */

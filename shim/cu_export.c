@@ -272,22 +272,11 @@ static int chunk_add(cu_pool_t *p, const cu_chunk_t *c)
     return 0;
 }
 
-typedef struct range {
-    uint64_t start, size, lo, hi; /* the reservation; offsets [lo, hi) in it */
-} range_t;
-
-static int names_range(void *arg, const byval_export_t *core)
-{
-    const range_t *r = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    return e->manifest_fd >= 0 && e->key.reserve_start == r->start &&
-        e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
-}
-
+/* The dropped chunks [i, ...) of p: offsets [lo, hi). */
 typedef struct cut {
-    range_t r;
     const cu_pool_t *p;
-    size_t i; /* the first dropped chunk */
+    size_t i, left; /* left: extents of p that stay */
+    uint64_t lo, hi;
 } cut_t;
 
 /* Extents naming dropped chunks: those that begin before them keep only
@@ -297,11 +286,15 @@ static uint32_t cut_range(void *arg, byval_export_t *core)
 {
     cut_t *c = arg;
     cu_export_t *e = (cu_export_t *)core;
-    if (!names_range(&c->r, core))
+    if (e->manifest_fd < 0 || e->key.reserve_start != c->p->start ||
+        e->key.reserve_size != c->p->size)
         return UINT32_MAX;
-    if (e->key.first >= c->r.lo)
+    c->left += e->key.first < c->lo || e->key.first >= c->hi;
+    if (e->key.first >= c->hi || c->lo >= e->end)
+        return UINT32_MAX;
+    if (e->key.first >= c->lo)
         return 0;
-    e->end = c->r.lo;
+    e->end = c->lo;
     return 1 + (uint32_t)(c->i - chunk_at(c->p, e->key.first));
 }
 
@@ -315,16 +308,14 @@ static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi)
         j++;
     if (i == j)
         return 0;
-    cut_t cut = {
-        {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size}, p, i};
+    cut_t cut = {p, i, 0, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size};
     size_t n = byval_exports_cut_if(exports, cut_range, &cut);
     for (size_t k = i; k < j; k++)
         close(p->chunks[k].fd);
     memmove(&p->chunks[i], &p->chunks[j], (p->n - j) * sizeof(p->chunks[0]));
     p->n -= j - i;
     live_end(p);
-    range_t all = {p->start, p->size, 0, p->size};
-    if (byval_exports_visit(exports, names_range, &all)) /* extents left to watch it */
+    if (cut.left) /* extents left to watch it */
         live_start(p);
     return n;
 }

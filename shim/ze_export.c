@@ -47,17 +47,13 @@ typedef struct ze_export {
     int put;                    /* a get's reference (handed): put at the end */
 } ze_export_t;
 
-/* The driver's get, plain or with properties (zeMemGetIpcHandleWithProperties). */
-typedef struct get_call {
+/* A get (cache/exports.h's call): the allocation, the driver's get,
+ * plain or with properties (neither: h is the driver's handle already),
+ * and what it answered. */
+typedef struct ze_call {
     ze_pfnMemGetIpcHandle_t plain;
     byval_ze_get_props_fn props;
     void *pNext;
-} get_call_t;
-
-/* A get (cache/exports.h's call): the allocation, the driver's call
- * (NULL: h is the driver's handle already) and what it answered. */
-typedef struct ze_call {
-    const get_call_t *next;
     ze_context_handle_t ctx;
     const void *ptr;
     uint64_t alloc_id;
@@ -136,10 +132,9 @@ static uint8_t device_ordinal(ze_device_handle_t dev)
     return 0;
 }
 
-static ze_result_t call_get(const get_call_t *c, ze_context_handle_t ctx, const void *ptr,
-                            ze_ipc_mem_handle_t *handle)
+static ze_result_t call_get(const ze_call_t *c, ze_ipc_mem_handle_t *handle)
 {
-    return c->props ? c->props(ctx, ptr, c->pNext, handle) : c->plain(ctx, ptr, handle);
+    return c->props ? c->props(c->ctx, c->ptr, c->pNext, handle) : c->plain(c->ctx, c->ptr, handle);
 }
 
 /* Ask the driver (unless it answered) and describe its handle: the
@@ -149,11 +144,11 @@ static byval_export_t *export_make(void *arg)
     ze_call_t *c = arg;
     byval_self_t self;
     byval_record_t rec = {0};
-    if (c->next) {
+    if (c->plain || c->props) {
         byval_ptracer_allow();
         byval_ze_pattern_fill(c->h);
         byval_enter();
-        c->r = call_get(c->next, c->ctx, c->ptr, (ze_ipc_mem_handle_t *)c->h);
+        c->r = call_get(c, (ze_ipc_mem_handle_t *)c->h);
         byval_leave();
         if (c->r != ZE_RESULT_SUCCESS)
             return NULL;
@@ -255,7 +250,7 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
                       ze_device_handle_t dev, unsigned index)
 {
     byval_once(&export_once, export_init);
-    ze_call_t c = {NULL, ctx, ptr, alloc_id, dev, h, UINT64_MAX, -2, 0, ZE_RESULT_SUCCESS};
+    ze_call_t c = {NULL, NULL, NULL, ctx, ptr, alloc_id, dev, h, UINT64_MAX, -2, 0, 0};
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr,
                            ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h)};
     return described(&c, byval_exports_add(exports, &key, export_make(&c), &c));
@@ -278,32 +273,29 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
     return 0;
 }
 
-static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, const void *ptr,
-                           ze_ipc_mem_handle_t *handle)
+/* c: the driver's get, its arguments. */
+static ze_result_t get_ipc(ze_call_t *c, ze_ipc_mem_handle_t *handle)
 {
-    if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
-        return call_get(next, ctx, ptr, handle);
+    if (!handle || !c->ptr || !byval_init() || !byval_cfg.ze)
+        return call_get(c, handle);
     byval_once(&export_once, export_init);
-    ze_call_t c = {
-        next, ctx, ptr, 0, NULL, (uint8_t *)handle->data, UINT64_MAX, -2, 1, ZE_RESULT_SUCCESS};
-    if (!exports || !real_get_props || byval_ze_alloc_props(ctx, ptr, &c.alloc_id, &c.dev) != 0)
-        return call_get(next, ctx, ptr, handle); /* the driver reports the error */
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
-    int rc = byval_exports_obtain(exports, &key, &c);
+    c->h = (uint8_t *)handle->data;
+    if (!exports || !real_get_props || byval_ze_alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
+        return call_get(c, handle); /* the driver reports the error */
+    ze_export_key_t key = {(uintptr_t)c->ctx, (uintptr_t)c->ptr, 0};
+    int rc = byval_exports_obtain(exports, &key, c);
     if (rc == 1)
         BYVAL_STAT_INC(export_hits);
     else
-        described(&c, rc);
-    return c.r;
+        described(c, rc);
+    return c->r;
 }
 
 ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx, const void *ptr,
                              ze_ipc_mem_handle_t *handle)
 {
-    if (!next)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
-    get_call_t c = {.plain = next};
-    return get_ipc(&c, ctx, ptr, handle);
+    ze_call_t c = {next, NULL, NULL, ctx, ptr, 0, NULL, NULL, UINT64_MAX, -2, 1, 0};
+    return next ? get_ipc(&c, handle) : ZE_RESULT_ERROR_UNINITIALIZED;
 }
 
 /* ze_ipc_mem_handle_type_ext_desc_t (1.15; not in the 1.4 headers). */
@@ -334,33 +326,37 @@ ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle
             BYVAL_STAT_INC(export_passthrough); /* fabric handles are not fds */
         return next(ctx, ptr, pNext, handle);
     }
-    get_call_t c = {.props = next, .pNext = pNext};
-    return get_ipc(&c, ctx, ptr, handle);
+    ze_call_t c = {NULL, next, pNext, ctx, ptr, 0, NULL, NULL, UINT64_MAX, -2, 1, 0};
+    return get_ipc(&c, handle);
 }
 
 typedef struct by_fd {
     uint64_t fd;
+    int found;
     ze_ipc_mem_handle_t handle;
 } by_fd_t;
 
-static int by_fd_visit(void *arg, const byval_export_t *core)
+/* cut_if's keep: every export stays; the first of fd copied out. */
+static uint32_t by_fd_visit(void *arg, byval_export_t *core)
 {
     by_fd_t *b = arg;
     const ze_export_t *e = (const ze_export_t *)core;
-    if (byval_ze_handle_fd(e->handle.data) != b->fd)
-        return 0;
-    b->handle = e->handle;
-    return 1;
+    if (!b->found && byval_ze_handle_fd(e->handle.data) == b->fd) {
+        b->handle = e->handle;
+        b->found = 1;
+    }
+    return UINT32_MAX;
 }
 
 int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
 {
     byval_once(&export_once, export_init);
     by_fd_t b = {.fd = (uint64_t)fd};
-    if (fd < 0 || !byval_exports_visit(exports, by_fd_visit, &b))
-        return 0;
-    *handle = b.handle;
-    return 1;
+    if (fd >= 0)
+        byval_exports_cut_if(exports, by_fd_visit, &b);
+    if (b.found)
+        *handle = b.handle;
+    return b.found;
 }
 
 ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
@@ -413,7 +409,7 @@ static uint32_t not_of_alloc(void *arg, byval_export_t *core)
 static void export_forget(ze_context_handle_t ctx, const void *ptr)
 {
     byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
-    if (!ptr || !byval_exports_live(x))
+    if (!byval_init() || !byval_cfg.ze || !ptr || !byval_exports_live(x))
         return;
     alloc_ref_t a = {0, 0, 0};
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
@@ -463,8 +459,7 @@ ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *p
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    if (byval_init() && byval_cfg.ze)
-        export_forget(ctx, ptr);
+    export_forget(ctx, ptr);
     return next(ctx, ptr);
 }
 
@@ -473,7 +468,6 @@ ze_result_t byval_ze_free_ext(ze_pfnMemFreeExt_t next, ze_context_handle_t ctx,
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    if (byval_init() && byval_cfg.ze)
-        export_forget(ctx, ptr);
+    export_forget(ctx, ptr);
     return next(ctx, desc, ptr);
 }
