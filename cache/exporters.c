@@ -62,14 +62,11 @@ BYVAL_FORK_CHILD(exporters, fork_child);
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
     byval_lock(&ex.lock);
-    for (int i = 0; i < EXPORTERS_HANDLERS; i++) {
-        if (ex.handlers[i] == fn)
-            break;
-        if (!ex.handlers[i]) {
-            ex.handlers[i] = fn;
-            break;
-        }
-    }
+    int i = 0;
+    while (i < EXPORTERS_HANDLERS - 1 && ex.handlers[i] && ex.handlers[i] != fn)
+        i++;
+    if (!ex.handlers[i])
+        ex.handlers[i] = fn;
     byval_unlock(&ex.lock);
 }
 
@@ -104,27 +101,25 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
     int close_fd = -1;
     byval_lock(&ex.lock);
     kept_t *k = find_locked(id);
+    unsigned d = 0;
+    while (!k && d < ex.ndrain && ex.drain[d].pidfd != pidfd)
+        d++;
     if (k && k->pidfd == pidfd) {
         k->loans--; /* a loan back: open fds have unique numbers */
     } else if (k) {
-        close_fd = pidfd; /* a second pidfd of a kept exporter */
-    } else {
-        unsigned d = 0;
-        while (d < ex.ndrain && ex.drain[d].pidfd != pidfd)
-            d++;
-        if (d < ex.ndrain) { /* a loan of an exporter that exited meanwhile */
-            if (--ex.drain[d].loans == 0) {
-                close_fd = pidfd;
-                ex.drain[d] = ex.drain[--ex.ndrain];
-            }
-        } else if (ex.count < EXPORTERS_MAX) {
-            ex.k[ex.count] = (kept_t){*id, pidfd, 0};
-            __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
-        } else {
+        close_fd = pidfd;       /* a second pidfd of a kept exporter */
+    } else if (d < ex.ndrain) { /* a loan of an exporter that exited meanwhile */
+        if (--ex.drain[d].loans == 0) {
             close_fd = pidfd;
-            BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched",
-                            EXPORTERS_MAX, id->pid);
+            ex.drain[d] = ex.drain[--ex.ndrain];
         }
+    } else if (ex.count < EXPORTERS_MAX) {
+        ex.k[ex.count] = (kept_t){*id, pidfd, 0};
+        __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
+    } else {
+        close_fd = pidfd;
+        BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched", EXPORTERS_MAX,
+                        id->pid);
     }
     byval_unlock(&ex.lock);
     if (close_fd >= 0)
@@ -190,7 +185,6 @@ void byval_exporters_poll(void)
 
 static void poll_cb(void *arg)
 {
-    (void)arg;
     poll_now(now_ns());
 }
 

@@ -4,11 +4,10 @@
  *
  * ze_entry.c  exported symbols, DDI-table and extension wrappers (routing)
  * ze_export.c zeMemGetIpcHandle/Put/Free: the memory export backend
- * ze_handle.c what a handle's bytes say (both ends)
+ * ze_handle.c what a handle's bytes say (both ends), the short record
  * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
  * ze_real.c   finding the loader's own entry points at run time
  * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the pool export backend
- * ze_short.c  the short record, classic pools' and opaque handles'
  * ze_event_import.c  zeEventPoolOpenIpcHandle/Close: import cache
  * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
  * ze_entry_newer.c   routes of the entry points newer than spec 1.4
@@ -203,7 +202,7 @@ void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
 /* zeContextDestroy: end the exports of ctx's event pools first. */
 void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
-/* The opaque layouts across pid namespaces (ze_short.c): a short record
+/* The opaque layouts across pid namespaces (ze_handle.c): a short record
  * in reservedHandleData @30. describable: the rendezvous directory is in
  * use and the driver left the reserved bytes zero, handle type fd (pool:
  * an event pool's handle). write: the record of our export `serial` (0,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_short.h - the short record (handles/wire.h) in Level Zero handles,
- * both ends (ze_short.c); the cached imports it finds share one head.
+ * both ends (ze_handle.c); the cached imports it finds share one head.
  */
 #ifndef BYVAL_SHIM_ZE_SHORT_H
 #define BYVAL_SHIM_ZE_SHORT_H
