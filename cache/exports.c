@@ -123,10 +123,8 @@ static int take(unsigned stage, byval_export_item_t *it)
             untake(stage, it);
             return 0;
         }
-        *h = (held_t){.stage = stage,
-                      .id = stage == EXP_PUBLISHED ? it->key : (uint64_t)(int64_t)it->fd,
-                      .ino = it->ino,
-                      .serial = it->serial};
+        uint64_t id = stage == EXP_PUBLISHED ? it->key : (uint64_t)(int64_t)it->fd;
+        *h = (held_t){NULL, stage, id, it->ino, 0, it->serial};
         *pp = h;
         __atomic_add_fetch(&core.nheld[stage / 2], 1, __ATOMIC_RELAXED);
     }
@@ -239,6 +237,16 @@ void byval_exports_discard(byval_export_t *e)
 static void let_go(void *ctx, const void *key, void *value)
 {
     byval_exports_discard(value);
+}
+
+byval_export_t *byval_export_alloc(size_t size, uint32_t nitems)
+{
+    byval_export_t *e = calloc(1, size + nitems * sizeof(byval_export_item_t));
+    if (e) {
+        e->nitems = nitems;
+        e->items = (byval_export_item_t *)((char *)e + size);
+    }
+    return e;
 }
 
 byval_exports_t *byval_exports_create(const byval_backend_export_t *ops, size_t capacity)

@@ -88,6 +88,10 @@ typedef struct byval_backend_export {
 } byval_backend_export_t;
 typedef byval_backend_export_t byval_exports_ops_t;
 
+/* A backend's export of size bytes (byval_export_t first), zeroed, its
+ * nitems items after it. NULL on ENOMEM. */
+byval_export_t *byval_export_alloc(size_t size, uint32_t nitems);
+
 /* capacity: exports kept. NULL on ENOMEM. */
 byval_exports_t *byval_exports_create(const byval_backend_export_t *ops, size_t capacity);
 byval_lru_t *byval_exports_lru(byval_exports_t *x);

@@ -67,7 +67,6 @@ struct cu_export {
     uint64_t end; /* what it names now: [key.first, end) (an unmap cuts it) */
     CUipcMemHandle handle;
     int manifest_fd; /* -1: a pool's liveness entry */
-    byval_export_item_t items[];
 };
 
 static byval_exports_t *exports;
@@ -157,10 +156,8 @@ static void export_hand(const byval_export_t *e, void *h)
     *(CUipcMemHandle *)h = ((const cu_export_t *)e)->handle;
 }
 
-static const byval_backend_export_t export_ops = {.name = "cuda export",
-                                                  .key_len = sizeof(cu_export_key_t),
-                                                  .hand = export_hand,
-                                                  .end = export_end};
+static const byval_backend_export_t export_ops = {
+    "cuda export", sizeof(cu_export_key_t), 0, NULL, NULL, NULL, export_hand, export_end};
 
 static void export_init(void)
 {
@@ -177,12 +174,9 @@ static uint64_t new_id(void)
 
 static cu_export_t *export_new(uint32_t nitems)
 {
-    cu_export_t *e = calloc(1, sizeof(*e) + nitems * sizeof(e->items[0]));
-    if (e) {
+    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(cu_export_t), nitems);
+    if (e)
         e->manifest_fd = -1;
-        e->core.nitems = nitems;
-        e->core.items = e->items;
-    }
     return e;
 }
 
@@ -196,7 +190,8 @@ static void live_start(cu_pool_t *p)
     cu_export_t *e = export_new(1);
     if (!e)
         return;
-    e->items[0] = BYVAL_EXPORT_ITEM(BYVAL_CU_POOL_KEY(p->id), -1, BYVAL_CU_POOL_INO, p->size, 0);
+    e->core.items[0] =
+        BYVAL_EXPORT_ITEM(BYVAL_CU_POOL_KEY(p->id), -1, BYVAL_CU_POOL_INO, p->size, 0);
     if (byval_exports_start(exports, &e->core) != 0) {
         byval_exports_discard(&e->core);
         return; /* importers find no entry: their mirrors are not kept closed */
@@ -471,13 +466,13 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
         export_end(&e->core);
         return -1;
     }
-    e->items[0] =
+    e->core.items[0] =
         BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id), e->manifest_fd,
                           rec.fd_ino, r->end - r->first, BYVAL_EXPORT_OFFER);
     for (size_t k = 0; k < r->n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
-        e->items[1 + k] = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id), c->fd, c->ino,
-                                            c->size, BYVAL_EXPORT_OFFER);
+        e->core.items[1 + k] = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id), c->fd,
+                                                 c->ino, c->size, BYVAL_EXPORT_OFFER);
     }
     return byval_exports_add(exports, key, &e->core, h) < 0 ? -1 : 0;
 }
@@ -569,11 +564,6 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
 
 /* ---- legacy memory ----------------------------------------------------- */
 
-typedef struct legacy_export {
-    byval_export_t core;
-    byval_export_item_t item;
-} legacy_export_t;
-
 /* A get: the pointer (the key: its allocation's start once made), the
  * hash of the handle's bytes. */
 typedef struct legacy_call {
@@ -599,22 +589,18 @@ static byval_export_t *legacy_make(void *arg)
     if (ok && byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
         ctx = 0; /* no context known: the export ends at the free alone */
     byval_leave();
-    legacy_export_t *e;
+    byval_export_t *e;
     if (!ok || (c->start != ptr && byval_exports_hit(published, &c->start, c)) ||
-        !(e = calloc(1, sizeof(*e))))
+        !(e = byval_export_alloc(sizeof(*e), 1)))
         return NULL;
-    e->item = BYVAL_EXPORT_ITEM(c->key, -1, 0, size, 0);
-    e->core.ctx = (uintptr_t)ctx;
-    e->core.nitems = 1;
-    e->core.items = &e->item;
-    return &e->core;
+    e->items[0] = BYVAL_EXPORT_ITEM(c->key, -1, 0, size, 0);
+    e->ctx = (uintptr_t)ctx;
+    return e;
 }
 
 /* The driver's handle needs nothing back. */
-static const byval_backend_export_t legacy_ops = {.name = "cuda legacy export",
-                                                  .key_len = sizeof(uint64_t),
-                                                  .same = same_handle,
-                                                  .make = legacy_make};
+static const byval_backend_export_t legacy_ops = {
+    "cuda legacy export", sizeof(uint64_t), 0, same_handle, legacy_make, NULL, NULL, NULL};
 
 static void published_init(void)
 {

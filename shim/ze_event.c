@@ -22,11 +22,6 @@
 #include "shim/ze.h"
 #include "shim/ze_short.h"
 
-typedef struct pool_export {
-    byval_export_t core;
-    byval_export_item_t item;
-} pool_export_t;
-
 /* A get: the pool, the driver's fd and its inode; the serial handed. */
 typedef struct pool_call {
     ze_event_pool_handle_t pool;
@@ -63,19 +58,17 @@ static byval_export_t *pool_make(void *arg)
     int64_t size = byval_fd_size(c->fd);
     void *ctx = NULL; /* unknown: the export ends at the pool's destroy alone */
     byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
-    pool_export_t *e = calloc(1, sizeof(*e));
+    byval_export_t *e = byval_export_alloc(sizeof(*e), 1);
     if (!e)
         return NULL;
     if (m && !byval_lru_get(m, &c->pool, 0, &ctx))
         ctx = NULL;
-    e->core.ctx = (uintptr_t)ctx;
+    e->ctx = (uintptr_t)ctx;
     uint64_t id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-    e->item = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL, id), c->fd, c->ino,
-                                size > 0 ? (uint64_t)size : 0,
-                                BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN);
-    e->core.nitems = 1;
-    e->core.items = &e->item;
-    return &e->core;
+    e->items[0] = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_ZE_EVENT_POOL, id), c->fd, c->ino,
+                                    size > 0 ? (uint64_t)size : 0,
+                                    BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | BYVAL_EXPORT_OPEN);
+    return e;
 }
 
 static void pool_hand(const byval_export_t *e, void *arg)
@@ -85,12 +78,8 @@ static void pool_hand(const byval_export_t *e, void *arg)
 
 /* The fd is the pool's, closed with it. A made export not kept (the table
  * full, the pool destroyed meanwhile) is made again, as a first get. */
-static const byval_backend_export_t pool_ops = {.name = "ze pool export",
-                                                .key_len = sizeof(ze_event_pool_handle_t),
-                                                .tries = 3,
-                                                .same = same_fd,
-                                                .make = pool_make,
-                                                .hand = pool_hand};
+static const byval_backend_export_t pool_ops = {
+    "ze pool export", sizeof(ze_event_pool_handle_t), 3, same_fd, pool_make, NULL, pool_hand, NULL};
 
 static void pools_init(void)
 {

@@ -206,13 +206,9 @@ static void export_hand(const byval_export_t *core, void *arg)
     memcpy(((ze_call_t *)arg)->h, ((const ze_export_t *)core)->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
 }
 
-static const byval_backend_export_t export_ops = {.name = "ze export",
-                                                  .key_len = sizeof(ze_export_key_t),
-                                                  .same = same_alloc,
-                                                  .make = export_make,
-                                                  .write = export_write,
-                                                  .hand = export_hand,
-                                                  .end = export_end};
+static const byval_backend_export_t export_ops = {
+    "ze export", sizeof(ze_export_key_t), 0, same_alloc, export_make, export_write, export_hand,
+    export_end};
 
 static void export_init(void)
 {

@@ -112,13 +112,8 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
     byval_self_t self;
     if (!serial || off + BYVAL_SHORT_LEN > ZE_MAX_IPC_HANDLE_SIZE || byval_self_get(&self) != 0)
         return -1;
-    byval_short_t s = {
-        .flags = self.id_flags,
-        .pid = self.pid,
-        .id32 = (uint32_t)self.identity,
-        .guard = byval_short_guard(self.boot, self.pidns),
-        .serial = (uint32_t)serial,
-    };
+    byval_short_t s = {self.id_flags, self.pid, (uint32_t)self.identity,
+                       byval_short_guard(self.boot, self.pidns), (uint32_t)serial};
     return byval_short_encode(&s, h, off, h + off) == BYVAL_WIRE_OK ? 0 : -1;
 }
 
