@@ -115,7 +115,7 @@ static int fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t gen,
     uint64_t key = ptr, id = 0;
     void *v;
     byval_lru_ref_t ref;
-    if (!fast_cache || !byval_lru_get_ref(fast_cache, &key, &v, &ref))
+    if (!byval_lru_get_ref(fast_cache, &key, &v, &ref))
         return 0;
     const cu_fast_t *f = v;
     int ok = f->mapgen == gen &&
@@ -143,8 +143,7 @@ static void export_end(byval_export_t *core)
     cu_export_t *e = (cu_export_t *)core;
     if (e->manifest_fd >= 0) {
         uint64_t range[2] = {e->key.reserve_start, e->key.reserve_size ? e->key.reserve_size : 1};
-        if (fast_cache)
-            byval_lru_remove_if(fast_cache, fast_overlaps, range);
+        byval_lru_remove_if(fast_cache, fast_overlaps, range);
         close(e->manifest_fd);
     }
     free(e);

@@ -57,11 +57,10 @@ static byval_export_t *pool_make(void *arg)
     pool_call_t *c = arg;
     int64_t size = byval_fd_size(c->fd);
     void *ctx = NULL; /* unknown: the export ends at the pool's destroy alone */
-    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
     byval_export_t *e = byval_export_alloc(sizeof(*e), 1);
     if (!e)
         return NULL;
-    if (m && !byval_lru_get(m, &c->pool, 0, &ctx))
+    if (!byval_lru_get(__atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE), &c->pool, 0, &ctx))
         ctx = NULL;
     e->ctx = (uintptr_t)ctx;
     uint64_t id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
@@ -188,9 +187,7 @@ ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_h
     ze_result_t r;
     if (byval_ze_pool_close_import(pool, &r))
         return r;
-    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
-    if (m)
-        byval_lru_remove(m, &pool);
+    byval_lru_remove(__atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE), &pool);
     byval_exports_t *x = __atomic_load_n(&pools, __ATOMIC_ACQUIRE);
     if (byval_exports_live(x) && byval_exports_end(x, &pool)) { /* before the driver's close */
         BYVAL_STAT_INC(frees);
@@ -206,9 +203,7 @@ static int created_in(void *arg, const void *key, void *value)
 
 void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx)
 {
-    byval_lru_t *m = __atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE);
-    if (m)
-        byval_lru_remove_if(m, created_in, ctx);
+    byval_lru_remove_if(__atomic_load_n(&pool_ctx, __ATOMIC_ACQUIRE), created_in, ctx);
     size_t n = byval_exports_end_ctx(__atomic_load_n(&pools, __ATOMIC_ACQUIRE), (uintptr_t)ctx);
     if (n)
         BYVAL_LOG_DEBUG("zeContextDestroy(%p): ended %zu event-pool export%s of it first",
