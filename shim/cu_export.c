@@ -478,14 +478,10 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
 
 /* Export the chunks of r that p lacks (the driver's calls, unlocked),
  * then the extent. 0, or -1 (logged). */
-static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, const run_t *r,
+static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, run_t *r,
                       uint32_t device, CUipcMemHandle *h)
 {
-    cu_chunk_t *fresh = calloc(r->n, sizeof(*fresh));
-    size_t nfresh = 0;
-    int rc = -1;
-    if (!fresh)
-        return -1;
+    int rc = -1, exported = 1;
     byval_lock(&pools_lock);
     cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size, 1);
     for (size_t k = 0; p && k < r->n; k++) {
@@ -494,49 +490,42 @@ static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, con
             pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size);
             p->unmaps++;
         }
-        if (known <= 0)
-            fresh[nfresh++] = r->c[k];
+        r->c[k].id = known <= 0; /* to export */
     }
     uint64_t unmaps = p ? p->unmaps : 0;
     if (p)
         p->busy++; /* kept for us while we export unlocked */
     byval_unlock(&pools_lock);
     if (!p)
-        goto out;
-    int exported = 1;
-    for (size_t k = 0; k < nfresh && exported; k++)
-        exported = chunk_export(rl, key->reserve_start + fresh[k].off, &fresh[k]) == 0;
+        return -1;
+    for (size_t k = 0; k < r->n && exported; k++)
+        if (r->c[k].id)
+            exported = chunk_export(rl, key->reserve_start + r->c[k].off, &r->c[k]) == 0;
     byval_lock(&pools_lock);
     p->busy--;
     if (exported && p->unmaps != unmaps) /* the application unmapped it meanwhile */
         BYVAL_LOG_DEBUG("cuIpcGetMemHandle: the reservation at 0x%llx was unmapped during the "
                         "export",
                         (unsigned long long)key->reserve_start);
-    if (!exported || p->unmaps != unmaps) {
-        if (!p->n && !p->busy)
-            pool_free(p);
-        byval_unlock(&pools_lock);
-        goto out;
-    }
-    for (size_t k = 0; k < nfresh; k++) {
-        if (chunk_known(p, &fresh[k]))
-            continue; /* a racing get exported it first: ours is closed below */
-        fresh[k].id = new_id();
-        if (chunk_add(p, &fresh[k]) != 0)
+    for (size_t k = 0; exported && p->unmaps == unmaps && k < r->n; k++) {
+        if (r->c[k].fd < 0 || chunk_known(p, &r->c[k]))
+            continue; /* known, or a racing get exported it first: ours is closed below */
+        r->c[k].id = new_id();
+        if (chunk_add(p, &r->c[k]) != 0)
             break;
-        fresh[k].fd = -1; /* the pool's now */
+        r->c[k].fd = -1; /* the pool's now */
     }
-    if (!p->live)
-        live_start(p);
-    rc = extent_export(p, r, key, device, h);
-    if (!p->n && !p->busy) /* nothing kept (no memory) */
+    if (exported && p->unmaps == unmaps) {
+        if (!p->live)
+            live_start(p);
+        rc = extent_export(p, r, key, device, h);
+    }
+    if (!p->n && !p->busy) /* nothing kept (no memory, or unmapped) */
         pool_free(p);
     byval_unlock(&pools_lock);
-out:
-    for (size_t k = 0; k < nfresh; k++)
-        if (fresh[k].fd >= 0)
-            close(fresh[k].fd);
-    free(fresh);
+    for (size_t k = 0; k < r->n; k++)
+        if (r->c[k].fd >= 0)
+            close(r->c[k].fd);
     return rc;
 }
 
