@@ -100,10 +100,10 @@ byval_lru_t *byval_exports_lru(byval_exports_t *x);
  * a stale one ended; else make's export is added. hand ran when >= 0. */
 int byval_exports_obtain(byval_exports_t *x, const void *key, void *call);
 int byval_exports_hit(byval_exports_t *x, const void *key, void *call);
-/* Start e (x or e NULL: -1, e freed), write and keep it under key, a stale export there
- * ended: 0; 2: a racing get kept one same(call) first, handed instead and
- * e discarded; -1: e discarded (not started or written); -2: not kept
- * (the table full, e ended meanwhile), discarded. */
+/* Start e, write and keep it under key, a stale export there ended: 0;
+ * 2: a racing get kept one same(call) first, handed instead and e
+ * discarded; -1: e discarded (not started or written; x or e NULL: e
+ * freed); -2: not kept (the table full, e ended meanwhile), discarded. */
 int byval_exports_add(byval_exports_t *x, const void *key, byval_export_t *e, void *call);
 
 /* Publish, offer and register e's items; it belongs to x from now on. 0,

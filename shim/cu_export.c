@@ -171,14 +171,6 @@ static uint64_t new_id(void)
     return __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED) & BYVAL_WIRE_MAX_ALLOC_ID;
 }
 
-static cu_export_t *export_new(uint32_t nitems)
-{
-    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(cu_export_t), nitems);
-    if (e)
-        e->manifest_fd = -1;
-    return e;
-}
-
 /* ---- pools (under pools_lock) ------------------------------------------ */
 
 /* The pool's liveness entry: published while the pool has extents and no
@@ -186,9 +178,10 @@ static cu_export_t *export_new(uint32_t nitems)
  * serial. */
 static void live_start(cu_pool_t *p)
 {
-    cu_export_t *e = export_new(1);
+    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(*e), 1);
     if (!e)
         return;
+    e->manifest_fd = -1;
     e->core.items[0] =
         BYVAL_EXPORT_ITEM(BYVAL_CU_POOL_KEY(p->id), -1, BYVAL_CU_POOL_INO, p->size, 0);
     if (byval_exports_start(exports, &e->core) != 0) {
@@ -442,7 +435,7 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
     for (size_t k = 0; k < r->n; k++) /* every chunk of the run kept (no ENOMEM) */
         if (p->chunks[i + k].off != r->c[k].off || p->chunks[i + k].size != r->c[k].size)
             return -1;
-    cu_export_t *e = export_new(1 + (uint32_t)r->n);
+    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(*e), 1 + (uint32_t)r->n);
     if (!e || (e->manifest_fd = manifest_write(p, i, r->n, device, &len)) < 0) {
         free(e);
         return -1;

@@ -70,15 +70,19 @@ void byval_ze_pattern_fill(uint8_t *h)
     byval_ze_pattern(h, BYVAL_ZE_RECORD_OFF, 1);
 }
 
-/* The opaque layout (driver 25.35+): memory's exporter pid @16, fd copy
+/* The opaque layouts (driver 25.35+): memory's exporter pid @16, fd copy
  * @22; an event pool's fd copy @8, pid @20. */
+#define COPY_OFF(pool) ((pool) ? 8 : 22)
+#define COPY_LEN(pool) ((pool) ? 8u : 4u)
+#define PID_OFF(pool) ((pool) ? 20 : 16)
+
 static int layout_is_opaque(const uint8_t *h, int pool)
 {
     uint64_t fd0 = 0, copy = 0;
     uint32_t pid;
-    memcpy(&fd0, h, pool ? 8 : 4);
-    memcpy(&copy, h + (pool ? 8 : 22), pool ? 8 : 4);
-    memcpy(&pid, h + (pool ? 20 : 16), 4);
+    memcpy(&fd0, h, COPY_LEN(pool));
+    memcpy(&copy, h + COPY_OFF(pool), COPY_LEN(pool));
+    memcpy(&pid, h + PID_OFF(pool), 4);
     return pid == (uint32_t)getpid() && fd0 == copy;
 }
 
@@ -158,8 +162,7 @@ ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const 
         return byval_ze_short_refuse(api, st, msg);
     if (pidfd >= 0) /* verified for this exporter: kept for the fetch */
         byval_fetch_done(rec, pidfd);
-    uint64_t fd;
-    memcpy(&fd, handle64, sizeof(fd));
+    uint64_t fd = byval_ze_handle_fd(handle64);
     *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
     if (!*w_p || slot->key >> 56 != kind || slot->fd != fd) {
         byval_reg_view_put(*v_p);
@@ -245,18 +248,11 @@ void byval_ze_opaque_strip(void *handle64)
 void byval_ze_opaque_local(void *handle64, int fd, int pool)
 {
     uint8_t *h = handle64;
-    uint64_t fd64 = (uint64_t)fd;
+    uint64_t fd64 = (uint64_t)fd, none = UINT64_MAX;
     memcpy(h, &fd64, sizeof(fd64));
     /* The copy differs (the driver's test for a handle changed by the
      * user) and no pid is left to import from. */
-    if (pool) {
-        uint64_t none = UINT64_MAX;
-        memcpy(h + 8, &none, sizeof(none));
-        memset(h + 20, 0, 4);
-    } else {
-        int32_t none = -1;
-        memcpy(h + 22, &none, sizeof(none));
-        memset(h + 16, 0, 4);
-    }
+    memcpy(h + COPY_OFF(pool), &none, COPY_LEN(pool));
+    memset(h + PID_OFF(pool), 0, 4);
     byval_ze_opaque_strip(h);
 }
