@@ -2,8 +2,9 @@
 /*
  * exports.c - the export core (exports.h): a table per backend (an LRU
  * for lock-free hits, plus its list of live exports for the context,
- * range and by-fd scans), the one flow that finds, starts and keeps an
- * export, and the shared objects exports hold, counted: a registry entry
+ * range and by-fd scans), the one get flow (a hit, or the backend's new
+ * export started, written and kept), and the shared objects exports hold,
+ * counted: a registry entry
  * per (key, inode), a broker offer and a rescue registration per (fd,
  * inode); the first holder takes one through the sink, the last gives it
  * back. An export is withdrawn once, under the core's lock, and ends (the
