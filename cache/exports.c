@@ -227,10 +227,7 @@ void byval_exports_discard(byval_export_t *e)
     byval_lock(&core.lock);
     withdraw_locked(e);
     byval_unlock(&core.lock);
-    if (e->home->ops->end)
-        e->home->ops->end(e);
-    else
-        free(e);
+    e->home->ops->end ? e->home->ops->end(e) : free(e);
 }
 
 /* The cache let e go (removed, evicted, or its last reference after a
@@ -253,13 +250,11 @@ byval_export_t *byval_export_alloc(size_t size, uint32_t nitems)
 byval_exports_t *byval_exports_create(const byval_backend_export_t *ops, size_t capacity)
 {
     byval_exports_t *x = calloc(1, sizeof(*x));
-    if (!x)
-        return NULL;
-    x->ops = ops;
-    if (!(x->lru = byval_lru_create(capacity ? capacity : 1, ops->key_len, let_go, x))) {
+    if (!x || !(x->lru = byval_lru_create(capacity ? capacity : 1, ops->key_len, let_go, x))) {
         free(x);
         return NULL;
     }
+    x->ops = ops;
     byval_lock(&core.lock);
     x->next_table = core.tables;
     core.tables = x;
@@ -318,19 +313,13 @@ static int stands_for(const byval_exports_t *x, const byval_export_t *e, void *c
     return !x->ops->same || x->ops->same(e, call);
 }
 
-static void hand(const byval_exports_t *x, const byval_export_t *e, void *call)
-{
-    if (x->ops->hand)
-        x->ops->hand(e, call);
-}
-
 int byval_exports_hit(byval_exports_t *x, const void *key, void *call)
 {
     byval_lru_ref_t ref = 0;
     byval_export_t *e = byval_exports_get(x, key, &ref);
     int same = e && stands_for(x, e, call);
-    if (same)
-        hand(x, e, call);
+    if (same && x->ops->hand)
+        x->ops->hand(e, call);
     byval_exports_unget(x, ref);
     if (e && !same) /* freed behind our back, the key reused: stale */
         byval_exports_end(x, key);
@@ -353,8 +342,8 @@ int byval_exports_add(byval_exports_t *x, const void *key, byval_export_t *e, vo
         byval_lru_ref_t ref;
         int rc = byval_lru_insert_ref(x->lru, key, e, &v, &ref);
         int shared = rc == BYVAL_LRU_EXISTS && !is_withdrawn(v) && stands_for(x, v, call);
-        if (rc == BYVAL_LRU_OK || shared)
-            hand(x, rc == BYVAL_LRU_OK ? e : v, call);
+        if ((rc == BYVAL_LRU_OK || shared) && x->ops->hand)
+            x->ops->hand(rc == BYVAL_LRU_OK ? e : v, call);
         if (rc == BYVAL_LRU_EXISTS && !shared && is_withdrawn(v))
             drop_ref(x, ref); /* withdrawn, still under the key: e takes its place */
         else

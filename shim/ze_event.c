@@ -108,11 +108,8 @@ ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle
     byval_once(&pool_ctx_once, pool_ctx_init);
     ze_event_pool_handle_t pool = *pool_p;
     void *old;
-    for (int tries = 0; pool_ctx && tries < 2; tries++) {
-        if (byval_lru_insert(pool_ctx, &pool, ctx, 0, &old) != BYVAL_LRU_EXISTS)
-            break;
-        byval_lru_remove(pool_ctx, &pool); /* a destroyed pool's handle value, reused */
-    }
+    byval_lru_remove(pool_ctx, &pool); /* a destroyed pool's handle value, reused */
+    byval_lru_insert(pool_ctx, &pool, ctx, 0, &old);
     return r;
 }
 
