@@ -4,10 +4,10 @@
  *
  * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
  * cu_real.c    the real libcuda entry points, found at run time
- * cu_export.c  by-value export of VMM memory (pools of chunks, extents)
+ * cu_export.c  by-value export of VMM memory (pools of chunks, extents),
+ *              legacy exports published for importers
  * cu_import.c  VMM import into one mirror per exporter pool, close
  * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
- * cu_legacy_export.c  legacy exports published for importers
  * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
@@ -130,16 +130,6 @@ static inline void *byval_cu_room(void *arr, size_t *cap_p, size_t n, size_t ele
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
                       uint64_t *out);
 
-/* The export fast path (cu_export_fast.c): pointer -> handle last given,
- * validated by the pointer's BUFFER_ID. */
-void byval_cu_fast_init(size_t capacity);
-void byval_cu_fast_remember(CUdeviceptr ptr, uint64_t buffer_id, uint64_t mapgen,
-                            uint64_t reserve_start, uint64_t reserve_size, const CUipcMemHandle *h);
-int byval_cu_fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t mapgen,
-                         CUipcMemHandle *h);
-void byval_cu_fast_forget_range(CUdeviceptr ptr, size_t size);
-void byval_cu_fast_forget_all(void);
-
 /* Exporter side: chunks in the range are unmapped (cuMemUnmap, cuMemFree)
  * or the allocation released (cuMemRelease): the exports naming them end.
  * A chunk was mapped (cuMemMap): remembered handles are checked again. */
@@ -183,9 +173,7 @@ _Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
  * release its mappings first (cu_ctx.c). */
 void byval_cu_context_dying(CUcontext ctx);
 
-/* Legacy exports (cu_legacy_export.c): the driver handed out h for ptr,
- * publish it so importers hear of its free; ptr is being freed. */
-void byval_cu_legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr);
+/* Legacy exports (cu_export.c): ptr is being freed. */
 void byval_cu_legacy_freed(CUdeviceptr ptr);
 /* ctx's memory goes with it: end its legacy exports. Returns how many. */
 size_t byval_cu_legacy_ctx_gone(CUcontext ctx);

@@ -1,28 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_export.c - cuIpcGetMemHandle for VMM memory.
- *
- * The driver refuses VMM memory (CUDA_ERROR_INVALID_VALUE); its only
- * export is cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR): up to
- * ~1 ms and a new fd every call. VMM users map many chunks into one large
- * reservation and keep mapping after an export (PyTorch's expandable
- * segments: 20 MiB pages in a range the size of the GPU). So:
- *  - a pool per reservation holds each chunk's export, made once, when a
- *    handle first needs the chunk, and kept until the chunk is unmapped
- *    or released;
- *  - a handle names an extent: the pointer's chunk and every chunk mapped
- *    after it without a hole, as at the get (all that a buffer starting
- *    in that chunk can cover: the driver does not say where it ends).
- *    One export per extent (cache/exports.h): a sealed memfd listing its
- *    chunks (handles/manifest.h), the manifest and each chunk published
- *    and offered; a repeated get is a lookup;
- *  - mapping more chunks ends nothing; an unmap or a release of a chunk
- *    ends the extents naming it, closes its export, and renews the pool's
- *    liveness entry, which importers' mirrors of the pool watch
- *    (cu_import.c): exports not naming the chunk stay valid.
- * A context's end does not end VMM exports: VMM memory is no context's
- * (an H100 kept a mapping after a reset). Legacy memory never gets here:
- * the driver's own handle is returned.
+ * cu_export.c - the CUDA VMM export backend (cuIpcGetMemHandle on memory
+ * the driver refuses: its only export, cuMemExportToShareableHandle, costs
+ * up to 1 ms and a new fd a call). A pool per reservation keeps each
+ * chunk's export, made when a handle first needs the chunk, until the
+ * chunk is unmapped or released. A handle names an extent: the pointer's
+ * chunk and the chunks mapped after it without a hole (all that a buffer
+ * starting there can cover); one export per extent, a sealed manifest of
+ * its chunks (handles/manifest.h) published and offered with them. An
+ * unmap ends or trims the extents naming the chunk and renews the pool's
+ * liveness entry, which importers' mirrors watch. VMM memory is no
+ * context's: a context's end ends nothing here (doc/cuda-vmm-pools.md).
+ * Legacy (cuMemAlloc) memory: the driver's handle is by value already and
+ * passes through; one export per allocation start publishes it (keyed by
+ * a hash of the handle bytes) so that importers release their closed
+ * mappings of it when it is freed or its context goes (cu_ctx.c).
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -32,11 +24,11 @@
 
 #include "cache/exports.h"
 #include "cache/locks.h"
+#include "handles/manifest.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/cu_manifest.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
@@ -75,7 +67,6 @@ struct cu_export {
     uint64_t end; /* what it names now: [key.first, end) (an unmap cuts it) */
     CUipcMemHandle handle;
     int manifest_fd; /* -1: a pool's liveness entry */
-    byval_export_item_t items[];
 };
 
 static byval_exports_t *exports;
@@ -87,39 +78,97 @@ static size_t npools;   /* read without the lock: a hint to skip work */
 static uint64_t ids;    /* pool, chunk and export ids, never reused */
 static uint64_t mapgen; /* bumped by every cuMemMap: a remembered handle's extent may be short */
 
+/* ---- the fast path ------------------------------------------------------
+ * The handle last given for a pointer, validated by one BUFFER_ID query
+ * (a reused address has a new id): a repeated get costs a lookup, not the
+ * driver's failing call and a walk. A chunk mapped since (mapgen) sends
+ * the get to the walk; an extent's end clears its reservation's pointers.
+ * A memo: it holds no fd and nothing shared. */
+
+typedef struct cu_fast {
+    uint64_t buffer_id, mapgen, reserve_start, reserve_size;
+    CUipcMemHandle handle;
+} cu_fast_t;
+
+static byval_lru_t *fast_cache; /* key: the exported pointer */
+
+static void fast_evicted(void *ctx, const void *key, void *value)
+{
+    free(value);
+}
+
+static void fast_remember(CUdeviceptr ptr, const cu_fast_t *from)
+{
+    cu_fast_t *f = fast_cache ? malloc(sizeof(*f)) : NULL;
+    uint64_t key = ptr;
+    void *existing;
+    if (!f)
+        return;
+    *f = *from;
+    byval_lru_remove(fast_cache, &key); /* a handle of an older extent: replaced */
+    if (byval_lru_insert(fast_cache, &key, f, 0, &existing) != BYVAL_LRU_OK)
+        free(f);
+}
+
+static int fast_lookup(const byval_cu_real_t *rl, CUdeviceptr ptr, uint64_t gen, CUipcMemHandle *h)
+{
+    uint64_t key = ptr, id = 0;
+    void *v;
+    byval_lru_ref_t ref;
+    if (!byval_lru_get_ref(fast_cache, &key, &v, &ref))
+        return 0;
+    const cu_fast_t *f = v;
+    int ok = f->mapgen == gen &&
+        byval_cu_attr_u64(rl, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr, &id) == 0 && id == f->buffer_id;
+    int reused = f->mapgen == gen && !ok;
+    if (ok)
+        *h = f->handle;
+    byval_lru_put_ref(fast_cache, ref);
+    if (reused)
+        byval_lru_remove(fast_cache, &key); /* address reused by another allocation */
+    return ok;
+}
+
+static int fast_overlaps(void *ctx, const void *key, void *value)
+{
+    const uint64_t *range = ctx;
+    const cu_fast_t *f = value;
+    return f->reserve_start < range[0] + range[1] && range[0] < f->reserve_start + f->reserve_size;
+}
+
+/* ---- exports ------------------------------------------------------------- */
+
 static void export_end(byval_export_t *core)
 {
     cu_export_t *e = (cu_export_t *)core;
     if (e->manifest_fd >= 0) {
-        byval_cu_fast_forget_range(e->key.reserve_start, e->key.reserve_size);
+        uint64_t range[2] = {e->key.reserve_start, e->key.reserve_size ? e->key.reserve_size : 1};
+        byval_lru_remove_if(fast_cache, fast_overlaps, range);
         close(e->manifest_fd);
     }
     free(e);
 }
 
-static const byval_exports_ops_t export_ops = {"cuda export", sizeof(cu_export_key_t), export_end};
+/* call: the handle to fill. */
+static void export_hand(const byval_export_t *e, void *h)
+{
+    *(CUipcMemHandle *)h = ((const cu_export_t *)e)->handle;
+}
+
+static const byval_backend_export_t export_ops = {
+    "cuda export", sizeof(cu_export_key_t), 0, NULL, NULL, NULL, export_hand, export_end};
 
 static void export_init(void)
 {
     /* Read without the once by the free paths: published with a release. */
     __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
-    byval_cu_fast_init(byval_cfg.export_cache_size);
+    fast_cache =
+        byval_lru_create(byval_cfg.export_cache_size, sizeof(uint64_t), fast_evicted, NULL);
 }
 
 static uint64_t new_id(void)
 {
     return __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED) & BYVAL_WIRE_MAX_ALLOC_ID;
-}
-
-static cu_export_t *export_new(uint32_t nitems)
-{
-    cu_export_t *e = calloc(1, sizeof(*e) + nitems * sizeof(e->items[0]));
-    if (e) {
-        e->manifest_fd = -1;
-        e->core.nitems = nitems;
-        e->core.items = e->items;
-    }
-    return e;
 }
 
 /* ---- pools (under pools_lock) ------------------------------------------ */
@@ -129,11 +178,12 @@ static cu_export_t *export_new(uint32_t nitems)
  * serial. */
 static void live_start(cu_pool_t *p)
 {
-    cu_export_t *e = export_new(1);
+    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(*e), 1);
     if (!e)
         return;
-    e->items[0] = (byval_export_item_t){
-        .key = BYVAL_CU_POOL_KEY(p->id), .fd = -1, .ino = BYVAL_CU_POOL_INO, .size = p->size};
+    e->manifest_fd = -1;
+    e->core.items[0] =
+        BYVAL_EXPORT_ITEM(BYVAL_CU_POOL_KEY(p->id), -1, BYVAL_CU_POOL_INO, p->size, 0);
     if (byval_exports_start(exports, &e->core) != 0) {
         byval_exports_discard(&e->core);
         return; /* importers find no entry: their mirrors are not kept closed */
@@ -148,23 +198,15 @@ static void live_end(cu_pool_t *p)
     p->live = NULL;
 }
 
-static cu_pool_t *pool_find(uint64_t start, uint64_t size)
+/* The pool of reservation [start, start + size), made when make. */
+static cu_pool_t *pool_get(uint64_t start, uint64_t size, int make)
 {
-    for (cu_pool_t *p = pools; p; p = p->next)
-        if (p->start == start && p->size == size)
-            return p;
-    return NULL;
-}
-
-static cu_pool_t *pool_get(uint64_t start, uint64_t size)
-{
-    cu_pool_t *p = pool_find(start, size);
-    if (p || !(p = calloc(1, sizeof(*p))))
+    cu_pool_t *p = pools;
+    while (p && !(p->start == start && p->size == size))
+        p = p->next;
+    if (p || !make || !(p = calloc(1, sizeof(*p))))
         return p;
-    p->start = start;
-    p->size = size;
-    p->id = new_id();
-    p->next = pools;
+    *p = (cu_pool_t){.next = pools, .start = start, .size = size, .id = new_id()};
     pools = p;
     __atomic_store_n(&npools, npools + 1, __ATOMIC_RELAXED);
     return p;
@@ -172,11 +214,10 @@ static cu_pool_t *pool_get(uint64_t start, uint64_t size)
 
 static void pool_free(cu_pool_t *p)
 {
-    for (cu_pool_t **pp = &pools; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            break;
-        }
+    cu_pool_t **pp = &pools;
+    while (*pp != p)
+        pp = &(*pp)->next;
+    *pp = p->next;
     __atomic_store_n(&npools, npools - 1, __ATOMIC_RELAXED);
     live_end(p);
     free(p->chunks);
@@ -222,97 +263,50 @@ static int chunk_add(cu_pool_t *p, const cu_chunk_t *c)
     return 0;
 }
 
-typedef struct fd_list {
-    int *fd;
-    size_t n, cap;
-} fd_list_t;
-
-static void fd_list_add(fd_list_t *l, int fd)
-{
-    int *a = byval_cu_room(l->fd, &l->cap, l->n, sizeof(int));
-    if (!a) {
-        close(fd); /* withdrawn already: closing it now is safe, only early */
-        return;
-    }
-    l->fd = a;
-    l->fd[l->n++] = fd;
-}
-
-static void fd_list_close(fd_list_t *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        close(l->fd[i]);
-    free(l->fd);
-}
-
-typedef struct range {
-    uint64_t start, size, lo, hi; /* the reservation; offsets [lo, hi) in it */
-} range_t;
-
-static int names_range(void *arg, const byval_export_t *core)
-{
-    const range_t *r = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    return e->manifest_fd >= 0 && e->key.reserve_start == r->start &&
-        e->key.reserve_size == r->size && e->key.first < r->hi && r->lo < e->end;
-}
-
-/* Extents that begin before a dropped range and run into it. */
+/* The dropped chunks [i, ...) of p: offsets [lo, hi). */
 typedef struct cut {
-    range_t r;
-    cu_export_t **e;
-    size_t n, cap;
+    const cu_pool_t *p;
+    size_t i, left; /* left: extents of p that stay */
+    uint64_t lo, hi;
 } cut_t;
 
-static int runs_into(void *arg, const byval_export_t *core)
+/* Extents naming dropped chunks: those that begin before them keep only
+ * their chunks before them (no live buffer runs over a page its allocator
+ * unmapped), the others end. */
+static uint32_t cut_range(void *arg, byval_export_t *core)
 {
     cut_t *c = arg;
-    const cu_export_t *e = (const cu_export_t *)core;
-    if (names_range(&c->r, core) && e->key.first < c->r.lo) {
-        if (c->n < c->cap)
-            c->e[c->n] = (cu_export_t *)e;
-        c->n++;
-    }
-    return 0;
+    cu_export_t *e = (cu_export_t *)core;
+    if (e->manifest_fd < 0 || e->key.reserve_start != c->p->start ||
+        e->key.reserve_size != c->p->size)
+        return UINT32_MAX;
+    c->left += e->key.first < c->lo || e->key.first >= c->hi;
+    if (e->key.first >= c->hi || c->lo >= e->end)
+        return UINT32_MAX;
+    if (e->key.first >= c->lo)
+        return 0;
+    e->end = c->lo;
+    return 1 + (uint32_t)(c->i - chunk_at(c->p, e->key.first));
 }
 
-/* Chunks of p in offsets [lo, hi) are unmapped or released: extents that
- * begin before them keep only their chunks before them (no live buffer
- * runs over a page its allocator unmapped), extents that begin in them
- * end; all withdrawn before the chunks' fds close (into fds). The pool's
- * liveness entry is renewed. Returns the extents cut or ended. */
-static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi, fd_list_t *fds)
+/* Chunks of p in offsets [lo, hi) are unmapped or released: the extents
+ * naming them are cut, withdrawn before the chunks' fds close, and the
+ * pool's liveness entry renewed. Returns the extents cut. */
+static size_t pool_drop(cu_pool_t *p, uint64_t lo, uint64_t hi)
 {
     size_t i = chunk_at(p, lo), j = i;
     while (j < p->n && p->chunks[j].off < hi)
         j++;
     if (i == j)
         return 0;
-    range_t r = {p->start, p->size, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size};
-    cut_t cut = {.r = r};
-    byval_exports_visit(exports, runs_into, &cut); /* how many */
-    cut.cap = cut.n;
-    cut.n = 0;
-    if (cut.cap && (cut.e = calloc(cut.cap, sizeof(*cut.e))))
-        byval_exports_visit(exports, runs_into, &cut);
-    else
-        cut.n = 0; /* none to cut (or no memory: they end below) */
-    for (size_t k = 0; cut.e && k < cut.n && k < cut.cap; k++) {
-        cu_export_t *e = cut.e[k];
-        uint32_t keep = (uint32_t)(i - chunk_at(p, e->key.first)); /* its chunks before r */
-        e->end = r.lo;
-        byval_exports_trim(&e->core, 1 + keep);
-    }
-    size_t n = cut.n + byval_exports_end_if(exports, names_range, &r); /* the cut ones no more */
-    free(cut.e);
+    cut_t cut = {p, i, 0, p->chunks[i].off, p->chunks[j - 1].off + p->chunks[j - 1].size};
+    size_t n = byval_exports_cut_if(exports, cut_range, &cut);
     for (size_t k = i; k < j; k++)
-        fd_list_add(fds, p->chunks[k].fd);
+        close(p->chunks[k].fd);
     memmove(&p->chunks[i], &p->chunks[j], (p->n - j) * sizeof(p->chunks[0]));
     p->n -= j - i;
     live_end(p);
-    r.lo = 0;
-    r.hi = p->size;
-    if (byval_exports_visit(exports, names_range, &r)) /* extents left to watch it */
+    if (cut.left) /* extents left to watch it */
         live_start(p);
     return n;
 }
@@ -360,7 +354,7 @@ static int run_walk(const byval_cu_real_t *rl, uint64_t start, uint64_t size, CU
 static int run_known(const cu_export_key_t *key, const run_t *r)
 {
     byval_lock(&pools_lock);
-    cu_pool_t *p = pool_find(key->reserve_start, key->reserve_size);
+    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size, 0);
     size_t k = 0;
     while (p && k < r->n && chunk_known(p, &r->c[k]) == 1)
         k++;
@@ -407,12 +401,8 @@ static int manifest_write(const cu_pool_t *p, size_t i, size_t n, uint32_t devic
     byval_manifest_t *m = calloc(1, len);
     if (!m)
         return -1;
-    *m = (byval_manifest_t){.magic = BYVAL_MANIFEST_MAGIC,
-                            .version = BYVAL_MANIFEST_VERSION,
-                            .nchunks = (uint32_t)n,
-                            .device = device,
-                            .reserve_size = p->size,
-                            .pool_id = p->id};
+    *m = (byval_manifest_t){
+        BYVAL_MANIFEST_MAGIC, BYVAL_MANIFEST_VERSION, (uint32_t)n, device, p->size, p->id};
     for (size_t k = 0; k < n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
         m->chunks[k] = (byval_manifest_chunk_t){c->off, c->size,
@@ -445,7 +435,7 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
     for (size_t k = 0; k < r->n; k++) /* every chunk of the run kept (no ENOMEM) */
         if (p->chunks[i + k].off != r->c[k].off || p->chunks[i + k].size != r->c[k].size)
             return -1;
-    cu_export_t *e = export_new(1 + (uint32_t)r->n);
+    cu_export_t *e = (cu_export_t *)byval_export_alloc(sizeof(*e), 1 + (uint32_t)r->n);
     if (!e || (e->manifest_fd = manifest_write(p, i, r->n, device, &len)) < 0) {
         free(e);
         return -1;
@@ -468,99 +458,67 @@ static int extent_export(cu_pool_t *p, const run_t *r, const cu_export_key_t *ke
         export_end(&e->core);
         return -1;
     }
-    e->items[0] =
-        (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id),
-                              .fd = e->manifest_fd,
-                              .ino = rec.fd_ino,
-                              .size = r->end - r->first,
-                              .flags = BYVAL_EXPORT_OFFER};
+    e->core.items[0] =
+        BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec.alloc_id), e->manifest_fd,
+                          rec.fd_ino, r->end - r->first, BYVAL_EXPORT_OFFER);
     for (size_t k = 0; k < r->n; k++) {
         const cu_chunk_t *c = &p->chunks[i + k];
-        e->items[1 + k] = (byval_export_item_t){.key = BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id),
-                                                .fd = c->fd,
-                                                .ino = c->ino,
-                                                .size = c->size,
-                                                .flags = BYVAL_EXPORT_OFFER};
+        e->core.items[1 + k] = BYVAL_EXPORT_ITEM(BYVAL_REG_KEY(BYVAL_KIND_CU_VMM, c->id), c->fd,
+                                                 c->ino, c->size, BYVAL_EXPORT_OFFER);
     }
-    if (byval_exports_start(exports, &e->core) != 0) {
-        byval_exports_discard(&e->core);
-        return -1;
-    }
-    byval_export_t *existing = NULL;
-    byval_lru_ref_t ref = 0;
-    int ins = byval_exports_insert(exports, key, &e->core, &existing, &ref);
-    if (ins != 0 && ins != BYVAL_LRU_EXISTS)
-        return -1;
-    *h = ins == 0 ? e->handle : ((cu_export_t *)existing)->handle; /* a racing get's */
-    byval_exports_unget(exports, ref);
-    if (ins == BYVAL_LRU_EXISTS)
-        byval_exports_discard(&e->core);
-    return 0;
+    return byval_exports_add(exports, key, &e->core, h) < 0 ? -1 : 0;
 }
 
 /* Export the chunks of r that p lacks (the driver's calls, unlocked),
  * then the extent. 0, or -1 (logged). */
-static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, const run_t *r,
+static int export_vmm(const byval_cu_real_t *rl, const cu_export_key_t *key, run_t *r,
                       uint32_t device, CUipcMemHandle *h)
 {
-    cu_chunk_t *fresh = calloc(r->n, sizeof(*fresh));
-    size_t nfresh = 0;
-    int rc = -1;
-    if (!fresh)
-        return -1;
-    fd_list_t stale = {0};
+    int rc = -1, exported = 1;
     byval_lock(&pools_lock);
-    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size);
+    cu_pool_t *p = pool_get(key->reserve_start, key->reserve_size, 1);
     for (size_t k = 0; p && k < r->n; k++) {
         int known = chunk_known(p, &r->c[k]);
         if (known < 0) { /* what we hold there is gone: as an unmap would */
-            pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size, &stale);
+            pool_drop(p, r->c[k].off, r->c[k].off + r->c[k].size);
             p->unmaps++;
         }
-        if (known <= 0)
-            fresh[nfresh++] = r->c[k];
+        r->c[k].id = known <= 0; /* to export */
     }
     uint64_t unmaps = p ? p->unmaps : 0;
     if (p)
         p->busy++; /* kept for us while we export unlocked */
     byval_unlock(&pools_lock);
-    fd_list_close(&stale);
     if (!p)
-        goto out;
-    int exported = 1;
-    for (size_t k = 0; k < nfresh && exported; k++)
-        exported = chunk_export(rl, key->reserve_start + fresh[k].off, &fresh[k]) == 0;
+        return -1;
+    for (size_t k = 0; k < r->n && exported; k++)
+        if (r->c[k].id)
+            exported = chunk_export(rl, key->reserve_start + r->c[k].off, &r->c[k]) == 0;
     byval_lock(&pools_lock);
     p->busy--;
     if (exported && p->unmaps != unmaps) /* the application unmapped it meanwhile */
         BYVAL_LOG_DEBUG("cuIpcGetMemHandle: the reservation at 0x%llx was unmapped during the "
                         "export",
                         (unsigned long long)key->reserve_start);
-    if (!exported || p->unmaps != unmaps) {
-        if (!p->n && !p->busy)
-            pool_free(p);
-        byval_unlock(&pools_lock);
-        goto out;
-    }
-    for (size_t k = 0; k < nfresh; k++) {
-        if (chunk_known(p, &fresh[k]))
-            continue; /* a racing get exported it first: ours is closed below */
-        fresh[k].id = new_id();
-        if (chunk_add(p, &fresh[k]) != 0)
+    for (size_t k = 0; exported && p->unmaps == unmaps && k < r->n; k++) {
+        if (r->c[k].fd < 0 || chunk_known(p, &r->c[k]))
+            continue; /* known, or a racing get exported it first: ours is closed below */
+        r->c[k].id = new_id();
+        if (chunk_add(p, &r->c[k]) != 0)
             break;
-        fresh[k].fd = -1; /* the pool's now */
+        r->c[k].fd = -1; /* the pool's now */
     }
-    if (!p->live)
-        live_start(p);
-    rc = extent_export(p, r, key, device, h);
-    if (!p->n && !p->busy) /* nothing kept (no memory) */
+    if (exported && p->unmaps == unmaps) {
+        if (!p->live)
+            live_start(p);
+        rc = extent_export(p, r, key, device, h);
+    }
+    if (!p->n && !p->busy) /* nothing kept (no memory, or unmapped) */
         pool_free(p);
     byval_unlock(&pools_lock);
-out:
-    for (size_t k = 0; k < nfresh; k++)
-        if (fresh[k].fd >= 0)
-            close(fresh[k].fd);
-    free(fresh);
+    for (size_t k = 0; k < r->n; k++)
+        if (r->c[k].fd >= 0)
+            close(r->c[k].fd);
     return rc;
 }
 
@@ -575,20 +533,83 @@ static int vmm_handle(const byval_cu_real_t *rl, CUipcMemHandle *h, CUdeviceptr 
         run_walk(rl, start, size, ptr, &r) != 0)
         return -1;
     cu_export_key_t key = {start, size, r.first, r.end};
-    byval_lru_ref_t ref;
-    cu_export_t *e = (cu_export_t *)byval_exports_get(exports, &key, &ref);
     int rc = 0;
-    if (e) {
-        *h = e->handle;
-        byval_exports_unget(exports, ref);
-    }
-    *fresh_p = !e || !run_known(&key, &r);
+    *fresh_p = !byval_exports_hit(exports, &key, h) || !run_known(&key, &r);
     if (*fresh_p)
         rc = export_vmm(rl, &key, &r, (uint32_t)device, h);
     if (rc == 0)
-        byval_cu_fast_remember(ptr, buffer_id, gen, start, size, h);
+        fast_remember(ptr, &(cu_fast_t){buffer_id, gen, start, size, *h});
     free(r.c);
     return rc;
+}
+
+/* ---- legacy memory ----------------------------------------------------- */
+
+/* A get: the pointer (the key: its allocation's start once made), the
+ * hash of the handle's bytes. */
+typedef struct legacy_call {
+    uint64_t start, key;
+    const byval_cu_real_t *rl;
+} legacy_call_t;
+
+static byval_exports_t *published;
+static byval_once_t published_once = BYVAL_ONCE_INIT;
+
+static int same_handle(const byval_export_t *e, const void *arg)
+{
+    return e->items[0].key == ((const legacy_call_t *)arg)->key;
+}
+
+static byval_export_t *legacy_make(void *arg)
+{
+    legacy_call_t *c = arg;
+    uint64_t ptr = c->start, size = 0, ctx = 0;
+    byval_enter();
+    int ok = byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr, &c->start) == 0 &&
+        byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr, &size) == 0;
+    if (ok && byval_cu_attr_u64(c->rl, CU_POINTER_ATTRIBUTE_CONTEXT, ptr, &ctx) != 0)
+        ctx = 0; /* no context known: the export ends at the free alone */
+    byval_leave();
+    byval_export_t *e;
+    if (!ok || (c->start != ptr && byval_exports_hit(published, &c->start, c)) ||
+        !(e = byval_export_alloc(sizeof(*e), 1)))
+        return NULL;
+    e->items[0] = BYVAL_EXPORT_ITEM(c->key, -1, 0, size, 0);
+    e->ctx = (uintptr_t)ctx;
+    return e;
+}
+
+/* The driver's handle needs nothing back. */
+static const byval_backend_export_t legacy_ops = {
+    "cuda legacy export", sizeof(uint64_t), 0, same_handle, legacy_make, NULL, NULL, NULL};
+
+static void published_init(void)
+{
+    /* Read without the once by the free path: published with a release. */
+    __atomic_store_n(&published, byval_export_table(&legacy_ops), __ATOMIC_RELEASE);
+}
+
+/* The driver handed out h for ptr: published, so importers hear of its free. */
+static void legacy_published(const byval_cu_real_t *rl, const CUipcMemHandle *h, CUdeviceptr ptr)
+{
+    legacy_call_t c = {ptr, byval_reg_key_bytes(h->reserved, sizeof(h->reserved)), rl};
+    byval_once(&published_once, published_init);
+    if (published) /* the common repeat, an allocation's start, a hit */
+        byval_exports_obtain(published, &c.start, &c);
+}
+
+void byval_cu_legacy_freed(CUdeviceptr ptr)
+{
+    uint64_t start = ptr;
+    byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+    if (byval_exports_live(x))
+        byval_exports_end(x, &start);
+}
+
+size_t byval_cu_legacy_ctx_gone(CUcontext ctx)
+{
+    byval_exports_t *x = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+    return ctx && byval_exports_live(x) ? byval_exports_end_ctx(x, (uintptr_t)ctx) : 0;
 }
 
 CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr ptr)
@@ -598,7 +619,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && byval_exports_live(__atomic_load_n(&exports, __ATOMIC_ACQUIRE))) {
         byval_enter();
-        int hit = byval_cu_fast_lookup(rl, ptr, __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), h);
+        int hit = fast_lookup(rl, ptr, __atomic_load_n(&mapgen, __ATOMIC_ACQUIRE), h);
         byval_leave();
         if (hit) {
             BYVAL_STAT_INC(export_hits);
@@ -611,7 +632,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
     if (r == CUDA_SUCCESS) {
         BYVAL_STAT_INC(export_passthrough); /* legacy memory: already by value */
         if (rl)
-            byval_cu_legacy_published(rl, h, ptr);
+            legacy_published(rl, h, ptr);
         return r;
     }
     uint64_t legacy = 1, start = 0, size = 0;
@@ -653,7 +674,6 @@ static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh
 {
     if (!__atomic_load_n(&npools, __ATOMIC_RELAXED)) /* chunks kept with no export live too */
         return;
-    fd_list_t fds = {0};
     size_t n = 0;
     uint64_t lo = ptr, hi = ptr + (size ? size : 1);
     byval_lock(&pools_lock);
@@ -662,20 +682,19 @@ static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh
         if (gh) {
             for (size_t k = 0; k < p->n; k++)
                 if (p->chunks[k].gh == gh) { /* mapped more than once: each mapping */
-                    n += pool_drop(p, p->chunks[k].off, p->chunks[k].off + 1, &fds);
+                    n += pool_drop(p, p->chunks[k].off, p->chunks[k].off + 1);
                     p->unmaps++;
                     k--;
                 }
         } else if (p->start < hi && lo < p->start + p->size) {
             uint64_t olo = lo > p->start ? lo - p->start : 0;
-            n += pool_drop(p, olo, hi - p->start, &fds);
+            n += pool_drop(p, olo, hi - p->start);
             p->unmaps++; /* a get in flight exported what may be gone */
         }
         if (!p->n && !p->busy)
             pool_free(p);
     }
     byval_unlock(&pools_lock);
-    fd_list_close(&fds);
     BYVAL_STAT_ADD(frees, n);
     if (n)
         byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);

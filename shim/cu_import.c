@@ -25,14 +25,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/exporters.h"
 #include "cache/imports.h"
 #include "cache/locks.h"
+#include "handles/manifest.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/cu_manifest.h"
-#include "shim/exporters.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"

@@ -23,7 +23,7 @@ $(NO_SAN_OBJ): LIB_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=all
 # The exporters table alone (its log and counters stubbed by the test).
 UNIT_TESTS += $(BUILD)/test/unit/test_exporters
 $(BUILD)/test/unit/test_exporters: test/unit/test_exporters.c test/unit/test_skip.h \
-                                   $(BUILD)/shim/exporters.o $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) \
+                                   $(BUILD)/cache/exporters.o $(patsubst %.c,$(BUILD)/%.o,$(HANDLES_SRC) $(TRANSPORT_SRC)) \
                                    $(BUILD)/cache/stripe.o $(BUILD)/cache/locks.o
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $(filter-out %.h,$^) -lcmocka -lpthread

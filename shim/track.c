@@ -8,6 +8,7 @@
  * byval_imports_remove_if: closed mappings are released at once, open
  * ones at their last close, as natively.
  */
+#include "cache/exporters.h"
 #include "shim/track.h"
 
 #include <pthread.h>
@@ -16,7 +17,6 @@
 #include "cache/locks.h"
 #include "handles/registry_view.h"
 #include "shim/config.h"
-#include "shim/exporters.h"
 #include "shim/log.h"
 #include "shim/stats.h"
 

@@ -2,6 +2,7 @@
 /* transport.c - the IPCBYVAL_TRANSPORT policy (see transport.h): the
  * configured mode handed to the resolution (handles/resolve.c), the
  * exporter's kept pidfd lent to it, and the log line. */
+#include "cache/exporters.h"
 #include "shim/transport.h"
 
 #include <errno.h>
@@ -14,7 +15,6 @@
 #include "handles/tag.h"
 #include "handles/transport.h"
 #include "shim/config.h"
-#include "shim/exporters.h"
 #include "shim/log.h"
 #include "shim/rendezvous.h"
 #include "shim/stats.h"

@@ -3,10 +3,11 @@
  * ze.h - internal interface of the Level Zero part of the shim.
  *
  * ze_entry.c  exported symbols, DDI-table and extension wrappers (routing)
- * ze_export.c zeMemGetIpcHandle/Put/Free: layout detection, export cache
+ * ze_export.c zeMemGetIpcHandle/Put/Free: the memory export backend
+ * ze_handle.c what a handle's bytes say (both ends), the short record
  * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
  * ze_real.c   finding the loader's own entry points at run time
- * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the short record
+ * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the pool export backend
  * ze_event_import.c  zeEventPoolOpenIpcHandle/Close: import cache
  * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
  * ze_entry_newer.c   routes of the entry points newer than spec 1.4
@@ -109,17 +110,15 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
  */
 struct byval_record;
 
-/* Export helpers shared with the zex extension path (ze_export_record.c):
- * fill bytes 17..63 with the pattern, tell whether the driver left it
- * (the classic layout), recognise the opaque layout, and write the
- * record into a classic handle (0, or -1). */
+/* Handle layouts (ze_handle.c). pattern: fill bytes off..63 with it, or
+ * (fill 0) 1 when the driver left it: the classic layout. layout: after
+ * the driver's get, 0 classic, 1 opaque and describable by a short
+ * record, -1 neither (passed through: byval_ze_pass). pass: counted, and
+ * an opaque handle's fd registered for other libraries' pidfd_getfd. */
+int byval_ze_pattern(uint8_t *handle64, size_t off, int fill);
 void byval_ze_pattern_fill(uint8_t *handle64);
-int byval_ze_pattern_intact(const uint8_t *handle64);
-int byval_ze_layout_is_opaque(const uint8_t *handle64);
-int byval_ze_write_record(uint8_t *handle64, uint64_t alloc_id, ze_device_handle_t dev);
-/* The record of the fd @0 of a handle the driver just filled (the
- * registry entry of an opaque one, ze_opaque.c): 0, or -1. */
-int byval_ze_opaque_record(const uint8_t *handle64, uint64_t alloc_id, struct byval_record *rec_p);
+int byval_ze_layout(uint8_t *handle64, int pool);
+void byval_ze_pass(const uint8_t *handle64, int pool);
 /* 1 when the driver wrote the classic layout, the record was added and
  * the export started (cache/exports.h; kept until the allocation is freed,
  * its context destroyed or the table needs room). index: the handle's
@@ -176,7 +175,7 @@ void *byval_ze_ext_wrapper(const char *name, void *pfn);
 
 struct byval_short;
 /* 1 when the handle carries a short record bound to its driver bytes (a
- * classic one's @40), 2 an opaque one's (@30, ze_opaque.c), else 0. */
+ * classic one's @40), 2 an opaque one's (@30), else 0. */
 int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
 
 /* zeEventPoolCreate: an IPC pool's context is remembered for its export. */
@@ -203,7 +202,7 @@ void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
 /* zeContextDestroy: end the exports of ctx's event pools first. */
 void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
-/* The opaque layouts across pid namespaces (ze_opaque.c): a short record
+/* The opaque layouts across pid namespaces (ze_handle.c): a short record
  * in reservedHandleData @30. describable: the rendezvous directory is in
  * use and the driver left the reserved bytes zero, handle type fd (pool:
  * an event pool's handle). write: the record of our export `serial` (0,

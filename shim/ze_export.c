@@ -1,31 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ze_export.c - zeMemGetIpcHandle / zeMemPutIpcHandle / zeMemFree.
- *
- * The classic Intel layout puts a dma-buf fd in bytes 0-7 and leaves bytes
- * 17-63 as the caller's buffer had them. We fill those bytes with a pattern
- * before the real call: if the pattern survives, the layout is classic and
- * the record (exporter pid, pid namespace, identity, fd, ...) goes there.
- * Anything else (the opaque layout of newer drivers, which resolves pids
- * itself, or a layout we do not know) passes through untouched.
- *
- * One exported handle per live allocation (an export of cache/exports.h
- * keyed by context and pointer, validated with the allocation id):
- * repeated gets cost a lookup, the application's puts are absorbed, and
- * the export ends (registry entry, broker offer and rescue registration
- * withdrawn, then the driver's put) when the allocation is freed, its
- * context destroyed, or the table needs room.
- *
- * USM pools: compute-runtime serves small allocations from pool buffers.
- * Every allocation of a pool has the pool's id and its handle the pool's
- * one fd (with its poolOffset), so an allocation is told by its id and
- * its base (zeMemGetAddressRange gives the pooled allocation), and a free
- * ends only that allocation's exports: the shared registry entry and
- * offers are counted by the core and stay while others name them. The
- * driver takes one of the fd's references at any free in the pool, so
- * while the fd stays exported by us a free is handed one of its own.
+ * ze_export.c - the Level Zero memory export backend (zeMemGetIpcHandle,
+ * Put, Free). A classic handle gets our record after the driver's bytes;
+ * an opaque one (newer drivers, which resolve pids themselves) a short
+ * record where the rendezvous directory is used; other layouts pass
+ * through. One export per (context, pointer, route), validated by the
+ * allocation id: repeated gets cost a lookup, the application's puts are
+ * absorbed, and the export ends at the free, the context's destroy or
+ * eviction. USM pools (doc/level-zero-usm-pools.md): a pool's allocations
+ * share its id and fd, so an allocation is told by its id and base, and a
+ * free ends only that allocation's exports.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,8 +44,26 @@ typedef struct ze_export {
     uintptr_t base; /* the allocation's (a pooled one's, not its pool's); 0: unknown */
     ze_context_handle_t ctx;
     ze_ipc_mem_handle_t handle; /* as handed out: driver bytes + record */
-    int put;                    /* the driver's reference is the export's: its put at the end */
+    int put;                    /* a get's reference (handed): put at the end */
 } ze_export_t;
+
+/* A get (cache/exports.h's call): the allocation, the driver's get,
+ * plain or with properties (neither: h is the driver's handle already),
+ * and what it answered. */
+typedef struct ze_call {
+    ze_pfnMemGetIpcHandle_t plain;
+    byval_ze_get_props_fn props;
+    void *pNext;
+    ze_context_handle_t ctx;
+    const void *ptr;
+    uint64_t alloc_id;
+    ze_device_handle_t dev;
+    uint8_t *h;
+    uint64_t fd; /* the driver's; UINT64_MAX before it answered: any */
+    int layout;  /* byval_ze_layout's; -2 before the driver answered */
+    int put;
+    ze_result_t r;
+} ze_call_t;
 
 static byval_exports_t *exports;
 static byval_once_t export_once = BYVAL_ONCE_INIT;
@@ -77,7 +80,7 @@ static byval_ze_mem_put_fn real_put; /* NULL with a spec < 1.6 loader */
 static void export_end(byval_export_t *core)
 {
     ze_export_t *e = (ze_export_t *)core;
-    if (__atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
+    if (core->handed && __atomic_load_n(&e->put, __ATOMIC_RELAXED) && real_put) {
         byval_enter();
         ze_result_t r = real_put(e->ctx, e->handle);
         byval_leave();
@@ -87,7 +90,13 @@ static void export_end(byval_export_t *core)
     free(e);
 }
 
-static const byval_exports_ops_t export_ops = {"ze export", sizeof(ze_export_key_t), export_end};
+static int same_alloc(const byval_export_t *core, const void *arg)
+{
+    const ze_export_t *e = (const ze_export_t *)core;
+    const ze_call_t *c = arg;
+    return e->alloc_id == c->alloc_id &&
+        (c->fd == UINT64_MAX || byval_ze_handle_fd(e->handle.data) == c->fd);
+}
 
 /* The base of the allocation that holds ptr (of the pooled allocation in
  * a USM pool), or 0 when the driver cannot say. */
@@ -102,6 +111,105 @@ static uintptr_t alloc_base(ze_context_handle_t ctx, const void *ptr)
     return r == ZE_RESULT_SUCCESS ? (uintptr_t)base : 0;
 }
 
+/* Device ordinal of dev within its driver (record field, diagnostics). */
+static uint8_t device_ordinal(ze_device_handle_t dev)
+{
+    ze_pfnDriverGet_t drv_get = (ze_pfnDriverGet_t)byval_ze_sym("zeDriverGet");
+    ze_pfnDeviceGet_t dev_get = (ze_pfnDeviceGet_t)byval_ze_sym("zeDeviceGet");
+    ze_driver_handle_t drivers[8];
+    uint32_t nd = 8;
+    if (!dev || !drv_get || !dev_get || drv_get(&nd, drivers) != ZE_RESULT_SUCCESS)
+        return 0;
+    for (uint32_t d = 0; d < nd && d < 8; d++) {
+        ze_device_handle_t devs[64];
+        uint32_t n = 64;
+        if (dev_get(drivers[d], &n, devs) != ZE_RESULT_SUCCESS)
+            continue;
+        for (uint32_t i = 0; i < n && i < 64; i++)
+            if (devs[i] == dev)
+                return (uint8_t)i;
+    }
+    return 0;
+}
+
+static ze_result_t call_get(const ze_call_t *c, ze_ipc_mem_handle_t *handle)
+{
+    return c->props ? c->props(c->ctx, c->ptr, c->pNext, handle) : c->plain(c->ctx, c->ptr, handle);
+}
+
+/* Ask the driver (unless it answered) and describe its handle: the
+ * record of the fd @0, in a classic handle after the driver's bytes. */
+static byval_export_t *export_make(void *arg)
+{
+    ze_call_t *c = arg;
+    byval_self_t self;
+    byval_record_t rec = {0};
+    if (c->plain || c->props) {
+        byval_ptracer_allow();
+        byval_ze_pattern_fill(c->h);
+        byval_enter();
+        c->r = call_get(c, (ze_ipc_mem_handle_t *)c->h);
+        byval_leave();
+        if (c->r != ZE_RESULT_SUCCESS)
+            return NULL;
+    }
+    uint64_t fd = byval_ze_handle_fd(c->h);
+    if ((c->layout = byval_ze_layout(c->h, 0)) < 0 || fd > INT32_MAX || byval_self_get(&self) != 0)
+        return NULL;
+    byval_record_set_exporter(&rec, &self);
+    rec.kind = BYVAL_KIND_ZE_MEM;
+    rec.fd = (uint32_t)fd;
+    rec.fd_ino = (uint32_t)byval_fd_inode((int)fd);
+    rec.alloc_id = c->alloc_id & BYVAL_WIRE_MAX_ALLOC_ID;
+    /* The object's own size (a pool's dma-buf is larger than the
+     * allocation), checked by the importer against its duplicate. */
+    int64_t size = byval_fd_size((int)fd);
+    if (size > 0 && (uint64_t)size <= BYVAL_WIRE_MAX_SIZE)
+        rec.size = (uint64_t)size;
+    rec.device = c->layout ? 0 : device_ordinal(c->dev);
+    rec.tag = byval_export_tag(rec.fd, rec.fd_ino);
+    ze_export_t *e;
+    if ((!c->layout && byval_wire_encode(&rec, c->h + BYVAL_ZE_RECORD_OFF) != BYVAL_WIRE_OK) ||
+        !(e = calloc(1, sizeof(*e))))
+        return NULL;
+    c->fd = fd;
+    *e = (ze_export_t){
+        .alloc_id = c->alloc_id, .base = alloc_base(c->ctx, c->ptr), .ctx = c->ctx, .put = c->put};
+    memcpy(e->handle.data, c->h, ZE_MAX_IPC_HANDLE_SIZE);
+    /* Offered for importers pidfd_getfd cannot serve and registered for
+     * other libraries' own pidfd_getfd; a short record has no room for a
+     * tag: open to the directory's group. */
+    e->item = BYVAL_EXPORT_ITEM(
+        BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), (int)fd, rec.fd_ino, rec.size,
+        BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (c->layout ? BYVAL_EXPORT_OPEN : 0));
+    /* An opaque handle's fd is the driver's until the allocation goes,
+     * whatever becomes of the context: it ends with the free only. */
+    e->core.ctx = c->layout ? 0 : (uintptr_t)c->ctx;
+    e->core.nitems = 1;
+    e->core.items = &e->item;
+    return &e->core;
+}
+
+/* An opaque handle's short record names the registry entry. */
+static int export_write(byval_export_t *core, void *arg)
+{
+    ze_call_t *c = arg;
+    ze_export_t *e = (ze_export_t *)core;
+    if (c->layout && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)
+        return -1;
+    memcpy(c->h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
+    return 0;
+}
+
+static void export_hand(const byval_export_t *core, void *arg)
+{
+    memcpy(((ze_call_t *)arg)->h, ((const ze_export_t *)core)->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
+}
+
+static const byval_backend_export_t export_ops = {
+    "ze export", sizeof(ze_export_key_t), 0, same_alloc, export_make, export_write, export_hand,
+    export_end};
+
 static void export_init(void)
 {
     real_get_props = (ze_pfnMemGetAllocProperties_t)byval_ze_sym("zeMemGetAllocProperties");
@@ -113,111 +221,35 @@ static void export_init(void)
     __atomic_store_n(&exports, byval_export_table(&export_ops), __ATOMIC_RELEASE);
 }
 
-/* Start the export of the handle h describes and keep it under key (one
- * that a racing thread kept first with the same fd is shared instead;
- * one with another fd is stale and replaced). Importers duplicate only
- * what the registry lists, and hear of its end from it. 0, or -1 when it
- * could not be published (the handle must not be handed out by value). */
-static int export_keep(const ze_export_key_t *key, uint8_t *h, const byval_record_t *opaque,
-                       ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id, int put)
+/* After the flow's rc (cache/exports.h): counted and logged; or passed
+ * through, an opaque handle as the driver wrote it. 1 when by value. */
+static int described(const ze_call_t *c, int rc)
 {
-    byval_record_t rec;
-    ze_export_t *e = exports ? calloc(1, sizeof(*e)) : NULL;
-    if (!e || (opaque ? (rec = *opaque, 0) : !byval_ze_decode(h, &rec))) {
-        free(e);
-        return -1;
+    if (rc >= 0) {
+        BYVAL_STAT_INC(exports);
+        if (!c->layout)
+            byval_log_export("", 0, c->ptr, (int)c->fd);
+        return 1;
     }
-    e->alloc_id = alloc_id;
-    e->base = alloc_base(ctx, ptr);
-    e->ctx = ctx;
-    /* Until it is kept, the driver's reference stays the application's:
-     * a handle that passes through is put by the application. */
-    e->put = 0;
-    memcpy(e->handle.data, h, ZE_MAX_IPC_HANDLE_SIZE);
-    e->item = (byval_export_item_t){
-        .key = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id),
-        .fd = (int)rec.fd,
-        .ino = rec.fd_ino,
-        .size = rec.size,
-        /* for importers pidfd_getfd cannot serve, and for other
-         * libraries' own pidfd_getfd; an opaque handle's short record
-         * has no room for a tag: open to the directory's group */
-        .flags = BYVAL_EXPORT_OFFER | BYVAL_EXPORT_RESCUE | (opaque ? BYVAL_EXPORT_OPEN : 0),
-    };
-    /* An opaque handle's fd is the driver's until the allocation goes,
-     * whatever becomes of the context (compute-runtime: allocations
-     * belong to the driver handle); its importers in our namespace open
-     * it after a zeContextDestroy natively: it ends with the free only. */
-    e->core.ctx = opaque ? 0 : (uintptr_t)ctx;
-    e->core.nitems = 1;
-    e->core.items = &e->item;
-    if (byval_exports_start(exports, &e->core) != 0 ||
-        (opaque && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)) {
-        byval_exports_discard(&e->core);
-        return -1;
-    }
-    memcpy(h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE); /* the opaque one's record */
-    for (int tries = 0; tries < 2; tries++) {
-        byval_export_t *other = NULL;
-        byval_lru_ref_t ref;
-        int rc = byval_exports_insert(exports, key, &e->core, &other, &ref);
-        if (rc == 0) /* kept: the application's puts are absorbed from now on */
-            __atomic_store_n(&e->put, put, __ATOMIC_RELAXED);
-        if (rc != BYVAL_LRU_EXISTS) {
-            byval_exports_unget(exports, ref);
-            return rc == 0 ? 0 : -1; /* not kept: withdrawn already */
-        }
-        int same = byval_ze_handle_fd(((ze_export_t *)other)->handle.data) == rec.fd;
-        byval_exports_unget(exports, ref);
-        if (same) { /* a racing get of the same export: share it, ours put */
-            e->put = put;
-            byval_exports_discard(&e->core);
-            return 0;
-        }
-        byval_exports_end(exports, key); /* another fd under the key: stale */
-    }
-    byval_exports_discard(&e->core);
-    return -1;
-}
-
-static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
-                    ze_device_handle_t dev, uint64_t route)
-{
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, route};
-    if (!byval_ze_pattern_intact(h)) {
-        byval_record_t rec;
-        if (byval_ze_layout_is_opaque(h) && byval_ze_opaque_describable(h, 0) &&
-            byval_ze_opaque_record(h, alloc_id, &rec) == 0 &&
-            export_keep(&key, h, &rec, ctx, ptr, alloc_id, route == 0) == 0) {
-            BYVAL_STAT_INC(exports); /* for importers in other pods (ze_opaque.c) */
-            return 1;
-        }
-        BYVAL_STAT_INC(export_passthrough);
-        if (!byval_ze_layout_is_opaque(h))
-            BYVAL_LOG_INFO("unknown IPC handle layout from the driver: passed through");
-        else /* the importer's driver fetches fd @0 with its own pidfd_getfd */
-            byval_export_register_fd((int)byval_ze_handle_fd(h));
+    if (c->layout == 1)
+        byval_ze_pass(c->h, 0);
+    if (c->layout) /* also a driver's error, or a layout passed through */
         return 0;
-    }
-    if (byval_ze_write_record(h, alloc_id, dev) != 0 ||
-        export_keep(&key, h, NULL, ctx, ptr, alloc_id, route == 0) != 0) {
-        memset(h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
-        BYVAL_STAT_INC(export_passthrough);
-        BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
-                       (unsigned long long)byval_ze_handle_fd(h), ptr);
-        return 0;
-    }
-    BYVAL_STAT_INC(exports);
-    byval_log_export("", 0, ptr, (int)byval_ze_handle_fd(h));
-    return 1;
+    memset(c->h + BYVAL_ZE_RECORD_OFF, 0, ZE_MAX_IPC_HANDLE_SIZE - BYVAL_ZE_RECORD_OFF);
+    BYVAL_STAT_INC(export_passthrough);
+    BYVAL_LOG_WARN("cannot describe fd %llu of %p by value: handle passed through",
+                   (unsigned long long)byval_ze_handle_fd(c->h), c->ptr);
+    return 0;
 }
 
 int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
                       ze_device_handle_t dev, unsigned index)
 {
     byval_once(&export_once, export_init);
-    return describe(h, ctx, ptr, alloc_id, dev,
-                    ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h));
+    ze_call_t c = {NULL, NULL, NULL, ctx, ptr, alloc_id, dev, h, UINT64_MAX, -2, 0, 0};
+    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr,
+                           ptr ? 1u + index : ZE_ROUTE_FD | byval_ze_handle_fd(h)};
+    return described(&c, byval_exports_add(exports, &key, export_make(&c), &c));
 }
 
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
@@ -237,68 +269,29 @@ int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_
     return 0;
 }
 
-/* The driver's get, plain or with properties (zeMemGetIpcHandleWithProperties). */
-typedef struct get_call {
-    ze_pfnMemGetIpcHandle_t plain;
-    byval_ze_get_props_fn props;
-    void *pNext;
-} get_call_t;
-
-static ze_result_t call_get(const get_call_t *c, ze_context_handle_t ctx, const void *ptr,
-                            ze_ipc_mem_handle_t *handle)
+/* c: the driver's get, its arguments. */
+static ze_result_t get_ipc(ze_call_t *c, ze_ipc_mem_handle_t *handle)
 {
-    return c->props ? c->props(ctx, ptr, c->pNext, handle) : c->plain(ctx, ptr, handle);
-}
-
-static ze_result_t get_ipc(const get_call_t *next, ze_context_handle_t ctx, const void *ptr,
-                           ze_ipc_mem_handle_t *handle)
-{
-    if (!handle || !ptr || !byval_init() || !byval_cfg.ze)
-        return call_get(next, ctx, ptr, handle);
+    if (!handle || !c->ptr || !byval_init() || !byval_cfg.ze)
+        return call_get(c, handle);
     byval_once(&export_once, export_init);
-    if (!exports || !real_get_props)
-        return call_get(next, ctx, ptr, handle);
-
-    uint64_t alloc_id;
-    ze_device_handle_t dev = NULL;
-    if (byval_ze_alloc_props(ctx, ptr, &alloc_id, &dev) != 0)
-        return call_get(next, ctx, ptr, handle); /* the driver reports the error */
-
-    ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
-    byval_lru_ref_t ref;
-    ze_export_t *e = (ze_export_t *)byval_exports_get(exports, &key, &ref);
-    if (e) {
-        int valid = e->alloc_id == alloc_id;
-        if (valid)
-            *handle = e->handle;
-        byval_exports_unget(exports, ref);
-        if (valid) {
-            BYVAL_STAT_INC(export_hits);
-            return ZE_RESULT_SUCCESS;
-        }
-        /* Freed behind our back and the address reused: end the stale one. */
-        byval_exports_end(exports, &key);
-    }
-
-    byval_ptracer_allow();
-    uint8_t *h = (uint8_t *)handle->data;
-    byval_ze_pattern_fill(h);
-    byval_enter();
-    ze_result_t r = call_get(next, ctx, ptr, handle);
-    byval_leave();
-    if (r != ZE_RESULT_SUCCESS)
-        return r;
-    describe(h, ctx, ptr, alloc_id, dev, 0);
-    return r;
+    c->h = (uint8_t *)handle->data;
+    if (!exports || !real_get_props || byval_ze_alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
+        return call_get(c, handle); /* the driver reports the error */
+    ze_export_key_t key = {(uintptr_t)c->ctx, (uintptr_t)c->ptr, 0};
+    int rc = byval_exports_obtain(exports, &key, c);
+    if (rc == 1)
+        BYVAL_STAT_INC(export_hits);
+    else
+        described(c, rc);
+    return c->r;
 }
 
 ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t ctx, const void *ptr,
                              ze_ipc_mem_handle_t *handle)
 {
-    if (!next)
-        return ZE_RESULT_ERROR_UNINITIALIZED;
-    get_call_t c = {.plain = next};
-    return get_ipc(&c, ctx, ptr, handle);
+    ze_call_t c = {next, NULL, NULL, ctx, ptr, 0, NULL, NULL, UINT64_MAX, -2, 1, 0};
+    return next ? get_ipc(&c, handle) : ZE_RESULT_ERROR_UNINITIALIZED;
 }
 
 /* ze_ipc_mem_handle_type_ext_desc_t (1.15; not in the 1.4 headers). */
@@ -329,33 +322,37 @@ ze_result_t byval_ze_get_ipc_props(byval_ze_get_props_fn next, ze_context_handle
             BYVAL_STAT_INC(export_passthrough); /* fabric handles are not fds */
         return next(ctx, ptr, pNext, handle);
     }
-    get_call_t c = {.props = next, .pNext = pNext};
-    return get_ipc(&c, ctx, ptr, handle);
+    ze_call_t c = {NULL, next, pNext, ctx, ptr, 0, NULL, NULL, UINT64_MAX, -2, 1, 0};
+    return get_ipc(&c, handle);
 }
 
 typedef struct by_fd {
     uint64_t fd;
+    int found;
     ze_ipc_mem_handle_t handle;
 } by_fd_t;
 
-static int by_fd_visit(void *arg, const byval_export_t *core)
+/* cut_if's keep: every export stays; the first of fd copied out. */
+static uint32_t by_fd_visit(void *arg, byval_export_t *core)
 {
     by_fd_t *b = arg;
     const ze_export_t *e = (const ze_export_t *)core;
-    if (byval_ze_handle_fd(e->handle.data) != b->fd)
-        return 0;
-    b->handle = e->handle;
-    return 1;
+    if (!b->found && byval_ze_handle_fd(e->handle.data) == b->fd) {
+        b->handle = e->handle;
+        b->found = 1;
+    }
+    return UINT32_MAX;
 }
 
 int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
 {
     byval_once(&export_once, export_init);
     by_fd_t b = {.fd = (uint64_t)fd};
-    if (fd < 0 || !byval_exports_visit(exports, by_fd_visit, &b))
-        return 0;
-    *handle = b.handle;
-    return 1;
+    if (fd >= 0)
+        byval_exports_cut_if(exports, by_fd_visit, &b);
+    if (b.found)
+        *handle = b.handle;
+    return b.found;
 }
 
 ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
@@ -391,14 +388,15 @@ static void give_to_free(alloc_ref_t *a, ze_export_t *e)
     a->given = 1;
 }
 
-static int of_alloc(void *arg, const byval_export_t *core)
+/* cut_if's keep: the allocation's exports end (0). */
+static uint32_t not_of_alloc(void *arg, byval_export_t *core)
 {
     alloc_ref_t *a = arg;
     ze_export_t *e = (ze_export_t *)core;
     if (e->alloc_id != a->id || (a->base && e->base && e->base != a->base))
-        return 0;
+        return UINT32_MAX;
     give_to_free(a, e);
-    return 1;
+    return 0;
 }
 
 /* The allocation at (ctx, ptr) is being freed: its exports end first, and
@@ -407,7 +405,7 @@ static int of_alloc(void *arg, const byval_export_t *core)
 static void export_forget(ze_context_handle_t ctx, const void *ptr)
 {
     byval_exports_t *x = __atomic_load_n(&exports, __ATOMIC_ACQUIRE);
-    if (!ptr || !byval_exports_live(x))
+    if (!byval_init() || !byval_cfg.ze || !ptr || !byval_exports_live(x))
         return;
     alloc_ref_t a = {0, 0, 0};
     ze_export_key_t key = {(uintptr_t)ctx, (uintptr_t)ptr, 0};
@@ -431,7 +429,7 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
         !byval_exports_key_held(reg = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, a.id)))
         return;
     a.base = alloc_base(ctx, ptr);
-    byval_exports_end_if(x, of_alloc, &a);
+    byval_exports_cut_if(x, not_of_alloc, &a);
     /* Still held with nothing of this allocation's left to the free:
      * another allocation of the same USM pool is exported with the same
      * fd, and the free would take that one's reference: take one for it. */
@@ -457,8 +455,7 @@ ze_result_t byval_ze_free(ze_pfnMemFree_t next, ze_context_handle_t ctx, void *p
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    if (byval_init() && byval_cfg.ze)
-        export_forget(ctx, ptr);
+    export_forget(ctx, ptr);
     return next(ctx, ptr);
 }
 
@@ -467,7 +464,6 @@ ze_result_t byval_ze_free_ext(ze_pfnMemFreeExt_t next, ze_context_handle_t ctx,
 {
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
-    if (byval_init() && byval_cfg.ze)
-        export_forget(ctx, ptr);
+    export_forget(ctx, ptr);
     return next(ctx, desc, ptr);
 }

@@ -18,12 +18,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/exporters.h"
 #include "cache/locks.h"
 #include "cache/imports.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
 #include "shim/config.h"
-#include "shim/exporters.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"

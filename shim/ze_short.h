@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_short.h - the short record (handles/wire.h) in Level Zero handles,
- * both ends (ze_short.c): written by the exporters of classic event pools
- * and of opaque handles, resolved by their importers, whose cached
- * imports share one head.
+ * both ends (ze_handle.c); the cached imports it finds share one head.
  */
 #ifndef BYVAL_SHIM_ZE_SHORT_H
 #define BYVAL_SHIM_ZE_SHORT_H
@@ -20,9 +18,8 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial);
 
 /* Count and log (once per kind and API) a refused open: its ze_result_t. */
 ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char *msg);
-/* After the driver's import of a fetched fd, started at t0: its time
- * counted, the fd closed; a refusal logged once per kind and the view
- * given back. Returns r. */
+/* After the driver's import of a fetched fd (started at t0): timed, the
+ * fd closed; a refusal logged and the view given back. Returns r. */
 ze_result_t byval_ze_short_imported(const char *api, ze_result_t r, int fd,
                                     const byval_record_t *rec, byval_reg_view_t *v, uint64_t t0);
 
@@ -47,9 +44,8 @@ int byval_ze_short_same(const byval_import_t *a, const byval_import_t *b);
 byval_ze_short_import_t *byval_ze_short_get(byval_imports_t *c, const void *key,
                                             const void *handle64, byval_lru_ref_t *ref_p);
 
-/* Fill m's head from the handle and the record it was fetched by, and
- * tie it to the registry entry (w, serial) of view v, whose reference
- * goes with it. */
+/* Fill m's head from the handle and its record, tied to the registry
+ * entry (w, serial) of view v (whose reference goes with it). */
 void byval_ze_short_fill(byval_ze_short_import_t *m, const void *handle64,
                          const byval_record_t *rec, const uint64_t *w, uint64_t serial, void *v);
 

@@ -30,7 +30,7 @@
 
 #include "handles/resolve.h"
 #include "shim/cu.h"
-#include "shim/cu_manifest.h"
+#include "handles/manifest.h"
 #include "test/io_all.h"
 
 struct msg {

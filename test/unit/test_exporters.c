@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_exporters.c - shim/exporters.c: the importer's table of exporters'
+ * test_exporters.c - cache/exporters.c: the importer's table of exporters'
  * pidfds, kept for exit polling and lent to later cold opens. Exporters
  * are forked children that wait on a pipe; their pidfds come from
  * pidfd_open. The log and statistics the table writes are stubbed here.
@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "shim/exporters.h"
+#include "cache/exporters.h"
 #include "shim/stats.h"
 #include "test/unit/test_skip.h"
 

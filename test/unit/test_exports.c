@@ -108,7 +108,8 @@ static void end(byval_export_t *e)
     free(e);
 }
 
-static const byval_exports_ops_t ops = {"test export", sizeof(uint64_t), end};
+static const byval_backend_export_t ops = {.name = "test export", .key_len = sizeof(uint64_t),
+                                           .end = end};
 
 static test_export_t *mk(int id, uintptr_t ctx, uint64_t key, int fd, uint32_t ino)
 {
@@ -125,11 +126,7 @@ static test_export_t *mk(int id, uintptr_t ctx, uint64_t key, int fd, uint32_t i
 
 static void keep(byval_exports_t *x, uint64_t key, test_export_t *t)
 {
-    byval_export_t *other = NULL;
-    byval_lru_ref_t ref;
-    assert_int_equal(byval_exports_start(x, &t->core), 0);
-    assert_int_equal(byval_exports_insert(x, &key, &t->core, &other, &ref), 0);
-    byval_exports_unget(x, ref);
+    assert_int_equal(byval_exports_add(x, &key, &t->core, NULL), 0);
 }
 
 static void reset(void)
@@ -200,10 +197,20 @@ static void test_referenced_withdrawn_now(void **state)
     assert_nothing_held();
 }
 
-static int id_is(void *arg, const byval_export_t *e)
+static uint32_t id_is_not(void *arg, byval_export_t *e)
 {
-    return ((const test_export_t *)e)->id == *(int *)arg;
+    return ((const test_export_t *)e)->id == *(int *)arg ? 0 : UINT32_MAX;
 }
+
+static int handed_id;
+
+static void hand(const byval_export_t *e, void *call)
+{
+    handed_id = ((const test_export_t *)e)->id;
+}
+
+static const byval_backend_export_t hand_ops = {.name = "test export", .key_len = sizeof(uint64_t),
+                                                .hand = hand, .end = end};
 
 static void test_end_if_and_lost_race(void **state)
 {
@@ -212,19 +219,17 @@ static void test_end_if_and_lost_race(void **state)
     /* A racing first get of the same key: the loser is discarded, and
      * what it shares with the winner stays. */
     test_export_t *loser = mk(6, 13, 111, 8, 800);
-    byval_export_t *other = NULL;
-    byval_lru_ref_t ref;
     uint64_t key = 5;
-    assert_int_equal(byval_exports_start(x, &loser->core), 0);
-    assert_int_equal(byval_exports_insert(x, &key, &loser->core, &other, &ref), BYVAL_LRU_EXISTS);
-    assert_int_equal(((test_export_t *)other)->id, 5);
-    byval_exports_unget(x, ref);
+    byval_exports_t *y = byval_exports_create(&hand_ops, 4);
+    keep(y, 5, mk(7, 13, 111, 8, 800));
     reset();
-    byval_exports_discard(&loser->core);
-    assert_string_equal(journal, "E6 ");
+    assert_int_equal(byval_exports_add(y, &key, &loser->core, NULL), 2);
+    assert_int_equal(handed_id, 7);
+    assert_string_equal(journal, "P111/800/8 E6 ");
+    assert_int_equal(byval_exports_end(y, &key), 1);
     int id = 5;
     reset();
-    assert_int_equal(byval_exports_end_if(x, id_is, &id), 1);
+    assert_int_equal(byval_exports_cut_if(x, id_is_not, &id), 1);
     assert_string_equal(journal, "U111/800 W8 D8 E5 ");
     assert_nothing_held();
 }
@@ -261,6 +266,38 @@ static void test_fork_child_holds_nothing(void **state)
     assert_nothing_held();
 }
 
+/* A made export that was not kept (the table full: every entry
+ * referenced) is made again, as often as the backend's tries say. */
+static byval_exports_t *tiny;
+static byval_lru_ref_t held;
+static int made;
+
+static byval_export_t *make(void *call)
+{
+    if (made++ == 2) { /* the third make: room again */
+        byval_exports_unget(tiny, held);
+        held = 0;
+    }
+    return &mk(30 + made, 16, 300 + (uint64_t)made, 40 + made, 950)->core;
+}
+
+static void test_not_kept_made_again(void **state)
+{
+    (void)state;
+    static const byval_backend_export_t retry_ops = {
+        .name = "test export", .key_len = sizeof(uint64_t), .tries = 3, .make = make, .end = end};
+    uint64_t k1 = 1, k2 = 2;
+    tiny = byval_exports_create(&retry_ops, 1);
+    assert_non_null(tiny);
+    assert_int_equal(byval_exports_obtain(tiny, &k1, NULL), 0);
+    assert_int_equal(byval_exports_obtain(tiny, &k1, NULL), 1);
+    assert_non_null(byval_exports_get(tiny, &k1, &held));
+    assert_int_equal(byval_exports_obtain(tiny, &k2, NULL), 0);
+    assert_int_equal(made, 3);
+    assert_int_equal(byval_exports_end_ctx(tiny, 16), 1);
+    assert_nothing_held();
+}
+
 static int setup(void **state)
 {
     byval_exports_set_sink(&sink);
@@ -277,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_end_if_and_lost_race),
         cmocka_unit_test(test_eviction_withdraws),
         cmocka_unit_test(test_fork_child_holds_nothing),
+        cmocka_unit_test(test_not_kept_made_again),
     };
     return cmocka_run_group_tests_name("exports", tests, setup, NULL);
 }

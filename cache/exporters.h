@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * exporters.h - the importer's view of the processes it imported from.
- * One pidfd per exporter: polled (rate-limited, no thread) so that cache
- * entries of an exporter that exited are released, and lent to later
- * cold opens of the same exporter, which then skip pidfd_open and the
- * identity check (both were done on this pidfd when it was kept).
+ * exporters.h - the importer's view of the processes it imported from:
+ * one pidfd each, polled (rate-limited, no thread) so that an exited
+ * exporter's imports are released, and lent to later cold opens of it,
+ * which skip pidfd_open and the identity check (done on it once).
  */
-#ifndef BYVAL_SHIM_EXPORTERS_H
-#define BYVAL_SHIM_EXPORTERS_H
+#ifndef BYVAL_CACHE_EXPORTERS_H
+#define BYVAL_CACHE_EXPORTERS_H
 
 #include <stdint.h>
 
@@ -20,7 +19,7 @@ typedef struct byval_exporter_id {
 /* Called for each exporter seen exiting (outside any lock). */
 typedef void (*byval_exporter_exit_fn)(const byval_exporter_id_t *id);
 
-/* Register a handler (each API family registers one, once). */
+/* Register a handler (one per API family). */
 void byval_exporters_on_exit(byval_exporter_exit_fn fn);
 
 /* The kept pidfd of exporter id, lent to the caller (it stays open until
@@ -33,15 +32,14 @@ int byval_exporters_hold(const byval_exporter_id_t *id);
  * id, or closed when id already has one or the table is full. -1: no-op. */
 void byval_exporters_release(const byval_exporter_id_t *id, int pidfd);
 
-/* Poll kept pidfds at most once per millisecond; runs the handlers
- * for those that exited. Cheap when nothing is due. */
+/* Poll kept pidfds (at most once a millisecond): the handlers run for
+ * those that exited. */
 void byval_exporters_poll(void);
 
 /* The exporter's image is gone (its registry pipe hung up: exit or
- * exec). Exited already: drop its kept pidfd and run the exit handlers
- * now (1); else the registry watcher does so when its pidfd says it
- * exited (a process closes its files before it is seen exiting; after an
- * exec it never does, and the pidfd stays for the new image). */
+ * exec). Exited: its pidfd dropped and the handlers run now (1); else the
+ * registry watcher does so when its pidfd says it exited (never after an
+ * exec: the pidfd stays for the new image). */
 int byval_exporters_gone(const byval_exporter_id_t *id);
 
 /* Number of exporters kept (pidfds held for them). */

@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * exporters.c - exporter exit detection with pidfds, no helper thread, and
- * the same pidfds lent to cold opens (see exporters.h).
- *
- * A lent pidfd must stay open while its borrower uses it: closing it
- * would let the number go to another file under the borrower's
- * pidfd_getfd. So an exporter seen exiting while some of its pidfd's
- * loans are out leaves the table (no new loans, handlers run) but its
- * pidfd waits in `drain` until the last loan comes back.
+ * exporters.c - the importer's table of exporters (exporters.h): one
+ * pidfd each, polled for exit and lent to cold opens. A pidfd lent out
+ * stays open until its loan comes back (closing it would let the number
+ * go to another file under the borrower's pidfd_getfd): an exporter that
+ * exits with loans out waits in `drain`.
  */
-#include "shim/exporters.h"
+#include "cache/exporters.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -62,22 +59,14 @@ static void fork_child(void)
 }
 BYVAL_FORK_CHILD(exporters, fork_child);
 
-static void ex_lock(void)
-{
-    byval_lock(&ex.lock);
-}
-
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
-    ex_lock();
-    for (int i = 0; i < EXPORTERS_HANDLERS; i++) {
-        if (ex.handlers[i] == fn)
-            break;
-        if (!ex.handlers[i]) {
-            ex.handlers[i] = fn;
-            break;
-        }
-    }
+    byval_lock(&ex.lock);
+    int i = 0;
+    while (i < EXPORTERS_HANDLERS - 1 && ex.handlers[i] && ex.handlers[i] != fn)
+        i++;
+    if (!ex.handlers[i])
+        ex.handlers[i] = fn;
     byval_unlock(&ex.lock);
 }
 
@@ -95,7 +84,7 @@ int byval_exporters_hold(const byval_exporter_id_t *id)
     if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
         return -1;
     int pidfd = -1;
-    ex_lock();
+    byval_lock(&ex.lock);
     kept_t *k = find_locked(id);
     if (k) {
         k->loans++;
@@ -110,29 +99,27 @@ void byval_exporters_release(const byval_exporter_id_t *id, int pidfd)
     if (pidfd < 0)
         return;
     int close_fd = -1;
-    ex_lock();
+    byval_lock(&ex.lock);
     kept_t *k = find_locked(id);
+    unsigned d = 0;
+    while (!k && d < ex.ndrain && ex.drain[d].pidfd != pidfd)
+        d++;
     if (k && k->pidfd == pidfd) {
         k->loans--; /* a loan back: open fds have unique numbers */
     } else if (k) {
-        close_fd = pidfd; /* a second pidfd of a kept exporter */
-    } else {
-        unsigned d = 0;
-        while (d < ex.ndrain && ex.drain[d].pidfd != pidfd)
-            d++;
-        if (d < ex.ndrain) { /* a loan of an exporter that exited meanwhile */
-            if (--ex.drain[d].loans == 0) {
-                close_fd = pidfd;
-                ex.drain[d] = ex.drain[--ex.ndrain];
-            }
-        } else if (ex.count < EXPORTERS_MAX) {
-            ex.k[ex.count] = (kept_t){*id, pidfd, 0};
-            __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
-        } else {
+        close_fd = pidfd;       /* a second pidfd of a kept exporter */
+    } else if (d < ex.ndrain) { /* a loan of an exporter that exited meanwhile */
+        if (--ex.drain[d].loans == 0) {
             close_fd = pidfd;
-            BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched",
-                            EXPORTERS_MAX, id->pid);
+            ex.drain[d] = ex.drain[--ex.ndrain];
         }
+    } else if (ex.count < EXPORTERS_MAX) {
+        ex.k[ex.count] = (kept_t){*id, pidfd, 0};
+        __atomic_store_n(&ex.count, ex.count + 1, __ATOMIC_RELAXED);
+    } else {
+        close_fd = pidfd;
+        BYVAL_LOG_DEBUG("tracking %d exporters already; exit of pid %u not watched", EXPORTERS_MAX,
+                        id->pid);
     }
     byval_unlock(&ex.lock);
     if (close_fd >= 0)
@@ -151,48 +138,13 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void poll_now(int64_t now);
-
-void byval_exporters_poll(void)
-{
-    if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
-        return;
-    int64_t now = now_ns();
-    if (now - __atomic_load_n(&ex.last_poll_ns, __ATOMIC_RELAXED) < EXPORTERS_POLL_NS)
-        return;
-    poll_now(now);
-}
-
-static void poll_cb(void *arg)
-{
-    (void)arg;
-    poll_now(now_ns());
-}
-
-int byval_exporters_gone(const byval_exporter_id_t *id)
-{
-    int pidfd = byval_exporters_hold(id);
-    if (pidfd < 0)
-        return 0;
-    /* A process closes its files before it is seen exiting, and a GPU
-     * process may take long to close its driver's: no wait here (the
-     * watcher thread serves every exporter), the watcher tells us. */
-    int exited = byval_pidfd_exited(pidfd);
-    if (!exited && byval_reg_watch_exit(pidfd, poll_cb, NULL) != 0)
-        BYVAL_LOG_DEBUG("pid %u: cannot watch its exit; its pidfd goes at the next poll", id->pid);
-    byval_exporters_release(id, pidfd);
-    if (exited)
-        poll_now(now_ns());
-    return exited;
-}
-
 static void poll_now(int64_t now)
 {
     byval_exporter_id_t gone[64];
     int to_close[64];
     unsigned ngone = 0, nclose = 0;
     byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
-    ex_lock();
+    byval_lock(&ex.lock);
     __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < ex.count && ngone < 64;) {
         kept_t *k = &ex.k[i];
@@ -219,4 +171,36 @@ static void poll_now(int64_t now)
         for (int h = 0; h < EXPORTERS_HANDLERS && handlers[h]; h++)
             handlers[h](&gone[g]);
     }
+}
+
+void byval_exporters_poll(void)
+{
+    if (__atomic_load_n(&ex.count, __ATOMIC_RELAXED) == 0)
+        return;
+    int64_t now = now_ns();
+    if (now - __atomic_load_n(&ex.last_poll_ns, __ATOMIC_RELAXED) < EXPORTERS_POLL_NS)
+        return;
+    poll_now(now);
+}
+
+static void poll_cb(void *arg)
+{
+    poll_now(now_ns());
+}
+
+int byval_exporters_gone(const byval_exporter_id_t *id)
+{
+    int pidfd = byval_exporters_hold(id);
+    if (pidfd < 0)
+        return 0;
+    /* A process closes its files before it is seen exiting, and a GPU
+     * process may take long to close its driver's: no wait here (the
+     * watcher thread serves every exporter), the watcher tells us. */
+    int exited = byval_pidfd_exited(pidfd);
+    if (!exited && byval_reg_watch_exit(pidfd, poll_cb, NULL) != 0)
+        BYVAL_LOG_DEBUG("pid %u: cannot watch its exit; its pidfd goes at the next poll", id->pid);
+    byval_exporters_release(id, pidfd);
+    if (exited)
+        poll_now(now_ns());
+    return exited;
 }
