@@ -102,7 +102,7 @@ static void imports_fork_child(void)
 }
 BYVAL_FORK_CHILD(imports, imports_fork_child);
 
-byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t capacity)
+byval_imports_t *byval_imports_create(const byval_backend_import_t *ops, size_t capacity)
 {
     byval_imports_t *c = calloc(1, sizeof(*c));
     if (!c)

@@ -15,7 +15,7 @@
 #define IMPORTS_MAX 8
 
 struct byval_imports {
-    const byval_imports_ops_t *ops;
+    const byval_backend_import_t *ops;
     byval_lru_t *lru;
 };
 

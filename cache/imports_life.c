@@ -68,7 +68,7 @@ void byval_imports_life_child(void)
 
 void byval_imports_release(byval_import_t *m)
 {
-    const byval_imports_ops_t *ops = m->home->ops;
+    const byval_backend_import_t *ops = m->home->ops;
     void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
     /* Closed for the application from here on, recorded until the driver
      * has unmapped it (imports.c, design notes). */

@@ -39,3 +39,7 @@ UNIT_TESTS += $(BUILD)/test/unit/test_exports
 $(BUILD)/test/unit/test_exports: test/unit/test_exports.c $(CACHE_OBJ)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(ALL_CFLAGS) -o $@ $< $(CACHE_OBJ) -lcmocka -lpthread
+
+# The import flow and the transport policy: they need handles/ and the
+# configuration, so they stay out of CACHE_OBJ (the cache unit tests).
+LIB_SRC += cache/imports_flow.c cache/transport.c

@@ -18,7 +18,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/symbols.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 #define CU_EXPORT __attribute__((visibility("default")))
 

@@ -1,24 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle for by-value VMM
- * handles.
+ * cu_import.c - the CUDA import backends (cache/imports.h) and
+ * cuIpcOpenMemHandle / cuIpcCloseMemHandle.
  *
- * One mirror per exporter pool and local context: a reservation as large
- * as the exporter's, made at the pool's first open, into which every
- * chunk a handle names is imported (its export's fd fetched, then
- * cuMemImportFromShareableHandle) and mapped once, at its offset, shared
- * by every handle into the pool. The pointer handed out is the mirror's
- * address of the handle's first chunk: the driver's legacy semantics (the
- * base of the exporter's cuMemGetAddressRange allocation; callers add
- * their offset, also past that chunk, as far as the handle's run goes).
- * A mirror is one import of the lifecycle core (cache/imports.h): it
- * remembers the records it has served, so a re-open of any is a hit; a
- * record it has not served maps what the mirror lacks (a pool that grew)
- * and joins them. It lives while its exporter's pool entry does
- * (cu_export.c renews it at every unmap in the pool), noted before any
- * chunk is fetched; with that, every rule of the core: close drops an
- * open, the exporter's free or exit, the context's end or the byte budget
- * (the bytes mapped) release it.
+ * VMM: one mirror per exporter pool and local context, a reservation as
+ * large as the exporter's into which every chunk a handle names is
+ * imported and mapped once, at its offset. The pointer handed out is the
+ * mirror's address of the handle's first chunk (the driver's legacy
+ * semantics). A mirror remembers the records it served (a re-open is a
+ * hit); another record maps what the mirror lacks and joins them. It
+ * lives while its exporter's pool entry does (cu_export.c renews it at
+ * every unmap in the pool); a dead mirror still open gives back the
+ * chunks no open needs.
+ *
+ * Legacy (cuMemAlloc) handles are copy-by-value already; the cache saves
+ * the driver's open+close (~56 us), keyed on the 64 handle bytes, the
+ * context and flags. The driver's bytes 8-11 carry the exporter's pid:
+ * an exporter running ipcbyval publishes its frees in its registry.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +34,27 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/track.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 /* Records a mirror remembers (a hit); more are served as misses that
  * find their chunks mapped already. */
 #define MIRROR_RECORDS 32
+
+/* The key of both caches; a VMM key is its first 40 bytes. */
+enum { CU_KEY_VMM = 1, CU_KEY_LEGACY = 2 };
+typedef struct cu_key {
+    uint32_t type, flags;
+    uintptr_t ctx;
+    union {
+        struct {
+            uint32_t pidns, pid;
+            uint64_t identity, alloc_id; /* alloc_id: the exporter's pool */
+        } vmm;
+        unsigned char legacy[64];
+    } u;
+} cu_key_t;
+#define BYVAL_CU_VMM_KEY_LEN (offsetof(cu_key_t, u) + sizeof(((cu_key_t *)0)->u.vmm))
+_Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 typedef struct mirror_chunk {
     uint64_t off, size, id;
@@ -64,8 +77,6 @@ typedef struct cu_mirror {
     struct cu_mirror *next, *prev; /* live mirrors (mirrors_lock) */
 } cu_mirror_t;
 
-static byval_imports_t *vmm_cache;
-static byval_once_t import_once = BYVAL_ONCE_INIT;
 static byval_lock_t mirror_lock = BYVAL_LOCK_INIT(CU_MIRROR);
 BYVAL_LOCK_STATIC(cu_mirror, &mirror_lock);
 static byval_lock_t mirrors_lock = BYVAL_LOCK_INIT(CU_MIRRORS);
@@ -213,28 +224,8 @@ static int vmm_same(const byval_import_t *a, const byval_import_t *b)
     return served((const cu_mirror_t *)a, fresh->recs[0].rec, fresh->recs[0].first);
 }
 
-static byval_imports_ops_t vmm_ops = {
-    .name = "cuda vmm import",
-    /* The VMM fields only (40 bytes, not the legacy handle's 64 of the
-     * union): half the hashing and comparing on every hit, and half the
-     * key bytes per entry. */
-    .key_len = BYVAL_CU_VMM_KEY_LEN,
-    .release = vmm_release,
-    .same = vmm_same,
-    /* no .track: a mirror notes its pool's entry when it is made */
-    .closed_dead = vmm_closed_dead,
-};
-
-static void import_init(void)
-{
-    vmm_cache = byval_track_cache(&vmm_ops);
-    byval_track_on_event(on_event);
-}
-
-/* One error line per kind of failure (shim/log.h). */
-static int vmm_seen[BYVAL_E_SYS + 2];
-#define vmm_log_failure(st, ...) \
-    byval_log_once_per_kind(vmm_seen, BYVAL_E_SYS + 2, (int)(st), "cuIpcOpenMemHandle", __VA_ARGS__)
+static byval_backend_import_t vmm;
+#define vmm_log_failure(st, ...) byval_import_refuse(&vmm, vmm.api, (st), __VA_ARGS__)
 
 /* A chunk of the manifest that m maps already (0), lacks (1), or that
  * another chunk holds the place of (-1: the exporter mapped anew there). */
@@ -383,7 +374,7 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     }
     /* The pool's entry, before any chunk is fetched: an unmap from here on
      * changes it (the mirror is then released at its last close). */
-    byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id), BYVAL_CU_POOL_INO);
+    byval_track_record(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id), BYVAL_CU_POOL_INO);
     uint64_t added = 0, end = 0;
     r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
     if (r != CUDA_SUCCESS) {
@@ -409,6 +400,7 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     byval_unlock(&mirrors_lock);
     /* While open, a mirror may hold chunks that no open needs once its
      * exporter unmaps them: the watcher must hear of that. */
+    byval_track_on_event(on_event);
     m->watched = m->core.live && byval_import_alive(&m->core);
     if (m->watched)
         byval_track_watch(&m->core);
@@ -443,44 +435,68 @@ static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_re
     return r;
 }
 
-/* Hand out the open of m (referenced by ref) at chunk offset first. */
-static CUresult vmm_hand_out(cu_mirror_t *m, byval_lru_ref_t ref, uint64_t first,
-                             CUdeviceptr *pdptr)
+/* An open: what the flow's callbacks are given. */
+typedef struct vmm_req {
+    const byval_record_t *rec; /* parsed, checked by vmm_check */
+    const uint8_t *rb;
+    uint64_t first, pool_id; /* the handle's chunk offset and pool */
+    CUcontext ctx;
+} vmm_req_t;
+
+static int vmm_serves(const byval_import_t *m, const void *req)
 {
-    if (first >= m->size) {
-        byval_imports_unget(vmm_cache, ref);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (byval_imports_open(vmm_cache, &m->core, ref, (uintptr_t)(m->base + first)) < 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *pdptr = m->base + first;
-    return CUDA_SUCCESS;
+    const vmm_req_t *q = req;
+    return served((const cu_mirror_t *)m, q->rb, q->first);
+}
+
+static uintptr_t vmm_ptr(const byval_import_t *b, const void *req)
+{
+    const cu_mirror_t *m = (const cu_mirror_t *)b;
+    uint64_t first = ((const vmm_req_t *)req)->first;
+    return first < m->size ? (uintptr_t)(m->base + first) : 0;
+}
+
+/* Died after the lookup: it may have given back the chunks this open
+ * needs before the open was counted (mirror_prune). */
+static int vmm_stale(const byval_import_t *b)
+{
+    return ((const cu_mirror_t *)b)->watched && !byval_import_alive(b);
+}
+
+static int vmm_check(void *req)
+{
+    const vmm_req_t *q = req;
+    const byval_cu_real_t *rl = byval_cu_real();
+    byval_record_t checked;
+    byval_self_t self;
+    unsigned long long ctx_id;
+    if (byval_wire_decode(q->rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK)
+        return BYVAL_IMPORT_PASS;
+    if (byval_self_get(&self) != 0)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    /* With a reset primary context current the driver's open answers
+     * CONTEXT_IS_DESTROYED while cuCtxGetDevice and cuMemAddressReserve
+     * succeed (H100, driver 580): cuCtxGetId answers as the open does. */
+    return rl->ctx_get_id ? (int)rl->ctx_get_id(q->ctx, &ctx_id) : CUDA_SUCCESS;
 }
 
 /* The manifest rec names, checked against the handle's pool and chunk. */
-static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_self_t *self,
-                                        uint64_t pool_id, uint64_t first, int *pidfd_p,
-                                        byval_status_t *st_p)
+static byval_manifest_t *manifest_fetch(const vmm_req_t *q, int *pidfd_p, CUresult *r_p)
 {
     char msg[512];
     int mfd = -1;
-    uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_fd(rec, self, &mfd, pidfd_p, msg, sizeof(msg));
-    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
-    *st_p = st;
-    if (st != BYVAL_OK) {
-        vmm_log_failure(st, "%s", msg);
+    const byval_record_t *rec = q->rec;
+    *r_p = (CUresult)byval_import_fetch(&vmm, vmm.api, rec, &mfd, pidfd_p);
+    if (*r_p != CUDA_SUCCESS)
         return NULL;
-    }
     byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
     close(mfd);
-    *st_p = BYVAL_E_FDKIND;
+    *r_p = CUDA_ERROR_INVALID_VALUE;
     if (!man)
         vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
-    else if (man->pool_id != pool_id || man->chunks[0].offset != first)
+    else if (man->pool_id != q->pool_id || man->chunks[0].offset != q->first)
         vmm_log_failure(BYVAL_E_FDKIND,
-                        "malformed handle from pid %u: its pool or chunk is not "
-                        "its manifest's",
+                        "malformed handle from pid %u: its pool or chunk is not its manifest's",
                         rec->pid);
     else
         return man;
@@ -488,175 +504,221 @@ static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_s
     return NULL;
 }
 
-CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
-                           CUdeviceptr *pdptr, int *ours_p)
+static int vmm_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
-    *ours_p = 1;
+    const vmm_req_t *q = req;
     const byval_cu_real_t *rl = byval_cu_real();
-    byval_self_t self;
-    CUcontext ctx = NULL;
+    cu_mirror_t *m = (cu_mirror_t *)had;
+    int pidfd = -1;
+    CUresult r;
+    byval_manifest_t *man = manifest_fetch(q, &pidfd, &r);
+    if (man)
+        r = m && m->size == man->reserve_size
+            ? mirror_grow(rl, pidfd, q->rec, man, q->rb, q->first, m)
+            : CUDA_ERROR_ALREADY_MAPPED;
+    if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
+        r = mirror_new(rl, pidfd, q->rec, man, q->ctx, &m);
+        if (r == CUDA_SUCCESS)
+            serve(m, q->rb, q->first, m->recs[0].end);
+    }
+    free(man);
+    byval_fetch_done(q->rec, pidfd);
+    if (r != CUDA_SUCCESS)
+        BYVAL_STAT_INC(open_errors);
+    else
+        *m_p = &m->core;
+    return r;
+}
+
+#define CU_BACKEND(nm, what_, key_len_)                                                           \
+    .name = nm, .api = "cuIpcOpenMemHandle", .close_api = "cuIpcCloseMemHandle", .what = what_,   \
+    .kept = "closed (the mapping stays cached until its exporter frees it)", .key_len = key_len_, \
+    .nomem = CUDA_ERROR_OUT_OF_MEMORY, .invalid = CUDA_ERROR_INVALID_VALUE
+
+/* No .track: a mirror notes its pool's entry when it is made. */
+static byval_backend_import_t vmm = {
+    CU_BACKEND("cuda vmm import", "", BYVAL_CU_VMM_KEY_LEN),
+    .check = vmm_check,
+    .serves = vmm_serves,
+    .import = vmm_import,
+    .ptr = vmm_ptr,
+    .stale = vmm_stale,
+    .release = vmm_release,
+    .same = vmm_same,
+    .closed_dead = vmm_closed_dead,
+};
+
+static int vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
+                    uintptr_t *out)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    vmm_req_t q = {.rec = rec, .rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF};
     if (!rl)
         return CUDA_ERROR_NOT_INITIALIZED;
-    byval_once(&import_once, import_init);
-    if (!vmm_cache)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
+    if (rl->ctx_get_current(&q.ctx) != CUDA_SUCCESS || !q.ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     byval_exporters_poll();
-
-    /* Where the exporter's pointer sits in its reservation, and the pool:
-     * every handle into one pool shares one mirror (the key has no
-     * offset). */
-    uint64_t first, pool_id;
-    memcpy(&first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(first));
-    memcpy(&pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(pool_id));
-    byval_cu_key_t key;
-    memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes of the key left unset */
-    key.type = BYVAL_CU_KEY_VMM;
+    /* Every handle into one pool shares one mirror: the key has no offset. */
+    memcpy(&q.first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(q.first));
+    memcpy(&q.pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(q.pool_id));
+    cu_key_t key;
+    memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes left unset */
+    key.type = CU_KEY_VMM;
     key.flags = flags;
-    key.ctx = (uintptr_t)ctx;
+    key.ctx = (uintptr_t)q.ctx;
     key.u.vmm.pidns = rec->pidns;
     key.u.vmm.pid = rec->pid;
     key.u.vmm.identity = rec->identity;
-    key.u.vmm.alloc_id = pool_id;
-
-    unsigned long long t_open = BYVAL_LOG_T0();
-    byval_lru_ref_t ref = 0;
-    const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
-    cu_mirror_t *m = (cu_mirror_t *)byval_imports_get(vmm_cache, &key, &ref);
-    int retries = 0;
-    if (m && served(m, rb, first)) {
-        CUresult r = vmm_hand_out(m, ref, first, pdptr);
-        if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core)) {
-            /* It died since the get: an exporter's unmap, after which a
-             * dead mirror gives back what no open needs, which this open,
-             * counted only now, may not have been (mirror_prune). */
-            byval_imports_close((uintptr_t)*pdptr);
-            m = NULL;
-            ref = 0;
-            goto miss;
-        }
-        if (r == CUDA_SUCCESS) {
-            BYVAL_STAT_INC(opens);
-            BYVAL_STAT_INC(open_hits);
-            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid,
-                           __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
-                           (const void *)(uintptr_t)*pdptr, t_open);
-        }
-        return r;
-    }
-miss:;
-    /* rec was parsed without its checksum (a hit equals a checked record):
-     * check it now, before anything trusts it. */
-    byval_record_t checked;
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (byval_wire_decode(rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK) {
-        *ours_p = 0;
-        goto out;
-    }
-    r = CUDA_ERROR_NOT_INITIALIZED;
-    if (byval_self_get(&self) != 0) /* who we are: only a miss needs it */
-        goto out;
-    /* The driver's own open checks the current context first: with a reset
-     * primary context current it answers CUDA_ERROR_CONTEXT_IS_DESTROYED,
-     * while cuCtxGetDevice and cuMemAddressReserve, the calls a VMM import
-     * makes, still succeed (H100, driver 580). cuCtxGetId answers as the
-     * open does. A hit needs no check: a context's end purges its imports. */
-    unsigned long long ctx_id;
-    r = rl->ctx_get_id ? rl->ctx_get_id(ctx, &ctx_id) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS)
-        goto out;
-    BYVAL_STAT_INC(opens);
-    BYVAL_STAT_INC(open_misses);
-
-    int pidfd = -1;
-    byval_status_t st;
-    byval_manifest_t *man = manifest_fetch(rec, &self, pool_id, first, &pidfd, &st);
-    r = !man ? (st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE)
-        : m && m->size == man->reserve_size ? mirror_grow(rl, pidfd, rec, man, rb, first, m)
-                                            : CUDA_ERROR_ALREADY_MAPPED;
-    if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
-        if (m)
-            byval_imports_unget(vmm_cache, ref);
-        m = NULL;
-        r = mirror_new(rl, pidfd, rec, man, ctx, &m);
-        if (r == CUDA_SUCCESS) {
-            serve(m, rb, first, m->recs[0].end);
-            byval_import_t *out;
-            byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
-            if (!ref) /* every cached mapping is open: this one lives uncached */
-                BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
-                                "0x%llx not cached",
-                                byval_cfg.cache_size, (unsigned long long)m->base);
-            m = (cu_mirror_t *)out;
-        }
-    }
-    free(man);
-    byval_fetch_done(rec, pidfd);
-    if (r != CUDA_SUCCESS) {
-        BYVAL_STAT_INC(open_errors);
-        goto out;
-    }
-    r = vmm_hand_out(m, ref, first, pdptr);
-    if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core) && ++retries < 8) {
-        /* Died before this open was counted: it may have given back the
-         * chunks this open needs (mirror_prune). Import afresh. */
-        byval_imports_close((uintptr_t)*pdptr);
-        m = NULL;
-        ref = 0;
-        goto miss;
-    }
-    if (r == CUDA_SUCCESS)
-        byval_log_open("", byval_fetch_route(), rec->pid,
-                       __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
-                       (const void *)(uintptr_t)*pdptr, t_open);
-    return r;
-out:
-    if (m)
-        byval_imports_unget(vmm_cache, ref);
-    return r;
+    key.u.vmm.alloc_id = q.pool_id;
+    return byval_import_open(&vmm, &key, &q, out);
 }
+
+/* ---- legacy --------------------------------------------------------------- */
+
+typedef struct cu_legacy {
+    byval_import_t core;
+    CUdeviceptr ptr;
+    CUcontext ctx;
+    uint8_t handle[CU_IPC_HANDLE_SIZE];
+} cu_legacy_t;
+
+typedef struct legacy_req {
+    byval_cu_open_fn next;
+    const CUipcMemHandle *h;
+    unsigned int flags;
+    CUcontext ctx;
+} legacy_req_t;
+
+static void legacy_release(byval_import_t *b)
+{
+    cu_legacy_t *e = (cu_legacy_t *)b;
+    const byval_cu_real_t *rl = byval_cu_real();
+    if (rl && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
+        byval_enter();
+        CUcontext saved = byval_cu_ctx_push(e->ctx);
+        CUresult r = rl->ipc_close(e->ptr);
+        byval_cu_ctx_pop(saved);
+        byval_leave();
+        if (r != CUDA_SUCCESS)
+            BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
+                            (unsigned long long)e->ptr, byval_cu_err(r));
+    }
+}
+
+/* The key holds all 64 handle bytes: one key, one record. */
+static int legacy_same(const byval_import_t *a, const byval_import_t *b)
+{
+    return 1;
+}
+
+static int legacy_serves(const byval_import_t *m, const void *req)
+{
+    return 1;
+}
+
+/* Driver 580 puts the exporter's getpid() in bytes 8-11 (little endian). */
+static void legacy_track(byval_import_t *b)
+{
+    const cu_legacy_t *e = (const cu_legacy_t *)b;
+    uint32_t pid = (uint32_t)e->handle[8] | (uint32_t)e->handle[9] << 8 |
+        (uint32_t)e->handle[10] << 16 | (uint32_t)e->handle[11] << 24;
+    byval_track_pid(b, pid, byval_reg_key_bytes(e->handle, sizeof(e->handle)));
+}
+
+/* A racing thread's open of the same handle gets the same pointer (the
+ * driver counts opens): the core keeps one mapping and closes the other. */
+static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
+{
+    const legacy_req_t *q = req;
+    const byval_cu_real_t *rl = byval_cu_real();
+    CUdeviceptr p = 0, base = 0;
+    size_t size = 0;
+    (void)had;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_enter();
+    CUresult r = q->next(&p, *q->h, q->flags);
+    if (r == CUDA_SUCCESS && rl->mem_get_address_range(&base, &size, p) != CUDA_SUCCESS)
+        size = 0;
+    byval_leave();
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    cu_legacy_t *e = calloc(1, sizeof(*e));
+    if (!e) {
+        byval_enter();
+        rl->ipc_close(p);
+        byval_leave();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->ptr = p;
+    e->ctx = q->ctx;
+    memcpy(e->handle, q->h->reserved, sizeof(e->handle));
+    e->core.bytes = size;
+    e->core.ctx = (uintptr_t)q->ctx;
+    e->core.addr = (uintptr_t)p;
+    *m_p = &e->core;
+    return CUDA_SUCCESS;
+}
+
+static byval_backend_import_t legacy = {
+    CU_BACKEND("cuda legacy import", "legacy ", sizeof(cu_key_t)),
+    .driver_route = 1,
+    .serves = legacy_serves,
+    .import = legacy_import,
+    .release = legacy_release,
+    .same = legacy_same,
+    .track = legacy_track,
+    .shared_ptr = 1,
+};
+
+static int legacy_open(byval_cu_open_fn next, const CUipcMemHandle *h, unsigned int flags,
+                       uintptr_t *out)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    legacy_req_t q = {next, h, flags, NULL};
+    if (!rl || rl->ctx_get_current(&q.ctx) != CUDA_SUCCESS || !q.ctx)
+        return BYVAL_IMPORT_PASS;
+    cu_key_t key;
+    memset(&key, 0, sizeof(key));
+    key.type = CU_KEY_LEGACY;
+    key.flags = flags;
+    key.ctx = (uintptr_t)q.ctx;
+    memcpy(key.u.legacy, h->reserved, sizeof(key.u.legacy));
+    return byval_import_open(&legacy, &key, &q, out);
+}
+
+/* ---- the entry points ----------------------------------------------------- */
 
 CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
                            unsigned int flags)
 {
     byval_record_t rec;
+    uintptr_t out = 0;
+    int r = BYVAL_IMPORT_PASS;
     if (!byval_init() || !byval_cfg.cuda || !pdptr)
         return next(pdptr, h, flags);
     const uint8_t *rb = (const uint8_t *)h.reserved + BYVAL_CU_RECORD_OFF;
-    /* Parsed without the checksum: a hit must equal a cached (checked)
-     * record, and a miss checks it before using it. */
+    /* Parsed without the checksum: a hit equals a checked record, a miss
+     * checks it (vmm_check). */
     if (byval_wire_is_candidate(rb, BYVAL_WIRE_LEN) &&
         byval_wire_parse(rb, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK &&
-        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST) {
-        int ours;
-        CUresult r = byval_cu_vmm_open(&rec, &h, flags, pdptr, &ours);
-        if (ours)
-            return r;
+        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST)
+        r = vmm_open(&rec, &h, flags, &out);
+    if (r == BYVAL_IMPORT_PASS && byval_cfg.cuda_legacy_cache)
+        r = legacy_open(next, &h, flags, &out);
+    if (r == BYVAL_IMPORT_PASS) {
+        BYVAL_STAT_INC(open_passthrough);
+        return next(pdptr, h, flags);
     }
-    if (byval_cfg.cuda_legacy_cache)
-        return byval_cu_legacy_open(next, pdptr, h, flags);
-    BYVAL_STAT_INC(open_passthrough);
-    return next(pdptr, h, flags);
+    if (r == CUDA_SUCCESS)
+        *pdptr = (CUdeviceptr)out;
+    return (CUresult)r;
 }
 
 CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda)
         return next(ptr);
-    unsigned long long t_close = BYVAL_LOG_T0();
-    switch (byval_imports_close((uintptr_t)ptr)) {
-    case BYVAL_IMPORTS_CLOSED:
-        BYVAL_STAT_INC(closes);
-        byval_log_close("", (const void *)(uintptr_t)ptr,
-                        "closed (the mapping stays cached until its exporter frees it)", t_close);
-        return CUDA_SUCCESS;
-    case BYVAL_IMPORTS_NOT_OPEN:
-        /* As the driver answers a pointer that is not open; the cached
-         * mapping behind it must not be touched. */
-        BYVAL_STAT_INC(double_closes);
-        byval_log_double_close("cuIpcCloseMemHandle", (const void *)(uintptr_t)ptr);
-        return CUDA_ERROR_INVALID_VALUE;
-    default: return next(ptr); /* not a mapping we handed out */
-    }
+    int r = byval_import_close(&vmm, (uintptr_t)ptr, (const void *)(uintptr_t)ptr);
+    return r == BYVAL_IMPORT_PASS ? next(ptr) : (CUresult)r;
 }

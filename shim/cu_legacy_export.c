@@ -22,7 +22,7 @@
 #include "shim/config.h"
 #include "shim/cu.h"
 #include "shim/init.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 typedef struct legacy_export {
     byval_export_t core;      /* first: cache/exports.h */

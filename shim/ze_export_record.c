@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "handles/resolve.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 #include "shim/ze.h"
 
 /* Pattern for bytes 17..63: position-dependent so that a driver that

@@ -15,7 +15,7 @@
 #include "shim/config.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 #include "shim/ze_short.h"
 
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)

@@ -2,7 +2,7 @@
 /* transport.c - the IPCBYVAL_TRANSPORT policy (see transport.h): the
  * configured mode handed to the resolution (handles/resolve.c), the
  * exporter's kept pidfd lent to it, and the log line. */
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 #include <errno.h>
 #include <pthread.h>

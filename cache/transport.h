@@ -5,8 +5,8 @@
  * first; on EPERM/ENOSYS/foreign pid namespace the socket, remembered per
  * exporter so later opens go straight to what worked).
  */
-#ifndef BYVAL_SHIM_TRANSPORT_H
-#define BYVAL_SHIM_TRANSPORT_H
+#ifndef BYVAL_CACHE_TRANSPORT_H
+#define BYVAL_CACHE_TRANSPORT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * imports_flow.c - the one open and close flow of every import backend
+ * (imports.h), and what ties imported mappings to their exporters: the
+ * liveness word in the exporter's registry (handles/registry_view.h),
+ * the registry watcher's and the exporters table's events, the budgets.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cache/imports.h"
+#include "cache/locks.h"
+#include "cache/transport.h"
+#include "handles/registry_view.h"
+#include "handles/resolve.h"
+#include "shim/config.h"
+#include "shim/exporters.h"
+#include "shim/log.h"
+#include "shim/stats.h"
+
+#define NSEEN (int)(sizeof(((byval_backend_import_t *)0)->seen) / sizeof(int))
+
+int byval_import_refuse(byval_backend_import_t *b, const char *api, int st, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    byval_log_once_per_kind(b->seen, NSEEN, st, api, "%s", msg);
+    return st == BYVAL_E_NOFD ? b->nomem : b->invalid;
+}
+
+int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_record_t *rec,
+                       int *fd_p, int *pidfd_p)
+{
+    char msg[512];
+    byval_self_t self;
+    int pidfd = -1;
+    if (byval_self_get(&self) != 0)
+        return b->invalid;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_status_t st = byval_fetch_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
+    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
+    if (pidfd_p && st == BYVAL_OK)
+        *pidfd_p = pidfd;
+    else
+        byval_fetch_done(rec, pidfd);
+    return st == BYVAL_OK ? 0 : byval_import_refuse(b, api, st, "%s", msg);
+}
+
+/* Open ptr of m for req: 0, or the API's code (the reference dropped). */
+static int hand_out(byval_backend_import_t *b, byval_import_t *m, byval_lru_ref_t ref,
+                    const void *req, uintptr_t *ptr_p)
+{
+    uintptr_t p = b->ptr ? b->ptr(m, req) : m->addr;
+    if (!p) {
+        byval_imports_unget(b->cache, ref);
+        return b->invalid;
+    }
+    if (byval_imports_open(b->cache, m, ref, p) < 0)
+        return b->nomem;
+    *ptr_p = p;
+    return 0;
+}
+
+static void track_init(void);
+static byval_once_t track_once = BYVAL_ONCE_INIT;
+
+/* b's cache: made by the first open (a racing thread's is dropped). */
+static byval_imports_t *cache_of(byval_backend_import_t *b)
+{
+    byval_imports_t *c = __atomic_load_n(&b->cache, __ATOMIC_ACQUIRE), *none = NULL;
+    if (c)
+        return c;
+    byval_once(&track_once, track_init);
+    b->untrack = byval_track_untrack;
+    b->watch = byval_track_watch;
+    if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
+        BYVAL_LOG_ERROR("cannot allocate the %s cache: this open fails", b->name);
+    else if (!__atomic_compare_exchange_n(&b->cache, &none, c, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE))
+        byval_imports_destroy(c), c = none;
+    else
+        byval_stats_register_cache(b->name, byval_imports_lru(c));
+    return c;
+}
+
+int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uintptr_t *ptr_p)
+{
+    byval_imports_t *c = cache_of(b);
+    if (!c)
+        return b->nomem;
+    unsigned long long t0 = BYVAL_LOG_T0();
+    byval_lru_ref_t ref = 0, had_ref = 0;
+    byval_import_t *m = byval_imports_get(c, key, &ref), *had = NULL;
+    int r, retries = 0;
+    if (m && !b->serves(m, req)) { /* same key, another record: a miss */
+        had = m;
+        had_ref = ref;
+    } else if (m) {
+        r = hand_out(b, m, ref, req, ptr_p);
+        if (r || !b->stale || !b->stale(m)) {
+            if (!r) {
+                BYVAL_STAT_INC(opens);
+                BYVAL_STAT_INC(open_hits);
+                byval_log_open(b->what, BYVAL_ROUTE_HIT, m->pid,
+                               __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
+            }
+            return r;
+        }
+        byval_imports_close(*ptr_p);
+    }
+    for (;;) {
+        if (b->check && (r = b->check(req)) != 0)
+            break;
+        BYVAL_STAT_INC(opens);
+        BYVAL_STAT_INC(open_misses);
+        if ((r = b->import(req, had, &m)) != 0)
+            break;
+        if (m != had) {
+            if (had)
+                byval_imports_unget(c, had_ref);
+            byval_imports_insert(c, key, m, &m, &ref);
+            if (!ref)
+                BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
+                                "0x%llx not cached",
+                                byval_cfg.cache_size, (unsigned long long)m->addr);
+        } else {
+            ref = had_ref;
+        }
+        had = NULL;
+        r = hand_out(b, m, ref, req, ptr_p);
+        if (r || !b->stale || !b->stale(m) || ++retries >= 8)
+            break;
+        byval_imports_close(*ptr_p); /* died before this open counted: afresh */
+    }
+    if (had)
+        byval_imports_unget(c, had_ref);
+    if (!r)
+        byval_log_open(b->what, b->driver_route ? BYVAL_ROUTE_DRIVER : byval_fetch_route(), m->pid,
+                       __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
+    return r;
+}
+
+int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const void *shown)
+{
+    unsigned long long t0 = BYVAL_LOG_T0();
+    switch (byval_imports_close(ptr)) {
+    case BYVAL_IMPORTS_CLOSED:
+        BYVAL_STAT_INC(closes);
+        byval_log_close(b->what, shown, b->kept, t0);
+        return 0;
+    case BYVAL_IMPORTS_NOT_OPEN: /* the cached mapping behind it must not be touched */
+        BYVAL_STAT_INC(double_closes);
+        byval_log_double_close(b->close_api, shown);
+        return b->invalid;
+    default: return BYVAL_IMPORT_PASS;
+    }
+}
+
+/* ---- exporters ------------------------------------------------------------
+ * Events come from the registry watcher thread (an exporter freed an
+ * export, or its process image is gone) and the exporters table (a kept
+ * pidfd says the exporter exited): closed mappings are released at once,
+ * open ones at their last close, as natively. */
+
+static const uint64_t freed_word = 0; /* never a serial: "not listed" */
+static void (*event_hook)(void);
+
+static int of_view(void *ctx, const byval_import_t *m)
+{
+    const byval_reg_view_t *v = ctx;
+    return __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE) == v &&
+        (byval_reg_view_gone(v) || !byval_import_alive(m));
+}
+
+void byval_track_on_event(void (*fn)(void))
+{
+    __atomic_store_n(&event_hook, fn, __ATOMIC_RELEASE);
+}
+
+static void on_registry_event(byval_reg_view_t *v, int gone)
+{
+    size_t n = byval_imports_remove_if(of_view, v);
+    void (*hook)(void) = __atomic_load_n(&event_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook();
+    if (gone) { /* its kept pidfd goes too, without waiting for an open */
+        byval_exporter_id_t id;
+        byval_reg_view_id(v, &id.pidns, &id.pid, &id.identity);
+        byval_exporters_gone(&id);
+    }
+    BYVAL_STAT_ADD(released_freed, n);
+    if (n)
+        BYVAL_LOG_DEBUG("exporter %s: released %zu cached mapping%s", gone ? "gone" : "freed", n,
+                        n == 1 ? "" : "s");
+}
+
+static int of_exporter(void *ctx, const byval_import_t *m)
+{
+    const byval_exporter_id_t *id = ctx;
+    return m->pidns == id->pidns && m->pid == id->pid && m->identity == id->identity;
+}
+
+static void exporter_exited(const byval_exporter_id_t *id)
+{
+    byval_imports_remove_if(of_exporter, (void *)id);
+}
+
+static void track_init(void)
+{
+    byval_imports_set_budget(byval_cfg.cache_bytes);
+    byval_reg_on_event(on_registry_event);
+    byval_exporters_on_exit(exporter_exited);
+}
+
+void byval_track_untrack(void *tracker)
+{
+    byval_reg_view_put(tracker);
+}
+
+/* Once per exporter pid: its mappings go untracked. */
+static void untracked(uint32_t pid, const char *why)
+{
+    static uint32_t last_pid;
+    if (__atomic_exchange_n(&last_pid, pid, __ATOMIC_RELAXED) != pid)
+        BYVAL_LOG_INFO("pid %u: %s: its closed mappings are kept within IPCBYVAL_CACHE_BYTES", pid,
+                       why);
+}
+
+static void track_in(byval_import_t *m, byval_reg_view_t *v, uint64_t key, uint32_t ino)
+{
+    uint64_t serial = 0;
+    const uint64_t *w = byval_reg_find(v, key, ino, &serial);
+    if (w)
+        byval_import_track(m, w, serial, v);
+    else
+        byval_import_track(m, &freed_word, 1, v); /* freed before we looked */
+}
+
+/* A closed mapping now waits on its exporter's frees: the watcher runs
+ * on demand (without it the next open still sees the liveness word). */
+void byval_track_watch(byval_import_t *m)
+{
+    char msg[256] = "";
+    int rc = m->tracker ? byval_reg_watch_need(msg, sizeof(msg)) : 0;
+    if (rc < 0)
+        untracked(m->pid, msg);
+    else if (rc > 0)
+        BYVAL_LOG_DEBUG("release watcher started: a closed mapping of pid %u waits on its "
+                        "exporter's frees",
+                        m->pid);
+}
+
+static byval_reg_view_t *attach(const byval_record_t *rec, int pidfd, char *msg, size_t len)
+{
+    return pidfd >= 0 ? byval_reg_attach(rec, byval_cfg.transport, pidfd, msg, len) : NULL;
+}
+
+void byval_track_record(byval_import_t *m, const byval_record_t *rec, int pidfd, uint64_t key,
+                        uint32_t ino)
+{
+    char msg[512] = "";
+    byval_exporter_id_t id = {rec->pidns, rec->pid, rec->identity};
+    int kept = pidfd == BYVAL_TRACK_KEPT ? byval_exporters_hold(&id) : -1;
+    byval_reg_view_t *v = attach(rec, pidfd == BYVAL_TRACK_KEPT ? kept : pidfd, msg, sizeof(msg));
+    if (pidfd == BYVAL_TRACK_KEPT)
+        byval_exporters_release(&id, kept);
+    if (v)
+        track_in(m, v, key, ino);
+    else
+        untracked(rec->pid, msg[0] ? msg : "no pidfd of it is kept");
+}
+
+int byval_track_listed(const byval_record_t *rec, int pidfd, uint64_t key, uint32_t ino)
+{
+    char msg[512] = "";
+    uint64_t serial = 0;
+    byval_reg_view_t *v = attach(rec, pidfd, msg, sizeof(msg));
+    int listed = v && byval_reg_find(v, key, ino, &serial) != NULL;
+    byval_reg_view_put(v);
+    return listed;
+}
+
+void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key)
+{
+    char msg[512] = "";
+    byval_reg_view_t *v = byval_reg_attach_pid(pid, msg, sizeof(msg));
+    if (v)
+        track_in(m, v, key, 0);
+    else
+        BYVAL_LOG_DEBUG("legacy handle of pid %u: %s: kept within IPCBYVAL_CACHE_BYTES", pid, msg);
+}
