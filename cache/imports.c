@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * imports.c - the lifecycle core of imported mappings (see imports.h).
+ * imports.c - the lifecycle core of imported mappings (imports.h): opens,
+ * closes, budgets, the one release path, releases by rule and purges.
  *
  * Design notes.
  * - One open-pointer map for every API: close gets only a pointer. It
@@ -25,30 +26,63 @@
  *   the registry watcher's events remove freed ones at once.
  * - Releases run under a shared gate, which a fork takes exclusive; a
  *   context's purge waits for every release of that context, also those
- *   other threads started (imports_life.c).
+ *   other threads started.
+ * - Why a live list: a mapping that an eviction, a removal or a last
+ *   close takes out of its cache is released after the cache lock is
+ *   dropped, on whichever thread. A context's destroy in that window
+ *   would find nothing of its context, and the release would then close
+ *   the mapping with a dead (or reused) context handle. Every mapping is
+ *   listed from its insert until its release returns; a purge waits until
+ *   none of its context is listed.
  */
 #include "cache/imports.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
-#include "cache/imports_internal.h"
+#include "cache/locks.h"
 #include "cache/ptrmap.h"
 
-byval_imports_global_t byval_imports_g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
-                                          .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
-                                          .released = PTHREAD_COND_INITIALIZER,
-                                          .budget = UINT64_MAX};
-#define g byval_imports_g
+#define IMPORTS_MAX 8
 
-static int alive(const byval_import_t *m)
+struct byval_imports {
+    const byval_backend_import_t *ops;
+    byval_lru_t *lru;
+};
+
+static struct {
+    byval_lock_t lock;       /* the list of caches, the uncached and live lists */
+    pthread_cond_t released; /* a listed mapping's release ended */
+    byval_imports_t *caches[IMPORTS_MAX];
+    unsigned ncaches;
+    byval_import_t *uncached;
+    /* Every mapping from its insert until its release has returned: a
+     * mapping an eviction or a removal took out of its cache is in no
+     * cache while its release runs, on whichever thread. */
+    byval_import_t *live;
+    byval_ptrmap_t *open_ptrs;
+    byval_rwlock_t gate; /* releases shared, fork and purges exclusive */
+    uint64_t closed, peak, budget;
+} g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
+       .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
+       .released = PTHREAD_COND_INITIALIZER,
+       .budget = UINT64_MAX};
+
+/* An acquire load (LD, in lru_internal.h, is a relaxed one). */
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+
+static void release(byval_import_t *m);
+static void list(byval_import_t *m);
+static int holds(uintptr_t ptr);
+static int open_shared(const byval_import_t *m);
+
+int byval_import_alive(const byval_import_t *m)
 {
     const uint64_t *w = LD_ACQ(&m->live);
     return !w ||
         __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
-/* alive() right after m was tracked: either we see the exporter's free
+/* byval_import_alive() right after m was tracked: either we see the exporter's free
  * or its wake-up's scan sees m tracked. We store m->live then load the
  * serial word; the watcher loads m->tracker and m->live after the
  * exporter's store to that word (ordered by its pipe write). A store and
@@ -62,19 +96,12 @@ static int alive_tracked(const byval_import_t *m)
         __atomic_load_n(w, __ATOMIC_SEQ_CST) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
-int byval_import_alive(const byval_import_t *m)
-{
-    return alive(m);
-}
-
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker)
 {
     __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED); /* read by the watcher thread */
     __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
     __atomic_store_n(&m->live, word, __ATOMIC_SEQ_CST); /* after the serial; alive_tracked */
 }
-
-#define release byval_imports_release
 
 static void evicted(void *ctx, const void *key, void *value)
 {
@@ -94,7 +121,8 @@ BYVAL_LOCK_STATIC(imports, &g.lock);
  * themselves, without driver calls): it forgets the opens too. */
 static void imports_fork_child(void)
 {
-    byval_imports_life_child();
+    g.live = NULL;
+    pthread_cond_init(&g.released, NULL);
     byval_ptrmap_clear(g.open_ptrs);
     g.uncached = NULL;
     __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
@@ -173,7 +201,7 @@ byval_import_t *byval_imports_get(byval_imports_t *c, const void *key, byval_lru
     if (!byval_lru_get_ref(c->lru, key, &v, ref_p))
         return NULL;
     byval_import_t *m = v;
-    if (!alive(m) && !byval_imports_open_shared(m)) {
+    if (!byval_import_alive(m) && !open_shared(m)) {
         /* The exporter freed it: out of the cache (released when its last
          * user closes it, maybe now), and this open imports afresh. */
         byval_lru_remove_ref(c->lru, *ref_p);
@@ -217,7 +245,7 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
                          byval_import_t **out_p, byval_lru_ref_t *ref_p)
 {
     m->home = c;
-    byval_imports_list(m);
+    list(m);
     for (int tries = 0; tries < 8; tries++) {
         void *ex = NULL;
         byval_lru_ref_t ref = 0;
@@ -231,7 +259,7 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
         if (rc != BYVAL_LRU_EXISTS)
             break;
         byval_import_t *e = ex;
-        if (c->ops->same(e, m) && (alive(e) || c->ops->shared_ptr)) {
+        if (c->ops->same(e, m) && (byval_import_alive(e) || c->ops->shared_ptr)) {
             /* A racing thread imported the same record first. */
             release(m);
             *out_p = e;
@@ -369,7 +397,7 @@ int byval_imports_close(uintptr_t ptr)
     if (left == BYVAL_PTRMAP_CLOSED)
         return BYVAL_IMPORTS_NOT_OPEN;
     if (left < 0) /* inside a mapping of ours: the driver would release it under us */
-        return byval_imports_holds(ptr) ? BYVAL_IMPORTS_NOT_OPEN : BYVAL_IMPORTS_NOT_OURS;
+        return holds(ptr) ? BYVAL_IMPORTS_NOT_OPEN : BYVAL_IMPORTS_NOT_OURS;
     byval_import_t *m = v;
     if (!ref) { /* uncached: the driver's close at the last one */
         if (left == 0) {
@@ -381,15 +409,192 @@ int byval_imports_close(uintptr_t ptr)
     }
     byval_imports_t *c = m->home;
     int over = LD_ACQ(&m->counted) ? 0 : first_close(c, m, ref, left);
-    if (c->ops->closed_dead && left >= 0 && !alive(m)) {
+    if (c->ops->closed_dead && left >= 0 && !byval_import_alive(m)) {
         byval_rdlock(&g.gate);
         c->ops->closed_dead(m);
         byval_rdunlock(&g.gate);
     }
-    if (c->ops->shared_ptr && !left && !alive(m)) /* kept while open (imports.h) */
+    if (c->ops->shared_ptr && !left && !byval_import_alive(m)) /* kept while open (imports.h) */
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
     if (over)
         byval_imports_shed();
     return BYVAL_IMPORTS_CLOSED;
+}
+
+/* ---- ends ------------------------------------------------------------------ */
+
+static void list(byval_import_t *m)
+{
+    m->inserting = 1; /* cleared once its cache has it */
+    byval_lock(&g.lock);
+    m->lprev = NULL;
+    m->lnext = g.live;
+    if (g.live)
+        g.live->lprev = m;
+    g.live = m;
+    byval_unlock(&g.lock);
+}
+
+static void unlist(byval_import_t *m)
+{
+    byval_lock(&g.lock);
+    if (m->lprev)
+        m->lprev->lnext = m->lnext;
+    else if (g.live == m)
+        g.live = m->lnext;
+    if (m->lnext)
+        m->lnext->lprev = m->lprev;
+    pthread_cond_broadcast(&g.released);
+    byval_unlock(&g.lock);
+}
+
+static int holds(uintptr_t ptr)
+{
+    int in = 0;
+    byval_lock(&g.lock);
+    for (byval_import_t *m = g.live; m && !in; m = m->lnext)
+        in = m->addr && ptr >= m->addr &&
+            ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
+    byval_unlock(&g.lock);
+    return in;
+}
+
+static void release(byval_import_t *m)
+{
+    const byval_backend_import_t *ops = m->home->ops;
+    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
+    /* Closed for the application from here on, recorded until the driver
+     * has unmapped it (design notes). */
+    byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
+    if (LD_ACQ(&m->counted)) {
+        byval_lock(&g.lock);
+        __atomic_sub_fetch(&g.closed, m->charged, __ATOMIC_RELAXED);
+        m->charged = 0;
+        byval_unlock(&g.lock);
+    }
+    byval_rdlock(&g.gate);
+    ops->release(m);
+    byval_rdunlock(&g.gate);
+    byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
+    if (tracker && ops->untrack)
+        ops->untrack(tracker);
+    unlist(m);
+    free(m);
+}
+
+/* ---- releases by rule ----------------------------------------------------- */
+
+typedef struct pred_adapter {
+    int (*pred)(void *, const byval_import_t *);
+    void *ctx;
+} pred_adapter_t;
+
+static int open_shared(const byval_import_t *m)
+{
+    return m->home->ops->shared_ptr && byval_ptrmap_count_value(g.open_ptrs, m->addr, m) > 0;
+}
+
+/* Rules release what nobody needs: a shared_ptr mapping that is open
+ * stays (imports.h), released by its last close. */
+static int adapt(void *ctx, const void *key, void *value)
+{
+    const pred_adapter_t *a = ctx;
+    (void)key;
+    return a->pred(a->ctx, value) && !open_shared(value);
+}
+
+static int adapt_all(void *ctx, const void *key, void *value)
+{
+    const pred_adapter_t *a = ctx;
+    (void)key;
+    return a->pred(a->ctx, value);
+}
+
+size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx)
+{
+    pred_adapter_t a = {pred, ctx};
+    size_t n = 0;
+    unsigned nc = LD_ACQ(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_remove_if(LD_ACQ(&g.caches[i])->lru, adapt, &a);
+    return n;
+}
+
+typedef struct ctx_match {
+    uintptr_t ctx;
+    int dead;
+} ctx_match_t;
+
+static int of_ctx(void *arg, const byval_import_t *m)
+{
+    const ctx_match_t *c = arg;
+    if (m->ctx != c->ctx)
+        return 0;
+    if (c->dead) /* under the cache lock: the release comes after */
+        __atomic_store_n(&((byval_import_t *)m)->dead, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* A mapping of ctx still listed (its release not returned), not one that
+ * another thread is inserting now (a use of ctx racing its destroy). */
+static int in_flight(uintptr_t ctx, int dead)
+{
+    int n = 0;
+    for (byval_import_t *m = g.live; m; m = m->lnext)
+        if (m->ctx == ctx && !m->inserting) {
+            if (dead) /* gone already: the release must not touch it */
+                __atomic_store_n(&m->dead, 1, __ATOMIC_RELAXED);
+            n++;
+        }
+    return n;
+}
+
+static size_t purge_ctx(uintptr_t ctx, int dead)
+{
+    ctx_match_t match = {ctx, dead};
+    pred_adapter_t a = {of_ctx, &match};
+    size_t n = 0;
+    unsigned nc = LD_ACQ(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_purge_if(LD_ACQ(&g.caches[i])->lru, adapt_all, &a);
+    /* Uncached mappings of ctx, too. */
+    byval_import_t *gone = NULL;
+    byval_lock(&g.lock);
+    for (byval_import_t **pp = &g.uncached; *pp;) {
+        byval_import_t *m = *pp;
+        if (m->ctx == ctx) {
+            m->dead = dead;
+            *pp = m->unext;
+            m->unext = gone;
+            gone = m;
+        } else {
+            pp = &m->unext;
+        }
+    }
+    byval_unlock(&g.lock);
+    for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
+        nx = m->unext;
+        release(m);
+    }
+    /* Releases of ctx that other threads started before the purge (an
+     * eviction, the exporter's free seen by the watcher, the last close
+     * of a replaced entry): taken out of their cache, so the purge did
+     * not see them, but listed until they return. The context outlives
+     * them: the driver destroys it after this returns. */
+    byval_lock(&g.lock);
+    while (in_flight(ctx, dead))
+        pthread_cond_wait(&g.released, &g.lock.m);
+    byval_unlock(&g.lock);
+    return n;
+}
+
+size_t byval_imports_purge_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 0);
+}
+
+size_t byval_imports_forget_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 1);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * imports.h - imported mappings, whatever the GPU API: the lifecycle core
- * (imports.c, imports_life.c), the backend interface each API fills
+ * (imports.c), the backend interface each API fills
  * (byval_backend_import_t) and the one open and close flow that drives
  * every backend (imports_flow.c).
  *
@@ -131,7 +131,7 @@ void byval_track_on_event(void (*fn)(void));
 void byval_track_watch(byval_import_t *m);
 void byval_track_untrack(void *tracker);
 
-/* ---- the core (imports.c, imports_life.c) ------------------------------ */
+/* ---- the core (imports.c) ------------------------------ */
 
 /* m lives while *word == serial; tracker goes to ops->untrack. */
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker);

@@ -6,13 +6,11 @@
  * the registry watcher's and the exporters table's events, the budgets.
  */
 #include <stdarg.h>
-#include <stdio.h>
 
 #include "cache/imports.h"
 #include "cache/locks.h"
 #include "cache/transport.h"
 #include "handles/registry_view.h"
-#include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
 #include "shim/log.h"

@@ -4,8 +4,8 @@
 # the lifecycles of imports (imports*.c) and exports (exports*.c) over them;
 # locks.c: every lock's rank and the one fork handler (handles/ and shim/ use it too);
 # once.c: once-only initialisation that forks safely.
-LIB_SRC += cache/locks.c cache/once.c cache/exports.c cache/exports_items.c cache/imports.c cache/imports_life.c cache/lru.c cache/lru_remove.c cache/lru_put.c cache/lru_slab.c cache/lru_clock.c cache/lru_fork.c cache/stripe.c cache/ptrmap.c cache/vtally.c
-CACHE_OBJ = $(BUILD)/cache/locks.o $(BUILD)/cache/once.o $(BUILD)/cache/exports.o $(BUILD)/cache/exports_items.o $(BUILD)/cache/imports.o $(BUILD)/cache/imports_life.o $(BUILD)/cache/lru.o $(BUILD)/cache/lru_remove.o $(BUILD)/cache/lru_put.o $(BUILD)/cache/lru_slab.o $(BUILD)/cache/lru_clock.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/stripe.o $(BUILD)/cache/ptrmap.o $(BUILD)/cache/vtally.o
+LIB_SRC += cache/locks.c cache/once.c cache/exports.c cache/exports_items.c cache/imports.c cache/lru.c cache/lru_remove.c cache/lru_put.c cache/lru_slab.c cache/lru_clock.c cache/lru_fork.c cache/stripe.c cache/ptrmap.c cache/vtally.c
+CACHE_OBJ = $(BUILD)/cache/locks.o $(BUILD)/cache/once.o $(BUILD)/cache/exports.o $(BUILD)/cache/exports_items.o $(BUILD)/cache/imports.o $(BUILD)/cache/lru.o $(BUILD)/cache/lru_remove.o $(BUILD)/cache/lru_put.o $(BUILD)/cache/lru_slab.o $(BUILD)/cache/lru_clock.o $(BUILD)/cache/lru_fork.o $(BUILD)/cache/stripe.o $(BUILD)/cache/ptrmap.o $(BUILD)/cache/vtally.o
 
 LRU_TEST_SRC = test/unit/test_lru.c test/unit/test_lru_model.c test/unit/test_lru_threads.c \
                test/unit/test_lru_ref.c test/unit/test_lru_hash.c

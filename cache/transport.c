@@ -5,11 +5,9 @@
 #include "cache/transport.h"
 
 #include <errno.h>
-#include <pthread.h>
 
 #include "cache/locks.h"
 #include "handles/broker.h"
-#include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/tag.h"
 #include "handles/transport.h"
@@ -24,10 +22,7 @@ _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
                    BYVAL_MODE_SOCKET == BYVAL_TRANSPORT_SOCKET,
                "handles/transport.h modes are IPCBYVAL_TRANSPORT's values");
 
-static byval_exporter_id_t exporter_of(const byval_record_t *rec)
-{
-    return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
-}
+#define EXPORTER_OF(rec) ((byval_exporter_id_t){(rec)->pidns, (rec)->pid, (rec)->identity})
 
 static byval_once_t prover_once = BYVAL_ONCE_INIT;
 
@@ -52,7 +47,7 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
      * host's record could repeat: same boot only. */
     int kept = -1;
     if (rec->boot == self->boot) {
-        byval_exporter_id_t id = exporter_of(rec);
+        byval_exporter_id_t id = EXPORTER_OF(rec);
         kept = byval_exporters_hold(&id);
     }
     byval_fetch_info_t info;
@@ -86,16 +81,9 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     return st;
 }
 
-byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                   uint32_t fd_ino, int *fd_p, char *msg, size_t msglen)
-{
-    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, 0, fd_p, msg,
-                                         msglen);
-}
-
 void byval_fetch_done(const byval_record_t *rec, int pidfd)
 {
-    byval_exporter_id_t id = exporter_of(rec);
+    byval_exporter_id_t id = EXPORTER_OF(rec);
     byval_exporters_release(&id, pidfd);
 }
 
@@ -118,11 +106,6 @@ static int sink_offer(int fd, int open)
     else
         BYVAL_LOG_DEBUG("socket fallback unavailable for fd %d: %m", fd);
     return -1;
-}
-
-static void sink_withdraw(int fd)
-{
-    byval_broker_withdraw(fd);
 }
 
 static int enlist(int fd)
@@ -179,7 +162,7 @@ static const byval_exports_sink_t sink = {
     .publish = sink_publish,
     .unpublish = byval_reg_remove,
     .offer = sink_offer,
-    .withdraw = sink_withdraw,
+    .withdraw = byval_broker_withdraw,
     .enlist = enlist,
     .delist = byval_reg_drop_fd,
 };

@@ -30,11 +30,6 @@ int byval_fetch_route(void);
 /* Return or keep the pidfd byval_fetch_fd gave for rec's exporter. */
 void byval_fetch_done(const byval_record_t *rec, int pidfd);
 
-/* One more fd of the same exporter (CUDA manifest chunks), through the
- * transport that served the first fetch. */
-byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                   uint32_t fd_ino, int *fd_p, char *msg, size_t msglen);
-
 /* Exporter side: a table of exports (cache/exports.h) whose registry
  * entries, broker offers and rescue registrations go through this
  * transport (the pidfd-only transport offers and registers nothing),

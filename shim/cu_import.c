@@ -18,15 +18,13 @@
  * context and flags. The driver's bytes 8-11 carry the exporter's pid:
  * an exporter running ipcbyval publishes its frees in its registry.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cache/imports.h"
 #include "cache/locks.h"
-#include "handles/registry.h"
-#include "handles/resolve.h"
+#include "cache/transport.h"
+#include "handles/transport.h"
 #include "shim/config.h"
 #include "shim/cu.h"
 #include "shim/cu_manifest.h"
@@ -34,7 +32,6 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "cache/transport.h"
 
 /* Records a mirror remembers (a hit); more are served as misses that
  * find their chunks mapped already. */
@@ -269,7 +266,8 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
     crec.alloc_id = c->id;
     int fd = -1;
     uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_more_fd(&crec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
+    byval_status_t st = byval_transport_fetch_more_fd(&crec, byval_cfg.transport, pidfd, c->fd,
+                                                      c->fd_ino, 0, &fd, msg, sizeof(msg));
     t[0] += byval_stats_now_ns() - t0;
     if (st == BYVAL_E_FDKIND && !first &&
         byval_track_listed(rec, pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
@@ -304,11 +302,8 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
                         (unsigned long long)c->size, byval_cu_err(r));
         return r;
     }
-    CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof(acc));
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = dev;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
     if (r != CUDA_SUCCESS) {
         vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk of pid %u) failed: %s", rec->pid,

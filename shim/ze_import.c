@@ -18,14 +18,11 @@
 #include <unistd.h>
 
 #include "cache/imports.h"
-#include "handles/registry.h"
-#include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/exporters.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/ze.h"
 #include "shim/ze_short.h"
 
 #define POOL_TAG (UINT64_C(1) << 63)
