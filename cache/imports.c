@@ -312,21 +312,17 @@ void byval_imports_gated(void (*fn)(void *arg), void *arg)
 
 /* ---- close ---------------------------------------------------------------- */
 
-typedef struct shed {
-    uint64_t excess;
-} shed_t;
-
 static int shed_pred(void *ctx, const void *key, void *value)
 {
-    shed_t *s = ctx;
+    uint64_t *excess = ctx;
     const byval_import_t *m = value;
     (void)key;
-    if (!s->excess)
+    if (!*excess)
         return -1;
     if (!LD_ACQ(&m->counted))
         return 0;
     uint64_t bytes = __atomic_load_n(&m->bytes, __ATOMIC_RELAXED);
-    s->excess = bytes >= s->excess ? 0 : s->excess - bytes;
+    *excess = bytes >= *excess ? 0 : *excess - bytes;
     return 1;
 }
 
@@ -339,8 +335,8 @@ void byval_imports_shed(void)
         uint64_t budget = __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
         if (held <= budget)
             return;
-        shed_t s = {held - budget};
-        byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &s);
+        uint64_t excess = held - budget;
+        byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &excess);
     }
 }
 
@@ -504,13 +500,6 @@ static int adapt(void *ctx, const void *key, void *value)
     return a->pred(a->ctx, value) && !open_shared(value);
 }
 
-static int adapt_all(void *ctx, const void *key, void *value)
-{
-    const pred_adapter_t *a = ctx;
-    (void)key;
-    return a->pred(a->ctx, value);
-}
-
 size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx)
 {
     pred_adapter_t a = {pred, ctx};
@@ -521,19 +510,15 @@ size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), 
     return n;
 }
 
-typedef struct ctx_match {
-    uintptr_t ctx;
-    int dead;
-} ctx_match_t;
-
-static int of_ctx(void *arg, const byval_import_t *m)
+/* arg: {ctx, dead}. Under the cache lock: the release comes after. */
+static int of_ctx(void *arg, const void *key, void *value)
 {
-    const ctx_match_t *c = arg;
-    if (m->ctx != c->ctx)
-        return 0;
-    if (c->dead) /* under the cache lock: the release comes after */
-        __atomic_store_n(&((byval_import_t *)m)->dead, 1, __ATOMIC_RELAXED);
-    return 1;
+    const uintptr_t *c = arg;
+    byval_import_t *m = value;
+    (void)key;
+    if (m->ctx == c[0] && c[1])
+        __atomic_store_n(&m->dead, 1, __ATOMIC_RELAXED);
+    return m->ctx == c[0];
 }
 
 /* A mapping of ctx still listed (its release not returned), not one that
@@ -552,12 +537,11 @@ static int in_flight(uintptr_t ctx, int dead)
 
 static size_t purge_ctx(uintptr_t ctx, int dead)
 {
-    ctx_match_t match = {ctx, dead};
-    pred_adapter_t a = {of_ctx, &match};
+    uintptr_t match[2] = {ctx, (uintptr_t)dead};
     size_t n = 0;
     unsigned nc = LD_ACQ(&g.ncaches);
     for (unsigned i = 0; i < nc; i++)
-        n += byval_lru_purge_if(LD_ACQ(&g.caches[i])->lru, adapt_all, &a);
+        n += byval_lru_purge_if(LD_ACQ(&g.caches[i])->lru, of_ctx, match);
     /* Uncached mappings of ctx, too. */
     byval_import_t *gone = NULL;
     byval_lock(&g.lock);

@@ -50,8 +50,8 @@ typedef struct cu_key {
         unsigned char legacy[64];
     } u;
 } cu_key_t;
-#define BYVAL_CU_VMM_KEY_LEN (offsetof(cu_key_t, u) + sizeof(((cu_key_t *)0)->u.vmm))
-_Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
+#define VMM_KEY_LEN (offsetof(cu_key_t, u) + sizeof(((cu_key_t *)0)->u.vmm))
+_Static_assert(VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 typedef struct mirror_chunk {
     uint64_t off, size, id;
@@ -224,6 +224,16 @@ static int vmm_same(const byval_import_t *a, const byval_import_t *b)
 static byval_backend_import_t vmm;
 #define vmm_log_failure(st, ...) byval_import_refuse(&vmm, vmm.api, (st), __VA_ARGS__)
 
+/* An open: what the flow's callbacks are given. */
+typedef struct vmm_req {
+    const byval_record_t *rec; /* parsed, checked by vmm_check */
+    const uint8_t *rb;
+    uint64_t first, pool_id; /* the handle's chunk offset and pool */
+    CUcontext ctx;
+    int pidfd; /* a miss's: the exporter's, from the manifest's fetch */
+    const byval_manifest_t *man;
+} vmm_req_t;
+
 /* A chunk of the manifest that m maps already (0), lacks (1), or that
  * another chunk holds the place of (-1: the exporter mapped anew there). */
 static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, size_t *at_p)
@@ -247,10 +257,11 @@ static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, siz
  * its place in m->chunks; first: the handle's first chunk). The time of
  * the fetch and of the driver's import goes to t[0] and t[1].
  * CUDA_ERROR_NOT_FOUND: the handle's run ends before c. */
-static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                          const byval_manifest_chunk_t *c, int first, CUdevice dev, cu_mirror_t *m,
-                          size_t at, uint64_t t[2])
+static CUresult chunk_map(const vmm_req_t *q, const byval_manifest_chunk_t *c, int first,
+                          CUdevice dev, cu_mirror_t *m, size_t at, uint64_t t[2])
 {
+    const byval_cu_real_t *rl = byval_cu_real();
+    const byval_record_t *rec = q->rec;
     char msg[512];
     mirror_chunk_t *a = byval_cu_room(m->chunks, &m->cap, m->n, sizeof(*a));
     if (!a)
@@ -266,11 +277,11 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
     crec.alloc_id = c->id;
     int fd = -1;
     uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_transport_fetch_more_fd(&crec, byval_cfg.transport, pidfd, c->fd,
+    byval_status_t st = byval_transport_fetch_more_fd(&crec, byval_cfg.transport, q->pidfd, c->fd,
                                                       c->fd_ino, 0, &fd, msg, sizeof(msg));
     t[0] += byval_stats_now_ns() - t0;
     if (st == BYVAL_E_FDKIND && !first &&
-        byval_track_listed(rec, pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
+        byval_track_listed(rec, q->pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
                            rec->fd_ino)) {
         /* Not listed while the handle's manifest is: the exporter unmapped
          * it since the handle was made, which cut the handle's run there
@@ -321,22 +332,19 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
  * end of the run mapped in *end_p. CUDA_ERROR_ALREADY_MAPPED when another
  * chunk holds a place in m. The statistics split the time: fds fetched,
  * driver imports, the rest. */
-static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                            const byval_manifest_t *man, cu_mirror_t *m, uint64_t *added_p,
-                            uint64_t *end_p)
+static CUresult mirror_fill(const vmm_req_t *q, cu_mirror_t *m, uint64_t *added_p, uint64_t *end_p)
 {
+    const byval_manifest_t *man = q->man;
     uint64_t t_all = byval_stats_now_ns(), t[2] = {0, 0};
     CUdevice dev = 0;
-    CUresult r = rl->ctx_get_device(&dev);
+    CUresult r = byval_cu_real()->ctx_get_device(&dev);
     *added_p = 0;
     for (uint32_t i = 0; r == CUDA_SUCCESS && i < man->nchunks; i++) {
         size_t at;
         int need = chunk_need(m, &man->chunks[i], &at);
         if (need < 0)
             r = CUDA_ERROR_ALREADY_MAPPED;
-        else if (need &&
-                 (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
-                     CUDA_SUCCESS)
+        else if (need && (r = chunk_map(q, &man->chunks[i], i == 0, dev, m, at, t)) == CUDA_SUCCESS)
             *added_p += man->chunks[i].size;
         if (r == CUDA_SUCCESS)
             *end_p = man->chunks[i].offset + man->chunks[i].size;
@@ -351,15 +359,16 @@ static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_re
 }
 
 /* A new mirror of man's pool holding its chunks, in *m_p. */
-static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                           const byval_manifest_t *man, CUcontext ctx, cu_mirror_t **m_p)
+static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
 {
+    const byval_cu_real_t *rl = byval_cu_real();
+    const byval_manifest_t *man = q->man;
     cu_mirror_t *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
     m->pool_id = man->pool_id;
-    m->ctx = ctx;
+    m->ctx = q->ctx;
     CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
         vmm_log_failure(BYVAL_E_SYS, "cuMemAddressReserve(%llu bytes) failed: %s",
@@ -369,9 +378,10 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     }
     /* The pool's entry, before any chunk is fetched: an unmap from here on
      * changes it (the mirror is then released at its last close). */
-    byval_track_record(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id), BYVAL_CU_POOL_INO);
+    byval_track_record(&m->core, q->rec, q->pidfd, BYVAL_CU_POOL_KEY(man->pool_id),
+                       BYVAL_CU_POOL_INO);
     uint64_t added = 0, end = 0;
-    r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
+    r = mirror_fill(q, m, &added, &end);
     if (r != CUDA_SUCCESS) {
         mirror_unmap(m);
         if (m->core.tracker)
@@ -381,11 +391,11 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
     }
     m->core.bytes = added;
     m->core.span = m->size;
-    m->core.ctx = (uintptr_t)ctx;
+    m->core.ctx = (uintptr_t)q->ctx;
     m->core.addr = (uintptr_t)m->base;
-    m->core.pidns = rec->pidns;
-    m->core.pid = rec->pid;
-    m->core.identity = rec->identity;
+    m->core.pidns = q->rec->pidns;
+    m->core.pid = q->rec->pid;
+    m->core.identity = q->rec->identity;
     m->recs[0].end = end; /* its first record's, served by the caller */
     byval_lock(&mirrors_lock);
     m->next = mirrors;
@@ -406,37 +416,27 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
 /* Map what m lacks of man and serve rb from m. CUDA_ERROR_ALREADY_MAPPED
  * when m cannot hold it (its pool changed since m was made): the caller
  * makes a new mirror. */
-static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                            const byval_manifest_t *man, const uint8_t *rb, uint64_t first,
-                            cu_mirror_t *m)
+static CUresult mirror_grow(const vmm_req_t *q, cu_mirror_t *m)
 {
     uint64_t added = 0, end = 0;
     int over = 0;
     CUresult r = CUDA_SUCCESS;
     byval_lock(&mirror_lock);
-    if (!served(m, rb, first)) {
+    if (!served(m, q->rb, q->first)) {
         if (!byval_import_alive(&m->core))
             r = CUDA_ERROR_ALREADY_MAPPED;
         else
-            r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
+            r = mirror_fill(q, m, &added, &end);
         if (added)
             over = byval_imports_grow(&m->core, added);
         if (r == CUDA_SUCCESS)
-            serve(m, rb, first, end);
+            serve(m, q->rb, q->first, end);
     }
     byval_unlock(&mirror_lock);
     if (over)
         byval_imports_shed();
     return r;
 }
-
-/* An open: what the flow's callbacks are given. */
-typedef struct vmm_req {
-    const byval_record_t *rec; /* parsed, checked by vmm_check */
-    const uint8_t *rb;
-    uint64_t first, pool_id; /* the handle's chunk offset and pool */
-    CUcontext ctx;
-} vmm_req_t;
 
 static int vmm_serves(const byval_import_t *m, const void *req)
 {
@@ -476,12 +476,12 @@ static int vmm_check(void *req)
 }
 
 /* The manifest rec names, checked against the handle's pool and chunk. */
-static byval_manifest_t *manifest_fetch(const vmm_req_t *q, int *pidfd_p, CUresult *r_p)
+static byval_manifest_t *manifest_fetch(vmm_req_t *q, CUresult *r_p)
 {
     char msg[512];
     int mfd = -1;
     const byval_record_t *rec = q->rec;
-    *r_p = (CUresult)byval_import_fetch(&vmm, vmm.api, rec, &mfd, pidfd_p);
+    *r_p = (CUresult)byval_import_fetch(&vmm, vmm.api, rec, &mfd, &q->pidfd);
     if (*r_p != CUDA_SUCCESS)
         return NULL;
     byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
@@ -501,23 +501,21 @@ static byval_manifest_t *manifest_fetch(const vmm_req_t *q, int *pidfd_p, CUresu
 
 static int vmm_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
-    const vmm_req_t *q = req;
-    const byval_cu_real_t *rl = byval_cu_real();
+    vmm_req_t *q = req;
     cu_mirror_t *m = (cu_mirror_t *)had;
-    int pidfd = -1;
     CUresult r;
-    byval_manifest_t *man = manifest_fetch(q, &pidfd, &r);
+    q->pidfd = -1;
+    byval_manifest_t *man = manifest_fetch(q, &r);
+    q->man = man;
     if (man)
-        r = m && m->size == man->reserve_size
-            ? mirror_grow(rl, pidfd, q->rec, man, q->rb, q->first, m)
-            : CUDA_ERROR_ALREADY_MAPPED;
+        r = m && m->size == man->reserve_size ? mirror_grow(q, m) : CUDA_ERROR_ALREADY_MAPPED;
     if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
-        r = mirror_new(rl, pidfd, q->rec, man, q->ctx, &m);
+        r = mirror_new(q, &m);
         if (r == CUDA_SUCCESS)
             serve(m, q->rb, q->first, m->recs[0].end);
     }
     free(man);
-    byval_fetch_done(q->rec, pidfd);
+    byval_fetch_done(q->rec, q->pidfd);
     if (r != CUDA_SUCCESS)
         BYVAL_STAT_INC(open_errors);
     else
@@ -532,7 +530,7 @@ static int vmm_import(void *req, byval_import_t *had, byval_import_t **m_p)
 
 /* No .track: a mirror notes its pool's entry when it is made. */
 static byval_backend_import_t vmm = {
-    CU_BACKEND("cuda vmm import", "", BYVAL_CU_VMM_KEY_LEN),
+    CU_BACKEND("cuda vmm import", "", VMM_KEY_LEN),
     .check = vmm_check,
     .serves = vmm_serves,
     .import = vmm_import,
@@ -556,15 +554,8 @@ static int vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned
     /* Every handle into one pool shares one mirror: the key has no offset. */
     memcpy(&q.first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(q.first));
     memcpy(&q.pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(q.pool_id));
-    cu_key_t key;
-    memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes left unset */
-    key.type = CU_KEY_VMM;
-    key.flags = flags;
-    key.ctx = (uintptr_t)q.ctx;
-    key.u.vmm.pidns = rec->pidns;
-    key.u.vmm.pid = rec->pid;
-    key.u.vmm.identity = rec->identity;
-    key.u.vmm.alloc_id = q.pool_id;
+    cu_key_t key = {CU_KEY_VMM, flags, (uintptr_t)q.ctx,
+                    .u.vmm = {rec->pidns, rec->pid, rec->identity, q.pool_id}};
     return byval_import_open(&vmm, &key, &q, out);
 }
 
@@ -673,11 +664,7 @@ static int legacy_open(byval_cu_open_fn next, const CUipcMemHandle *h, unsigned 
     legacy_req_t q = {next, h, flags, NULL};
     if (!rl || rl->ctx_get_current(&q.ctx) != CUDA_SUCCESS || !q.ctx)
         return BYVAL_IMPORT_PASS;
-    cu_key_t key;
-    memset(&key, 0, sizeof(key));
-    key.type = CU_KEY_LEGACY;
-    key.flags = flags;
-    key.ctx = (uintptr_t)q.ctx;
+    cu_key_t key = {.type = CU_KEY_LEGACY, .flags = flags, .ctx = (uintptr_t)q.ctx};
     memcpy(key.u.legacy, h->reserved, sizeof(key.u.legacy));
     return byval_import_open(&legacy, &key, &q, out);
 }

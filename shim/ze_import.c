@@ -211,23 +211,19 @@ static ze_result_t driver_import(byval_backend_import_t *b, ze_req_t *q, int opa
     ze_result_t r = byval_ze_resolve_as(b->api, &q->rec, &fd);
     if (r != ZE_RESULT_SUCCESS)
         return r;
-    uint8_t local[HANDLE_LEN];
+    union {
+        ze_ipc_mem_handle_t mem;
+        ze_ipc_event_pool_handle_t pool;
+    } local;
     uint64_t fd64 = (uint64_t)fd;
-    memcpy(local, q->handle, HANDLE_LEN);
-    memcpy(local, &fd64, sizeof(fd64));
+    memcpy(local.mem.data, q->handle, HANDLE_LEN);
+    memcpy(local.mem.data, &fd64, sizeof(fd64));
     if (opaque_layout)
-        byval_ze_opaque_local(local, fd, q->pool != NULL);
+        byval_ze_opaque_local(local.mem.data, fd, q->pool != NULL);
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
-    if (q->pool) {
-        ze_ipc_event_pool_handle_t h;
-        memcpy(h.data, local, HANDLE_LEN);
-        r = q->pool(q->ctx, h, (ze_event_pool_handle_t *)out);
-    } else {
-        ze_ipc_mem_handle_t h;
-        memcpy(h.data, local, HANDLE_LEN);
-        r = q->mem(q->ctx, q->dev, h, q->flags, out);
-    }
+    r = q->pool ? q->pool(q->ctx, local.pool, (ze_event_pool_handle_t *)out)
+                : q->mem(q->ctx, q->dev, local.mem, q->flags, out);
     byval_leave();
     BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     close(fd); /* the driver holds its own reference once open */
