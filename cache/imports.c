@@ -219,7 +219,6 @@ void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref)
 
 static void keep_uncached(byval_import_t *m)
 {
-    m->uncached = 1;
     byval_lock(&g.lock);
     m->unext = g.uncached;
     g.uncached = m;
@@ -246,36 +245,31 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
 {
     m->home = c;
     list(m);
+    *out_p = m;
     for (int tries = 0; tries < 8; tries++) {
         void *ex = NULL;
-        byval_lru_ref_t ref = 0;
-        int rc = byval_lru_insert_ref(c->lru, key, m, &ex, &ref);
+        int rc = byval_lru_insert_ref(c->lru, key, m, &ex, ref_p);
+        byval_import_t *e = ex;
         if (rc == BYVAL_LRU_OK) {
             __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE); /* a purge finds it now */
-            *out_p = m;
-            *ref_p = ref;
             return 0;
         }
         if (rc != BYVAL_LRU_EXISTS)
             break;
-        byval_import_t *e = ex;
         if (c->ops->same(e, m) && (byval_import_alive(e) || c->ops->shared_ptr)) {
-            /* A racing thread imported the same record first. */
-            release(m);
+            release(m); /* a racing thread imported the same record first */
             *out_p = e;
-            *ref_p = ref;
             return 0;
         }
         /* Another record under the key (an allocation id the exporter's
          * driver reused, a new process image): m was verified just now,
          * so it wins; the old mapping lives on only for its open users. */
-        byval_lru_remove_ref(c->lru, ref);
-        byval_lru_put_ref(c->lru, ref);
+        byval_lru_remove_ref(c->lru, *ref_p);
+        byval_lru_put_ref(c->lru, *ref_p);
     }
     /* Every cached mapping is open (or no memory): hand m out uncached. */
     keep_uncached(m);
     __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE);
-    *out_p = m;
     *ref_p = 0;
     return 0;
 }

@@ -40,7 +40,6 @@ typedef struct byval_import {
     struct byval_import *unext;
     uint32_t counted;
     uint64_t charged;
-    uint32_t uncached;
     uint32_t dead; /* its context is gone: release without driver calls */
     uint32_t inserting;
     struct byval_import *lnext, *lprev;

@@ -92,52 +92,47 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
     unsigned long long t0 = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0, had_ref = 0;
     byval_import_t *m = byval_imports_get(c, key, &ref), *had = NULL;
-    int r, retries = 0;
-    if (m && !b->serves(m, req)) { /* same key, another record: a miss */
+    int r, retries = 0, hit = m && b->serves(m, req);
+    if (m && !hit) { /* same key, another record: a miss */
         had = m;
         had_ref = ref;
-    } else if (m) {
-        r = hand_out(b, m, ref, req, ptr_p);
-        if (r || !b->stale || !b->stale(m)) {
-            if (!r) {
-                BYVAL_STAT_INC(opens);
-                BYVAL_STAT_INC(open_hits);
-                byval_log_open(b->what, BYVAL_ROUTE_HIT, m->pid,
-                               __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
-            }
-            return r;
-        }
-        byval_imports_close(*ptr_p);
     }
     for (;;) {
-        if (b->check && (r = b->check(req)) != 0)
-            break;
-        BYVAL_STAT_INC(opens);
-        BYVAL_STAT_INC(open_misses);
-        if ((r = b->import(req, had, &m)) != 0)
-            break;
-        if (m != had) {
-            if (had)
+        if (!hit) {
+            if (b->check && (r = b->check(req)) != 0)
+                break;
+            BYVAL_STAT_INC(opens);
+            BYVAL_STAT_INC(open_misses);
+            if ((r = b->import(req, had, &m)) != 0)
+                break;
+            if (m == had)
+                ref = had_ref;
+            else if (had)
                 byval_imports_unget(c, had_ref);
-            byval_imports_insert(c, key, m, &m, &ref);
-            if (!ref)
+            if (m != had && !byval_imports_insert(c, key, m, &m, &ref) && !ref)
                 BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
                                 "0x%llx not cached",
                                 byval_cfg.cache_size, (unsigned long long)m->addr);
-        } else {
-            ref = had_ref;
+            had = NULL;
         }
-        had = NULL;
         r = hand_out(b, m, ref, req, ptr_p);
         if (r || !b->stale || !b->stale(m) || ++retries >= 8)
             break;
         byval_imports_close(*ptr_p); /* died before this open counted: afresh */
+        hit = 0;
     }
     if (had)
         byval_imports_unget(c, had_ref);
+    if (!r && hit) {
+        BYVAL_STAT_INC(opens);
+        BYVAL_STAT_INC(open_hits);
+    }
     if (!r)
-        byval_log_open(b->what, b->driver_route ? BYVAL_ROUTE_DRIVER : byval_fetch_route(), m->pid,
-                       __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
+        byval_log_open(b->what,
+                       hit                   ? BYVAL_ROUTE_HIT
+                           : b->driver_route ? BYVAL_ROUTE_DRIVER
+                                             : byval_fetch_route(),
+                       m->pid, __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
     return r;
 }
 

@@ -30,7 +30,8 @@
 
 typedef struct ze_import {
     byval_import_t base;
-    uint8_t handle[HANDLE_LEN]; /* as opened: a hit must match it */
+    uint8_t handle[HANDLE_LEN]; /* as opened: a hit must match it from off */
+    unsigned off;               /* memory: the record; short records: all */
     void *ptr;                  /* the mapping, or the event pool */
     ze_context_handle_t ctx;
 } ze_import_t;
@@ -106,27 +107,16 @@ static void pool_release(byval_import_t *b)
     warn_close("zeEventPoolCloseIpcHandle", ((ze_import_t *)b)->ptr, r);
 }
 
-/* Memory handles compare their records, short ones every byte. */
-static int mem_serves(const byval_import_t *m, const void *req)
+static int ze_serves(const byval_import_t *b, const void *req)
 {
-    return !memcmp(((const ze_import_t *)m)->handle + BYVAL_ZE_RECORD_OFF,
-                   ((const ze_req_t *)req)->handle + BYVAL_ZE_RECORD_OFF,
-                   HANDLE_LEN - BYVAL_ZE_RECORD_OFF);
+    const ze_import_t *m = (const ze_import_t *)b;
+    return !memcmp(m->handle + m->off, ((const ze_req_t *)req)->handle + m->off,
+                   HANDLE_LEN - m->off);
 }
 
-static int short_serves(const byval_import_t *m, const void *req)
+static int ze_same(const byval_import_t *a, const byval_import_t *b)
 {
-    return !memcmp(((const ze_import_t *)m)->handle, ((const ze_req_t *)req)->handle, HANDLE_LEN);
-}
-
-static int mem_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return mem_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle});
-}
-
-static int short_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return short_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle});
+    return ze_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle});
 }
 
 static uintptr_t pool_ptr(const byval_import_t *m, const void *req)
@@ -164,29 +154,29 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p);
 static byval_backend_import_t mem = {
     ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, mem_key_t),
     .check = mem_check,
-    .serves = mem_serves,
+    .serves = ze_serves,
     .import = mem_import,
     .release = mem_release,
-    .same = mem_same,
+    .same = ze_same,
     .track = mem_track,
 };
 /* Tracked at import already: the registry entry the record names. */
 static byval_backend_import_t opaque = {
     ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT,
                short_key_t),
-    .serves = short_serves,
+    .serves = ze_serves,
     .import = short_import,
     .release = mem_release,
-    .same = short_same,
+    .same = ze_same,
 };
 static byval_backend_import_t pool = {
     ZE_BACKEND("ze pool import", "zeEventPoolOpenIpcHandle", "zeEventPoolCloseIpcHandle",
                "event pool ", "closed (kept until its exporter destroys it)", short_key_t),
-    .serves = short_serves,
+    .serves = ze_serves,
     .import = short_import,
     .ptr = pool_ptr,
     .release = pool_release,
-    .same = short_same,
+    .same = ze_same,
 };
 
 ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
@@ -248,6 +238,7 @@ static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p,
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
     memcpy(m->handle, q->handle, HANDLE_LEN);
+    m->off = b == &mem ? BYVAL_ZE_RECORD_OFF : 0;
     m->ptr = p;
     m->ctx = q->ctx;
     m->base.bytes = q->rec.size;
