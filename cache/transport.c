@@ -59,23 +59,25 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET
         : info.via == BYVAL_VIA_RENDEZVOUS     ? BYVAL_ROUTE_RENDEZVOUS
                                                : BYVAL_ROUTE_PIDFD;
-    if (st == BYVAL_OK && fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
+    if (st != BYVAL_OK)
+        return st;
+    if (fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
         BYVAL_STAT_INC(open_rendezvous);
-    if (st == BYVAL_OK && kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
+    if (kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
         BYVAL_STAT_INC(open_kept_socket);
-    else if (st == BYVAL_OK && kept >= 0)
+    else if (kept >= 0)
         BYVAL_STAT_INC(open_kept_pidfd);
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET) /* first contact */
+    else if (info.via == BYVAL_VIA_SOCKET) /* first contact */
         BYVAL_STAT_INC(via_socket);
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS)
+    else if (info.via == BYVAL_VIA_RENDEZVOUS)
         BYVAL_STAT_INC(via_rendezvous);
-    else if (st == BYVAL_OK)
+    else
         BYVAL_STAT_INC(via_pidfd);
-    if (st == BYVAL_OK && info.fell_back)
+    if (info.fell_back)
         BYVAL_LOG_INFO(
             "pid %u: %s; using the socket fallback%s for this exporter", rec->pid, info.why,
             info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)" : "");
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
+    else if (info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);
     return st;

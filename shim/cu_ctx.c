@@ -91,8 +91,6 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
 static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 {
     const byval_cu_real_t *rl = byval_cu_real();
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
     if (!active())
         return real(dev);
     CUcontext ctx = primary_of(rl, dev);
@@ -108,8 +106,6 @@ static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 
 static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
     if (active()) {
         CUcontext ctx = primary_of(byval_cu_real(), dev);
         if (ctx)
@@ -122,10 +118,7 @@ static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 
 static CUresult ctx_destroy(CUresult (*real)(CUcontext), CUcontext ctx)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (active())
-        byval_cu_context_dying(ctx);
+    byval_cu_context_dying(ctx);
     return real(ctx);
 }
 
@@ -142,11 +135,11 @@ CU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 /* The exported entry points: each passes the driver's function of its
  * version to the helper above. */
-#define CTX_ENTRY(name, helper, type, slot)          \
-    CU_EXPORT CUresult name(type arg)                \
-    {                                                \
-        const byval_cu_real_t *rl = byval_cu_real(); \
-        return helper(rl ? rl->slot : NULL, arg);    \
+#define CTX_ENTRY(name, helper, type, slot)                                         \
+    CU_EXPORT CUresult name(type arg)                                               \
+    {                                                                               \
+        const byval_cu_real_t *rl = byval_cu_real();                                \
+        return rl && rl->slot ? helper(rl->slot, arg) : CUDA_ERROR_NOT_INITIALIZED; \
     }
 
 CTX_ENTRY(cuDevicePrimaryCtxRelease_v2, primary_release, CUdevice, primary_release_v2)

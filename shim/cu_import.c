@@ -123,15 +123,18 @@ static void vmm_release(byval_import_t *b)
 
 /* m is dead (its exporter unmapped a chunk of the pool) and may be open:
  * unmap the chunks that no open's run covers, as natively the exporter's
- * freed memory comes back once no import holds it. Under mirror_lock and
- * the release gate. */
-static void mirror_prune(cu_mirror_t *m)
+ * freed memory comes back once no import holds it. Under the release gate. */
+static void mirror_prune(byval_import_t *b)
 {
+    cu_mirror_t *m = (cu_mirror_t *)b;
     const byval_cu_real_t *rl = byval_cu_real();
     uint32_t nrecs = __atomic_load_n(&m->nrecs, __ATOMIC_ACQUIRE);
+    byval_lock(&mirror_lock);
     if (!rl || !m->watched || __atomic_load_n(&m->forgot, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&m->core.dead, __ATOMIC_RELAXED) || byval_import_alive(&m->core))
+        __atomic_load_n(&m->core.dead, __ATOMIC_RELAXED) || byval_import_alive(&m->core)) {
+        byval_unlock(&mirror_lock);
         return;
+    }
     int open[MIRROR_RECORDS];
     for (uint32_t i = 0; i < nrecs; i++)
         open[i] = byval_imports_opens(&m->core, (uintptr_t)(m->base + m->recs[i].first)) > 0;
@@ -159,12 +162,6 @@ static void mirror_prune(cu_mirror_t *m)
                         dropped, dropped == 1 ? "" : "s");
     }
     m->n = kept;
-}
-
-static void vmm_closed_dead(byval_import_t *b)
-{
-    byval_lock(&mirror_lock);
-    mirror_prune((cu_mirror_t *)b);
     byval_unlock(&mirror_lock);
 }
 
@@ -175,11 +172,8 @@ static void prune_dead(void *arg)
     (void)arg;
     byval_lock(&mirrors_lock);
     for (cu_mirror_t *m = mirrors; m; m = m->next)
-        if (!byval_import_alive(&m->core)) {
-            byval_lock(&mirror_lock);
-            mirror_prune(m);
-            byval_unlock(&mirror_lock);
-        }
+        if (!byval_import_alive(&m->core))
+            mirror_prune(&m->core);
     byval_unlock(&mirrors_lock);
 }
 
@@ -538,7 +532,7 @@ static byval_backend_import_t vmm = {
     .stale = vmm_stale,
     .release = vmm_release,
     .same = vmm_same,
-    .closed_dead = vmm_closed_dead,
+    .closed_dead = mirror_prune,
 };
 
 static int vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
@@ -639,9 +633,7 @@ static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
     e->ptr = p;
     e->ctx = q->ctx;
     memcpy(e->handle, q->h->reserved, sizeof(e->handle));
-    e->core.bytes = size;
-    e->core.ctx = (uintptr_t)q->ctx;
-    e->core.addr = (uintptr_t)p;
+    e->core = (byval_import_t){.bytes = size, .ctx = (uintptr_t)q->ctx, .addr = (uintptr_t)p};
     *m_p = &e->core;
     return CUDA_SUCCESS;
 }

@@ -241,10 +241,10 @@ static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p,
     m->off = b == &mem ? BYVAL_ZE_RECORD_OFF : 0;
     m->ptr = p;
     m->ctx = q->ctx;
-    m->base.bytes = q->rec.size;
-    m->base.pidns = q->rec.pidns;
-    m->base.pid = q->rec.pid;
-    m->base.identity = q->rec.identity;
+    m->base = (byval_import_t){.bytes = q->rec.size,
+                               .pidns = q->rec.pidns,
+                               .pid = q->rec.pid,
+                               .identity = q->rec.identity};
     if (!q->pool) { /* memory dies with its context */
         m->base.ctx = (uintptr_t)q->ctx;
         m->base.addr = (uintptr_t)p;
