@@ -218,6 +218,13 @@ static int vmm_same(const byval_import_t *a, const byval_import_t *b)
 static byval_backend_import_t vmm;
 #define vmm_log_failure(st, ...) byval_import_refuse(&vmm, vmm.api, (st), __VA_ARGS__)
 
+static CUresult driver_failed(CUresult r, const char *call, uint32_t pid, uint64_t bytes)
+{
+    vmm_log_failure(BYVAL_E_SYS, "%s(%llu bytes of pid %u) failed: %s", call,
+                    (unsigned long long)bytes, pid, byval_cu_err(r));
+    return r;
+}
+
 /* An open: what the flow's callbacks are given. */
 typedef struct vmm_req {
     const byval_record_t *rec; /* parsed, checked by vmm_check */
@@ -295,26 +302,18 @@ static CUresult chunk_map(const vmm_req_t *q, const byval_manifest_chunk_t *c, i
         rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     t[1] += byval_stats_now_ns() - t0;
     close(fd);
-    if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemImportFromShareableHandle(chunk of pid %u) failed: %s",
-                        rec->pid, byval_cu_err(r));
-        return r;
-    }
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemImportFromShareableHandle", rec->pid, c->size);
     r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
     rl->mem_release(gh); /* the mapping holds the allocation now */
-    if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemMap(chunk of pid %u, %llu bytes) failed: %s", rec->pid,
-                        (unsigned long long)c->size, byval_cu_err(r));
-        return r;
-    }
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemMap", rec->pid, c->size);
     CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
     if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk of pid %u) failed: %s", rec->pid,
-                        byval_cu_err(r));
         rl->mem_unmap(m->base + c->offset, c->size);
-        return r;
+        return driver_failed(r, "cuMemSetAccess", rec->pid, c->size);
     }
     memmove(&m->chunks[at + 1], &m->chunks[at], (m->n - at) * sizeof(m->chunks[0]));
     m->chunks[at] = (mirror_chunk_t){c->offset, c->size, c->id};
@@ -365,10 +364,8 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     m->ctx = q->ctx;
     CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemAddressReserve(%llu bytes) failed: %s",
-                        (unsigned long long)m->size, byval_cu_err(r));
         free(m);
-        return r;
+        return driver_failed(r, "cuMemAddressReserve", q->rec->pid, man->reserve_size);
     }
     /* The pool's entry, before any chunk is fetched: an unmap from here on
      * changes it (the mirror is then released at its last close). */

@@ -62,49 +62,25 @@ typedef struct short_key {
     uintptr_t ctx, dev;
 } short_key_t;
 
-static ze_pfnMemCloseIpcHandle_t mem_close_fn;
-static ze_pfnEventPoolCloseIpcHandle_t pool_close_fn;
+static void *close_fns[2]; /* the loader's zeMemCloseIpcHandle, zeEventPoolCloseIpcHandle */
 
-static void *sym(void *slot, const char *name)
+/* Give the mapping (addr set) or the event pool back to the driver. */
+static void ze_release(byval_import_t *b)
 {
-    void *fn = __atomic_load_n((void **)slot, __ATOMIC_ACQUIRE);
+    static const char *const names[2] = {"zeMemCloseIpcHandle", "zeEventPoolCloseIpcHandle"};
+    ze_import_t *m = (ze_import_t *)b;
+    int pool = !b->addr;
+    void *fn = __atomic_load_n(&close_fns[pool], __ATOMIC_ACQUIRE);
     if (!fn)
-        __atomic_store_n((void **)slot, fn = byval_ze_sym(name), __ATOMIC_RELEASE);
-    return fn;
-}
-
-static void warn_close(const char *api, const void *p, ze_result_t r)
-{
-    if (r != ZE_RESULT_SUCCESS)
-        BYVAL_LOG_WARN("%s(%p) on release returned 0x%x", api, p, (unsigned)r);
-}
-
-static void ze_close_mapping(ze_context_handle_t ctx, void *ptr)
-{
-    ze_pfnMemCloseIpcHandle_t fn = sym(&mem_close_fn, "zeMemCloseIpcHandle");
-    if (!fn)
-        return;
-    byval_enter();
-    ze_result_t r = fn(ctx, ptr);
-    byval_leave();
-    warn_close("zeMemCloseIpcHandle", ptr, r);
-}
-
-static void mem_release(byval_import_t *b)
-{
-    if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
-        ze_close_mapping(((ze_import_t *)b)->ctx, ((ze_import_t *)b)->ptr);
-}
-
-static void pool_release(byval_import_t *b)
-{
-    ze_pfnEventPoolCloseIpcHandle_t fn = sym(&pool_close_fn, "zeEventPoolCloseIpcHandle");
+        __atomic_store_n(&close_fns[pool], fn = byval_ze_sym(names[pool]), __ATOMIC_RELEASE);
     if (!fn || __atomic_load_n(&b->dead, __ATOMIC_RELAXED))
         return;
     byval_enter();
-    ze_result_t r = fn(((ze_import_t *)b)->ptr);
+    ze_result_t r = pool ? ((ze_pfnEventPoolCloseIpcHandle_t)fn)(m->ptr)
+                         : ((ze_pfnMemCloseIpcHandle_t)fn)(m->ctx, m->ptr);
     byval_leave();
-    warn_close("zeEventPoolCloseIpcHandle", ((ze_import_t *)b)->ptr, r);
+    if (r != ZE_RESULT_SUCCESS)
+        BYVAL_LOG_WARN("%s(%p) on release returned 0x%x", names[pool], m->ptr, (unsigned)r);
 }
 
 static int ze_serves(const byval_import_t *b, const void *req)
@@ -156,7 +132,7 @@ static byval_backend_import_t mem = {
     .check = mem_check,
     .serves = ze_serves,
     .import = mem_import,
-    .release = mem_release,
+    .release = ze_release,
     .same = ze_same,
     .track = mem_track,
 };
@@ -166,7 +142,7 @@ static byval_backend_import_t opaque = {
                short_key_t),
     .serves = ze_serves,
     .import = short_import,
-    .release = mem_release,
+    .release = ze_release,
     .same = ze_same,
 };
 static byval_backend_import_t pool = {
@@ -175,7 +151,7 @@ static byval_backend_import_t pool = {
     .serves = ze_serves,
     .import = short_import,
     .ptr = pool_ptr,
-    .release = pool_release,
+    .release = ze_release,
     .same = ze_same,
 };
 
@@ -233,7 +209,7 @@ static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p,
     ze_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
         byval_reg_view_put(v);
-        ze_import_t tmp = {.ptr = p, .ctx = q->ctx};
+        ze_import_t tmp = {.base.addr = q->pool ? 0 : (uintptr_t)p, .ptr = p, .ctx = q->ctx};
         b->release(&tmp.base);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
