@@ -50,11 +50,10 @@ struct byval_imports {
 };
 
 static struct {
-    byval_lock_t lock;       /* the list of caches, the uncached and live lists */
+    byval_lock_t lock;       /* the list of caches, the live list */
     pthread_cond_t released; /* a listed mapping's release ended */
     byval_imports_t *caches[IMPORTS_MAX];
     unsigned ncaches;
-    byval_import_t *uncached;
     /* Every mapping from its insert until its release has returned: a
      * mapping an eviction or a removal took out of its cache is in no
      * cache while its release runs, on whichever thread. */
@@ -124,7 +123,6 @@ static void imports_fork_child(void)
     g.live = NULL;
     pthread_cond_init(&g.released, NULL);
     byval_ptrmap_clear(g.open_ptrs);
-    g.uncached = NULL;
     __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g.peak, 0, __ATOMIC_RELAXED);
 }
@@ -217,27 +215,13 @@ void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref)
     byval_lru_put_ref(c->lru, ref);
 }
 
-static void keep_uncached(byval_import_t *m)
-{
-    byval_lock(&g.lock);
-    m->unext = g.uncached;
-    g.uncached = m;
-    byval_unlock(&g.lock);
-}
-
-/* Take m off the uncached list; 0 when it was not there (purged). */
+/* Take m out of the uncached state (m->uncached); 0 when it was not in
+ * it (a purge took it). */
 static int unlist_uncached(byval_import_t *m)
 {
-    int found = 0;
-    byval_lock(&g.lock);
-    for (byval_import_t **pp = &g.uncached; *pp; pp = &(*pp)->unext)
-        if (*pp == m) {
-            *pp = m->unext;
-            found = 1;
-            break;
-        }
-    byval_unlock(&g.lock);
-    return found;
+    uint32_t one = 1;
+    return __atomic_compare_exchange_n(&m->uncached, &one, 0, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_RELAXED);
 }
 
 int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
@@ -256,7 +240,8 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
         }
         if (rc != BYVAL_LRU_EXISTS)
             break;
-        if (c->ops->same(e, m) && (byval_import_alive(e) || c->ops->shared_ptr)) {
+        if ((!c->ops->same || c->ops->same(e, m)) &&
+            (byval_import_alive(e) || c->ops->shared_ptr)) {
             release(m); /* a racing thread imported the same record first */
             *out_p = e;
             return 0;
@@ -268,7 +253,7 @@ int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
         byval_lru_put_ref(c->lru, *ref_p);
     }
     /* Every cached mapping is open (or no memory): hand m out uncached. */
-    keep_uncached(m);
+    __atomic_store_n(&m->uncached, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE);
     *ref_p = 0;
     return 0;
@@ -539,17 +524,12 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
     /* Uncached mappings of ctx, too. */
     byval_import_t *gone = NULL;
     byval_lock(&g.lock);
-    for (byval_import_t **pp = &g.uncached; *pp;) {
-        byval_import_t *m = *pp;
-        if (m->ctx == ctx) {
+    for (byval_import_t *m = g.live; m; m = m->lnext)
+        if (m->ctx == ctx && unlist_uncached(m)) {
             m->dead = dead;
-            *pp = m->unext;
             m->unext = gone;
             gone = m;
-        } else {
-            pp = &m->unext;
         }
-    }
     byval_unlock(&g.lock);
     for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
         nx = m->unext;

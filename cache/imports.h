@@ -40,7 +40,8 @@ typedef struct byval_import {
     struct byval_import *unext;
     uint32_t counted;
     uint64_t charged;
-    uint32_t dead; /* its context is gone: release without driver calls */
+    uint32_t uncached; /* handed out uncached, not released yet */
+    uint32_t dead;     /* its context is gone: release without driver calls */
     uint32_t inserting;
     struct byval_import *lnext, *lprev;
 } byval_import_t;
@@ -62,7 +63,7 @@ typedef struct byval_backend_import {
     int driver_route;   /* nothing fetched: the driver opens it (log lines) */
     /* Optional: a miss's check before it counts (the record's checksum). */
     int (*check)(void *req);
-    /* 1 when cached m serves req. */
+    /* Optional: 1 when cached m serves req (default: any under the key). */
     int (*serves)(const byval_import_t *m, const void *req);
     /* A miss: a new mapping for req in *m_p, or had (the cached mapping
      * of the key that does not serve req, NULL if none) grown to serve it. */
@@ -76,7 +77,7 @@ typedef struct byval_backend_import {
     /* Give the mapping back to the driver (the core frees it). Never
      * under a cache lock, never in a fork child, once per mapping. */
     void (*release)(byval_import_t *m);
-    /* 1 when cached mapping a serves an open of b's record. */
+    /* Optional: 1 when cached mapping a serves an open of b's record. */
     int (*same)(const byval_import_t *a, const byval_import_t *b);
     /* Optional, at a mapping's first close: point m->live at the
      * exporter's registry (byval_import_track). */

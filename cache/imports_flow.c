@@ -92,7 +92,7 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
     unsigned long long t0 = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0, had_ref = 0;
     byval_import_t *m = byval_imports_get(c, key, &ref), *had = NULL;
-    int r, retries = 0, hit = m && b->serves(m, req);
+    int r, retries = 0, hit = m && (!b->serves || b->serves(m, req));
     if (m && !hit) { /* same key, another record: a miss */
         had = m;
         had_ref = ref;

@@ -582,17 +582,6 @@ static void legacy_release(byval_import_t *b)
     }
 }
 
-/* The key holds all 64 handle bytes: one key, one record. */
-static int legacy_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return 1;
-}
-
-static int legacy_serves(const byval_import_t *m, const void *req)
-{
-    return 1;
-}
-
 /* Driver 580 puts the exporter's getpid() in bytes 8-11 (little endian). */
 static void legacy_track(byval_import_t *b)
 {
@@ -635,13 +624,12 @@ static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
     return CUDA_SUCCESS;
 }
 
+/* No .same, .serves: the key holds all 64 handle bytes (one record). */
 static byval_backend_import_t legacy = {
     CU_BACKEND("cuda legacy import", "legacy ", sizeof(cu_key_t)),
     .driver_route = 1,
-    .serves = legacy_serves,
     .import = legacy_import,
     .release = legacy_release,
-    .same = legacy_same,
     .track = legacy_track,
     .shared_ptr = 1,
 };
