@@ -124,12 +124,12 @@ void byval_track_record(byval_import_t *m, const struct byval_record *rec, int p
 void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
 /* 1 when rec's exporter's registry (through pidfd) lists (key, ino). */
 int byval_track_listed(const struct byval_record *rec, int pidfd, uint64_t key, uint32_t ino);
-/* fn runs on the watcher thread after each registry event is applied. */
-void byval_track_on_event(void (*fn)(void));
+/* fn(NULL) runs on the watcher thread, under the release gate, after each
+ * registry event is applied. */
+void byval_track_on_event(void (*fn)(void *));
 /* Start the watcher for m (b->watch; an import that must hear of frees
  * while open). */
 void byval_track_watch(byval_import_t *m);
-void byval_track_untrack(void *tracker);
 
 /* ---- the core (imports.c) ------------------------------ */
 

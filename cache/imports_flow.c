@@ -63,6 +63,7 @@ static int hand_out(byval_backend_import_t *b, byval_import_t *m, byval_lru_ref_
 }
 
 static void track_init(void);
+static void untrack(void *tracker);
 static byval_once_t track_once = BYVAL_ONCE_INIT;
 
 /* b's cache: made by the first open (a racing thread's is dropped). */
@@ -72,7 +73,7 @@ static byval_imports_t *cache_of(byval_backend_import_t *b)
     if (c)
         return c;
     byval_once(&track_once, track_init);
-    b->untrack = byval_track_untrack;
+    b->untrack = untrack;
     b->watch = byval_track_watch;
     if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
         BYVAL_LOG_ERROR("cannot allocate the %s cache: this open fails", b->name);
@@ -159,7 +160,7 @@ int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const voi
  * open ones at their last close, as natively. */
 
 static const uint64_t freed_word = 0; /* never a serial: "not listed" */
-static void (*event_hook)(void);
+static void (*event_hook)(void *);
 
 static int of_view(void *ctx, const byval_import_t *m)
 {
@@ -168,7 +169,7 @@ static int of_view(void *ctx, const byval_import_t *m)
         (byval_reg_view_gone(v) || !byval_import_alive(m));
 }
 
-void byval_track_on_event(void (*fn)(void))
+void byval_track_on_event(void (*fn)(void *))
 {
     __atomic_store_n(&event_hook, fn, __ATOMIC_RELEASE);
 }
@@ -176,9 +177,9 @@ void byval_track_on_event(void (*fn)(void))
 static void on_registry_event(byval_reg_view_t *v, int gone)
 {
     size_t n = byval_imports_remove_if(of_view, v);
-    void (*hook)(void) = __atomic_load_n(&event_hook, __ATOMIC_ACQUIRE);
+    void (*hook)(void *) = __atomic_load_n(&event_hook, __ATOMIC_ACQUIRE);
     if (hook)
-        hook();
+        byval_imports_gated(hook, NULL);
     if (gone) { /* its kept pidfd goes too, without waiting for an open */
         byval_exporter_id_t id;
         byval_reg_view_id(v, &id.pidns, &id.pid, &id.identity);
@@ -208,7 +209,7 @@ static void track_init(void)
     byval_exporters_on_exit(exporter_exited);
 }
 
-void byval_track_untrack(void *tracker)
+static void untrack(void *tracker)
 {
     byval_reg_view_put(tracker);
 }

@@ -24,6 +24,7 @@
 #include "cache/imports.h"
 #include "cache/locks.h"
 #include "cache/transport.h"
+#include "handles/registry_view.h"
 #include "handles/transport.h"
 #include "shim/config.h"
 #include "shim/cu.h"
@@ -175,11 +176,6 @@ static void prune_dead(void *arg)
         if (!byval_import_alive(&m->core))
             mirror_prune(&m->core);
     byval_unlock(&mirrors_lock);
-}
-
-static void on_event(void)
-{
-    byval_imports_gated(prune_dead, NULL);
 }
 
 /* 1 when m has served rec for a handle carrying first. */
@@ -376,7 +372,7 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     if (r != CUDA_SUCCESS) {
         mirror_unmap(m);
         if (m->core.tracker)
-            byval_track_untrack(m->core.tracker);
+            byval_reg_view_put(m->core.tracker);
         free(m);
         return r;
     }
@@ -396,7 +392,7 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     byval_unlock(&mirrors_lock);
     /* While open, a mirror may hold chunks that no open needs once its
      * exporter unmaps them: the watcher must hear of that. */
-    byval_track_on_event(on_event);
+    byval_track_on_event(prune_dead);
     m->watched = m->core.live && byval_import_alive(&m->core);
     if (m->watched)
         byval_track_watch(&m->core);
@@ -611,9 +607,7 @@ static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
         return r;
     cu_legacy_t *e = calloc(1, sizeof(*e));
     if (!e) {
-        byval_enter();
-        rl->ipc_close(p);
-        byval_leave();
+        legacy_release(&(cu_legacy_t){.ptr = p, .ctx = q->ctx}.core);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     e->ptr = p;
