@@ -268,10 +268,9 @@ static CUresult chunk_map(const vmm_req_t *q, const byval_manifest_chunk_t *c, i
      * id, the kind memory. */
     byval_record_t crec = *rec;
     crec.kind = BYVAL_KIND_CU_VMM;
-    crec.fd = c->fd;
-    crec.fd_ino = c->fd_ino;
-    crec.tag = c->tag; /* what the exporter's broker asks of another uid */
     crec.alloc_id = c->id;
+    crec.fd = c->fd, crec.fd_ino = c->fd_ino;
+    crec.tag = c->tag; /* what the exporter's broker asks of another uid */
     int fd = -1;
     uint64_t t0 = byval_stats_now_ns();
     byval_status_t st = byval_transport_fetch_more_fd(&crec, byval_cfg.transport, q->pidfd, c->fd,
@@ -288,10 +287,8 @@ static CUresult chunk_map(const vmm_req_t *q, const byval_manifest_chunk_t *c, i
                         (unsigned long long)c->offset, rec->pid, msg);
         return CUDA_ERROR_NOT_FOUND;
     }
-    if (st != BYVAL_OK) {
-        vmm_log_failure(st, "chunk at offset %llu: %s", (unsigned long long)c->offset, msg);
-        return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
-    }
+    if (st != BYVAL_OK)
+        return vmm_log_failure(st, "chunk at offset %llu: %s", (unsigned long long)c->offset, msg);
     CUmemGenericAllocationHandle gh;
     t0 = byval_stats_now_ns();
     CUresult r =

@@ -49,18 +49,14 @@ typedef struct ze_req {
     int layout; /* an event pool's: 2 opaque */
 } ze_req_t;
 
-typedef struct mem_key {
-    uint32_t pidns, pid;
-    uint64_t identity, alloc_flags; /* alloc id | open flags << 48 */
-    uint64_t pool_offset;           /* driver bytes 8-15 */
+/* Memory: pidns, pid, identity, allocation id | flags << 48; short
+ * records: guard, pid, id32 << 32 | serial, flags. */
+typedef struct ze_key {
+    uint32_t a, b;
+    uint64_t c, d;
+    uint64_t pool_offset; /* driver bytes 8-15 (memory) */
     uintptr_t ctx, dev;
-} mem_key_t;
-
-typedef struct short_key {
-    uint32_t guard, pid, id32, serial;
-    uint64_t flags, pool_offset;
-    uintptr_t ctx, dev;
-} short_key_t;
+} ze_key_t;
 
 static void *close_fns[2]; /* the loader's zeMemCloseIpcHandle, zeEventPoolCloseIpcHandle */
 
@@ -128,7 +124,7 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p);
 #define MEM_KEPT "closed (the mapping stays cached until its exporter frees it)"
 
 static byval_backend_import_t mem = {
-    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, mem_key_t),
+    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, ze_key_t),
     .check = mem_check,
     .serves = ze_serves,
     .import = mem_import,
@@ -139,7 +135,7 @@ static byval_backend_import_t mem = {
 /* Tracked at import already: the registry entry the record names. */
 static byval_backend_import_t opaque = {
     ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT,
-               short_key_t),
+               ze_key_t),
     .serves = ze_serves,
     .import = short_import,
     .release = ze_release,
@@ -147,7 +143,7 @@ static byval_backend_import_t opaque = {
 };
 static byval_backend_import_t pool = {
     ZE_BACKEND("ze pool import", "zeEventPoolOpenIpcHandle", "zeEventPoolCloseIpcHandle",
-               "event pool ", "closed (kept until its exporter destroys it)", short_key_t),
+               "event pool ", "closed (kept until its exporter destroys it)", ze_key_t),
     .serves = ze_serves,
     .import = short_import,
     .ptr = pool_ptr,
@@ -258,14 +254,12 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
     return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(b, q, p, w, slot.serial, v, m_p);
 }
 
-static int short_open(byval_backend_import_t *b, ze_req_t *q, uintptr_t *out)
+static int ze_open(byval_backend_import_t *b, ze_req_t *q, uint32_t k0, uint32_t k1, uint64_t k2,
+                   uint64_t k3, uintptr_t *out)
 {
-    short_key_t key = {q->s.guard, q->s.pid, q->s.id32, q->s.serial, .ctx = (uintptr_t)q->ctx};
-    if (!q->pool) {
-        key.flags = q->flags;
+    ze_key_t key = {k0, k1, k2, k3, 0, (uintptr_t)q->ctx, (uintptr_t)q->dev};
+    if (!q->pool)
         memcpy(&key.pool_offset, q->handle + 8, sizeof(key.pool_offset));
-        key.dev = (uintptr_t)q->dev;
-    }
     return byval_import_open(b, &key, q, out);
 }
 
@@ -287,7 +281,8 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
      * checks it (mem_check). Our own handles are the driver's. */
     if (pptr && byval_ze_opaque_decode(handle.data, &q.s)) {
         if (byval_ze_opaque_whose(&q.s) == 2)
-            r = short_open(&opaque, &q, &out);
+            r = ze_open(&opaque, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial,
+                        flags, &out);
         else /* ours, or our pid namespace's: the driver's own pidfd import */
             byval_ze_opaque_strip(handle.data);
     } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM &&
@@ -295,10 +290,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
                !(q.rec.pid == self.pid && q.rec.pidns == self.pidns &&
                  q.rec.identity == self.identity)) {
         uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
-        mem_key_t key = {q.rec.pidns, q.rec.pid,      q.rec.identity, alloc_flags,
-                         0,           (uintptr_t)ctx, (uintptr_t)dev};
-        memcpy(&key.pool_offset, handle.data + 8, sizeof(key.pool_offset));
-        r = byval_import_open(&mem, &key, &q, &out);
+        r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
     }
     if (r == BYVAL_IMPORT_PASS) {
         BYVAL_STAT_INC(open_passthrough);
@@ -341,7 +333,7 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     else if (!(q.s.pid == self.pid && q.s.id32 == (uint32_t)self.identity &&
                q.s.guard == byval_short_guard(self.boot, self.pidns))) {
         BYVAL_STAT_INC(pool_opens);
-        r = short_open(&pool, &q, &out);
+        r = ze_open(&pool, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial, 0, &out);
     }
     if (r == BYVAL_IMPORT_PASS) {
         BYVAL_STAT_INC(open_passthrough);
