@@ -69,11 +69,6 @@ static struct {
 /* An acquire load (LD, in lru_internal.h, is a relaxed one). */
 #define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
-static void release(byval_import_t *m);
-static void list(byval_import_t *m);
-static int holds(uintptr_t ptr);
-static int open_shared(const byval_import_t *m);
-
 int byval_import_alive(const byval_import_t *m)
 {
     const uint64_t *w = LD_ACQ(&m->live);
@@ -100,6 +95,72 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
     __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED); /* read by the watcher thread */
     __atomic_store_n(&m->serial, serial, __ATOMIC_RELAXED);
     __atomic_store_n(&m->live, word, __ATOMIC_SEQ_CST); /* after the serial; alive_tracked */
+}
+
+/* ---- the live list, the one release path ---------------------------------- */
+
+static void list(byval_import_t *m)
+{
+    m->inserting = 1; /* cleared once its cache has it */
+    byval_lock(&g.lock);
+    m->lprev = NULL;
+    m->lnext = g.live;
+    if (g.live)
+        g.live->lprev = m;
+    g.live = m;
+    byval_unlock(&g.lock);
+}
+
+static void unlist(byval_import_t *m)
+{
+    byval_lock(&g.lock);
+    if (m->lprev)
+        m->lprev->lnext = m->lnext;
+    else if (g.live == m)
+        g.live = m->lnext;
+    if (m->lnext)
+        m->lnext->lprev = m->lprev;
+    pthread_cond_broadcast(&g.released);
+    byval_unlock(&g.lock);
+}
+
+static int holds(uintptr_t ptr)
+{
+    int in = 0;
+    byval_lock(&g.lock);
+    for (byval_import_t *m = g.live; m && !in; m = m->lnext)
+        in = m->addr && ptr >= m->addr &&
+            ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
+    byval_unlock(&g.lock);
+    return in;
+}
+
+static void release(byval_import_t *m)
+{
+    const byval_backend_import_t *ops = m->home->ops;
+    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
+    /* Closed for the application from here on, recorded until the driver
+     * has unmapped it (design notes). */
+    byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
+    if (LD_ACQ(&m->counted)) {
+        byval_lock(&g.lock);
+        __atomic_sub_fetch(&g.closed, m->charged, __ATOMIC_RELAXED);
+        m->charged = 0;
+        byval_unlock(&g.lock);
+    }
+    byval_rdlock(&g.gate);
+    ops->release(m);
+    byval_rdunlock(&g.gate);
+    byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
+    if (tracker && ops->untrack)
+        ops->untrack(tracker);
+    unlist(m);
+    free(m);
+}
+
+static int open_shared(const byval_import_t *m)
+{
+    return m->home->ops->shared_ptr && byval_ptrmap_count_value(g.open_ptrs, m->addr, m) > 0;
 }
 
 static void evicted(void *ctx, const void *key, void *value)
@@ -384,11 +445,8 @@ int byval_imports_close(uintptr_t ptr)
     }
     byval_imports_t *c = m->home;
     int over = LD_ACQ(&m->counted) ? 0 : first_close(c, m, ref, left);
-    if (c->ops->closed_dead && left >= 0 && !byval_import_alive(m)) {
-        byval_rdlock(&g.gate);
-        c->ops->closed_dead(m);
-        byval_rdunlock(&g.gate);
-    }
+    if (c->ops->closed_dead && left >= 0 && !byval_import_alive(m))
+        byval_imports_gated(c->ops->closed_dead, m);
     if (c->ops->shared_ptr && !left && !byval_import_alive(m)) /* kept while open (imports.h) */
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
@@ -397,78 +455,12 @@ int byval_imports_close(uintptr_t ptr)
     return BYVAL_IMPORTS_CLOSED;
 }
 
-/* ---- ends ------------------------------------------------------------------ */
-
-static void list(byval_import_t *m)
-{
-    m->inserting = 1; /* cleared once its cache has it */
-    byval_lock(&g.lock);
-    m->lprev = NULL;
-    m->lnext = g.live;
-    if (g.live)
-        g.live->lprev = m;
-    g.live = m;
-    byval_unlock(&g.lock);
-}
-
-static void unlist(byval_import_t *m)
-{
-    byval_lock(&g.lock);
-    if (m->lprev)
-        m->lprev->lnext = m->lnext;
-    else if (g.live == m)
-        g.live = m->lnext;
-    if (m->lnext)
-        m->lnext->lprev = m->lprev;
-    pthread_cond_broadcast(&g.released);
-    byval_unlock(&g.lock);
-}
-
-static int holds(uintptr_t ptr)
-{
-    int in = 0;
-    byval_lock(&g.lock);
-    for (byval_import_t *m = g.live; m && !in; m = m->lnext)
-        in = m->addr && ptr >= m->addr &&
-            ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
-    byval_unlock(&g.lock);
-    return in;
-}
-
-static void release(byval_import_t *m)
-{
-    const byval_backend_import_t *ops = m->home->ops;
-    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
-    /* Closed for the application from here on, recorded until the driver
-     * has unmapped it (design notes). */
-    byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
-    if (LD_ACQ(&m->counted)) {
-        byval_lock(&g.lock);
-        __atomic_sub_fetch(&g.closed, m->charged, __ATOMIC_RELAXED);
-        m->charged = 0;
-        byval_unlock(&g.lock);
-    }
-    byval_rdlock(&g.gate);
-    ops->release(m);
-    byval_rdunlock(&g.gate);
-    byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
-    if (tracker && ops->untrack)
-        ops->untrack(tracker);
-    unlist(m);
-    free(m);
-}
-
 /* ---- releases by rule ----------------------------------------------------- */
 
 typedef struct pred_adapter {
     int (*pred)(void *, const byval_import_t *);
     void *ctx;
 } pred_adapter_t;
-
-static int open_shared(const byval_import_t *m)
-{
-    return m->home->ops->shared_ptr && byval_ptrmap_count_value(g.open_ptrs, m->addr, m) > 0;
-}
 
 /* Rules release what nobody needs: a shared_ptr mapping that is open
  * stays (imports.h), released by its last close. */

@@ -90,7 +90,7 @@ typedef struct byval_backend_import {
     int shared_ptr;
     /* Optional: m's exporter freed part of it while opens remain: give
      * back what no open needs. Under the release gate. */
-    void (*closed_dead)(byval_import_t *m);
+    void (*closed_dead)(void *m);
     /* The flow's. */
     byval_imports_t *cache; /* made at the first open */
     int seen[16];           /* failures logged, by kind */

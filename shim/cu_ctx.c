@@ -107,9 +107,7 @@ static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 {
     if (active()) {
-        CUcontext ctx = primary_of(byval_cu_real(), dev);
-        if (ctx)
-            byval_cu_context_dying(ctx);
+        byval_cu_context_dying(primary_of(byval_cu_real(), dev)); /* NULL: none */
         if (dev >= 0 && dev < MAX_DEVICES)
             __atomic_store_n(&retains[dev], 0, __ATOMIC_RELAXED);
     }

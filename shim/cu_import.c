@@ -105,7 +105,6 @@ static void mirror_unmap(cu_mirror_t *m)
         byval_leave();
     }
     free(m->chunks);
-    m->chunks = NULL;
 }
 
 static void vmm_release(byval_import_t *b)
@@ -125,9 +124,9 @@ static void vmm_release(byval_import_t *b)
 /* m is dead (its exporter unmapped a chunk of the pool) and may be open:
  * unmap the chunks that no open's run covers, as natively the exporter's
  * freed memory comes back once no import holds it. Under the release gate. */
-static void mirror_prune(byval_import_t *b)
+static void mirror_prune(void *arg)
 {
-    cu_mirror_t *m = (cu_mirror_t *)b;
+    cu_mirror_t *m = arg;
     const byval_cu_real_t *rl = byval_cu_real();
     uint32_t nrecs = __atomic_load_n(&m->nrecs, __ATOMIC_ACQUIRE);
     byval_lock(&mirror_lock);
