@@ -105,6 +105,10 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
  * pointer open no more, or PASS. */
 int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const void *shown);
 
+/* 1 when rec names another process than this one (known): an import;
+ * our own handles are the driver's business. */
+int byval_import_foreign(const struct byval_record *rec);
+
 /* rec's exporter's fd in *fd_p (b->seen logs a failure under api).
  * pidfd_p NULL: the exporter's pidfd is given back at once. */
 int byval_import_fetch(byval_backend_import_t *b, const char *api, const struct byval_record *rec,

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <string.h>
 
+#include "cache/imports.h"
 #include "cache/locks.h"
 #include "cache/transport.h"
 #include "shim/config.h"
@@ -75,21 +76,15 @@ static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle
             slot = i;
     if (slot == DUPS)
         slot = dups.next++ % DUPS; /* forget the oldest (never closed: the caller's) */
-    dups.d[slot].fd1 = fd + 1;
-    dups.d[slot].ino = ino;
-    dups.d[slot].handle = *handle;
+    dups.d[slot] = (struct dup){fd + 1, ino, *handle};
     byval_unlock(&dups.lock);
 }
 
 /* A by-value memory handle of another process: 1 with *rec_p. */
 static int foreign(const ze_ipc_mem_handle_t *handle, byval_record_t *rec_p)
 {
-    byval_self_t self;
-    if (!byval_ze_decode(handle->data, rec_p) || rec_p->kind != BYVAL_KIND_ZE_MEM ||
-        byval_self_get(&self) != 0)
-        return 0;
-    return !(rec_p->pid == self.pid && rec_p->pidns == self.pidns &&
-             rec_p->identity == self.identity);
+    return byval_ze_decode(handle->data, rec_p) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
+        byval_import_foreign(rec_p);
 }
 
 ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,

@@ -267,7 +267,6 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
                               ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
                               ze_ipc_memory_flags_t flags, void **pptr)
 {
-    byval_self_t self;
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze)
@@ -286,9 +285,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
         else /* ours, or our pid namespace's: the driver's own pidfd import */
             byval_ze_opaque_strip(handle.data);
     } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM &&
-               byval_self_get(&self) == 0 &&
-               !(q.rec.pid == self.pid && q.rec.pidns == self.pidns &&
-                 q.rec.identity == self.identity)) {
+               byval_import_foreign(&q.rec)) {
         uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
         r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
     }
