@@ -31,10 +31,7 @@
 /* Retains of each device's primary context seen through our wrappers. */
 static int retains[MAX_DEVICES];
 
-static int active(void)
-{
-    return byval_init() && byval_cfg.cuda;
-}
+#define ACTIVE() (byval_init() && byval_cfg.cuda)
 
 /* The primary context of dev while it is active, else NULL. */
 static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
@@ -54,7 +51,7 @@ static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
 
 void byval_cu_context_dying(CUcontext ctx)
 {
-    if (!ctx || !active())
+    if (!ctx || !ACTIVE())
         return;
     size_t ended = byval_cu_legacy_ctx_gone(ctx);
     size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
@@ -91,7 +88,7 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
 static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 {
     const byval_cu_real_t *rl = byval_cu_real();
-    if (!active())
+    if (!ACTIVE())
         return real(dev);
     CUcontext ctx = primary_of(rl, dev);
     int last =
@@ -106,7 +103,7 @@ static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 
 static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 {
-    if (active()) {
+    if (ACTIVE()) {
         byval_cu_context_dying(primary_of(byval_cu_real(), dev)); /* NULL: none */
         if (dev >= 0 && dev < MAX_DEVICES)
             __atomic_store_n(&retains[dev], 0, __ATOMIC_RELAXED);

@@ -10,8 +10,8 @@
  * and zeContextDestroy, whose mappings are released first. A miss writes
  * the fetched local fd into a copy of the handle for the driver's import.
  * An event pool's open pointer is its handle tagged with bit 63 (no
- * user-space address has it); pools do not die with their context
- * (byval_ze_pools_ctx_gone releases the closed ones).
+ * user-space address has it); pools do not die with their context (its
+ * destroy releases the closed ones; open ones are the application's).
  */
 #include <stdlib.h>
 #include <string.h>
