@@ -55,8 +55,9 @@ int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_r
 }
 
 /* Open ptr of m for req: 0, or the API's code (the reference dropped). */
-static int hand_out(byval_backend_import_t *b, byval_import_t *m, byval_lru_ref_t ref,
-                    const void *req, uintptr_t *ptr_p)
+static inline __attribute__((always_inline)) int hand_out(byval_backend_import_t *b,
+                                                          byval_import_t *m, byval_lru_ref_t ref,
+                                                          const void *req, uintptr_t *ptr_p)
 {
     uintptr_t p = b->ptr ? b->ptr(m, req) : m->addr;
     if (!p) {
@@ -73,12 +74,10 @@ static void track_init(void);
 static void untrack(void *tracker);
 static byval_once_t track_once = BYVAL_ONCE_INIT;
 
-/* b's cache: made by the first open (a racing thread's is dropped). */
-static byval_imports_t *cache_of(byval_backend_import_t *b)
+/* b's cache, made by the first open (a racing thread's is dropped). */
+static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_import_t *b)
 {
-    byval_imports_t *c = __atomic_load_n(&b->cache, __ATOMIC_ACQUIRE), *none = NULL;
-    if (c)
-        return c;
+    byval_imports_t *c, *none = NULL;
     byval_once(&track_once, track_init);
     b->untrack = untrack;
     b->watch = byval_track_watch;
@@ -92,56 +91,70 @@ static byval_imports_t *cache_of(byval_backend_import_t *b)
     return c;
 }
 
-int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uintptr_t *ptr_p)
+/* A miss (had: the cached mapping under key that does not serve req,
+ * referenced by had_ref; NULL when none). Out of line: the hit path
+ * keeps few registers. */
+static __attribute__((noinline)) int miss(byval_backend_import_t *b, const void *key, void *req,
+                                          byval_import_t *had, byval_lru_ref_t had_ref,
+                                          unsigned long long t0, uintptr_t *ptr_p)
 {
-    byval_imports_t *c = cache_of(b);
-    if (!c)
-        return b->nomem;
-    unsigned long long t0 = BYVAL_LOG_T0();
-    byval_lru_ref_t ref = 0, had_ref = 0;
-    byval_import_t *m = byval_imports_get(c, key, &ref), *had = NULL;
-    int r, retries = 0, hit = m && (!b->serves || b->serves(m, req));
-    if (m && !hit) { /* same key, another record: a miss */
-        had = m;
-        had_ref = ref;
-    }
-    for (;;) {
-        if (!hit) {
-            if (b->check && (r = b->check(req)) != 0)
-                break;
-            BYVAL_STAT_INC(opens);
-            BYVAL_STAT_INC(open_misses);
-            if ((r = b->import(req, had, &m)) != 0)
-                break;
-            if (m == had)
-                ref = had_ref;
-            else if (had)
-                byval_imports_unget(c, had_ref);
-            if (m != had && !byval_imports_insert(c, key, m, &m, &ref) && !ref)
-                BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
-                                "0x%llx not cached",
-                                byval_cfg.cache_size, (unsigned long long)m->addr);
-            had = NULL;
-        }
+    byval_import_t *m = NULL;
+    byval_lru_ref_t ref = 0;
+    int r;
+    for (int retries = 0;;) {
+        if (b->check && (r = b->check(req)) != 0)
+            break;
+        BYVAL_STAT_INC(opens);
+        BYVAL_STAT_INC(open_misses);
+        if ((r = b->import(req, had, &m)) != 0)
+            break;
+        if (m == had)
+            ref = had_ref;
+        else if (had)
+            byval_imports_unget(b->cache, had_ref);
+        if (m != had && !byval_imports_insert(b->cache, key, m, &m, &ref) && !ref)
+            BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
+                            "0x%llx not cached",
+                            byval_cfg.cache_size, (unsigned long long)m->addr);
+        had = NULL;
         r = hand_out(b, m, ref, req, ptr_p);
         if (r || !b->stale || !b->stale(m) || ++retries >= 8)
             break;
         byval_imports_close(*ptr_p); /* died before this open counted: afresh */
-        hit = 0;
     }
     if (had)
-        byval_imports_unget(c, had_ref);
-    if (!r && hit) {
-        BYVAL_STAT_INC(opens);
-        BYVAL_STAT_INC(open_hits);
-    }
+        byval_imports_unget(b->cache, had_ref);
     if (!r)
-        byval_log_open(b->what,
-                       hit                   ? BYVAL_ROUTE_HIT
-                           : b->driver_route ? BYVAL_ROUTE_DRIVER
-                                             : byval_fetch_route(),
-                       m->pid, __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
+        byval_log_open(b->what, b->driver_route ? BYVAL_ROUTE_DRIVER : byval_fetch_route(), m->pid,
+                       __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
     return r;
+}
+
+int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uintptr_t *ptr_p)
+{
+    byval_imports_t *c = __atomic_load_n(&b->cache, __ATOMIC_ACQUIRE);
+    if (!c)
+        c = cache_make(b);
+    if (!c)
+        return b->nomem;
+    unsigned long long t0 = BYVAL_LOG_T0();
+    byval_lru_ref_t ref = 0;
+    byval_import_t *m = byval_imports_get(c, key, &ref);
+    if (m && b->serves && !b->serves(m, req)) /* same key, another record */
+        return miss(b, key, req, m, ref, t0, ptr_p);
+    if (!m)
+        return miss(b, key, req, NULL, 0, t0, ptr_p);
+    int r = hand_out(b, m, ref, req, ptr_p);
+    if (r || (b->stale && b->stale(m))) {
+        if (!r)
+            byval_imports_close(*ptr_p); /* died before this open counted: afresh */
+        return r ? r : miss(b, key, req, NULL, 0, t0, ptr_p);
+    }
+    BYVAL_STAT_INC(opens);
+    BYVAL_STAT_INC(open_hits);
+    byval_log_open(b->what, BYVAL_ROUTE_HIT, m->pid, __atomic_load_n(&m->bytes, __ATOMIC_RELAXED),
+                   (void *)*ptr_p, t0);
+    return 0;
 }
 
 int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const void *shown)

@@ -272,8 +272,9 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, dev, handle, flags, pptr); /* disabled, or our own inner call */
     byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
-    ze_req_t q = {
-        .ctx = ctx, .dev = dev, .handle = (uint8_t *)handle.data, .flags = flags, .mem = next};
+    ze_req_t q;             /* rec and s are filled by the parse below */
+    q.ctx = ctx, q.dev = dev, q.handle = (uint8_t *)handle.data, q.flags = flags;
+    q.mem = next, q.pool = NULL;
     uintptr_t out = 0;
     int r = BYVAL_IMPORT_PASS;
     /* Parsed without the checksum: a hit equals a checked record, a miss
