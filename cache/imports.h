@@ -82,8 +82,8 @@ typedef struct byval_backend_import {
     /* Optional, at a mapping's first close: point m->live at the
      * exporter's registry (byval_import_track). */
     void (*track)(byval_import_t *m);
-    void (*untrack)(void *tracker);   /* set by byval_import_setup */
-    void (*watch)(byval_import_t *m); /* set by byval_import_setup */
+    void (*untrack)(void *tracker);   /* set by the flow */
+    void (*watch)(byval_import_t *m); /* set by the flow */
     /* The driver hands out the same pointer for a re-open while open,
      * counting opens (CUDA legacy): such a mapping stays cached while
      * open, whatever its exporter did. */
@@ -135,7 +135,7 @@ void byval_track_on_event(void (*fn)(void *));
  * while open). */
 void byval_track_watch(byval_import_t *m);
 
-/* ---- the core (imports.c) ------------------------------ */
+/* ---- the core (imports.c) ---------------------------------------------- */
 
 /* m lives while *word == serial; tracker goes to ops->untrack. */
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker);
