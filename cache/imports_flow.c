@@ -16,6 +16,10 @@
 #include "shim/log.h"
 #include "shim/stats.h"
 
+static void track_init(void);
+static void untrack(void *tracker);
+static byval_once_t track_once = BYVAL_ONCE_INIT;
+
 #define NSEEN (int)(sizeof(((byval_backend_import_t *)0)->seen) / sizeof(int))
 
 int byval_import_refuse(byval_backend_import_t *b, const char *api, int st, const char *fmt, ...)
@@ -42,6 +46,7 @@ int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_r
     char msg[512];
     byval_self_t self;
     int pidfd = -1;
+    byval_once(&track_once, track_init);
     if (byval_self_get(&self) != 0)
         return b->invalid;
     uint64_t t0 = byval_stats_now_ns();
@@ -69,10 +74,6 @@ static inline __attribute__((always_inline)) int hand_out(byval_backend_import_t
     *ptr_p = p;
     return 0;
 }
-
-static void track_init(void);
-static void untrack(void *tracker);
-static byval_once_t track_once = BYVAL_ONCE_INIT;
 
 /* b's cache, made by the first open (a racing thread's is dropped). */
 static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_import_t *b)
@@ -140,10 +141,8 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
     unsigned long long t0 = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     byval_import_t *m = byval_imports_get(c, key, &ref);
-    if (m && b->serves && !b->serves(m, req)) /* same key, another record */
+    if (!m || (b->serves && !b->serves(m, req))) /* none, or another record under key */
         return miss(b, key, req, m, ref, t0, ptr_p);
-    if (!m)
-        return miss(b, key, req, NULL, 0, t0, ptr_p);
     int r = hand_out(b, m, ref, req, ptr_p);
     if (r || (b->stale && b->stale(m))) {
         if (!r)
@@ -224,6 +223,7 @@ static void exporter_exited(const byval_exporter_id_t *id)
 
 static void track_init(void)
 {
+    byval_resolve_set_prover(&byval_reg_prover); /* nothing is fetched that was not published */
     byval_imports_set_budget(byval_cfg.cache_bytes);
     byval_reg_on_event(on_registry_event);
     byval_exporters_on_exit(exporter_exited);

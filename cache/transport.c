@@ -24,13 +24,6 @@ _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
 
 #define EXPORTER_OF(rec) ((byval_exporter_id_t){(rec)->pidns, (rec)->pid, (rec)->identity})
 
-static byval_once_t prover_once = BYVAL_ONCE_INIT;
-
-static void prover_init(void)
-{
-    byval_resolve_set_prover(&byval_reg_prover);
-}
-
 static __thread int fetch_route __attribute__((tls_model("initial-exec")));
 
 int byval_fetch_route(void)
@@ -41,8 +34,6 @@ int byval_fetch_route(void)
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
-    /* Nothing is duplicated that its exporter did not publish. */
-    byval_once(&prover_once, prover_init);
     /* A kept pidfd is matched by (pidns, pid, identity), which another
      * host's record could repeat: same boot only. */
     int kept = -1;

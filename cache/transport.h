@@ -15,7 +15,8 @@
 #include "handles/resolve.h"
 
 /* Like byval_resolve_fd, through the configured transport
- * (handles/transport.h). An exporter met before lends its kept pidfd
+ * (handles/transport.h; byval_import_fetch sets the prover first). An
+ * exporter met before lends its kept pidfd
  * (shim/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
  * no identity check. *pidfd_p is the exporter's pidfd (from the socket too
  * where the kernel gives one, SO_PEERPIDFD), or -1; whatever it is, the
