@@ -63,14 +63,12 @@ typedef struct byval_backend_import {
     int driver_route;   /* nothing fetched: the driver opens it (log lines) */
     /* Optional: a miss's check before it counts (the record's checksum). */
     int (*check)(void *req);
-    /* Optional: 1 when cached m serves req (default: any under the key). */
-    int (*serves)(const byval_import_t *m, const void *req);
+    /* Optional: the pointer an open of req from m hands out, 0 when m does
+     * not serve req (default: m->addr, whatever m is under the key). */
+    uintptr_t (*serves)(const byval_import_t *m, const void *req);
     /* A miss: a new mapping for req in *m_p, or had (the cached mapping
      * of the key that does not serve req, NULL if none) grown to serve it. */
     int (*import)(void *req, byval_import_t *had, byval_import_t **m_p);
-    /* Optional: the pointer an open hands out (default m->addr); 0: m
-     * cannot serve req. */
-    uintptr_t (*ptr)(const byval_import_t *m, const void *req);
     /* Optional, after an open: 1 when m died meanwhile in a way that may
      * have taken what the open needs (it is closed and imported afresh). */
     int (*stale)(const byval_import_t *m);

@@ -59,12 +59,13 @@ int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_r
     return st == BYVAL_OK ? 0 : byval_import_refuse(b, api, st, "%s", msg);
 }
 
-/* Open ptr of m for req: 0, or the API's code (the reference dropped). */
+#define SERVES(b, m, req) ((b)->serves ? (b)->serves(m, req) : (m)->addr)
+
+/* Open p of m: 0, or the API's code (the reference dropped). */
 static inline __attribute__((always_inline)) int hand_out(byval_backend_import_t *b,
                                                           byval_import_t *m, byval_lru_ref_t ref,
-                                                          const void *req, uintptr_t *ptr_p)
+                                                          uintptr_t p, uintptr_t *ptr_p)
 {
-    uintptr_t p = b->ptr ? b->ptr(m, req) : m->addr;
     if (!p) {
         byval_imports_unget(b->cache, ref);
         return b->invalid;
@@ -118,7 +119,7 @@ static __attribute__((noinline)) int miss(byval_backend_import_t *b, const void 
                             "0x%llx not cached",
                             byval_cfg.cache_size, (unsigned long long)m->addr);
         had = NULL;
-        r = hand_out(b, m, ref, req, ptr_p);
+        r = hand_out(b, m, ref, SERVES(b, m, req), ptr_p);
         if (r || !b->stale || !b->stale(m) || ++retries >= 8)
             break;
         byval_imports_close(*ptr_p); /* died before this open counted: afresh */
@@ -141,9 +142,10 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
     unsigned long long t0 = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     byval_import_t *m = byval_imports_get(c, key, &ref);
-    if (!m || (b->serves && !b->serves(m, req))) /* none, or another record under key */
+    uintptr_t p = m ? SERVES(b, m, req) : 0;
+    if (!p) /* none, or another record under key */
         return miss(b, key, req, m, ref, t0, ptr_p);
-    int r = hand_out(b, m, ref, req, ptr_p);
+    int r = hand_out(b, m, ref, p, ptr_p);
     if (r || (b->stale && b->stale(m))) {
         if (!r)
             byval_imports_close(*ptr_p); /* died before this open counted: afresh */

@@ -228,6 +228,7 @@ typedef struct vmm_req {
     CUcontext ctx;
     int pidfd; /* a miss's: the exporter's, from the manifest's fetch */
     const byval_manifest_t *man;
+    const void *mirror; /* a miss's: the mirror that serves it (if it forgot) */
 } vmm_req_t;
 
 /* A chunk of the manifest that m maps already (0), lacks (1), or that
@@ -421,17 +422,14 @@ static CUresult mirror_grow(const vmm_req_t *q, cu_mirror_t *m)
     return r;
 }
 
-static int vmm_serves(const byval_import_t *m, const void *req)
-{
-    const vmm_req_t *q = req;
-    return served((const cu_mirror_t *)m, q->rb, q->first);
-}
-
-static uintptr_t vmm_ptr(const byval_import_t *b, const void *req)
+/* The mirror's address of the handle's first chunk. */
+static uintptr_t vmm_serves(const byval_import_t *b, const void *req)
 {
     const cu_mirror_t *m = (const cu_mirror_t *)b;
-    uint64_t first = ((const vmm_req_t *)req)->first;
-    return first < m->size ? (uintptr_t)(m->base + first) : 0;
+    const vmm_req_t *q = req;
+    return (q->mirror == m || served(m, q->rb, q->first)) && q->first < m->size
+        ? (uintptr_t)(m->base + q->first)
+        : 0;
 }
 
 /* Died after the lookup: it may have given back the chunks this open
@@ -502,7 +500,7 @@ static int vmm_import(void *req, byval_import_t *had, byval_import_t **m_p)
     if (r != CUDA_SUCCESS)
         BYVAL_STAT_INC(open_errors);
     else
-        *m_p = &m->core;
+        *m_p = &m->core, q->mirror = m;
     return r;
 }
 
@@ -517,7 +515,6 @@ static byval_backend_import_t vmm = {
     .check = vmm_check,
     .serves = vmm_serves,
     .import = vmm_import,
-    .ptr = vmm_ptr,
     .stale = vmm_stale,
     .release = vmm_release,
     .same = vmm_same,

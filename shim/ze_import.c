@@ -79,22 +79,18 @@ static void ze_release(byval_import_t *b)
         BYVAL_LOG_WARN("%s(%p) on release returned 0x%x", names[pool], m->ptr, (unsigned)r);
 }
 
-static int ze_serves(const byval_import_t *b, const void *req)
+/* The mapping, or the event pool tagged (its addr is 0). */
+static uintptr_t ze_serves(const byval_import_t *b, const void *req)
 {
     const ze_import_t *m = (const ze_import_t *)b;
-    return !memcmp(m->handle + m->off, ((const ze_req_t *)req)->handle + m->off,
-                   HANDLE_LEN - m->off);
+    if (memcmp(m->handle + m->off, ((const ze_req_t *)req)->handle + m->off, HANDLE_LEN - m->off))
+        return 0;
+    return b->addr ? b->addr : (uintptr_t)m->ptr | POOL_TAG;
 }
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
 {
-    return ze_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle});
-}
-
-static uintptr_t pool_ptr(const byval_import_t *m, const void *req)
-{
-    (void)req;
-    return (uintptr_t)((const ze_import_t *)m)->ptr | POOL_TAG;
+    return ze_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle}) != 0;
 }
 
 /* At the first close: where the exporter says whether it still lives. */
@@ -107,11 +103,13 @@ static void mem_track(byval_import_t *b)
                            BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino);
 }
 
-/* A memory open's record, checked (it was parsed without its checksum). */
+/* A memory miss's record, checked (it was parsed without its checksum),
+ * and not our own (a hit equals a record that was both). */
 static int mem_check(void *req)
 {
     ze_req_t *q = req;
-    return byval_ze_decode(q->handle, &q->rec) ? 0 : BYVAL_IMPORT_PASS;
+    return byval_ze_decode(q->handle, &q->rec) && byval_import_foreign(&q->rec) ? 0
+                                                                                : BYVAL_IMPORT_PASS;
 }
 
 static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p);
@@ -146,7 +144,6 @@ static byval_backend_import_t pool = {
                "event pool ", "closed (kept until its exporter destroys it)", ze_key_t),
     .serves = ze_serves,
     .import = short_import,
-    .ptr = pool_ptr,
     .release = ze_release,
     .same = ze_same,
 };
@@ -278,15 +275,14 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
     uintptr_t out = 0;
     int r = BYVAL_IMPORT_PASS;
     /* Parsed without the checksum: a hit equals a checked record, a miss
-     * checks it (mem_check). Our own handles are the driver's. */
+     * checks it, and that it is not our own (the driver's: mem_check). */
     if (pptr && byval_ze_opaque_decode(handle.data, &q.s)) {
         if (byval_ze_opaque_whose(&q.s) == 2)
             r = ze_open(&opaque, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial,
                         flags, &out);
         else /* ours, or our pid namespace's: the driver's own pidfd import */
             byval_ze_opaque_strip(handle.data);
-    } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM &&
-               byval_import_foreign(&q.rec)) {
+    } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
         uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
         r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
     }
