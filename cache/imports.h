@@ -89,6 +89,9 @@ typedef struct byval_backend_import {
     /* Optional: m's exporter freed part of it while opens remain: give
      * back what no open needs. Under the release gate. */
     void (*closed_dead)(void *m);
+    /* Optional (one backend): runs on the watcher thread, under the release
+     * gate, after each event of an exporter's registry is applied. */
+    void (*on_event)(void *unused);
     /* The flow's. */
     byval_imports_t *cache; /* made at the first open */
     int seen[16];           /* failures logged, by kind */
@@ -126,9 +129,6 @@ void byval_track_record(byval_import_t *m, const struct byval_record *rec, int p
 void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
 /* 1 when rec's exporter's registry (through pidfd) lists (key, ino). */
 int byval_track_listed(const struct byval_record *rec, int pidfd, uint64_t key, uint32_t ino);
-/* fn(NULL) runs on the watcher thread, under the release gate, after each
- * registry event is applied. */
-void byval_track_on_event(void (*fn)(void *));
 /* Start the watcher for m (b->watch; an import that must hear of frees
  * while open). */
 void byval_track_watch(byval_import_t *m);

@@ -19,6 +19,7 @@
 static void track_init(void);
 static void untrack(void *tracker);
 static byval_once_t track_once = BYVAL_ONCE_INIT;
+static void (*event_hook)(void *); /* one backend's on_event */
 
 #define NSEEN (int)(sizeof(((byval_backend_import_t *)0)->seen) / sizeof(int))
 
@@ -83,6 +84,8 @@ static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_impor
     byval_once(&track_once, track_init);
     b->untrack = untrack;
     b->watch = byval_track_watch;
+    if (b->on_event)
+        __atomic_store_n(&event_hook, b->on_event, __ATOMIC_RELEASE);
     if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
         BYVAL_LOG_ERROR("cannot allocate the %s cache: this open fails", b->name);
     else if (!__atomic_compare_exchange_n(&b->cache, &none, c, 0, __ATOMIC_ACQ_REL,
@@ -181,18 +184,12 @@ int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const voi
  * open ones at their last close, as natively. */
 
 static const uint64_t freed_word = 0; /* never a serial: "not listed" */
-static void (*event_hook)(void *);
 
 static int of_view(void *ctx, const byval_import_t *m)
 {
     const byval_reg_view_t *v = ctx;
     return __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE) == v &&
         (byval_reg_view_gone(v) || !byval_import_alive(m));
-}
-
-void byval_track_on_event(void (*fn)(void *))
-{
-    __atomic_store_n(&event_hook, fn, __ATOMIC_RELEASE);
 }
 
 static void on_registry_event(byval_reg_view_t *v, int gone)

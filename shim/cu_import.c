@@ -389,7 +389,6 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     byval_unlock(&mirrors_lock);
     /* While open, a mirror may hold chunks that no open needs once its
      * exporter unmaps them: the watcher must hear of that. */
-    byval_track_on_event(prune_dead);
     m->watched = m->core.live && byval_import_alive(&m->core);
     if (m->watched)
         byval_track_watch(&m->core);
@@ -519,6 +518,7 @@ static byval_backend_import_t vmm = {
     .release = vmm_release,
     .same = vmm_same,
     .closed_dead = mirror_prune,
+    .on_event = prune_dead,
 };
 
 static int vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,

@@ -54,17 +54,23 @@ static int still_names(int fd, uint32_t ino)
     return fd >= 0 && fcntl(fd, F_GETFD) >= 0 && (uint32_t)byval_fd_inode(fd) == ino;
 }
 
-/* The duplicate handed out for handle (fd < 0), or the handle fd is a
- * duplicate of, while it names what it did: its slot, or -1. Locked. */
-static int dup_find(const ze_ipc_mem_handle_t *handle, int fd)
+/* The duplicate handed out for handle (fd < 0), or fd as a duplicate
+ * (its handle in *out), while it names what it did: the fd, or -1. */
+static int dup_find(const ze_ipc_mem_handle_t *handle, int fd, ze_ipc_mem_handle_t *out)
 {
-    for (int i = 0; i < DUPS; i++)
+    int found = -1;
+    byval_lock(&dups.lock);
+    for (int i = 0; i < DUPS && found < 0; i++)
         if (dups.d[i].fd1 &&
             (fd < 0 ? !memcmp(&dups.d[i].handle, handle, sizeof(*handle))
                     : dups.d[i].fd1 == fd + 1) &&
-            still_names(dups.d[i].fd1 - 1, dups.d[i].ino))
-            return i;
-    return -1;
+            still_names(dups.d[i].fd1 - 1, dups.d[i].ino)) {
+            found = dups.d[i].fd1 - 1;
+            if (out)
+                *out = dups.d[i].handle;
+        }
+    byval_unlock(&dups.lock);
+    return found;
 }
 
 static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle)
@@ -103,9 +109,7 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
             byval_export_register_fd((int)*fd_p);
         return r;
     }
-    byval_lock(&dups.lock);
-    int i = dup_find(&handle, -1), fd = i < 0 ? -1 : dups.d[i].fd1 - 1;
-    byval_unlock(&dups.lock);
+    int fd = dup_find(&handle, -1, NULL);
     if (fd < 0) {
         ze_result_t r = byval_ze_resolve_as(API_FD, &rec, &fd);
         if (r != ZE_RESULT_SUCCESS)
@@ -127,12 +131,7 @@ ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle
     if (!handle || fd > INT32_MAX || !byval_init() || !byval_cfg.ze)
         return next(ctx, fd, handle);
     /* One of our duplicates: the by-value handle it came from. */
-    byval_lock(&dups.lock);
-    int i = dup_find(NULL, (int)fd);
-    if (i >= 0)
-        *handle = dups.d[i].handle;
-    byval_unlock(&dups.lock);
-    if (i >= 0)
+    if (dup_find(NULL, (int)fd, handle) >= 0)
         return ZE_RESULT_SUCCESS;
     /* The driver's own export (else its error, as natively). */
     byval_ze_pattern_fill((uint8_t *)handle->data);
