@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * imports.c - the lifecycle core of imported mappings (see imports.h).
+ * imports.c - the lifecycle core of imported mappings (imports.h): opens,
+ * closes, budgets, the one release path, releases by rule and purges.
  *
  * Design notes.
  * - One open-pointer map for every API: close gets only a pointer. It
@@ -25,30 +26,57 @@
  *   the registry watcher's events remove freed ones at once.
  * - Releases run under a shared gate, which a fork takes exclusive; a
  *   context's purge waits for every release of that context, also those
- *   other threads started (imports_life.c).
+ *   other threads started.
+ * - Why a live list: a mapping that an eviction, a removal or a last
+ *   close takes out of its cache is released after the cache lock is
+ *   dropped, on whichever thread. A context's destroy in that window
+ *   would find nothing of its context, and the release would then close
+ *   the mapping with a dead (or reused) context handle. Every mapping is
+ *   listed from its insert until its release returns; a purge waits until
+ *   none of its context is listed.
  */
 #include "cache/imports.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
-#include "cache/imports_internal.h"
+#include "cache/locks.h"
 #include "cache/ptrmap.h"
 
-byval_imports_global_t byval_imports_g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
-                                          .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
-                                          .released = PTHREAD_COND_INITIALIZER,
-                                          .budget = UINT64_MAX};
-#define g byval_imports_g
+#define IMPORTS_MAX 8
 
-static int alive(const byval_import_t *m)
+struct byval_imports {
+    const byval_backend_import_t *ops;
+    byval_lru_t *lru;
+};
+
+static struct {
+    byval_lock_t lock;       /* the list of caches, the live list */
+    pthread_cond_t released; /* a listed mapping's release ended */
+    byval_imports_t *caches[IMPORTS_MAX];
+    unsigned ncaches;
+    /* Every mapping from its insert until its release has returned: a
+     * mapping an eviction or a removal took out of its cache is in no
+     * cache while its release runs, on whichever thread. */
+    byval_import_t *live;
+    byval_ptrmap_t *open_ptrs;
+    byval_rwlock_t gate; /* releases shared, fork and purges exclusive */
+    uint64_t closed, peak, budget;
+} g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
+       .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
+       .released = PTHREAD_COND_INITIALIZER,
+       .budget = UINT64_MAX};
+
+/* An acquire load (LD, in lru_internal.h, is a relaxed one). */
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+
+int byval_import_alive(const byval_import_t *m)
 {
     const uint64_t *w = LD_ACQ(&m->live);
     return !w ||
         __atomic_load_n(w, __ATOMIC_ACQUIRE) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
-/* alive() right after m was tracked: either we see the exporter's free
+/* byval_import_alive() right after m was tracked: either we see the exporter's free
  * or its wake-up's scan sees m tracked. We store m->live then load the
  * serial word; the watcher loads m->tracker and m->live after the
  * exporter's store to that word (ordered by its pipe write). A store and
@@ -62,11 +90,6 @@ static int alive_tracked(const byval_import_t *m)
         __atomic_load_n(w, __ATOMIC_SEQ_CST) == __atomic_load_n(&m->serial, __ATOMIC_RELAXED);
 }
 
-int byval_import_alive(const byval_import_t *m)
-{
-    return alive(m);
-}
-
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker)
 {
     __atomic_store_n(&m->tracker, tracker, __ATOMIC_RELAXED); /* read by the watcher thread */
@@ -74,7 +97,71 @@ void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial
     __atomic_store_n(&m->live, word, __ATOMIC_SEQ_CST); /* after the serial; alive_tracked */
 }
 
-#define release byval_imports_release
+/* ---- the live list, the one release path ---------------------------------- */
+
+static void list(byval_import_t *m)
+{
+    m->inserting = 1; /* cleared once its cache has it */
+    byval_lock(&g.lock);
+    m->lprev = NULL;
+    m->lnext = g.live;
+    if (g.live)
+        g.live->lprev = m;
+    g.live = m;
+    byval_unlock(&g.lock);
+}
+
+static void unlist(byval_import_t *m)
+{
+    byval_lock(&g.lock);
+    if (m->lprev)
+        m->lprev->lnext = m->lnext;
+    else if (g.live == m)
+        g.live = m->lnext;
+    if (m->lnext)
+        m->lnext->lprev = m->lprev;
+    pthread_cond_broadcast(&g.released);
+    byval_unlock(&g.lock);
+}
+
+static int holds(uintptr_t ptr)
+{
+    int in = 0;
+    byval_lock(&g.lock);
+    for (byval_import_t *m = g.live; m && !in; m = m->lnext)
+        in = m->addr && ptr >= m->addr &&
+            ptr - m->addr < (m->span ? m->span : __atomic_load_n(&m->bytes, __ATOMIC_RELAXED));
+    byval_unlock(&g.lock);
+    return in;
+}
+
+static void release(byval_import_t *m)
+{
+    const byval_backend_import_t *ops = m->home->ops;
+    void *tracker = __atomic_load_n(&m->tracker, __ATOMIC_ACQUIRE);
+    /* Closed for the application from here on, recorded until the driver
+     * has unmapped it (design notes). */
+    byval_ptrmap_close_value_at(g.open_ptrs, m, m->addr);
+    if (LD_ACQ(&m->counted)) {
+        byval_lock(&g.lock);
+        __atomic_sub_fetch(&g.closed, m->charged, __ATOMIC_RELAXED);
+        m->charged = 0;
+        byval_unlock(&g.lock);
+    }
+    byval_rdlock(&g.gate);
+    ops->release(m);
+    byval_rdunlock(&g.gate);
+    byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
+    if (tracker && ops->untrack)
+        ops->untrack(tracker);
+    unlist(m);
+    free(m);
+}
+
+static int open_shared(const byval_import_t *m)
+{
+    return m->home->ops->shared_ptr && byval_ptrmap_count_value(g.open_ptrs, m->addr, m) > 0;
+}
 
 static void evicted(void *ctx, const void *key, void *value)
 {
@@ -94,15 +181,15 @@ BYVAL_LOCK_STATIC(imports, &g.lock);
  * themselves, without driver calls): it forgets the opens too. */
 static void imports_fork_child(void)
 {
-    byval_imports_life_child();
+    g.live = NULL;
+    pthread_cond_init(&g.released, NULL);
     byval_ptrmap_clear(g.open_ptrs);
-    g.uncached = NULL;
     __atomic_store_n(&g.closed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g.peak, 0, __ATOMIC_RELAXED);
 }
 BYVAL_FORK_CHILD(imports, imports_fork_child);
 
-byval_imports_t *byval_imports_create(const byval_imports_ops_t *ops, size_t capacity)
+byval_imports_t *byval_imports_create(const byval_backend_import_t *ops, size_t capacity)
 {
     byval_imports_t *c = calloc(1, sizeof(*c));
     if (!c)
@@ -173,7 +260,7 @@ byval_import_t *byval_imports_get(byval_imports_t *c, const void *key, byval_lru
     if (!byval_lru_get_ref(c->lru, key, &v, ref_p))
         return NULL;
     byval_import_t *m = v;
-    if (!alive(m) && !byval_imports_open_shared(m)) {
+    if (!byval_import_alive(m) && !open_shared(m)) {
         /* The exporter freed it: out of the cache (released when its last
          * user closes it, maybe now), and this open imports afresh. */
         byval_lru_remove_ref(c->lru, *ref_p);
@@ -189,65 +276,46 @@ void byval_imports_unget(byval_imports_t *c, byval_lru_ref_t ref)
     byval_lru_put_ref(c->lru, ref);
 }
 
-static void keep_uncached(byval_import_t *m)
-{
-    m->uncached = 1;
-    byval_lock(&g.lock);
-    m->unext = g.uncached;
-    g.uncached = m;
-    byval_unlock(&g.lock);
-}
-
-/* Take m off the uncached list; 0 when it was not there (purged). */
+/* Take m out of the uncached state (m->uncached); 0 when it was not in
+ * it (a purge took it). */
 static int unlist_uncached(byval_import_t *m)
 {
-    int found = 0;
-    byval_lock(&g.lock);
-    for (byval_import_t **pp = &g.uncached; *pp; pp = &(*pp)->unext)
-        if (*pp == m) {
-            *pp = m->unext;
-            found = 1;
-            break;
-        }
-    byval_unlock(&g.lock);
-    return found;
+    uint32_t one = 1;
+    return __atomic_compare_exchange_n(&m->uncached, &one, 0, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_RELAXED);
 }
 
 int byval_imports_insert(byval_imports_t *c, const void *key, byval_import_t *m,
                          byval_import_t **out_p, byval_lru_ref_t *ref_p)
 {
     m->home = c;
-    byval_imports_list(m);
+    list(m);
+    *out_p = m;
     for (int tries = 0; tries < 8; tries++) {
         void *ex = NULL;
-        byval_lru_ref_t ref = 0;
-        int rc = byval_lru_insert_ref(c->lru, key, m, &ex, &ref);
+        int rc = byval_lru_insert_ref(c->lru, key, m, &ex, ref_p);
+        byval_import_t *e = ex;
         if (rc == BYVAL_LRU_OK) {
             __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE); /* a purge finds it now */
-            *out_p = m;
-            *ref_p = ref;
             return 0;
         }
         if (rc != BYVAL_LRU_EXISTS)
             break;
-        byval_import_t *e = ex;
-        if (c->ops->same(e, m) && (alive(e) || c->ops->shared_ptr)) {
-            /* A racing thread imported the same record first. */
-            release(m);
+        if ((!c->ops->same || c->ops->same(e, m)) &&
+            (byval_import_alive(e) || c->ops->shared_ptr)) {
+            release(m); /* a racing thread imported the same record first */
             *out_p = e;
-            *ref_p = ref;
             return 0;
         }
         /* Another record under the key (an allocation id the exporter's
          * driver reused, a new process image): m was verified just now,
          * so it wins; the old mapping lives on only for its open users. */
-        byval_lru_remove_ref(c->lru, ref);
-        byval_lru_put_ref(c->lru, ref);
+        byval_lru_remove_ref(c->lru, *ref_p);
+        byval_lru_put_ref(c->lru, *ref_p);
     }
     /* Every cached mapping is open (or no memory): hand m out uncached. */
-    keep_uncached(m);
+    __atomic_store_n(&m->uncached, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&m->inserting, 0, __ATOMIC_RELEASE);
-    *out_p = m;
     *ref_p = 0;
     return 0;
 }
@@ -284,21 +352,17 @@ void byval_imports_gated(void (*fn)(void *arg), void *arg)
 
 /* ---- close ---------------------------------------------------------------- */
 
-typedef struct shed {
-    uint64_t excess;
-} shed_t;
-
 static int shed_pred(void *ctx, const void *key, void *value)
 {
-    shed_t *s = ctx;
+    uint64_t *excess = ctx;
     const byval_import_t *m = value;
     (void)key;
-    if (!s->excess)
+    if (!*excess)
         return -1;
     if (!LD_ACQ(&m->counted))
         return 0;
     uint64_t bytes = __atomic_load_n(&m->bytes, __ATOMIC_RELAXED);
-    s->excess = bytes >= s->excess ? 0 : s->excess - bytes;
+    *excess = bytes >= *excess ? 0 : *excess - bytes;
     return 1;
 }
 
@@ -311,8 +375,8 @@ void byval_imports_shed(void)
         uint64_t budget = __atomic_load_n(&g.budget, __ATOMIC_RELAXED);
         if (held <= budget)
             return;
-        shed_t s = {held - budget};
-        byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &s);
+        uint64_t excess = held - budget;
+        byval_lru_evict_if(LD_ACQ(&g.caches[i])->lru, shed_pred, &excess);
     }
 }
 
@@ -369,7 +433,7 @@ int byval_imports_close(uintptr_t ptr)
     if (left == BYVAL_PTRMAP_CLOSED)
         return BYVAL_IMPORTS_NOT_OPEN;
     if (left < 0) /* inside a mapping of ours: the driver would release it under us */
-        return byval_imports_holds(ptr) ? BYVAL_IMPORTS_NOT_OPEN : BYVAL_IMPORTS_NOT_OURS;
+        return holds(ptr) ? BYVAL_IMPORTS_NOT_OPEN : BYVAL_IMPORTS_NOT_OURS;
     byval_import_t *m = v;
     if (!ref) { /* uncached: the driver's close at the last one */
         if (left == 0) {
@@ -381,15 +445,106 @@ int byval_imports_close(uintptr_t ptr)
     }
     byval_imports_t *c = m->home;
     int over = LD_ACQ(&m->counted) ? 0 : first_close(c, m, ref, left);
-    if (c->ops->closed_dead && left >= 0 && !alive(m)) {
-        byval_rdlock(&g.gate);
-        c->ops->closed_dead(m);
-        byval_rdunlock(&g.gate);
-    }
-    if (c->ops->shared_ptr && !left && !alive(m)) /* kept while open (imports.h) */
+    if (c->ops->closed_dead && left >= 0 && !byval_import_alive(m))
+        byval_imports_gated(c->ops->closed_dead, m);
+    if (c->ops->shared_ptr && !left && !byval_import_alive(m)) /* kept while open (imports.h) */
         byval_lru_remove_ref(c->lru, ref);
     byval_lru_put_ref(c->lru, ref); /* m may be gone from here on */
     if (over)
         byval_imports_shed();
     return BYVAL_IMPORTS_CLOSED;
+}
+
+/* ---- releases by rule ----------------------------------------------------- */
+
+typedef struct pred_adapter {
+    int (*pred)(void *, const byval_import_t *);
+    void *ctx;
+} pred_adapter_t;
+
+/* Rules release what nobody needs: a shared_ptr mapping that is open
+ * stays (imports.h), released by its last close. */
+static int adapt(void *ctx, const void *key, void *value)
+{
+    const pred_adapter_t *a = ctx;
+    (void)key;
+    return a->pred(a->ctx, value) && !open_shared(value);
+}
+
+size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx)
+{
+    pred_adapter_t a = {pred, ctx};
+    size_t n = 0;
+    unsigned nc = LD_ACQ(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_remove_if(LD_ACQ(&g.caches[i])->lru, adapt, &a);
+    return n;
+}
+
+/* arg: {ctx, dead}. Under the cache lock: the release comes after. */
+static int of_ctx(void *arg, const void *key, void *value)
+{
+    const uintptr_t *c = arg;
+    byval_import_t *m = value;
+    (void)key;
+    if (m->ctx == c[0] && c[1])
+        __atomic_store_n(&m->dead, 1, __ATOMIC_RELAXED);
+    return m->ctx == c[0];
+}
+
+/* A mapping of ctx still listed (its release not returned), not one that
+ * another thread is inserting now (a use of ctx racing its destroy). */
+static int in_flight(uintptr_t ctx, int dead)
+{
+    int n = 0;
+    for (byval_import_t *m = g.live; m; m = m->lnext)
+        if (m->ctx == ctx && !m->inserting) {
+            if (dead) /* gone already: the release must not touch it */
+                __atomic_store_n(&m->dead, 1, __ATOMIC_RELAXED);
+            n++;
+        }
+    return n;
+}
+
+static size_t purge_ctx(uintptr_t ctx, int dead)
+{
+    uintptr_t match[2] = {ctx, (uintptr_t)dead};
+    size_t n = 0;
+    unsigned nc = LD_ACQ(&g.ncaches);
+    for (unsigned i = 0; i < nc; i++)
+        n += byval_lru_purge_if(LD_ACQ(&g.caches[i])->lru, of_ctx, match);
+    /* Uncached mappings of ctx, too. */
+    byval_import_t *gone = NULL;
+    byval_lock(&g.lock);
+    for (byval_import_t *m = g.live; m; m = m->lnext)
+        if (m->ctx == ctx && unlist_uncached(m)) {
+            m->dead = dead;
+            m->unext = gone;
+            gone = m;
+        }
+    byval_unlock(&g.lock);
+    for (byval_import_t *m = gone, *nx; m; m = nx, n++) {
+        nx = m->unext;
+        release(m);
+    }
+    /* Releases of ctx that other threads started before the purge (an
+     * eviction, the exporter's free seen by the watcher, the last close
+     * of a replaced entry): taken out of their cache, so the purge did
+     * not see them, but listed until they return. The context outlives
+     * them: the driver destroys it after this returns. */
+    byval_lock(&g.lock);
+    while (in_flight(ctx, dead))
+        pthread_cond_wait(&g.released, &g.lock.m);
+    byval_unlock(&g.lock);
+    return n;
+}
+
+size_t byval_imports_purge_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 0);
+}
+
+size_t byval_imports_forget_ctx(uintptr_t ctx)
+{
+    return purge_ctx(ctx, 1);
 }

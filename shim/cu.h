@@ -4,10 +4,8 @@
  *
  * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
  * cu_real.c    the real libcuda entry points, found at run time
- * cu_export.c  by-value export of VMM memory (pools of chunks, extents),
- *              legacy exports published for importers
- * cu_import.c  VMM import into one mirror per exporter pool, close
- * cu_legacy.c  the import cache for legacy (cuMemAlloc) handles
+ * cu_export.c  by-value export: VMM memory (pools of chunks, extents), legacy
+ * cu_import.c  the VMM and legacy import backends, cuIpcOpen/CloseMemHandle
  * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
@@ -136,37 +134,6 @@ int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdevice
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
 void byval_cu_export_mapped(void);
-
-/* Import of a VMM manifest handle (cu_import.c); rec parsed without its
- * checksum. *ours_p = 0 (and nothing done) when the record turns out not
- * to be a valid one of ours: the caller treats the handle as the driver's. */
-struct byval_record;
-CUresult byval_cu_vmm_open(const struct byval_record *rec, const CUipcMemHandle *h,
-                           unsigned int flags, CUdeviceptr *pdptr, int *ours_p);
-
-/* Legacy handle open through the cache (cu_legacy.c). */
-CUresult byval_cu_legacy_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
-                              unsigned int flags);
-
-/* Key of the VMM and legacy import caches; type says which. */
-enum { BYVAL_CU_KEY_VMM = 1, BYVAL_CU_KEY_LEGACY = 2 };
-typedef struct byval_cu_key {
-    uint32_t type;
-    uint32_t flags;
-    uintptr_t ctx;
-    union {
-        struct {
-            uint32_t pidns, pid;
-            uint64_t identity, alloc_id; /* alloc_id: the reservation's */
-        } vmm;
-        unsigned char legacy[64];
-    } u;
-} byval_cu_key_t;
-
-/* The bytes of a VMM key: type, flags, ctx and the vmm member (the VMM
- * cache hashes and compares these only). */
-#define BYVAL_CU_VMM_KEY_LEN (offsetof(byval_cu_key_t, u) + sizeof(((byval_cu_key_t *)0)->u.vmm))
-_Static_assert(BYVAL_CU_VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 /* A context is about to be destroyed or reset (cuCtxDestroy, the primary
  * context's reset or last release): end the exports of its memory and

@@ -31,10 +31,7 @@
 /* Retains of each device's primary context seen through our wrappers. */
 static int retains[MAX_DEVICES];
 
-static int active(void)
-{
-    return byval_init() && byval_cfg.cuda;
-}
+#define ACTIVE() (byval_init() && byval_cfg.cuda)
 
 /* The primary context of dev while it is active, else NULL. */
 static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
@@ -54,7 +51,7 @@ static CUcontext primary_of(const byval_cu_real_t *rl, CUdevice dev)
 
 void byval_cu_context_dying(CUcontext ctx)
 {
-    if (!ctx || !active())
+    if (!ctx || !ACTIVE())
         return;
     size_t ended = byval_cu_legacy_ctx_gone(ctx);
     size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
@@ -91,9 +88,7 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
 static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 {
     const byval_cu_real_t *rl = byval_cu_real();
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!active())
+    if (!ACTIVE())
         return real(dev);
     CUcontext ctx = primary_of(rl, dev);
     int last =
@@ -108,12 +103,8 @@ static CUresult primary_release(CUresult (*real)(CUdevice), CUdevice dev)
 
 static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (active()) {
-        CUcontext ctx = primary_of(byval_cu_real(), dev);
-        if (ctx)
-            byval_cu_context_dying(ctx);
+    if (ACTIVE()) {
+        byval_cu_context_dying(primary_of(byval_cu_real(), dev)); /* NULL: none */
         if (dev >= 0 && dev < MAX_DEVICES)
             __atomic_store_n(&retains[dev], 0, __ATOMIC_RELAXED);
     }
@@ -122,10 +113,7 @@ static CUresult primary_reset(CUresult (*real)(CUdevice), CUdevice dev)
 
 static CUresult ctx_destroy(CUresult (*real)(CUcontext), CUcontext ctx)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (active())
-        byval_cu_context_dying(ctx);
+    byval_cu_context_dying(ctx);
     return real(ctx);
 }
 
@@ -142,11 +130,11 @@ CU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 /* The exported entry points: each passes the driver's function of its
  * version to the helper above. */
-#define CTX_ENTRY(name, helper, type, slot)          \
-    CU_EXPORT CUresult name(type arg)                \
-    {                                                \
-        const byval_cu_real_t *rl = byval_cu_real(); \
-        return helper(rl ? rl->slot : NULL, arg);    \
+#define CTX_ENTRY(name, helper, type, slot)                                         \
+    CU_EXPORT CUresult name(type arg)                                               \
+    {                                                                               \
+        const byval_cu_real_t *rl = byval_cu_real();                                \
+        return rl && rl->slot ? helper(rl->slot, arg) : CUDA_ERROR_NOT_INITIALIZED; \
     }
 
 CTX_ENTRY(cuDevicePrimaryCtxRelease_v2, primary_release, CUdevice, primary_release_v2)

@@ -15,7 +15,7 @@
 #include "shim/cu.h"
 #include "shim/init.h"
 #include "shim/symbols.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 #define CU_EXPORT __attribute__((visibility("default")))
 #define ARGS(...) __VA_ARGS__

@@ -32,7 +32,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 /* A chunk's export, made once. */
 typedef struct cu_chunk {

@@ -1,47 +1,60 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cu_import.c - cuIpcOpenMemHandle / cuIpcCloseMemHandle for by-value VMM
- * handles.
+ * cu_import.c - the CUDA import backends (cache/imports.h) and
+ * cuIpcOpenMemHandle / cuIpcCloseMemHandle.
  *
- * One mirror per exporter pool and local context: a reservation as large
- * as the exporter's, made at the pool's first open, into which every
- * chunk a handle names is imported (its export's fd fetched, then
- * cuMemImportFromShareableHandle) and mapped once, at its offset, shared
- * by every handle into the pool. The pointer handed out is the mirror's
- * address of the handle's first chunk: the driver's legacy semantics (the
- * base of the exporter's cuMemGetAddressRange allocation; callers add
- * their offset, also past that chunk, as far as the handle's run goes).
- * A mirror is one import of the lifecycle core (cache/imports.h): it
- * remembers the records it has served, so a re-open of any is a hit; a
- * record it has not served maps what the mirror lacks (a pool that grew)
- * and joins them. It lives while its exporter's pool entry does
- * (cu_export.c renews it at every unmap in the pool), noted before any
- * chunk is fetched; with that, every rule of the core: close drops an
- * open, the exporter's free or exit, the context's end or the byte budget
- * (the bytes mapped) release it.
+ * VMM: one mirror per exporter pool and local context, a reservation as
+ * large as the exporter's into which every chunk a handle names is
+ * imported and mapped once, at its offset. The pointer handed out is the
+ * mirror's address of the handle's first chunk (the driver's legacy
+ * semantics). A mirror remembers the records it served (a re-open is a
+ * hit); another record maps what the mirror lacks and joins them. It
+ * lives while its exporter's pool entry does (cu_export.c renews it at
+ * every unmap in the pool); a dead mirror still open gives back the
+ * chunks no open needs.
+ *
+ * Legacy (cuMemAlloc) handles are copy-by-value already; the cache saves
+ * the driver's open+close (~56 us), keyed on the 64 handle bytes, the
+ * context and flags. The driver's bytes 8-11 carry the exporter's pid:
+ * an exporter running ipcbyval publishes its frees in its registry.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cache/exporters.h"
 #include "cache/imports.h"
 #include "cache/locks.h"
+#include "cache/transport.h"
 #include "handles/manifest.h"
 #include "handles/registry.h"
+#include "handles/registry_view.h"
 #include "handles/resolve.h"
+#include "handles/transport.h"
 #include "shim/config.h"
 #include "shim/cu.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/track.h"
-#include "shim/transport.h"
 
 /* Records a mirror remembers (a hit); more are served as misses that
  * find their chunks mapped already. */
 #define MIRROR_RECORDS 32
+
+/* The key of both caches; a VMM key is its first 40 bytes. */
+enum { CU_KEY_VMM = 1, CU_KEY_LEGACY = 2 };
+typedef struct cu_key {
+    uint32_t type, flags;
+    uintptr_t ctx;
+    union {
+        struct {
+            uint32_t pidns, pid;
+            uint64_t identity, alloc_id; /* alloc_id: the exporter's pool */
+        } vmm;
+        unsigned char legacy[64];
+    } u;
+} cu_key_t;
+#define VMM_KEY_LEN (offsetof(cu_key_t, u) + sizeof(((cu_key_t *)0)->u.vmm))
+_Static_assert(VMM_KEY_LEN == 40, "a VMM key is 40 bytes, no padding");
 
 typedef struct mirror_chunk {
     uint64_t off, size, id;
@@ -64,8 +77,6 @@ typedef struct cu_mirror {
     struct cu_mirror *next, *prev; /* live mirrors (mirrors_lock) */
 } cu_mirror_t;
 
-static byval_imports_t *vmm_cache;
-static byval_once_t import_once = BYVAL_ONCE_INIT;
 static byval_lock_t mirror_lock = BYVAL_LOCK_INIT(CU_MIRROR);
 BYVAL_LOCK_STATIC(cu_mirror, &mirror_lock);
 static byval_lock_t mirrors_lock = BYVAL_LOCK_INIT(CU_MIRRORS);
@@ -96,7 +107,6 @@ static void mirror_unmap(cu_mirror_t *m)
         byval_leave();
     }
     free(m->chunks);
-    m->chunks = NULL;
 }
 
 static void vmm_release(byval_import_t *b)
@@ -115,15 +125,18 @@ static void vmm_release(byval_import_t *b)
 
 /* m is dead (its exporter unmapped a chunk of the pool) and may be open:
  * unmap the chunks that no open's run covers, as natively the exporter's
- * freed memory comes back once no import holds it. Under mirror_lock and
- * the release gate. */
-static void mirror_prune(cu_mirror_t *m)
+ * freed memory comes back once no import holds it. Under the release gate. */
+static void mirror_prune(void *arg)
 {
+    cu_mirror_t *m = arg;
     const byval_cu_real_t *rl = byval_cu_real();
     uint32_t nrecs = __atomic_load_n(&m->nrecs, __ATOMIC_ACQUIRE);
+    byval_lock(&mirror_lock);
     if (!rl || !m->watched || __atomic_load_n(&m->forgot, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&m->core.dead, __ATOMIC_RELAXED) || byval_import_alive(&m->core))
+        __atomic_load_n(&m->core.dead, __ATOMIC_RELAXED) || byval_import_alive(&m->core)) {
+        byval_unlock(&mirror_lock);
         return;
+    }
     int open[MIRROR_RECORDS];
     for (uint32_t i = 0; i < nrecs; i++)
         open[i] = byval_imports_opens(&m->core, (uintptr_t)(m->base + m->recs[i].first)) > 0;
@@ -151,12 +164,6 @@ static void mirror_prune(cu_mirror_t *m)
                         dropped, dropped == 1 ? "" : "s");
     }
     m->n = kept;
-}
-
-static void vmm_closed_dead(byval_import_t *b)
-{
-    byval_lock(&mirror_lock);
-    mirror_prune((cu_mirror_t *)b);
     byval_unlock(&mirror_lock);
 }
 
@@ -167,17 +174,9 @@ static void prune_dead(void *arg)
     (void)arg;
     byval_lock(&mirrors_lock);
     for (cu_mirror_t *m = mirrors; m; m = m->next)
-        if (!byval_import_alive(&m->core)) {
-            byval_lock(&mirror_lock);
-            mirror_prune(m);
-            byval_unlock(&mirror_lock);
-        }
+        if (!byval_import_alive(&m->core))
+            mirror_prune(&m->core);
     byval_unlock(&mirrors_lock);
-}
-
-static void on_event(void)
-{
-    byval_imports_gated(prune_dead, NULL);
 }
 
 /* 1 when m has served rec for a handle carrying first. */
@@ -213,28 +212,26 @@ static int vmm_same(const byval_import_t *a, const byval_import_t *b)
     return served((const cu_mirror_t *)a, fresh->recs[0].rec, fresh->recs[0].first);
 }
 
-static byval_imports_ops_t vmm_ops = {
-    .name = "cuda vmm import",
-    /* The VMM fields only (40 bytes, not the legacy handle's 64 of the
-     * union): half the hashing and comparing on every hit, and half the
-     * key bytes per entry. */
-    .key_len = BYVAL_CU_VMM_KEY_LEN,
-    .release = vmm_release,
-    .same = vmm_same,
-    /* no .track: a mirror notes its pool's entry when it is made */
-    .closed_dead = vmm_closed_dead,
-};
+static byval_backend_import_t vmm;
+#define vmm_log_failure(st, ...) byval_import_refuse(&vmm, vmm.api, (st), __VA_ARGS__)
 
-static void import_init(void)
+static CUresult driver_failed(CUresult r, const char *call, uint32_t pid, uint64_t bytes)
 {
-    vmm_cache = byval_track_cache(&vmm_ops);
-    byval_track_on_event(on_event);
+    vmm_log_failure(BYVAL_E_SYS, "%s(%llu bytes of pid %u) failed: %s", call,
+                    (unsigned long long)bytes, pid, byval_cu_err(r));
+    return r;
 }
 
-/* One error line per kind of failure (shim/log.h). */
-static int vmm_seen[BYVAL_E_SYS + 2];
-#define vmm_log_failure(st, ...) \
-    byval_log_once_per_kind(vmm_seen, BYVAL_E_SYS + 2, (int)(st), "cuIpcOpenMemHandle", __VA_ARGS__)
+/* An open: what the flow's callbacks are given. */
+typedef struct vmm_req {
+    const byval_record_t *rec; /* parsed, checked by vmm_check */
+    const uint8_t *rb;
+    uint64_t first, pool_id; /* the handle's chunk offset and pool */
+    CUcontext ctx;
+    int pidfd; /* a miss's: the exporter's, from the manifest's fetch */
+    const byval_manifest_t *man;
+    const void *mirror; /* a miss's: the mirror that serves it (if it forgot) */
+} vmm_req_t;
 
 /* A chunk of the manifest that m maps already (0), lacks (1), or that
  * another chunk holds the place of (-1: the exporter mapped anew there). */
@@ -259,10 +256,11 @@ static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, siz
  * its place in m->chunks; first: the handle's first chunk). The time of
  * the fetch and of the driver's import goes to t[0] and t[1].
  * CUDA_ERROR_NOT_FOUND: the handle's run ends before c. */
-static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                          const byval_manifest_chunk_t *c, int first, CUdevice dev, cu_mirror_t *m,
-                          size_t at, uint64_t t[2])
+static CUresult chunk_map(const vmm_req_t *q, const byval_manifest_chunk_t *c, int first,
+                          CUdevice dev, cu_mirror_t *m, size_t at, uint64_t t[2])
 {
+    const byval_cu_real_t *rl = byval_cu_real();
+    const byval_record_t *rec = q->rec;
     char msg[512];
     mirror_chunk_t *a = byval_cu_room(m->chunks, &m->cap, m->n, sizeof(*a));
     if (!a)
@@ -272,16 +270,16 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
      * id, the kind memory. */
     byval_record_t crec = *rec;
     crec.kind = BYVAL_KIND_CU_VMM;
-    crec.fd = c->fd;
-    crec.fd_ino = c->fd_ino;
-    crec.tag = c->tag; /* what the exporter's broker asks of another uid */
     crec.alloc_id = c->id;
+    crec.fd = c->fd, crec.fd_ino = c->fd_ino;
+    crec.tag = c->tag; /* what the exporter's broker asks of another uid */
     int fd = -1;
     uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_more_fd(&crec, pidfd, c->fd, c->fd_ino, &fd, msg, sizeof(msg));
+    byval_status_t st = byval_transport_fetch_more_fd(&crec, byval_cfg.transport, q->pidfd, c->fd,
+                                                      c->fd_ino, 0, &fd, msg, sizeof(msg));
     t[0] += byval_stats_now_ns() - t0;
     if (st == BYVAL_E_FDKIND && !first &&
-        byval_track_listed(rec, pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
+        byval_track_listed(rec, q->pidfd, BYVAL_REG_KEY(BYVAL_KIND_CU_VMM_MANIFEST, rec->alloc_id),
                            rec->fd_ino)) {
         /* Not listed while the handle's manifest is: the exporter unmapped
          * it since the handle was made, which cut the handle's run there
@@ -291,39 +289,26 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
                         (unsigned long long)c->offset, rec->pid, msg);
         return CUDA_ERROR_NOT_FOUND;
     }
-    if (st != BYVAL_OK) {
-        vmm_log_failure(st, "chunk at offset %llu: %s", (unsigned long long)c->offset, msg);
-        return st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
-    }
+    if (st != BYVAL_OK)
+        return vmm_log_failure(st, "chunk at offset %llu: %s", (unsigned long long)c->offset, msg);
     CUmemGenericAllocationHandle gh;
     t0 = byval_stats_now_ns();
     CUresult r =
         rl->import_shareable(&gh, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     t[1] += byval_stats_now_ns() - t0;
     close(fd);
-    if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemImportFromShareableHandle(chunk of pid %u) failed: %s",
-                        rec->pid, byval_cu_err(r));
-        return r;
-    }
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemImportFromShareableHandle", rec->pid, c->size);
     r = rl->map(m->base + c->offset, c->size, 0, gh, 0);
     rl->mem_release(gh); /* the mapping holds the allocation now */
-    if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemMap(chunk of pid %u, %llu bytes) failed: %s", rec->pid,
-                        (unsigned long long)c->size, byval_cu_err(r));
-        return r;
-    }
-    CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof(acc));
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = dev;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemMap", rec->pid, c->size);
+    CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     r = rl->set_access(m->base + c->offset, c->size, &acc, 1);
     if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemSetAccess(chunk of pid %u) failed: %s", rec->pid,
-                        byval_cu_err(r));
         rl->mem_unmap(m->base + c->offset, c->size);
-        return r;
+        return driver_failed(r, "cuMemSetAccess", rec->pid, c->size);
     }
     memmove(&m->chunks[at + 1], &m->chunks[at], (m->n - at) * sizeof(m->chunks[0]));
     m->chunks[at] = (mirror_chunk_t){c->offset, c->size, c->id};
@@ -335,22 +320,19 @@ static CUresult chunk_map(const byval_cu_real_t *rl, int pidfd, const byval_reco
  * end of the run mapped in *end_p. CUDA_ERROR_ALREADY_MAPPED when another
  * chunk holds a place in m. The statistics split the time: fds fetched,
  * driver imports, the rest. */
-static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                            const byval_manifest_t *man, cu_mirror_t *m, uint64_t *added_p,
-                            uint64_t *end_p)
+static CUresult mirror_fill(const vmm_req_t *q, cu_mirror_t *m, uint64_t *added_p, uint64_t *end_p)
 {
+    const byval_manifest_t *man = q->man;
     uint64_t t_all = byval_stats_now_ns(), t[2] = {0, 0};
     CUdevice dev = 0;
-    CUresult r = rl->ctx_get_device(&dev);
+    CUresult r = byval_cu_real()->ctx_get_device(&dev);
     *added_p = 0;
     for (uint32_t i = 0; r == CUDA_SUCCESS && i < man->nchunks; i++) {
         size_t at;
         int need = chunk_need(m, &man->chunks[i], &at);
         if (need < 0)
             r = CUDA_ERROR_ALREADY_MAPPED;
-        else if (need &&
-                 (r = chunk_map(rl, pidfd, rec, &man->chunks[i], i == 0, dev, m, at, t)) ==
-                     CUDA_SUCCESS)
+        else if (need && (r = chunk_map(q, &man->chunks[i], i == 0, dev, m, at, t)) == CUDA_SUCCESS)
             *added_p += man->chunks[i].size;
         if (r == CUDA_SUCCESS)
             *end_p = man->chunks[i].offset + man->chunks[i].size;
@@ -365,41 +347,41 @@ static CUresult mirror_fill(const byval_cu_real_t *rl, int pidfd, const byval_re
 }
 
 /* A new mirror of man's pool holding its chunks, in *m_p. */
-static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                           const byval_manifest_t *man, CUcontext ctx, cu_mirror_t **m_p)
+static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
 {
+    const byval_cu_real_t *rl = byval_cu_real();
+    const byval_manifest_t *man = q->man;
     cu_mirror_t *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
     m->pool_id = man->pool_id;
-    m->ctx = ctx;
+    m->ctx = q->ctx;
     CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
-        vmm_log_failure(BYVAL_E_SYS, "cuMemAddressReserve(%llu bytes) failed: %s",
-                        (unsigned long long)m->size, byval_cu_err(r));
         free(m);
-        return r;
+        return driver_failed(r, "cuMemAddressReserve", q->rec->pid, man->reserve_size);
     }
     /* The pool's entry, before any chunk is fetched: an unmap from here on
      * changes it (the mirror is then released at its last close). */
-    byval_track_record_on(&m->core, rec, pidfd, BYVAL_CU_POOL_KEY(man->pool_id), BYVAL_CU_POOL_INO);
+    byval_track_record(&m->core, q->rec, q->pidfd, BYVAL_CU_POOL_KEY(man->pool_id),
+                       BYVAL_CU_POOL_INO);
     uint64_t added = 0, end = 0;
-    r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
+    r = mirror_fill(q, m, &added, &end);
     if (r != CUDA_SUCCESS) {
         mirror_unmap(m);
         if (m->core.tracker)
-            byval_track_untrack(m->core.tracker);
+            byval_reg_view_put(m->core.tracker);
         free(m);
         return r;
     }
     m->core.bytes = added;
     m->core.span = m->size;
-    m->core.ctx = (uintptr_t)ctx;
+    m->core.ctx = (uintptr_t)q->ctx;
     m->core.addr = (uintptr_t)m->base;
-    m->core.pidns = rec->pidns;
-    m->core.pid = rec->pid;
-    m->core.identity = rec->identity;
+    m->core.pidns = q->rec->pidns;
+    m->core.pid = q->rec->pid;
+    m->core.identity = q->rec->identity;
     m->recs[0].end = end; /* its first record's, served by the caller */
     byval_lock(&mirrors_lock);
     m->next = mirrors;
@@ -419,23 +401,21 @@ static CUresult mirror_new(const byval_cu_real_t *rl, int pidfd, const byval_rec
 /* Map what m lacks of man and serve rb from m. CUDA_ERROR_ALREADY_MAPPED
  * when m cannot hold it (its pool changed since m was made): the caller
  * makes a new mirror. */
-static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_record_t *rec,
-                            const byval_manifest_t *man, const uint8_t *rb, uint64_t first,
-                            cu_mirror_t *m)
+static CUresult mirror_grow(const vmm_req_t *q, cu_mirror_t *m)
 {
     uint64_t added = 0, end = 0;
     int over = 0;
     CUresult r = CUDA_SUCCESS;
     byval_lock(&mirror_lock);
-    if (!served(m, rb, first)) {
+    if (!served(m, q->rb, q->first)) {
         if (!byval_import_alive(&m->core))
             r = CUDA_ERROR_ALREADY_MAPPED;
         else
-            r = mirror_fill(rl, pidfd, rec, man, m, &added, &end);
+            r = mirror_fill(q, m, &added, &end);
         if (added)
             over = byval_imports_grow(&m->core, added);
         if (r == CUDA_SUCCESS)
-            serve(m, rb, first, end);
+            serve(m, q->rb, q->first, end);
     }
     byval_unlock(&mirror_lock);
     if (over)
@@ -443,44 +423,57 @@ static CUresult mirror_grow(const byval_cu_real_t *rl, int pidfd, const byval_re
     return r;
 }
 
-/* Hand out the open of m (referenced by ref) at chunk offset first. */
-static CUresult vmm_hand_out(cu_mirror_t *m, byval_lru_ref_t ref, uint64_t first,
-                             CUdeviceptr *pdptr)
+/* The mirror's address of the handle's first chunk. */
+static uintptr_t vmm_serves(const byval_import_t *b, const void *req)
 {
-    if (first >= m->size) {
-        byval_imports_unget(vmm_cache, ref);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (byval_imports_open(vmm_cache, &m->core, ref, (uintptr_t)(m->base + first)) < 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *pdptr = m->base + first;
-    return CUDA_SUCCESS;
+    const cu_mirror_t *m = (const cu_mirror_t *)b;
+    const vmm_req_t *q = req;
+    return (q->mirror == m || served(m, q->rb, q->first)) && q->first < m->size
+        ? (uintptr_t)(m->base + q->first)
+        : 0;
+}
+
+/* Died after the lookup: it may have given back the chunks this open
+ * needs before the open was counted (mirror_prune). */
+static int vmm_stale(const byval_import_t *b)
+{
+    return ((const cu_mirror_t *)b)->watched && !byval_import_alive(b);
+}
+
+static int vmm_check(void *req)
+{
+    const vmm_req_t *q = req;
+    const byval_cu_real_t *rl = byval_cu_real();
+    byval_record_t checked;
+    byval_self_t self;
+    unsigned long long ctx_id;
+    if (byval_wire_decode(q->rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK)
+        return BYVAL_IMPORT_PASS;
+    if (byval_self_get(&self) != 0)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    /* With a reset primary context current the driver's open answers
+     * CONTEXT_IS_DESTROYED while cuCtxGetDevice and cuMemAddressReserve
+     * succeed (H100, driver 580): cuCtxGetId answers as the open does. */
+    return rl->ctx_get_id ? (int)rl->ctx_get_id(q->ctx, &ctx_id) : CUDA_SUCCESS;
 }
 
 /* The manifest rec names, checked against the handle's pool and chunk. */
-static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_self_t *self,
-                                        uint64_t pool_id, uint64_t first, int *pidfd_p,
-                                        byval_status_t *st_p)
+static byval_manifest_t *manifest_fetch(vmm_req_t *q, CUresult *r_p)
 {
     char msg[512];
     int mfd = -1;
-    uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_fd(rec, self, &mfd, pidfd_p, msg, sizeof(msg));
-    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
-    *st_p = st;
-    if (st != BYVAL_OK) {
-        vmm_log_failure(st, "%s", msg);
+    const byval_record_t *rec = q->rec;
+    *r_p = (CUresult)byval_import_fetch(&vmm, vmm.api, rec, &mfd, &q->pidfd);
+    if (*r_p != CUDA_SUCCESS)
         return NULL;
-    }
     byval_manifest_t *man = byval_manifest_read(mfd, rec->size, rec->pid, msg, sizeof(msg));
     close(mfd);
-    *st_p = BYVAL_E_FDKIND;
+    *r_p = CUDA_ERROR_INVALID_VALUE;
     if (!man)
         vmm_log_failure(BYVAL_E_FDKIND, "%s", msg);
-    else if (man->pool_id != pool_id || man->chunks[0].offset != first)
+    else if (man->pool_id != q->pool_id || man->chunks[0].offset != q->first)
         vmm_log_failure(BYVAL_E_FDKIND,
-                        "malformed handle from pid %u: its pool or chunk is not "
-                        "its manifest's",
+                        "malformed handle from pid %u: its pool or chunk is not its manifest's",
                         rec->pid);
     else
         return man;
@@ -488,175 +481,192 @@ static byval_manifest_t *manifest_fetch(const byval_record_t *rec, const byval_s
     return NULL;
 }
 
-CUresult byval_cu_vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
-                           CUdeviceptr *pdptr, int *ours_p)
+static int vmm_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
-    *ours_p = 1;
-    const byval_cu_real_t *rl = byval_cu_real();
-    byval_self_t self;
-    CUcontext ctx = NULL;
-    if (!rl)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    byval_once(&import_once, import_init);
-    if (!vmm_cache)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (rl->ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    byval_exporters_poll();
-
-    /* Where the exporter's pointer sits in its reservation, and the pool:
-     * every handle into one pool shares one mirror (the key has no
-     * offset). */
-    uint64_t first, pool_id;
-    memcpy(&first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(first));
-    memcpy(&pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(pool_id));
-    byval_cu_key_t key;
-    memset(&key, 0, BYVAL_CU_VMM_KEY_LEN); /* no padding bytes of the key left unset */
-    key.type = BYVAL_CU_KEY_VMM;
-    key.flags = flags;
-    key.ctx = (uintptr_t)ctx;
-    key.u.vmm.pidns = rec->pidns;
-    key.u.vmm.pid = rec->pid;
-    key.u.vmm.identity = rec->identity;
-    key.u.vmm.alloc_id = pool_id;
-
-    unsigned long long t_open = BYVAL_LOG_T0();
-    byval_lru_ref_t ref = 0;
-    const uint8_t *rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF;
-    cu_mirror_t *m = (cu_mirror_t *)byval_imports_get(vmm_cache, &key, &ref);
-    int retries = 0;
-    if (m && served(m, rb, first)) {
-        CUresult r = vmm_hand_out(m, ref, first, pdptr);
-        if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core)) {
-            /* It died since the get: an exporter's unmap, after which a
-             * dead mirror gives back what no open needs, which this open,
-             * counted only now, may not have been (mirror_prune). */
-            byval_imports_close((uintptr_t)*pdptr);
-            m = NULL;
-            ref = 0;
-            goto miss;
-        }
-        if (r == CUDA_SUCCESS) {
-            BYVAL_STAT_INC(opens);
-            BYVAL_STAT_INC(open_hits);
-            byval_log_open("", BYVAL_ROUTE_HIT, m->core.pid,
-                           __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
-                           (const void *)(uintptr_t)*pdptr, t_open);
-        }
-        return r;
-    }
-miss:;
-    /* rec was parsed without its checksum (a hit equals a checked record):
-     * check it now, before anything trusts it. */
-    byval_record_t checked;
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (byval_wire_decode(rb, BYVAL_WIRE_LEN, &checked) != BYVAL_WIRE_OK) {
-        *ours_p = 0;
-        goto out;
-    }
-    r = CUDA_ERROR_NOT_INITIALIZED;
-    if (byval_self_get(&self) != 0) /* who we are: only a miss needs it */
-        goto out;
-    /* The driver's own open checks the current context first: with a reset
-     * primary context current it answers CUDA_ERROR_CONTEXT_IS_DESTROYED,
-     * while cuCtxGetDevice and cuMemAddressReserve, the calls a VMM import
-     * makes, still succeed (H100, driver 580). cuCtxGetId answers as the
-     * open does. A hit needs no check: a context's end purges its imports. */
-    unsigned long long ctx_id;
-    r = rl->ctx_get_id ? rl->ctx_get_id(ctx, &ctx_id) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS)
-        goto out;
-    BYVAL_STAT_INC(opens);
-    BYVAL_STAT_INC(open_misses);
-
-    int pidfd = -1;
-    byval_status_t st;
-    byval_manifest_t *man = manifest_fetch(rec, &self, pool_id, first, &pidfd, &st);
-    r = !man ? (st == BYVAL_E_NOFD ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE)
-        : m && m->size == man->reserve_size ? mirror_grow(rl, pidfd, rec, man, rb, first, m)
-                                            : CUDA_ERROR_ALREADY_MAPPED;
+    vmm_req_t *q = req;
+    cu_mirror_t *m = (cu_mirror_t *)had;
+    CUresult r;
+    q->pidfd = -1;
+    byval_manifest_t *man = manifest_fetch(q, &r);
+    q->man = man;
+    if (man)
+        r = m && m->size == man->reserve_size ? mirror_grow(q, m) : CUDA_ERROR_ALREADY_MAPPED;
     if (r == CUDA_ERROR_ALREADY_MAPPED) { /* none, or one that cannot hold it */
-        if (m)
-            byval_imports_unget(vmm_cache, ref);
-        m = NULL;
-        r = mirror_new(rl, pidfd, rec, man, ctx, &m);
-        if (r == CUDA_SUCCESS) {
-            serve(m, rb, first, m->recs[0].end);
-            byval_import_t *out;
-            byval_imports_insert(vmm_cache, &key, &m->core, &out, &ref);
-            if (!ref) /* every cached mapping is open: this one lives uncached */
-                BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
-                                "0x%llx not cached",
-                                byval_cfg.cache_size, (unsigned long long)m->base);
-            m = (cu_mirror_t *)out;
-        }
+        r = mirror_new(q, &m);
+        if (r == CUDA_SUCCESS)
+            serve(m, q->rb, q->first, m->recs[0].end);
     }
     free(man);
-    byval_fetch_done(rec, pidfd);
-    if (r != CUDA_SUCCESS) {
+    byval_fetch_done(q->rec, q->pidfd);
+    if (r != CUDA_SUCCESS)
         BYVAL_STAT_INC(open_errors);
-        goto out;
-    }
-    r = vmm_hand_out(m, ref, first, pdptr);
-    if (r == CUDA_SUCCESS && m->watched && !byval_import_alive(&m->core) && ++retries < 8) {
-        /* Died before this open was counted: it may have given back the
-         * chunks this open needs (mirror_prune). Import afresh. */
-        byval_imports_close((uintptr_t)*pdptr);
-        m = NULL;
-        ref = 0;
-        goto miss;
-    }
-    if (r == CUDA_SUCCESS)
-        byval_log_open("", byval_fetch_route(), rec->pid,
-                       __atomic_load_n(&m->core.bytes, __ATOMIC_RELAXED),
-                       (const void *)(uintptr_t)*pdptr, t_open);
-    return r;
-out:
-    if (m)
-        byval_imports_unget(vmm_cache, ref);
+    else
+        *m_p = &m->core, q->mirror = m;
     return r;
 }
+
+#define CU_BACKEND(nm, what_, key_len_)                                                           \
+    .name = nm, .api = "cuIpcOpenMemHandle", .close_api = "cuIpcCloseMemHandle", .what = what_,   \
+    .kept = "closed (the mapping stays cached until its exporter frees it)", .key_len = key_len_, \
+    .nomem = CUDA_ERROR_OUT_OF_MEMORY, .invalid = CUDA_ERROR_INVALID_VALUE
+
+/* No .track: a mirror notes its pool's entry when it is made. */
+static byval_backend_import_t vmm = {
+    CU_BACKEND("cuda vmm import", "", VMM_KEY_LEN),
+    .check = vmm_check,
+    .serves = vmm_serves,
+    .import = vmm_import,
+    .stale = vmm_stale,
+    .release = vmm_release,
+    .same = vmm_same,
+    .closed_dead = mirror_prune,
+    .on_event = prune_dead,
+};
+
+static int vmm_open(const byval_record_t *rec, const CUipcMemHandle *h, unsigned int flags,
+                    uintptr_t *out)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    vmm_req_t q = {.rec = rec, .rb = (const uint8_t *)h->reserved + BYVAL_CU_RECORD_OFF};
+    if (!rl)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (rl->ctx_get_current(&q.ctx) != CUDA_SUCCESS || !q.ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    byval_exporters_poll();
+    /* Every handle into one pool shares one mirror: the key has no offset. */
+    memcpy(&q.first, h->reserved + BYVAL_CU_OFF_CHUNK, sizeof(q.first));
+    memcpy(&q.pool_id, h->reserved + BYVAL_CU_OFF_POOL, sizeof(q.pool_id));
+    cu_key_t key = {CU_KEY_VMM, flags, (uintptr_t)q.ctx,
+                    .u.vmm = {rec->pidns, rec->pid, rec->identity, q.pool_id}};
+    return byval_import_open(&vmm, &key, &q, out);
+}
+
+/* ---- legacy --------------------------------------------------------------- */
+
+typedef struct cu_legacy {
+    byval_import_t core;
+    CUdeviceptr ptr;
+    CUcontext ctx;
+    uint8_t handle[CU_IPC_HANDLE_SIZE];
+} cu_legacy_t;
+
+typedef struct legacy_req {
+    byval_cu_open_fn next;
+    const CUipcMemHandle *h;
+    unsigned int flags;
+    CUcontext ctx;
+} legacy_req_t;
+
+static void legacy_release(byval_import_t *b)
+{
+    cu_legacy_t *e = (cu_legacy_t *)b;
+    const byval_cu_real_t *rl = byval_cu_real();
+    if (rl && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
+        byval_enter();
+        CUcontext saved = byval_cu_ctx_push(e->ctx);
+        CUresult r = rl->ipc_close(e->ptr);
+        byval_cu_ctx_pop(saved);
+        byval_leave();
+        if (r != CUDA_SUCCESS)
+            BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
+                            (unsigned long long)e->ptr, byval_cu_err(r));
+    }
+}
+
+/* Driver 580 puts the exporter's getpid() in bytes 8-11 (little endian). */
+static void legacy_track(byval_import_t *b)
+{
+    const cu_legacy_t *e = (const cu_legacy_t *)b;
+    uint32_t pid = (uint32_t)e->handle[8] | (uint32_t)e->handle[9] << 8 |
+        (uint32_t)e->handle[10] << 16 | (uint32_t)e->handle[11] << 24;
+    byval_track_pid(b, pid, byval_reg_key_bytes(e->handle, sizeof(e->handle)));
+}
+
+/* A racing thread's open of the same handle gets the same pointer (the
+ * driver counts opens): the core keeps one mapping and closes the other. */
+static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
+{
+    const legacy_req_t *q = req;
+    const byval_cu_real_t *rl = byval_cu_real();
+    CUdeviceptr p = 0, base = 0;
+    size_t size = 0;
+    (void)had;
+    uint64_t t0 = byval_stats_now_ns();
+    byval_enter();
+    CUresult r = q->next(&p, *q->h, q->flags);
+    if (r == CUDA_SUCCESS && rl->mem_get_address_range(&base, &size, p) != CUDA_SUCCESS)
+        size = 0;
+    byval_leave();
+    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    cu_legacy_t *e = calloc(1, sizeof(*e));
+    if (!e) {
+        legacy_release(&(cu_legacy_t){.ptr = p, .ctx = q->ctx}.core);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->ptr = p;
+    e->ctx = q->ctx;
+    memcpy(e->handle, q->h->reserved, sizeof(e->handle));
+    e->core = (byval_import_t){.bytes = size, .ctx = (uintptr_t)q->ctx, .addr = (uintptr_t)p};
+    *m_p = &e->core;
+    return CUDA_SUCCESS;
+}
+
+/* No .same, .serves: the key holds all 64 handle bytes (one record). */
+static byval_backend_import_t legacy = {
+    CU_BACKEND("cuda legacy import", "legacy ", sizeof(cu_key_t)),
+    .driver_route = 1,
+    .import = legacy_import,
+    .release = legacy_release,
+    .track = legacy_track,
+    .shared_ptr = 1,
+};
+
+static int legacy_open(byval_cu_open_fn next, const CUipcMemHandle *h, unsigned int flags,
+                       uintptr_t *out)
+{
+    const byval_cu_real_t *rl = byval_cu_real();
+    legacy_req_t q = {next, h, flags, NULL};
+    if (!rl || rl->ctx_get_current(&q.ctx) != CUDA_SUCCESS || !q.ctx)
+        return BYVAL_IMPORT_PASS;
+    cu_key_t key = {.type = CU_KEY_LEGACY, .flags = flags, .ctx = (uintptr_t)q.ctx};
+    memcpy(key.u.legacy, h->reserved, sizeof(key.u.legacy));
+    return byval_import_open(&legacy, &key, &q, out);
+}
+
+/* ---- the entry points ----------------------------------------------------- */
 
 CUresult byval_cu_ipc_open(byval_cu_open_fn next, CUdeviceptr *pdptr, CUipcMemHandle h,
                            unsigned int flags)
 {
     byval_record_t rec;
+    uintptr_t out = 0;
+    int r = BYVAL_IMPORT_PASS;
     if (!byval_init() || !byval_cfg.cuda || !pdptr)
         return next(pdptr, h, flags);
     const uint8_t *rb = (const uint8_t *)h.reserved + BYVAL_CU_RECORD_OFF;
-    /* Parsed without the checksum: a hit must equal a cached (checked)
-     * record, and a miss checks it before using it. */
+    /* Parsed without the checksum: a hit equals a checked record, a miss
+     * checks it (vmm_check). */
     if (byval_wire_is_candidate(rb, BYVAL_WIRE_LEN) &&
         byval_wire_parse(rb, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK &&
-        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST) {
-        int ours;
-        CUresult r = byval_cu_vmm_open(&rec, &h, flags, pdptr, &ours);
-        if (ours)
-            return r;
+        rec.kind == BYVAL_KIND_CU_VMM_MANIFEST)
+        r = vmm_open(&rec, &h, flags, &out);
+    if (r == BYVAL_IMPORT_PASS && byval_cfg.cuda_legacy_cache)
+        r = legacy_open(next, &h, flags, &out);
+    if (r == BYVAL_IMPORT_PASS) {
+        BYVAL_STAT_INC(open_passthrough);
+        return next(pdptr, h, flags);
     }
-    if (byval_cfg.cuda_legacy_cache)
-        return byval_cu_legacy_open(next, pdptr, h, flags);
-    BYVAL_STAT_INC(open_passthrough);
-    return next(pdptr, h, flags);
+    if (r == CUDA_SUCCESS)
+        *pdptr = (CUdeviceptr)out;
+    return (CUresult)r;
 }
 
 CUresult byval_cu_ipc_close(byval_cu_close_fn next, CUdeviceptr ptr)
 {
     if (!byval_init() || !byval_cfg.cuda)
         return next(ptr);
-    unsigned long long t_close = BYVAL_LOG_T0();
-    switch (byval_imports_close((uintptr_t)ptr)) {
-    case BYVAL_IMPORTS_CLOSED:
-        BYVAL_STAT_INC(closes);
-        byval_log_close("", (const void *)(uintptr_t)ptr,
-                        "closed (the mapping stays cached until its exporter frees it)", t_close);
-        return CUDA_SUCCESS;
-    case BYVAL_IMPORTS_NOT_OPEN:
-        /* As the driver answers a pointer that is not open; the cached
-         * mapping behind it must not be touched. */
-        BYVAL_STAT_INC(double_closes);
-        byval_log_double_close("cuIpcCloseMemHandle", (const void *)(uintptr_t)ptr);
-        return CUDA_ERROR_INVALID_VALUE;
-    default: return next(ptr); /* not a mapping we handed out */
-    }
+    int r = byval_import_close(&vmm, (uintptr_t)ptr, (const void *)(uintptr_t)ptr);
+    return r == BYVAL_IMPORT_PASS ? next(ptr) : (CUresult)r;
 }

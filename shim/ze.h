@@ -5,10 +5,8 @@
  * ze_entry.c  exported symbols, DDI-table and extension wrappers (routing)
  * ze_export.c zeMemGetIpcHandle/Put/Free: the memory export backend
  * ze_handle.c what a handle's bytes say (both ends), the short record
- * ze_import.c zeMemOpenIpcHandle/Close: pidfd resolution, import cache
- * ze_real.c   finding the loader's own entry points at run time
+ * ze_import.c the import backends: memory, opaque memory, event pools
  * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the pool export backend
- * ze_event_import.c  zeEventPoolOpenIpcHandle/Close: import cache
  * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
  * ze_entry_newer.c   routes of the entry points newer than spec 1.4
  * ze_fdconv.c zeMemGetFileDescriptorFromIpcHandleExp and back
@@ -196,9 +194,6 @@ ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next,
 ze_result_t byval_ze_pool_destroy(ze_pfnEventPoolDestroy_t next, ze_event_pool_handle_t pool);
 /* Imported pool handed out by us: its close (1, result in *r_p), else 0. */
 int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
-/* zeContextDestroy: release the closed imported pools of ctx first (open
- * ones stay the application's, released at their close). */
-void byval_ze_pools_ctx_gone(ze_context_handle_t ctx);
 /* zeContextDestroy: end the exports of ctx's event pools first. */
 void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
@@ -217,16 +212,6 @@ int byval_ze_opaque_decode(const void *handle64, struct byval_short *s_p);
 int byval_ze_opaque_whose(const struct byval_short *s);
 void byval_ze_opaque_strip(void *handle64);
 void byval_ze_opaque_local(void *handle64, int fd, int pool);
-/* zeMemOpenIpcHandle of an opaque handle with a short record from another
- * pid namespace (ze_opaque_import.c). */
-ze_result_t byval_ze_open_opaque(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
-                                 ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
-                                 ze_ipc_memory_flags_t flags, const struct byval_short *s,
-                                 void **pptr);
-
-/* Release a mapping ctx's driver opened (a cached import's end). */
-void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr);
-
 /* Resolve rec into a local fd, failures logged under `api`. */
 ze_result_t byval_ze_resolve_as(const char *api, const struct byval_record *rec, int *fd_p);
 

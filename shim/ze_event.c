@@ -18,7 +18,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 #include "shim/ze.h"
 #include "shim/ze_short.h"
 

@@ -23,7 +23,7 @@
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 #include "shim/ze.h"
 
 /* One export per (context, pointer, route): route 0 is zeMemGetIpcHandle,

@@ -19,19 +19,14 @@
  * is the by-value handle the export cache holds for it.
  */
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdint.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "cache/imports.h"
 #include "cache/locks.h"
-#include "handles/resolve.h"
-#include "handles/wire.h"
+#include "cache/transport.h"
 #include "shim/config.h"
 #include "shim/init.h"
 #include "shim/log.h"
-#include "shim/stats.h"
-#include "shim/transport.h"
 #include "shim/ze.h"
 
 #define API_FD "zeMemGetFileDescriptorFromIpcHandleExp"
@@ -41,25 +36,17 @@
 static struct {
     byval_lock_t lock;
     struct dup {
-        int fd; /* -1: free */
+        int fd1; /* the fd + 1; 0: free */
         uint32_t ino;
         ze_ipc_mem_handle_t handle;
     } d[DUPS];
     unsigned next;
 } dups = {.lock = BYVAL_LOCK_INIT(ZE_FDCONV)};
 
-static byval_once_t dups_once = BYVAL_ONCE_INIT;
-
 /* fork: the table stays right in the child (it inherits the duplicates,
  * open); only the lock must not be inherited held. A leaf: nothing is
  * taken or called out under it but fcntl and fstat. */
 BYVAL_LOCK_STATIC(ze_fdconv, &dups.lock);
-
-static void dups_init(void)
-{
-    for (unsigned i = 0; i < DUPS; i++)
-        dups.d[i].fd = -1;
-}
 
 /* 1 while fd is open on the object whose inode's low bits are ino. */
 static int still_names(int fd, uint32_t ino)
@@ -67,17 +54,23 @@ static int still_names(int fd, uint32_t ino)
     return fd >= 0 && fcntl(fd, F_GETFD) >= 0 && (uint32_t)byval_fd_inode(fd) == ino;
 }
 
-/* The duplicate handed out for handle, if the caller has not closed it. */
-static int dup_of_handle(const ze_ipc_mem_handle_t *handle)
+/* The duplicate handed out for handle (fd < 0), or fd as a duplicate
+ * (its handle in *out), while it names what it did: the fd, or -1. */
+static int dup_find(const ze_ipc_mem_handle_t *handle, int fd, ze_ipc_mem_handle_t *out)
 {
-    int fd = -1;
+    int found = -1;
     byval_lock(&dups.lock);
-    for (unsigned i = 0; i < DUPS && fd < 0; i++)
-        if (dups.d[i].fd >= 0 && !memcmp(&dups.d[i].handle, handle, sizeof(*handle)) &&
-            still_names(dups.d[i].fd, dups.d[i].ino))
-            fd = dups.d[i].fd;
+    for (int i = 0; i < DUPS && found < 0; i++)
+        if (dups.d[i].fd1 &&
+            (fd < 0 ? !memcmp(&dups.d[i].handle, handle, sizeof(*handle))
+                    : dups.d[i].fd1 == fd + 1) &&
+            still_names(dups.d[i].fd1 - 1, dups.d[i].ino)) {
+            found = dups.d[i].fd1 - 1;
+            if (out)
+                *out = dups.d[i].handle;
+        }
     byval_unlock(&dups.lock);
-    return fd;
+    return found;
 }
 
 static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle)
@@ -85,39 +78,19 @@ static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle
     byval_lock(&dups.lock);
     unsigned slot = DUPS;
     for (unsigned i = 0; i < DUPS && slot == DUPS; i++)
-        if (dups.d[i].fd == fd || dups.d[i].fd < 0) /* a number reused, or free */
+        if (dups.d[i].fd1 == fd + 1 || !dups.d[i].fd1) /* a number reused, or free */
             slot = i;
     if (slot == DUPS)
         slot = dups.next++ % DUPS; /* forget the oldest (never closed: the caller's) */
-    dups.d[slot].fd = fd;
-    dups.d[slot].ino = ino;
-    dups.d[slot].handle = *handle;
+    dups.d[slot] = (struct dup){fd + 1, ino, *handle};
     byval_unlock(&dups.lock);
-}
-
-/* The by-value handle whose duplicate fd is, if fd still names it. */
-static int handle_of_dup(int fd, ze_ipc_mem_handle_t *handle)
-{
-    int found = 0;
-    byval_lock(&dups.lock);
-    for (unsigned i = 0; i < DUPS && !found; i++)
-        if (dups.d[i].fd == fd && still_names(fd, dups.d[i].ino)) {
-            *handle = dups.d[i].handle;
-            found = 1;
-        }
-    byval_unlock(&dups.lock);
-    return found;
 }
 
 /* A by-value memory handle of another process: 1 with *rec_p. */
 static int foreign(const ze_ipc_mem_handle_t *handle, byval_record_t *rec_p)
 {
-    byval_self_t self;
-    if (!byval_ze_decode(handle->data, rec_p) || rec_p->kind != BYVAL_KIND_ZE_MEM ||
-        byval_self_get(&self) != 0)
-        return 0;
-    return !(rec_p->pid == self.pid && rec_p->pidns == self.pidns &&
-             rec_p->identity == self.identity);
+    return byval_ze_decode(handle->data, rec_p) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
+        byval_import_foreign(rec_p);
 }
 
 ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,
@@ -136,8 +109,7 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
             byval_export_register_fd((int)*fd_p);
         return r;
     }
-    byval_once(&dups_once, dups_init);
-    int fd = dup_of_handle(&handle);
+    int fd = dup_find(&handle, -1, NULL);
     if (fd < 0) {
         ze_result_t r = byval_ze_resolve_as(API_FD, &rec, &fd);
         if (r != ZE_RESULT_SUCCESS)
@@ -158,9 +130,8 @@ ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     if (!handle || fd > INT32_MAX || !byval_init() || !byval_cfg.ze)
         return next(ctx, fd, handle);
-    byval_once(&dups_once, dups_init);
     /* One of our duplicates: the by-value handle it came from. */
-    if (handle_of_dup((int)fd, handle))
+    if (dup_find(NULL, (int)fd, handle) >= 0)
         return ZE_RESULT_SUCCESS;
     /* The driver's own export (else its error, as natively). */
     byval_ze_pattern_fill((uint8_t *)handle->data);

@@ -18,7 +18,7 @@
 #include "shim/config.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 #include "shim/ze_short.h"
 
 uint64_t byval_ze_handle_fd(const void *handle64)

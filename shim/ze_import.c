@@ -1,276 +1,298 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ze_import.c - zeMemOpenIpcHandle / zeMemCloseIpcHandle for by-value
- * handles, and what zeContextDestroy must release first.
- *
- * A miss resolves the exporter's fd with pidfd_open + pidfd_getfd
- * (handles/resolve.c), writes the local fd into bytes 0-7 of a copy of the
- * handle, lets the driver import it and closes the duplicate. The mapping
- * is kept by the import lifecycle core (cache/imports.h) keyed by (pid
- * namespace, pid, identity, allocation id, flags, pool offset, local
- * context, local device): a re-open is a lookup. Close drops an open; a
- * closed mapping is released when the exporter frees the allocation or
- * exits, the context is destroyed, or a budget needs room (imports.h).
+ * ze_import.c - the Level Zero import backends (cache/imports.h):
+ *  - memory handles with a record (bytes 17-63), keyed by exporter,
+ *    allocation id, flags, pool offset, context and device;
+ *  - opaque-layout memory handles and event pools with a short record
+ *    (ze_short.c): it names an entry of the exporter's registry, which
+ *    gives the fd and the liveness, keyed by that entry, context (and
+ *    flags, pool offset, device);
+ * and zeContextDestroy, whose mappings are released first. A miss writes
+ * the fetched local fd into a copy of the handle for the driver's import.
+ * An event pool's open pointer is its handle tagged with bit 63 (no
+ * user-space address has it); pools do not die with their context (its
+ * destroy releases the closed ones; open ones are the application's).
  */
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cache/exporters.h"
-#include "cache/locks.h"
 #include "cache/imports.h"
-#include "handles/registry.h"
-#include "handles/resolve.h"
 #include "shim/config.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/track.h"
-#include "shim/transport.h"
-#include "shim/ze.h"
+#include "shim/ze_short.h"
 
-typedef struct ze_import_key {
-    uint32_t pidns;
-    uint32_t pid;
-    uint64_t identity;
-    uint64_t alloc_flags; /* alloc id (48 bits) | open flags << 48 */
-    uint64_t pool_offset; /* driver bytes 8-15 */
-    uintptr_t ctx;
-    uintptr_t dev;
-} ze_import_key_t;
+#define POOL_TAG (UINT64_C(1) << 63)
+#define HANDLE_LEN ZE_MAX_IPC_HANDLE_SIZE
 
 typedef struct ze_import {
-    byval_import_t base; /* the lifecycle core's part (cache/imports.h) */
-    void *ptr;
+    byval_import_t base;
+    uint8_t handle[HANDLE_LEN]; /* as opened: a hit must match it from off */
+    unsigned off;               /* memory: the record; short records: all */
+    void *ptr;                  /* the mapping, or the event pool */
     ze_context_handle_t ctx;
-    /* The whole record it was opened from: a hit must match it, so a
-     * forged or corrupted handle that shares the key (another host's
-     * exporter, another fd, size or inode) is resolved and refused, never
-     * served from the cache. */
-    uint8_t rec[BYVAL_WIRE_LEN];
 } ze_import_t;
 
-static byval_imports_t *imports;
-static byval_once_t import_once = BYVAL_ONCE_INIT;
-static ze_pfnMemCloseIpcHandle_t close_fn; /* the loader's, found at the first release */
+/* An open: what the flow's callbacks are given. */
+typedef struct ze_req {
+    ze_context_handle_t ctx;
+    ze_device_handle_t dev;
+    const uint8_t *handle;
+    ze_ipc_memory_flags_t flags;
+    ze_pfnMemOpenIpcHandle_t mem;        /* a memory open's next */
+    ze_pfnEventPoolOpenIpcHandle_t pool; /* an event pool open's */
+    byval_record_t rec;
+    byval_short_t s;
+    int layout; /* an event pool's: 2 opaque */
+} ze_req_t;
 
-void byval_ze_close_mapping(ze_context_handle_t ctx, void *ptr)
-{
-    ze_pfnMemCloseIpcHandle_t real_close = __atomic_load_n(&close_fn, __ATOMIC_ACQUIRE);
-    if (!real_close) {
-        real_close = (ze_pfnMemCloseIpcHandle_t)byval_ze_sym("zeMemCloseIpcHandle");
-        __atomic_store_n(&close_fn, real_close, __ATOMIC_RELEASE);
-    }
-    if (!real_close)
-        return;
-    byval_enter();
-    ze_result_t r = real_close(ctx, ptr);
-    byval_leave();
-    if (r != ZE_RESULT_SUCCESS)
-        BYVAL_LOG_WARN("zeMemCloseIpcHandle(%p) on release returned 0x%x", ptr, (unsigned)r);
-}
+/* Memory: pidns, pid, identity, allocation id | flags << 48; short
+ * records: guard, pid, id32 << 32 | serial, flags. */
+typedef struct ze_key {
+    uint32_t a, b;
+    uint64_t c, d;
+    uint64_t pool_offset; /* driver bytes 8-15 (memory) */
+    uintptr_t ctx, dev;
+} ze_key_t;
 
+static void *close_fns[2]; /* the loader's zeMemCloseIpcHandle, zeEventPoolCloseIpcHandle */
+
+/* Give the mapping (addr set) or the event pool back to the driver. */
 static void ze_release(byval_import_t *b)
 {
+    static const char *const names[2] = {"zeMemCloseIpcHandle", "zeEventPoolCloseIpcHandle"};
     ze_import_t *m = (ze_import_t *)b;
-    if (!__atomic_load_n(&b->dead, __ATOMIC_RELAXED))
-        byval_ze_close_mapping(m->ctx, m->ptr);
+    int pool = !b->addr;
+    void *fn = __atomic_load_n(&close_fns[pool], __ATOMIC_ACQUIRE);
+    if (!fn)
+        __atomic_store_n(&close_fns[pool], fn = byval_ze_sym(names[pool]), __ATOMIC_RELEASE);
+    if (!fn || __atomic_load_n(&b->dead, __ATOMIC_RELAXED))
+        return;
+    byval_enter();
+    ze_result_t r = pool ? ((ze_pfnEventPoolCloseIpcHandle_t)fn)(m->ptr)
+                         : ((ze_pfnMemCloseIpcHandle_t)fn)(m->ctx, m->ptr);
+    byval_leave();
+    if (r != ZE_RESULT_SUCCESS)
+        BYVAL_LOG_WARN("%s(%p) on release returned 0x%x", names[pool], m->ptr, (unsigned)r);
+}
+
+/* The mapping, or the event pool tagged (its addr is 0). */
+static uintptr_t ze_serves(const byval_import_t *b, const void *req)
+{
+    const ze_import_t *m = (const ze_import_t *)b;
+    if (memcmp(m->handle + m->off, ((const ze_req_t *)req)->handle + m->off, HANDLE_LEN - m->off))
+        return 0;
+    return b->addr ? b->addr : (uintptr_t)m->ptr | POOL_TAG;
 }
 
 static int ze_same(const byval_import_t *a, const byval_import_t *b)
 {
-    return memcmp(((const ze_import_t *)a)->rec, ((const ze_import_t *)b)->rec, BYVAL_WIRE_LEN) ==
-        0;
+    return ze_serves(a, &(ze_req_t){.handle = ((const ze_import_t *)b)->handle}) != 0;
 }
 
 /* At the first close: where the exporter says whether it still lives. */
-static void ze_track(byval_import_t *b)
+static void mem_track(byval_import_t *b)
 {
     byval_record_t rec;
-    if (byval_wire_decode(((ze_import_t *)b)->rec, BYVAL_WIRE_LEN, &rec) == BYVAL_WIRE_OK)
-        byval_track_record(b, &rec, BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino);
+    if (byval_wire_decode(((ze_import_t *)b)->handle + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN, &rec) ==
+        BYVAL_WIRE_OK)
+        byval_track_record(b, &rec, BYVAL_TRACK_KEPT,
+                           BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, rec.alloc_id), rec.fd_ino);
 }
 
-static byval_imports_ops_t import_ops = {
-    .name = "ze import",
-    .key_len = sizeof(ze_import_key_t),
+/* A memory miss's record, checked (it was parsed without its checksum),
+ * and not our own (a hit equals a record that was both). */
+static int mem_check(void *req)
+{
+    ze_req_t *q = req;
+    return byval_ze_decode(q->handle, &q->rec) && byval_import_foreign(&q->rec) ? 0
+                                                                                : BYVAL_IMPORT_PASS;
+}
+
+static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p);
+static int short_import(void *req, byval_import_t *had, byval_import_t **m_p);
+
+#define ZE_BACKEND(nm, api_, close_, what_, kept_, key)                         \
+    .name = nm, .api = api_, .close_api = close_, .what = what_, .kept = kept_, \
+    .key_len = sizeof(key), .nomem = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,        \
+    .invalid = ZE_RESULT_ERROR_INVALID_ARGUMENT
+#define MEM_KEPT "closed (the mapping stays cached until its exporter frees it)"
+
+static byval_backend_import_t mem = {
+    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, ze_key_t),
+    .check = mem_check,
+    .serves = ze_serves,
+    .import = mem_import,
     .release = ze_release,
     .same = ze_same,
-    .track = ze_track,
+    .track = mem_track,
+};
+/* Tracked at import already: the registry entry the record names. */
+static byval_backend_import_t opaque = {
+    ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT,
+               ze_key_t),
+    .serves = ze_serves,
+    .import = short_import,
+    .release = ze_release,
+    .same = ze_same,
+};
+static byval_backend_import_t pool = {
+    ZE_BACKEND("ze pool import", "zeEventPoolOpenIpcHandle", "zeEventPoolCloseIpcHandle",
+               "event pool ", "closed (kept until its exporter destroys it)", ze_key_t),
+    .serves = ze_serves,
+    .import = short_import,
+    .release = ze_release,
+    .same = ze_same,
 };
 
-static void import_init(void)
+ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
 {
-    imports = byval_track_cache(&import_ops);
-    if (!imports)
-        BYVAL_LOG_ERROR("cannot allocate the import cache: by-value opens will fail");
-}
-
-/* One error line per kind of failure and API (shim/log.h). */
-static void import_log_failure_as(const char *api, byval_status_t st, const char *msg)
-{
-    static int seen[BYVAL_E_SYS + 2];
-    byval_log_once_per_kind(seen, BYVAL_E_SYS + 2, (int)st, api, "%s", msg);
-}
-
-static void import_log_failure(byval_status_t st, const char *msg)
-{
-    import_log_failure_as("zeMemOpenIpcHandle", st, msg);
-}
-
-static ze_result_t status_to_ze(byval_status_t st)
-{
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    ze_result_t r = byval_import_fetch(&mem, api, rec, fd_p, NULL);
+    if (r != ZE_RESULT_SUCCESS)
+        BYVAL_STAT_INC(open_errors);
+    return r;
 }
 
 ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
 {
-    return byval_ze_resolve_as("zeMemOpenIpcHandle", rec, fd_p);
+    return byval_ze_resolve_as(mem.api, rec, fd_p);
 }
 
-ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
+/* The driver's import of rec's exporter's fd, written into a copy of the
+ * handle (opaque: as a plain fd); *out the mapping or the pool. */
+static ze_result_t driver_import(byval_backend_import_t *b, ze_req_t *q, int opaque_layout,
+                                 void **out)
 {
-    char msg[512];
-    byval_self_t self;
-    int pidfd = -1;
-    if (byval_self_get(&self) != 0)
-        return ZE_RESULT_ERROR_UNKNOWN;
-    uint64_t t0 = byval_stats_now_ns();
-    byval_status_t st = byval_fetch_fd(rec, &self, fd_p, &pidfd, msg, sizeof(msg));
-    byval_fetch_done(rec, pidfd);
-    BYVAL_STAT_ADD(miss_fetch_ns, byval_stats_now_ns() - t0);
-    if (st != BYVAL_OK) {
-        BYVAL_STAT_INC(open_errors);
-        import_log_failure_as(api, st, msg);
-        return status_to_ze(st);
-    }
-    return ZE_RESULT_SUCCESS;
-}
-
-/* Resolve, import and cache. On success *pptr is open once. */
-static ze_result_t import_miss(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
-                               ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
-                               ze_ipc_memory_flags_t flags, const byval_record_t *rec,
-                               const ze_import_key_t *key, void **pptr)
-{
-    int fd;
-    unsigned long long t_open = BYVAL_LOG_T0();
-    ze_result_t rr = byval_ze_resolve(rec, &fd);
-    if (rr != ZE_RESULT_SUCCESS)
-        return rr;
-    ze_ipc_mem_handle_t local = handle;
+    int fd = -1;
+    ze_result_t r = byval_ze_resolve_as(b->api, &q->rec, &fd);
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    union {
+        ze_ipc_mem_handle_t mem;
+        ze_ipc_event_pool_handle_t pool;
+    } local;
     uint64_t fd64 = (uint64_t)fd;
-    memcpy(local.data, &fd64, sizeof(fd64));
-    void *p = NULL;
+    memcpy(local.mem.data, q->handle, HANDLE_LEN);
+    memcpy(local.mem.data, &fd64, sizeof(fd64));
+    if (opaque_layout)
+        byval_ze_opaque_local(local.mem.data, fd, q->pool != NULL);
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
-    ze_result_t r = next(ctx, dev, local, flags, &p);
+    r = q->pool ? q->pool(q->ctx, local.pool, (ze_event_pool_handle_t *)out)
+                : q->mem(q->ctx, q->dev, local.mem, q->flags, out);
     byval_leave();
     BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
-    close(fd); /* the driver holds its own reference to the buffer now */
+    close(fd); /* the driver holds its own reference once open */
     if (r != ZE_RESULT_SUCCESS) {
         BYVAL_STAT_INC(open_errors);
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec->pid,
-                 rec->fd, (unsigned)r);
-        import_log_failure(BYVAL_E_SYS, msg);
-        return r;
+        byval_import_refuse(b, b->api, BYVAL_E_SYS, "the driver refused fd %d (pid %u fd %u): 0x%x",
+                            fd, q->rec.pid, q->rec.fd, (unsigned)r);
     }
+    return r;
+}
+
+/* The mapping of what the driver opened (p), tied to registry entry
+ * (w, serial) of view v when known (its reference goes with it). */
+static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p, const uint64_t *w,
+                          uint64_t serial, void *v, byval_import_t **m_p)
+{
     ze_import_t *m = calloc(1, sizeof(*m));
     if (!m) {
-        byval_ze_close_mapping(ctx, p);
+        byval_reg_view_put(v);
+        ze_import_t tmp = {.base.addr = q->pool ? 0 : (uintptr_t)p, .ptr = p, .ctx = q->ctx};
+        b->release(&tmp.base);
         return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
     }
+    memcpy(m->handle, q->handle, HANDLE_LEN);
+    m->off = b == &mem ? BYVAL_ZE_RECORD_OFF : 0;
     m->ptr = p;
-    m->ctx = ctx;
-    memcpy(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN);
-    m->base.bytes = rec->size;
-    m->base.ctx = (uintptr_t)ctx;
-    m->base.addr = (uintptr_t)p;
-    m->base.pidns = rec->pidns;
-    m->base.pid = rec->pid;
-    m->base.identity = rec->identity;
-    byval_import_t *out;
-    byval_lru_ref_t ref;
-    byval_imports_insert(imports, key, &m->base, &out, &ref);
-    if (!ref)
-        BYVAL_LOG_DEBUG("import cache full of open mappings: %p not cached",
-                        ((ze_import_t *)out)->ptr);
-    p = ((ze_import_t *)out)->ptr;
-    if (byval_imports_open(imports, out, ref, (uintptr_t)p) < 0)
-        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-    byval_log_open("", byval_fetch_route(), rec->pid, rec->size, p, t_open);
-    *pptr = p;
+    m->ctx = q->ctx;
+    m->base = (byval_import_t){.bytes = q->rec.size,
+                               .pidns = q->rec.pidns,
+                               .pid = q->rec.pid,
+                               .identity = q->rec.identity};
+    if (!q->pool) { /* memory dies with its context */
+        m->base.ctx = (uintptr_t)q->ctx;
+        m->base.addr = (uintptr_t)p;
+    }
+    if (v)
+        byval_import_track(&m->base, w, serial, v);
+    *m_p = &m->base;
     return ZE_RESULT_SUCCESS;
+}
+
+static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p)
+{
+    void *p = NULL;
+    ze_result_t r = driver_import(&mem, req, 0, &p);
+    (void)had;
+    return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(&mem, req, p, NULL, 0, NULL, m_p);
+}
+
+/* The exporter's live registry entry the short record names gives the fd. */
+static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
+{
+    ze_req_t *q = req;
+    byval_backend_import_t *b = q->pool ? &pool : &opaque;
+    byval_reg_view_t *v = NULL;
+    const uint64_t *w = NULL;
+    byval_reg_slot_t slot;
+    void *p = NULL;
+    (void)had;
+    ze_result_t r = byval_ze_short_entry(b->api, &q->s, q->handle,
+                                         q->pool ? BYVAL_KIND_ZE_EVENT_POOL : BYVAL_KIND_ZE_MEM,
+                                         &q->rec, &v, &w, &slot);
+    if (r == ZE_RESULT_SUCCESS &&
+        (r = driver_import(b, q, !q->pool || q->layout == 2, &p)) != ZE_RESULT_SUCCESS)
+        byval_reg_view_put(v);
+    return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(b, q, p, w, slot.serial, v, m_p);
+}
+
+static int ze_open(byval_backend_import_t *b, ze_req_t *q, uint32_t k0, uint32_t k1, uint64_t k2,
+                   uint64_t k3, uintptr_t *out)
+{
+    ze_key_t key = {k0, k1, k2, k3, 0, (uintptr_t)q->ctx, (uintptr_t)q->dev};
+    if (!q->pool)
+        memcpy(&key.pool_offset, q->handle + 8, sizeof(key.pool_offset));
+    return byval_import_open(b, &key, q, out);
 }
 
 ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t ctx,
                               ze_device_handle_t dev, ze_ipc_mem_handle_t handle,
                               ze_ipc_memory_flags_t flags, void **pptr)
 {
-    byval_record_t rec;
-    byval_self_t self;
     if (!next)
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, dev, handle, flags, pptr); /* disabled, or our own inner call */
     byval_exporters_poll(); /* cheap when nothing is due: releases dead exporters' entries */
-    /* Parsed without the checksum: a hit below must equal a cached record,
-     * which was checked; anything else is checked before it is used. */
-    byval_short_t s;
-    if (pptr && byval_ze_opaque_decode(handle.data, &s)) /* an opaque one's (ze_opaque.c) */
-        return byval_ze_open_opaque(next, ctx, dev, handle, flags, &s, pptr);
-    if (!pptr || !byval_ze_parse(handle.data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
-        byval_self_get(&self) != 0) {
+    ze_req_t q;             /* rec and s are filled by the parse below */
+    q.ctx = ctx, q.dev = dev, q.handle = (uint8_t *)handle.data, q.flags = flags;
+    q.mem = next, q.pool = NULL;
+    uintptr_t out = 0;
+    int r = BYVAL_IMPORT_PASS;
+    /* Parsed without the checksum: a hit equals a checked record, a miss
+     * checks it, and that it is not our own (the driver's: mem_check). */
+    if (pptr && byval_ze_opaque_decode(handle.data, &q.s)) {
+        if (byval_ze_opaque_whose(&q.s) == 2)
+            r = ze_open(&opaque, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial,
+                        flags, &out);
+        else /* ours, or our pid namespace's: the driver's own pidfd import */
+            byval_ze_opaque_strip(handle.data);
+    } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
+        uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
+        r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
+    }
+    if (r == BYVAL_IMPORT_PASS) {
         BYVAL_STAT_INC(open_passthrough);
         return next(ctx, dev, handle, flags, pptr);
     }
-    /* Our own handle: the fd in bytes 0-7 is valid here already. */
-    if (rec.pid == self.pid && rec.pidns == self.pidns && rec.identity == self.identity) {
-        BYVAL_STAT_INC(open_passthrough);
-        return next(ctx, dev, handle, flags, pptr);
-    }
-    byval_once(&import_once, import_init);
-    if (!imports)
-        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-
-    ze_import_key_t key;
-    memset(&key, 0, sizeof(key));
-    key.pidns = rec.pidns;
-    key.pid = rec.pid;
-    key.identity = rec.identity;
-    key.alloc_flags = (rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | ((uint64_t)flags << 48);
-    memcpy(&key.pool_offset, handle.data + 8, sizeof(key.pool_offset));
-    key.ctx = (uintptr_t)ctx;
-    key.dev = (uintptr_t)dev;
-
-    unsigned long long t_open = BYVAL_LOG_T0();
-    byval_lru_ref_t ref = 0;
-    ze_import_t *m = (ze_import_t *)byval_imports_get(imports, &key, &ref);
-    if (m && memcmp(m->rec, handle.data + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN) != 0) {
-        /* Same key, another record: resolve it (and most likely refuse). */
-        byval_imports_unget(imports, ref);
-        m = NULL;
-    }
-    if (m) {
-        if (byval_imports_open(imports, &m->base, ref, (uintptr_t)m->ptr) < 0)
-            return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-        BYVAL_STAT_INC(opens);
-        BYVAL_STAT_INC(open_hits);
-        byval_log_open("", BYVAL_ROUTE_HIT, m->base.pid, m->base.bytes, m->ptr, t_open);
-        *pptr = m->ptr;
-        return ZE_RESULT_SUCCESS;
-    }
-    if (!byval_ze_decode(handle.data, &rec)) { /* bad checksum: not ours after all */
-        BYVAL_STAT_INC(open_passthrough);
-        return next(ctx, dev, handle, flags, pptr);
-    }
-    BYVAL_STAT_INC(opens);
-    BYVAL_STAT_INC(open_misses);
-    return import_miss(next, ctx, dev, handle, flags, &rec, &key, pptr);
+    if (r == ZE_RESULT_SUCCESS)
+        *pptr = (void *)out;
+    return (ze_result_t)r;
 }
 
 ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle_t ctx,
@@ -280,21 +302,64 @@ ze_result_t byval_ze_close_ipc(ze_pfnMemCloseIpcHandle_t next, ze_context_handle
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!byval_init() || !byval_cfg.ze)
         return next(ctx, ptr);
-    unsigned long long t_close = BYVAL_LOG_T0();
-    switch (byval_imports_close((uintptr_t)ptr)) {
-    case BYVAL_IMPORTS_CLOSED:
-        BYVAL_STAT_INC(closes);
-        byval_log_close("", ptr, "closed (the mapping stays cached until its exporter frees it)",
-                        t_close);
-        return ZE_RESULT_SUCCESS;
-    case BYVAL_IMPORTS_NOT_OPEN:
-        /* The driver would refuse a pointer that is not open; the cached
-         * mapping behind it must not be touched. */
-        BYVAL_STAT_INC(double_closes);
-        byval_log_double_close("zeMemCloseIpcHandle", ptr);
-        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-    default: return next(ctx, ptr); /* not a mapping we handed out */
+    int r = byval_import_close(&mem, (uintptr_t)ptr, ptr);
+    return r == BYVAL_IMPORT_PASS ? next(ctx, ptr) : (ze_result_t)r;
+}
+
+ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_context_handle_t ctx,
+                                   ze_ipc_event_pool_handle_t handle,
+                                   ze_event_pool_handle_t *pool_p)
+{
+    byval_self_t self;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!byval_init() || !byval_cfg.ze)
+        return next(ctx, handle, pool_p);
+    byval_exporters_poll();
+    ze_req_t q = {.ctx = ctx, .handle = (uint8_t *)handle.data, .pool = next};
+    q.layout = pool_p ? byval_ze_pool_decode(handle.data, &q.s) : 0;
+    uintptr_t out = 0;
+    int r = BYVAL_IMPORT_PASS;
+    if (!q.layout || byval_self_get(&self) != 0)
+        ;
+    else if (q.layout == 2 && byval_ze_opaque_whose(&q.s) != 2)
+        byval_ze_opaque_strip(handle.data); /* our pid namespace's: the driver's import */
+    else if (!(q.s.pid == self.pid && q.s.id32 == (uint32_t)self.identity &&
+               q.s.guard == byval_short_guard(self.boot, self.pidns))) {
+        BYVAL_STAT_INC(pool_opens);
+        r = ze_open(&pool, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial, 0, &out);
     }
+    if (r == BYVAL_IMPORT_PASS) {
+        BYVAL_STAT_INC(open_passthrough);
+        return next(ctx, handle, pool_p);
+    }
+    if (r == ZE_RESULT_SUCCESS)
+        *pool_p = (ze_event_pool_handle_t)(out & ~POOL_TAG);
+    return (ze_result_t)r;
+}
+
+int byval_ze_pool_close_import(ze_event_pool_handle_t p, ze_result_t *r_p)
+{
+    int r = byval_import_close(&pool, (uintptr_t)p | POOL_TAG, p);
+    if (r == BYVAL_IMPORT_PASS)
+        return 0;
+    *r_p = (ze_result_t)r;
+    return 1;
+}
+
+ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next, ze_event_pool_handle_t p)
+{
+    ze_result_t r;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!p || !byval_init() || !byval_cfg.ze || !byval_ze_pool_close_import(p, &r))
+        return next(p);
+    return r;
+}
+
+static int pool_of_ctx(void *ctx, const byval_import_t *b)
+{
+    return b->home == pool.cache && ((const ze_import_t *)b)->ctx == ctx;
 }
 
 ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_handle_t ctx)
@@ -304,14 +369,17 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
     if (byval_init() && byval_cfg.ze) {
         byval_ze_exports_ctx_gone(ctx);
         byval_ze_pool_exports_ctx_gone(ctx);
-        byval_ze_pools_ctx_gone(ctx);
-        /* The driver would close our mappings of ctx with it; closing them
-         * later with a dead context handle (or one reused by a new
-         * context) is what must not happen. */
-        size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
-        if (n)
-            BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s of it first", (void *)ctx,
-                            n, n == 1 ? "" : "s");
+        /* Closed imported pools of ctx go; open ones stay the application's. */
+        size_t n = __atomic_load_n(&pool.cache, __ATOMIC_ACQUIRE)
+            ? byval_imports_remove_if(pool_of_ctx, ctx)
+            : 0;
+        /* The driver would close our mappings of ctx with it: closing
+         * them later with a dead (or reused) handle must not happen. */
+        size_t k = byval_imports_purge_ctx((uintptr_t)ctx);
+        if (n || k)
+            BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s and %zu closed event "
+                            "pool%s of it first",
+                            (void *)ctx, k, k == 1 ? "" : "s", n, n == 1 ? "" : "s");
     }
     return next(ctx);
 }

@@ -51,7 +51,7 @@ static void track(byval_import_t *m)
     byval_import_track(m, &live_word, 1, NULL);
 }
 
-static const byval_imports_ops_t ops = {
+static const byval_backend_import_t ops = {
     .name = "bench import", .key_len = KEY_LEN, .release = release, .same = same, .track = track};
 
 static uint64_t now_ns(void)

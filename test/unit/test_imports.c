@@ -46,7 +46,7 @@ static void fake_track(byval_import_t *m)
         byval_import_track(m, track_word, *track_word, NULL);
 }
 
-static byval_imports_ops_t ops = {
+static byval_backend_import_t ops = {
     .name = "test",
     .key_len = sizeof(uint64_t),
     .release = fake_release,

@@ -37,7 +37,7 @@ static int same_ptr(const byval_import_t *a, const byval_import_t *b)
     return a == b;
 }
 
-static const byval_imports_ops_t ops = {
+static const byval_backend_import_t ops = {
     .name = "tally test", .key_len = 16, .release = release_noop, .same = same_ptr};
 
 static double now_s(void)

@@ -3,14 +3,12 @@
  * configured mode handed to the resolution (handles/resolve.c), the
  * exporter's kept pidfd lent to it, and the log line. */
 #include "cache/exporters.h"
-#include "shim/transport.h"
+#include "cache/transport.h"
 
 #include <errno.h>
-#include <pthread.h>
 
 #include "cache/locks.h"
 #include "handles/broker.h"
-#include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/tag.h"
 #include "handles/transport.h"
@@ -24,17 +22,7 @@ _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
                    BYVAL_MODE_SOCKET == BYVAL_TRANSPORT_SOCKET,
                "handles/transport.h modes are IPCBYVAL_TRANSPORT's values");
 
-static byval_exporter_id_t exporter_of(const byval_record_t *rec)
-{
-    return (byval_exporter_id_t){rec->pidns, rec->pid, rec->identity};
-}
-
-static byval_once_t prover_once = BYVAL_ONCE_INIT;
-
-static void prover_init(void)
-{
-    byval_resolve_set_prover(&byval_reg_prover);
-}
+#define EXPORTER_OF(rec) ((byval_exporter_id_t){(rec)->pidns, (rec)->pid, (rec)->identity})
 
 static __thread int fetch_route __attribute__((tls_model("initial-exec")));
 
@@ -46,13 +34,11 @@ int byval_fetch_route(void)
 byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *self, int *fd_p,
                               int *pidfd_p, char *msg, size_t msglen)
 {
-    /* Nothing is duplicated that its exporter did not publish. */
-    byval_once(&prover_once, prover_init);
     /* A kept pidfd is matched by (pidns, pid, identity), which another
      * host's record could repeat: same boot only. */
     int kept = -1;
     if (rec->boot == self->boot) {
-        byval_exporter_id_t id = exporter_of(rec);
+        byval_exporter_id_t id = EXPORTER_OF(rec);
         kept = byval_exporters_hold(&id);
     }
     byval_fetch_info_t info;
@@ -64,38 +50,33 @@ byval_status_t byval_fetch_fd(const byval_record_t *rec, const byval_self_t *sel
     fetch_route = info.via == BYVAL_VIA_SOCKET ? BYVAL_ROUTE_SOCKET
         : info.via == BYVAL_VIA_RENDEZVOUS     ? BYVAL_ROUTE_RENDEZVOUS
                                                : BYVAL_ROUTE_PIDFD;
-    if (st == BYVAL_OK && fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
+    if (st != BYVAL_OK)
+        return st;
+    if (fetch_route == BYVAL_ROUTE_RENDEZVOUS) /* first contact or not */
         BYVAL_STAT_INC(open_rendezvous);
-    if (st == BYVAL_OK && kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
+    if (kept >= 0 && fetch_route != BYVAL_ROUTE_PIDFD)
         BYVAL_STAT_INC(open_kept_socket);
-    else if (st == BYVAL_OK && kept >= 0)
+    else if (kept >= 0)
         BYVAL_STAT_INC(open_kept_pidfd);
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_SOCKET) /* first contact */
+    else if (info.via == BYVAL_VIA_SOCKET) /* first contact */
         BYVAL_STAT_INC(via_socket);
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_RENDEZVOUS)
+    else if (info.via == BYVAL_VIA_RENDEZVOUS)
         BYVAL_STAT_INC(via_rendezvous);
-    else if (st == BYVAL_OK)
+    else
         BYVAL_STAT_INC(via_pidfd);
-    if (st == BYVAL_OK && info.fell_back)
+    if (info.fell_back)
         BYVAL_LOG_INFO(
             "pid %u: %s; using the socket fallback%s for this exporter", rec->pid, info.why,
             info.via == BYVAL_VIA_RENDEZVOUS ? " (through the rendezvous directory)" : "");
-    else if (st == BYVAL_OK && info.via == BYVAL_VIA_XLATED)
+    else if (info.via == BYVAL_VIA_XLATED)
         BYVAL_LOG_DEBUG("pid %u of pid:[%u] is pid %u here (identity verified)", rec->pid,
                         rec->pidns, info.local_pid);
     return st;
 }
 
-byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                   uint32_t fd_ino, int *fd_p, char *msg, size_t msglen)
-{
-    return byval_transport_fetch_more_fd(rec, byval_cfg.transport, pidfd, fd, fd_ino, 0, fd_p, msg,
-                                         msglen);
-}
-
 void byval_fetch_done(const byval_record_t *rec, int pidfd)
 {
-    byval_exporter_id_t id = exporter_of(rec);
+    byval_exporter_id_t id = EXPORTER_OF(rec);
     byval_exporters_release(&id, pidfd);
 }
 
@@ -118,11 +99,6 @@ static int sink_offer(int fd, int open)
     else
         BYVAL_LOG_DEBUG("socket fallback unavailable for fd %d: %m", fd);
     return -1;
-}
-
-static void sink_withdraw(int fd)
-{
-    byval_broker_withdraw(fd);
 }
 
 static int enlist(int fd)
@@ -179,7 +155,7 @@ static const byval_exports_sink_t sink = {
     .publish = sink_publish,
     .unpublish = byval_reg_remove,
     .offer = sink_offer,
-    .withdraw = sink_withdraw,
+    .withdraw = byval_broker_withdraw,
     .enlist = enlist,
     .delist = byval_reg_drop_fd,
 };

@@ -5,8 +5,8 @@
  * first; on EPERM/ENOSYS/foreign pid namespace the socket, remembered per
  * exporter so later opens go straight to what worked).
  */
-#ifndef BYVAL_SHIM_TRANSPORT_H
-#define BYVAL_SHIM_TRANSPORT_H
+#ifndef BYVAL_CACHE_TRANSPORT_H
+#define BYVAL_CACHE_TRANSPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -15,7 +15,8 @@
 #include "handles/resolve.h"
 
 /* Like byval_resolve_fd, through the configured transport
- * (handles/transport.h). An exporter met before lends its kept pidfd
+ * (handles/transport.h; byval_import_fetch sets the prover first). An
+ * exporter met before lends its kept pidfd
  * (shim/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
  * no identity check. *pidfd_p is the exporter's pidfd (from the socket too
  * where the kernel gives one, SO_PEERPIDFD), or -1; whatever it is, the
@@ -29,11 +30,6 @@ int byval_fetch_route(void);
 
 /* Return or keep the pidfd byval_fetch_fd gave for rec's exporter. */
 void byval_fetch_done(const byval_record_t *rec, int pidfd);
-
-/* One more fd of the same exporter (CUDA manifest chunks), through the
- * transport that served the first fetch. */
-byval_status_t byval_fetch_more_fd(const byval_record_t *rec, int pidfd, uint32_t fd,
-                                   uint32_t fd_ino, int *fd_p, char *msg, size_t msglen);
 
 /* Exporter side: a table of exports (cache/exports.h) whose registry
  * entries, broker offers and rescue registrations go through this
