@@ -192,25 +192,24 @@ static void probe_run(probe_t *p, int set_ptracer)
 
 #define LINE(label, ...) (printf("  %-12s ", label), printf(__VA_ARGS__), putchar('\n'))
 
-/* The value after "key:" in /proc/self/status, or "" */
-static void status_field(const char *key, char *out, size_t len)
+/* The value after "key:" in file (its first line when key is NULL), or "" */
+static void file_field(const char *path, const char *key, char *out, size_t len)
 {
     char line[512];
-    size_t kl = strlen(key);
     out[0] = '\0';
-    FILE *f = fopen("/proc/self/status", "re");
-    if (!f)
-        return;
-    while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-            char *v = line + kl + 1;
+    FILE *f = fopen(path, "re");
+    while (f && fgets(line, sizeof(line), f)) {
+        size_t kl = key ? strlen(key) : 0;
+        if (!key || (strncmp(line, key, kl) == 0 && line[kl] == ':')) {
+            char *v = line + (key ? kl + 1 : 0);
             v += strspn(v, " \t");
             v[strcspn(v, "\n")] = '\0';
             snprintf(out, len, "%s", v);
             break;
         }
     }
-    fclose(f);
+    if (f)
+        fclose(f);
 }
 
 static unsigned long ns_inode(const char *which)
@@ -221,10 +220,10 @@ static unsigned long ns_inode(const char *which)
     return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
 
-/* "EPERM" rather than a sentence: the lines stay short. */
-static const char *errname(int err)
+/* ok when err is 0, else "EPERM" rather than a sentence: the lines stay short. */
+static const char *errname(int err, const char *ok)
 {
-    const char *n = strerrorname_np(err);
+    const char *n = err ? strerrorname_np(err) : ok;
     return n ? n : "error";
 }
 
@@ -236,42 +235,26 @@ static const char *yama_words(int y)
     return y >= 0 && y <= 3 ? w[y] : "off";
 }
 
-static int no_pidfd_calls(const probe_t *p)
+/* Why a sibling's pidfd_getfd was refused, in the user's words, or (fix)
+ * how to get it back. */
+static const char *denial(const probe_t *p, int fix)
 {
-    return p->sibling_getfd_err == ENOSYS || p->pidfd_open_err == ENOSYS;
-}
-
-/* Why a sibling's pidfd_getfd was refused, in the user's words. */
-static const char *denial(const probe_t *p)
-{
-    if (no_pidfd_calls(p))
-        return "this kernel or sandbox has no pidfd_open/pidfd_getfd (ENOSYS)";
+    if (p->sibling_getfd_err == ENOSYS || p->pidfd_open_err == ENOSYS)
+        return fix ? "a Linux 5.6+ kernel outside the sandbox"
+                   : "this kernel or sandbox has no pidfd_open/pidfd_getfd (ENOSYS)";
     if (p->child_getfd_err && p->seccomp == 2)
-        return "denied by the seccomp filter (a container's default profile)";
+        return fix ? "run the container with --cap-add SYS_PTRACE (or a seccomp profile allowing "
+                     "pidfd_getfd)"
+                   : "denied by the seccomp filter (a container's default profile)";
     if (p->yama == 3)
-        return "denied by Yama ptrace_scope 3";
+        return fix ? "none while ptrace_scope is 3" : "denied by Yama ptrace_scope 3";
+    if (fix)
+        return p->yama == 1 ? "IPCBYVAL_SET_PTRACER=1, or CAP_SYS_PTRACE" : "CAP_SYS_PTRACE";
     if (p->yama == 2 && !p->cap_ptrace)
         return "denied by Yama ptrace_scope 2 without CAP_SYS_PTRACE";
     if (p->yama == 1 && !p->child_getfd_err)
         return "denied by Yama ptrace_scope 1 between sibling processes";
-    if (!p->cap_ptrace)
-        return "denied (no CAP_SYS_PTRACE, and ptrace access is refused)";
-    return "denied";
-}
-
-/* How to get pidfd_getfd back, for the reason denial() gave. */
-static const char *pidfd_fix(const probe_t *p)
-{
-    if (no_pidfd_calls(p))
-        return "a Linux 5.6+ kernel outside the sandbox";
-    if (p->child_getfd_err && p->seccomp == 2)
-        return "run the container with --cap-add SYS_PTRACE (or a seccomp profile allowing "
-               "pidfd_getfd)";
-    if (p->yama == 1)
-        return "IPCBYVAL_SET_PTRACER=1, or CAP_SYS_PTRACE";
-    if (p->yama == 3)
-        return "none while ptrace_scope is 3";
-    return "CAP_SYS_PTRACE";
+    return p->cap_ptrace ? "denied" : "denied (no CAP_SYS_PTRACE, and ptrace access is refused)";
 }
 
 /* dlopen lib and its real path into real, or say it is not found. */
@@ -301,12 +284,10 @@ static void gpu_cuda(int *found)
     int v = 0;
     if (get && get(&v) == 0 && v > 0)
         snprintf(drv, sizeof(drv), "; CUDA driver API %d.%d", v / 1000, v % 1000 / 10);
-    FILE *f = fopen("/proc/driver/nvidia/version", "re");
-    char *k = f && fgets(line, sizeof(line), f) ? strstr(line, "Kernel Module") : NULL;
+    file_field("/proc/driver/nvidia/version", NULL, line, sizeof(line));
+    char *k = strstr(line, "Kernel Module");
     if (k && sscanf(k + strlen("Kernel Module"), "%63s", mod) == 1)
         snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", mod);
-    if (f)
-        fclose(f);
     LINE("libcuda", "%s%s", real, drv);
 }
 
@@ -374,20 +355,17 @@ int byval_doctor(void)
     char buf[512];
     struct utsname u;
     uname(&u);
-    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-    if (!f || fscanf(f, "%d", &p.yama) != 1)
-        p.yama = -1;
-    if (f)
-        fclose(f);
-    status_field("Seccomp", buf, sizeof(buf));
+    file_field("/proc/sys/kernel/yama/ptrace_scope", NULL, buf, sizeof(buf));
+    p.yama = sscanf(buf, "%d", &p.yama) == 1 ? p.yama : -1;
+    file_field("/proc/self/status", "Seccomp", buf, sizeof(buf));
     p.seccomp = atoi(buf);
-    status_field("CapEff", buf, sizeof(buf));
+    file_field("/proc/self/status", "CapEff", buf, sizeof(buf));
     p.cap_ptrace = (int)((strtoull(buf, NULL, 16) >> 19) & 1); /* CAP_SYS_PTRACE */
     probe_run(&p, byval_cfg.set_ptracer);
 
     printf("ipcbyval doctor: what ipcbyval will do on %s (uid %d)\n", u.nodename, (int)getuid());
     LINE("kernel", "Linux %s; pidfd_open %s; pidfs %s", u.release,
-         p.pidfd_open_err ? errname(p.pidfd_open_err) : "works",
+         errname(p.pidfd_open_err, "works"),
          p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
     LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(p.yama),
          p.seccomp == 2       ? "filter (mode 2)"
@@ -395,13 +373,12 @@ int byval_doctor(void)
                               : "off",
          p.cap_ptrace ? "yes" : "no");
     LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
-         p.child_getfd_err ? errname(p.child_getfd_err) : "allowed",
-         p.sibling_getfd_err ? errname(p.sibling_getfd_err) : "allowed",
-         p.sibling_getfd_err ? ": " : "", p.sibling_getfd_err ? denial(&p) : "");
+         errname(p.child_getfd_err, "allowed"), errname(p.sibling_getfd_err, "allowed"),
+         p.sibling_getfd_err ? ": " : "", p.sibling_getfd_err ? denial(&p, 0) : "");
     /* Nested: NSpid lists several levels (where /proc is an ancestor's), or
      * the namespace is not the initial one, whose inode the kernel fixes
      * (PROC_PID_INIT_INO), as a container's /proc shows it. */
-    status_field("NSpid", buf, sizeof(buf));
+    file_field("/proc/self/status", "NSpid", buf, sizeof(buf));
     int depth = 0;
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t"))
         depth++;
@@ -410,7 +387,7 @@ int byval_doctor(void)
          depth > 1 || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's" : "the host's",
          ns_inode("net"));
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
-         p.socket_err ? errname(p.socket_err) : "works",
+         errname(p.socket_err, "works"),
          p.socket_err      ? ""
              : p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
                            : " (no SO_PEERPIDFD: Linux < 6.5)");
@@ -427,37 +404,31 @@ int byval_doctor(void)
          buf[0] ? buf : "defaults");
 
     int pidfd_ok = !p.sibling_getfd_err, sock_ok = !p.socket_err, mode = byval_cfg.transport;
-    const char *how = NULL, *fix = NULL, *why = NULL;
-    char fixbuf[300];
-    if (!byval_cfg.enable) {
-        why = "ipcbyval is off (IPCBYVAL_ENABLE=0): every handle passes through unchanged";
+    const char *how = NULL, *why = NULL, *fix = "%s; or ranks in one network namespace";
+    if (!byval_cfg.enable)
+        why = "ipcbyval is off (IPCBYVAL_ENABLE=0): every handle passes through unchanged",
         fix = "unset IPCBYVAL_ENABLE (or drop --disable)";
-    } else if (!byval_cfg.ze && !byval_cfg.cuda) {
-        why = "IPCBYVAL_ZE=0 and IPCBYVAL_CUDA=0: every handle passes through unchanged";
+    else if (!byval_cfg.ze && !byval_cfg.cuda)
+        why = "IPCBYVAL_ZE=0 and IPCBYVAL_CUDA=0: every handle passes through unchanged",
         fix = "unset IPCBYVAL_ZE or IPCBYVAL_CUDA";
-    } else if (pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET) {
+    else if (pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET)
         how = "pidfd_getfd";
-    } else if (sock_ok && mode != BYVAL_TRANSPORT_PIDFD) {
+    else if (sock_ok && mode != BYVAL_TRANSPORT_PIDFD)
         how = mode == BYVAL_TRANSPORT_SOCKET ? "the socket (IPCBYVAL_TRANSPORT=socket)"
                                              : "the socket fallback (pidfd_getfd is denied)";
-    } else if (mode == BYVAL_TRANSPORT_PIDFD && sock_ok) {
-        why = "IPCBYVAL_TRANSPORT=pidfd, and pidfd_getfd is denied here";
-        snprintf(fixbuf, sizeof(fixbuf), "IPCBYVAL_TRANSPORT=auto (the socket works here), or %s",
-                 pidfd_fix(&p));
-        fix = fixbuf;
-    } else if (mode == BYVAL_TRANSPORT_SOCKET && pidfd_ok) {
-        why = "IPCBYVAL_TRANSPORT=socket, and the socket does not work here";
+    else if (mode == BYVAL_TRANSPORT_PIDFD && sock_ok)
+        why = "IPCBYVAL_TRANSPORT=pidfd, and pidfd_getfd is denied here",
+        fix = "IPCBYVAL_TRANSPORT=auto (the socket works here), or %s";
+    else if (mode == BYVAL_TRANSPORT_SOCKET && pidfd_ok)
+        why = "IPCBYVAL_TRANSPORT=socket, and the socket does not work here",
         fix = "IPCBYVAL_TRANSPORT=auto (pidfd_getfd works here)";
-    } else {
+    else
         why = "pidfd_getfd is denied and the socket does not work";
-        snprintf(fixbuf, sizeof(fixbuf), "%s; or ranks in one network namespace", pidfd_fix(&p));
-        fix = fixbuf;
-    }
     if (how) {
         LINE("transport", "IPCBYVAL_TRANSPORT=%s: same-node pairs use %s", transport_names[mode],
              how);
         if (!pidfd_ok && mode != BYVAL_TRANSPORT_SOCKET)
-            LINE("for pidfd", "%s", pidfd_fix(&p));
+            LINE("for pidfd", "%s", denial(&p, 1));
         LINE("other ranks", "another pid namespace: the socket%s%s; another node: refused",
              sock_ok ? " (same network namespace only)" : " (not working here)",
              rdv_refused                      ? ", not the rendezvous directory (refused)"
@@ -466,19 +437,20 @@ int byval_doctor(void)
     }
     if (!gpu)
         LINE("note", "no GPU library found: nothing for ipcbyval to do (LD_LIBRARY_PATH?)");
-    if (how && rdv_refused) {
+    if (how && rdv_refused)
         printf("verdict: by-value will NOT work across namespaces: the library refuses "
                "IPCBYVAL_RENDEZVOUS_DIR (same-node pairs use %s)\n"
                "fix: a folder of this user's or root's, not a symlink, not writable by others "
                "(mkdir -m 700 DIR; for peers of another uid, writable by the group "
                "IPCBYVAL_RENDEZVOUS_GID names), or unset IPCBYVAL_RENDEZVOUS_DIR\n",
                how);
-        how = NULL;
-    } else if (how) {
+    else if (how)
         printf("verdict: by-value works here, through %s\n", how);
-    } else {
-        printf("verdict: by-value will NOT work here: %s\nfix: %s\n", why, fix);
+    else {
+        printf("verdict: by-value will NOT work here: %s\nfix: ", why);
+        printf(fix, denial(&p, 1)); /* the fix for pidfd_getfd where fix names it */
+        putchar('\n');
     }
     fflush(stdout);
-    return how ? 0 : 1;
+    return how && !rdv_refused ? 0 : 1;
 }
