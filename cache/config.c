@@ -28,45 +28,38 @@ typedef struct cfg_entry {
     const char *doc;
 } cfg_entry_t;
 
-#define CFG_(name, def, type, field, doc)                                                       \
-    {                                                                                           \
-        name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), \
-            doc                                                                                 \
-    }
+#define CFG_AT_(f) offsetof(byval_config_t, f), sizeof(byval_cfg.f)
+#define CFG_(name, def, type, f) "IPCBYVAL_" #name, def, CFG_##type, CFG_AT_(f)
 
 static const cfg_entry_t cfg_table[] = {
-    CFG_("IPCBYVAL_ENABLE", "1", CFG_BOOL, enable,
-         "0 makes every wrapper a pure pass-through to the driver"),
-    CFG_("IPCBYVAL_LOG", "warn", CFG_LEVEL, log_level,
-         "log level: none, error, warn, info, debug (or 0-4)"),
-    CFG_("IPCBYVAL_LOG_FILE", "", CFG_STRING, log_file,
-         "append log lines to this file instead of stderr (%p expands to the pid)"),
-    CFG_("IPCBYVAL_CACHE_SIZE", "1024", CFG_SIZE, cache_size,
-         "import cache entries (mappings kept open for reuse), >= 1"),
-    CFG_("IPCBYVAL_CACHE_BYTES", "1G", CFG_BYTES, cache_bytes,
-         "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"),
-    CFG_("IPCBYVAL_EXPORT_CACHE_SIZE", "4096", CFG_SIZE, export_cache_size,
-         "export cache entries (one exported fd per live allocation), >= 1"),
-    CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
-         "print counters and cache statistics to the log at exit"),
-    CFG_("IPCBYVAL_STATS_DIR", "", CFG_STRING, stats_dir,
-         "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
-         "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
-    CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
-         "handle Level Zero IPC (0: pass Level Zero calls through)"),
-    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda, "handle CUDA IPC (0: pass CUDA calls through)"),
-    CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
-         "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
-    CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
-         "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
-    CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
-         "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
-    CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
-         "a directory both sides reach (a volume shared by two pods or containers): exporters "
-         "also listen there and importers in other pid/network namespaces connect there"),
-    CFG_("IPCBYVAL_RENDEZVOUS_GID", "", CFG_GID, rendezvous_gid,
-         "a numeric group whose members (another uid) are served through the rendezvous "
-         "directory, which that group may own; empty: our uid only"),
+    {CFG_(ENABLE, "1", BOOL, enable), "0 makes every wrapper a pure pass-through to the driver"},
+    {CFG_(LOG, "warn", LEVEL, log_level), "log level: none, error, warn, info, debug (or 0-4)"},
+    {CFG_(LOG_FILE, "", STRING, log_file),
+     "append log lines to this file instead of stderr (%p expands to the pid)"},
+    {CFG_(CACHE_SIZE, "1024", SIZE, cache_size),
+     "import cache entries (mappings kept open for reuse), >= 1"},
+    {CFG_(CACHE_BYTES, "1G", BYTES, cache_bytes),
+     "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"},
+    {CFG_(EXPORT_CACHE_SIZE, "4096", SIZE, export_cache_size),
+     "export cache entries (one exported fd per live allocation), >= 1"},
+    {CFG_(STATS, "0", BOOL, stats), "print counters and cache statistics to the log at exit"},
+    {CFG_(STATS_DIR, "", STRING, stats_dir),
+     "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
+     "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"},
+    {CFG_(ZE, "1", BOOL, ze), "handle Level Zero IPC (0: pass Level Zero calls through)"},
+    {CFG_(CUDA, "1", BOOL, cuda), "handle CUDA IPC (0: pass CUDA calls through)"},
+    {CFG_(CUDA_LEGACY_CACHE, "1", BOOL, cuda_legacy_cache),
+     "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"},
+    {CFG_(TRANSPORT, "auto", TRANSPORT, transport),
+     "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"},
+    {CFG_(SET_PTRACER, "0", BOOL, set_ptracer),
+     "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"},
+    {CFG_(RENDEZVOUS_DIR, "", STRING, rendezvous_dir),
+     "a directory both sides reach (a volume shared by two pods or containers): exporters "
+     "also listen there and importers in other pid/network namespaces connect there"},
+    {CFG_(RENDEZVOUS_GID, "", GID, rendezvous_gid),
+     "a numeric group whose members (another uid) are served through the rendezvous "
+     "directory, which that group may own; empty: our uid only"},
 };
 
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -82,15 +75,19 @@ static const char *const type_hint[] = {
     [CFG_GID] = "a numeric group id, or empty",
 };
 
-static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
-static const char *const transport_names[] = {"auto", "pidfd", "socket"};
-/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts: index >= 5 is true. */
-static const char *const bool_names[] = {"0", "n", "no",  "off", "false",
-                                         "1", "y", "yes", "on",  "true"};
+/* Index 5-9 are the levels' digits and the true words. */
+static const char *const level_names[] = {"none", "error", "warn", "info", "debug", "0",
+                                          "1",    "2",     "3",    "4",    NULL};
+static const char *const transport_names[] = {"auto", "pidfd", "socket", NULL};
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
+static const char *const bool_names[] = {"0", "n",   "no", "off",  "false", "1",
+                                         "y", "yes", "on", "true", NULL};
+static const char *const *const enum_names[] = {
+    [CFG_BOOL] = bool_names, [CFG_LEVEL] = level_names, [CFG_TRANSPORT] = transport_names};
 
-static int parse_enum(const char *s, const char *const *names, int n)
+static int parse_enum(const char *s, const char *const *names)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; names[i]; i++)
         if (strcasecmp(s, names[i]) == 0)
             return i;
     return -1;
@@ -121,17 +118,10 @@ static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
     int i = -1, ok = 0;
     switch (e->type) {
     case CFG_BOOL:
-        ok = (i = parse_enum(s, bool_names, 10)) >= 0;
-        v = i >= 5;
-        break;
     case CFG_LEVEL:
-        i = s[0] >= '0' && s[0] <= '4' && s[1] == '\0' ? s[0] - '0' : parse_enum(s, level_names, 5);
-        ok = i >= 0;
-        v = (uint64_t)i;
-        break;
     case CFG_TRANSPORT:
-        ok = (i = parse_enum(s, transport_names, 3)) >= 0;
-        v = (uint64_t)i;
+        ok = (i = parse_enum(s, enum_names[e->type])) >= 0;
+        v = e->type == CFG_BOOL ? i >= 5 : (uint64_t)(i % 5);
         break;
     case CFG_SIZE: ok = *s != '-' && parse_u64(s, 0, &v) == 0 && v >= 1 && v <= (1ULL << 32); break;
     case CFG_BYTES: ok = isdigit((unsigned char)*s) && parse_u64(s, 1, &v) == 0; break;
@@ -163,8 +153,8 @@ static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *bu
     else if (e->type != CFG_STRING)
         memcpy(&v, field, sizeof(v));
     switch (e->type) {
-    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[v]); break;
-    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[v]); break;
+    case CFG_LEVEL:
+    case CFG_TRANSPORT: snprintf(buf, len, "%s", enum_names[e->type][v]); break;
     case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
     case CFG_GID: /* -1: empty */
         snprintf(buf, len, "%lld", (long long)v);
