@@ -32,6 +32,7 @@
 
 #include "cache/config.h"
 #include "cache/init.h"
+#include "cache/log.h"
 #include "handles/rendezvous.h"
 #include "handles/self.h"
 #include "handles/sys.h" /* the kernel asked directly, never our own syscall() rescue */
@@ -56,8 +57,7 @@ typedef struct probe {
  * refused. */
 static int probe_check(int fd, ino_t want)
 {
-    struct stat st;
-    int err = fstat(fd, &st) == 0 && st.st_ino == want ? 0 : EBADF;
+    int err = byval_fd_inode(fd) == want ? 0 : EBADF;
     close(fd);
     return err;
 }
@@ -87,19 +87,16 @@ static int socket_fetch(const struct sockaddr_un *a, socklen_t alen, ino_t want,
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return errno;
-    if (connect(s, (const struct sockaddr *)a, alen) != 0) {
-        int e = errno;
-        close(s);
-        return e;
-    }
     int pfd = -1;
     socklen_t len = sizeof(pfd);
-    *peerpidfd = getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0 && pfd >= 0;
-    if (pfd >= 0)
-        close(pfd);
     char byte;
     PROBE_MSG(mh, byte, ctl);
-    ssize_t r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t r = connect(s, (const struct sockaddr *)a, alen) != 0 ? -1 : 0;
+    if (r == 0) {
+        *peerpidfd = getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0 && pfd >= 0;
+        close(pfd);
+        r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+    }
     int e = r == 1 ? EBADF : (r < 0 ? errno : ECONNRESET);
     struct cmsghdr *cm = r == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
     if (cm && cm->cmsg_type == SCM_RIGHTS) {
@@ -116,22 +113,18 @@ static int socket_fetch(const struct sockaddr_un *a, socklen_t alen, ino_t want,
 static void probe_run(probe_t *p, int set_ptracer)
 {
     p->pidfd_open_err = p->child_getfd_err = p->sibling_getfd_err = p->socket_err = ECHILD;
-    struct stat st = {0};
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    struct timespec ts;
     int sp[2], r[3] = {0, 0, 0};
     pid_t self = getpid();
     /* Our pid and a nonce: two doctors in containers sharing a network
      * namespace (pids may repeat) differ. */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    unsigned long nonce = (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec << 30;
-    int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "ipcbyval-doctor-%d-%lx", (int)self,
-                     nonce);
+    int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "ipcbyval-doctor-%d-%llx", (int)self,
+                     byval_log_clock());
     socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     int mfd = memfd_create("ipcbyval-doctor", MFD_CLOEXEC);
-    if (mfd < 0 || fstat(mfd, &st) != 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
-        if (mfd >= 0)
-            close(mfd);
+    ino_t ino = byval_fd_inode(mfd);
+    if (!ino || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
+        close(mfd);
         return;
     }
     int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -145,8 +138,8 @@ static void probe_run(probe_t *p, int set_ptracer)
         close(sp[0]);
         if (read(sp[1], &r[0], 1) != 1)
             _exit(1);
-        r[0] = probe_getfd(self, mfd, st.st_ino);
-        r[1] = listen_err ? listen_err : socket_fetch(&a, alen, st.st_ino, &r[2]);
+        r[0] = probe_getfd(self, mfd, ino);
+        r[1] = listen_err ? listen_err : socket_fetch(&a, alen, ino, &r[2]);
         _exit(write(sp[1], r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
     }
     close(sp[1]); /* a child gone early reads as EOF */
@@ -154,11 +147,9 @@ static void probe_run(probe_t *p, int set_ptracer)
         /* Our own child: Yama lets an ancestor in; seccomp and ENOSYS do not. */
         int pidfd = byval_pidfd_open(c, 0);
         p->pidfd_open_err = pidfd < 0 ? errno : 0;
-        if (pidfd >= 0) {
-            p->pidfs = byval_pidfd_is_pidfs(pidfd);
-            close(pidfd);
-        }
-        p->child_getfd_err = probe_getfd(c, mfd, st.st_ino);
+        p->pidfs = pidfd >= 0 && byval_pidfd_is_pidfs(pidfd);
+        close(pidfd);
+        p->child_getfd_err = probe_getfd(c, mfd, ino);
         struct pollfd pf = {ls, POLLIN, 0};
         int s = send(sp[0], "g", 1, MSG_NOSIGNAL) == 1 && !listen_err && poll(&pf, 1, 5000) == 1
             ? accept4(ls, NULL, NULL, SOCK_CLOEXEC)
@@ -171,8 +162,7 @@ static void probe_run(probe_t *p, int set_ptracer)
             cm->cmsg_type = SCM_RIGHTS;
             cm->cmsg_len = CMSG_LEN(sizeof(int));
             memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
-            ssize_t w = sendmsg(s, &mh, MSG_NOSIGNAL);
-            (void)w;
+            sendmsg(s, &mh, MSG_NOSIGNAL);
             close(s);
         }
         if (read(sp[0], r, sizeof(r)) == (ssize_t)sizeof(r)) {
@@ -299,8 +289,7 @@ static void gpu_ze(int *found)
     /* The drivers the loader will look for: ZE_ENABLE_ALT_DRIVERS, else
      * Intel's GPU and NPU drivers by their usual names. */
     const char *alt = getenv("ZE_ENABLE_ALT_DRIVERS");
-    if (alt && !*alt)
-        alt = NULL;
+    alt = alt && *alt ? alt : NULL;
     snprintf(list, sizeof(list), "%s",
              alt ? alt : "libze_intel_gpu.so.1,libze_intel_gpu_legacy1.so.1,libze_intel_vpu.so.1");
     size_t n = 0;
@@ -309,8 +298,8 @@ static void gpu_ze(int *found)
         if (dh)
             dlclose(dh);
         if (dh || alt)
-            n += (size_t)snprintf(drivers + n, n < sizeof(drivers) ? sizeof(drivers) - n : 0,
-                                  "%s%s%s", n ? ", " : "", d, dh ? "" : " (not loadable)");
+            n += (size_t)snprintf(drivers + n, sizeof(drivers) - n, "%s%s%s", n ? ", " : "", d,
+                                  dh ? "" : " (not loadable)");
         if (n >= sizeof(drivers))
             break;
     }
@@ -324,28 +313,22 @@ static int rendezvous(void)
 {
     const char *dir = byval_cfg.rendezvous_dir;
     char msg[512];
-    if (!dir[0]) {
+    long gid = byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid : BYVAL_RENDEZVOUS_NO_GID;
+    int refused = dir[0] && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
+        !byval_rendezvous_enabled() && byval_rendezvous_setup(dir, gid, msg, sizeof(msg)) != 0;
+    if (!dir[0])
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR not set");
-        return 0;
-    }
-    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+    else if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: ignored with IPCBYVAL_TRANSPORT=pidfd",
              dir);
-        return 0;
-    }
-    if (!byval_rendezvous_enabled()) {
-        long gid =
-            byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid : BYVAL_RENDEZVOUS_NO_GID;
-        if (byval_rendezvous_setup(dir, gid, msg, sizeof(msg)) != 0) {
-            LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: refused by the library: %s", dir, msg);
-            return 1;
-        }
-    }
-    LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: used (the library's check passed)%s", dir,
-         access(dir, W_OK | X_OK) == 0
-             ? ""
-             : "; not writable by this user: exporters cannot listen there");
-    return 0;
+    else if (refused)
+        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: refused by the library: %s", dir, msg);
+    else
+        LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: used (the library's check passed)%s", dir,
+             access(dir, W_OK | X_OK) == 0
+                 ? ""
+                 : "; not writable by this user: exporters cannot listen there");
+    return refused;
 }
 
 int byval_doctor(void)
