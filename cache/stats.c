@@ -54,34 +54,42 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
     __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
-typedef void stats_fn(void *ctx, const char *name, uint64_t v, const char *total, const char *doc);
+/* One field: a line of the file f, or of the log when f is NULL. */
+static void stats_line(FILE *f, const char *name, uint64_t v, const char *total, const char *doc)
+{
+    if (f)
+        fprintf(f, "%s\t%llu\t%s\t%s\n", name, (unsigned long long)v, total, doc);
+    else
+        byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", name, (unsigned long long)v, doc);
+}
 
 /* Every counter, then the values read from their owners (a gauge of one
  * process now: a job's total is its largest process, "max"). */
-static void stats_each(stats_fn *fn, void *ctx)
+static void stats_each(FILE *f)
 {
     uint64_t held, peak, served, refused;
     size_t published, offered, registered;
-#define STATS_EACH_(name, doc) fn(ctx, #name, stats_sum(offsetof(byval_stats_t, name)), "sum", doc);
+#define STATS_EACH_(name, doc) \
+    stats_line(f, #name, stats_sum(offsetof(byval_stats_t, name)), "sum", doc);
     BYVAL_STATS_LIST(STATS_EACH_)
 #undef STATS_EACH_
     byval_imports_bytes(&held, &peak);
     byval_reg_fd_counts(&served, &refused);
     byval_exports_counts(&published, &offered, &registered);
-    fn(ctx, "cache_bytes_held", held, "max",
-       "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
-    fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
-    fn(ctx, "rescue_served", served, "sum",
-       "exported fds served to peers whose own pidfd_getfd the kernel refused");
-    fn(ctx, "rescue_denied", refused, "sum",
-       "such requests refused (fd never exported, or closed/reused since)");
-    fn(ctx, "export_entries", published, "max",
-       "registry entries the exports hold now (withdrawn when each export ends)");
-    fn(ctx, "export_offers", offered, "max", "fds offered to the socket fallback now");
-    fn(ctx, "export_rescuable", registered, "max",
-       "fds registered for the pidfd_getfd rescue by the exports now");
-    fn(ctx, "rendezvous_served", byval_rendezvous_served_count(), "sum",
-       "fds served through the rendezvous directory (importers in other pods/containers)");
+    stats_line(f, "cache_bytes_held", held, "max",
+               "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
+    stats_line(f, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
+    stats_line(f, "rescue_served", served, "sum",
+               "exported fds served to peers whose own pidfd_getfd the kernel refused");
+    stats_line(f, "rescue_denied", refused, "sum",
+               "such requests refused (fd never exported, or closed/reused since)");
+    stats_line(f, "export_entries", published, "max",
+               "registry entries the exports hold now (withdrawn when each export ends)");
+    stats_line(f, "export_offers", offered, "max", "fds offered to the socket fallback now");
+    stats_line(f, "export_rescuable", registered, "max",
+               "fds registered for the pidfd_getfd rescue by the exports now");
+    stats_line(f, "rendezvous_served", byval_rendezvous_served_count(), "sum",
+               "fds served through the rendezvous directory (importers in other pods/containers)");
 }
 
 /* Cache i's statistics, or 0 while it is not (yet) published. */
@@ -95,16 +103,11 @@ static int stats_cache(int i, byval_lru_stats_t *s, size_t *mem, size_t *full)
     return 1;
 }
 
-static void print_line(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
-{
-    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", name, (unsigned long long)v, doc);
-}
-
 void byval_stats_print(void)
 {
     byval_lru_stats_t s;
     size_t mem, full;
-    stats_each(print_line, NULL);
+    stats_each(NULL);
     for (int i = 0; i < STATS_MAX_CACHES; i++) {
         if (!stats_cache(i, &s, &mem, &full))
             continue;
@@ -120,16 +123,9 @@ void byval_stats_print(void)
     }
 }
 
-static void file_line(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
-{
-    fprintf(ctx, "%s\t%llu\t%s\t%s\n", name, (unsigned long long)v, total, doc);
-}
-
-static void cache_field(FILE *f, const char *prefix, const char *name, uint64_t v,
-                        const char *total, const char *doc)
-{
-    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", prefix, name, (unsigned long long)v, total, doc);
-}
+/* A cache's field: "ze_import.hits" */
+#define cache_field(f, p, name, v, total, doc) \
+    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", p, name, (unsigned long long)(v), total, doc)
 
 /* A cache's fields, under its name ("ze import" -> ze_import.hits). A job's
  * sum of the per-process sizes means nothing: the largest process is what
@@ -213,7 +209,7 @@ int byval_stats_write_file(const char *dir)
     fprintf(f, "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n");
     fprintf(f, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(),
             comm);
-    stats_each(file_line, f);
+    stats_each(f);
     for (int i = 0; i < STATS_MAX_CACHES; i++)
         file_cache(f, i);
     int ok = fclose(f) == 0;
