@@ -79,14 +79,6 @@ static void init_run(void)
     byval_init_depth_--;
 }
 
-int byval_init_slow(void)
-{
-    if (byval_init_depth_)
-        return 0;
-    byval_once(&init_once, init_run);
-    return byval_init_enabled_;
-}
-
 int byval_enabled(void)
 {
     /* Inside our own initialisation, byval_once would wait for itself. */
@@ -94,6 +86,11 @@ int byval_enabled(void)
         return 0;
     byval_once(&init_once, init_run);
     return byval_init_enabled_;
+}
+
+int byval_init_slow(void)
+{
+    return byval_init_depth_ ? 0 : byval_enabled();
 }
 
 /* Is this process ipcbyval-run's own helper? IPCBYVAL_HELPER names it
@@ -121,8 +118,7 @@ static int init_is_helper(void)
  *   IPCBYVAL_DOCTOR=1            the --doctor report and its exit status. */
 __attribute__((constructor)) static void init_helper(void)
 {
-    const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
-    const char *d = getenv("IPCBYVAL_DOCTOR");
+    const char *p = getenv("IPCBYVAL_PRINT_CONFIG"), *d = getenv("IPCBYVAL_DOCTOR");
     if (!p && !d)
         return;
     if (!init_is_helper()) {

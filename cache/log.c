@@ -42,7 +42,6 @@ static int log_fd(void)
     uint64_t st = __atomic_load_n(&log_state, __ATOMIC_ACQUIRE);
     if (st && (pid_t)(st >> 32) == pid)
         return (int)(uint32_t)st - 2;
-    int fd = -1;
     char path[320];
     const char *p = strstr(byval_cfg.log_file, "%p");
     if (p)
@@ -50,8 +49,7 @@ static int log_fd(void)
                  (int)pid, p + 2);
     else
         snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
-    if (path[0])
-        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     int err = errno;
     uint64_t mine = (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
     /* Racing threads: one fd wins, the others close theirs. */

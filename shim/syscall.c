@@ -27,11 +27,10 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 
-#define BYVAL_EXPORT __attribute__((visibility("default")))
+/* Hidden: the entry's direct jumps stay inside the library. */
 #define BYVAL_HIDDEN __attribute__((visibility("hidden")))
 
 typedef long (*syscall_fn)(long, ...);
-typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
 
 static void *libc_syscall;
 
@@ -145,7 +144,7 @@ __asm__(".text\n"
 _Static_assert(SYS_pidfd_getfd == 438, "the entry compares with 438");
 #else
 /* Elsewhere: six arguments forwarded, as the C library's syscall reads. */
-BYVAL_EXPORT long syscall(long nr, ...)
+__attribute__((visibility("default"))) long syscall(long nr, ...)
 {
     va_list ap;
     long a[6];
@@ -160,11 +159,11 @@ BYVAL_EXPORT long syscall(long nr, ...)
 #endif
 
 /* glibc 2.36's own stub, which does not go through syscall(). */
-BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
+__attribute__((visibility("default"))) int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
     static void *fn;
     int saved = errno;
-    pidfd_getfd_fn f = (pidfd_getfd_fn)next_fn(&fn, "pidfd_getfd");
+    int (*f)(int, int, unsigned int) = next_fn(&fn, "pidfd_getfd");
     int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
               : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
     return refused(r) ? (int)rescue(pidfd, targetfd, flags, errno, saved) : r;
