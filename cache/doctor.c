@@ -217,12 +217,10 @@ static const char *errname(int err, const char *ok)
     return n ? n : "error";
 }
 
-static const char *yama_words(int y)
+/* w[i], or "off" when i is not 0 to n - 1. */
+static const char *word(const char *const *w, int n, int i)
 {
-    static const char *const w[] = {"0 (any process of the uid)",
-                                    "1 (descendants only: sibling ranks refused)",
-                                    "2 (CAP_SYS_PTRACE only)", "3 (no ptrace at all)"};
-    return y >= 0 && y <= 3 ? w[y] : "off";
+    return i >= 0 && i < n ? w[i] : "off";
 }
 
 /* Why a sibling's pidfd_getfd was refused, in the user's words, or (fix)
@@ -350,11 +348,12 @@ int byval_doctor(void)
     LINE("kernel", "Linux %s; pidfd_open %s; pidfs %s", u.release,
          errname(p.pidfd_open_err, "works"),
          p.pidfs ? "yes (no pid-reuse window)" : "no (identity from start times, Linux < 6.9)");
-    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", yama_words(p.yama),
-         p.seccomp == 2       ? "filter (mode 2)"
-             : p.seccomp == 1 ? "strict (mode 1)"
-                              : "off",
-         p.cap_ptrace ? "yes" : "no");
+    static const char *const yama[] = {"0 (any process of the uid)",
+                                       "1 (descendants only: sibling ranks refused)",
+                                       "2 (CAP_SYS_PTRACE only)", "3 (no ptrace at all)"};
+    static const char *const seccomp[] = {"off", "strict (mode 1)", "filter (mode 2)"};
+    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", word(yama, 4, p.yama),
+         word(seccomp, 3, p.seccomp), p.cap_ptrace ? "yes" : "no");
     LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
          errname(p.child_getfd_err, "allowed"), errname(p.sibling_getfd_err, "allowed"),
          p.sibling_getfd_err ? ": " : "", p.sibling_getfd_err ? denial(&p, 0) : "");

@@ -152,12 +152,6 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
               served[r], who, bytes, ptr, byval_log_us(t0));
 }
 
-void byval_log_close_(const char *what, const void *ptr, const char *outcome, unsigned long long t0)
-{
-    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "close: %s%p: %s, %.1f us", what, ptr, outcome,
-              byval_log_us(t0));
-}
-
 void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
 {
     char f[24] = "";

@@ -71,8 +71,6 @@ double byval_log_us(unsigned long long t0);
  * when not known there; withdrawn: 1 for the export's end. */
 void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
                      const void *ptr, unsigned long long t0);
-void byval_log_close_(const char *what, const void *ptr, const char *outcome,
-                      unsigned long long t0);
 void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd);
 #define BYVAL_LOG_IF_DEBUG_(call)                                        \
     do {                                                                 \
@@ -80,7 +78,8 @@ void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)
             call;                                                        \
     } while (0)
 #define byval_log_open(...) BYVAL_LOG_IF_DEBUG_(byval_log_open_(__VA_ARGS__))
-#define byval_log_close(...) BYVAL_LOG_IF_DEBUG_(byval_log_close_(__VA_ARGS__))
+#define byval_log_close(what, ptr, outcome, t0) \
+    BYVAL_LOG_DEBUG("close: %s%p: %s, %.1f us", what, ptr, outcome, byval_log_us(t0))
 #define byval_log_export(...) BYVAL_LOG_IF_DEBUG_(byval_log_export_(__VA_ARGS__))
 
 #endif

@@ -54,6 +54,54 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
     __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
+/* A cache's field: "ze_import.hits" */
+#define cache_field(f, p, name, v, total, doc) \
+    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", p, name, (unsigned long long)(v), total, doc)
+
+/* Every published cache: a log line, or its fields in the file f under its
+ * name ("ze import" -> ze_import.hits). A job's sum of the per-process sizes
+ * means nothing: the largest process is what to size for ("max"). */
+static void stats_caches_each(FILE *f)
+{
+    byval_lru_stats_t s;
+    size_t now, full;
+    char p[64];
+    for (int i = 0; i < STATS_MAX_CACHES; i++) {
+        byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
+        if (!lru)
+            continue;
+        byval_lru_stats(lru, &s);
+        byval_lru_memory(lru, &now, &full);
+        uint64_t lookups = s.hits + s.misses;
+        if (!f) {
+            byval_log(BYVAL_LOG_LVL_STATS, NULL,
+                      "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals "
+                      "%llu size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
+                      "(%zu bytes/entry when full)",
+                      stats_caches[i].name, (unsigned long long)s.hits,
+                      (unsigned long long)s.misses,
+                      lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
+                      (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
+                      s.high_water, s.capacity, s.referenced, now, full);
+            continue;
+        }
+        size_t n = 0;
+        for (const char *c = stats_caches[i].name; *c && n + 1 < sizeof(p); c++)
+            p[n++] = *c == ' ' ? '_' : *c;
+        p[n] = '\0';
+        cache_field(f, p, "hits", s.hits, "sum", "cache hits");
+        cache_field(f, p, "misses", s.misses, "sum", "cache misses");
+        cache_field(f, p, "evictions", s.evictions, "sum", "entries evicted for room");
+        cache_field(f, p, "removals", s.removals, "sum", "entries removed (free, exit, context)");
+        cache_field(f, p, "entries", s.size, "max", "entries held at exit");
+        cache_field(f, p, "high_water", s.high_water, "max", "most entries held at once");
+        cache_field(f, p, "capacity", s.capacity, "max", "entries it may hold");
+        cache_field(f, p, "memory_bytes", now, "max", "memory of the cache's structures at exit");
+        cache_field(f, p, "bytes_per_entry_full", full, "max",
+                    "memory per entry when full at capacity");
+    }
+}
+
 /* One field: a line of the file f, or of the log when f is NULL. */
 static void stats_line(FILE *f, const char *name, uint64_t v, const char *total, const char *doc)
 {
@@ -90,66 +138,12 @@ static void stats_each(FILE *f)
                "fds registered for the pidfd_getfd rescue by the exports now");
     stats_line(f, "rendezvous_served", byval_rendezvous_served_count(), "sum",
                "fds served through the rendezvous directory (importers in other pods/containers)");
-}
-
-/* Cache i's statistics, or 0 while it is not (yet) published. */
-static int stats_cache(int i, byval_lru_stats_t *s, size_t *mem, size_t *full)
-{
-    byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
-    if (!lru)
-        return 0;
-    byval_lru_stats(lru, s);
-    byval_lru_memory(lru, mem, full);
-    return 1;
+    stats_caches_each(f);
 }
 
 void byval_stats_print(void)
 {
-    byval_lru_stats_t s;
-    size_t mem, full;
     stats_each(NULL);
-    for (int i = 0; i < STATS_MAX_CACHES; i++) {
-        if (!stats_cache(i, &s, &mem, &full))
-            continue;
-        uint64_t lookups = s.hits + s.misses;
-        byval_log(BYVAL_LOG_LVL_STATS, NULL,
-                  "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
-                  "size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
-                  "(%zu bytes/entry when full)",
-                  stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
-                  lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
-                  (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
-                  s.high_water, s.capacity, s.referenced, mem, full);
-    }
-}
-
-/* A cache's field: "ze_import.hits" */
-#define cache_field(f, p, name, v, total, doc) \
-    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", p, name, (unsigned long long)(v), total, doc)
-
-/* A cache's fields, under its name ("ze import" -> ze_import.hits). A job's
- * sum of the per-process sizes means nothing: the largest process is what
- * to size for ("max"). */
-static void file_cache(FILE *f, int i)
-{
-    byval_lru_stats_t s;
-    size_t now, full, n = 0;
-    char p[64];
-    if (!stats_cache(i, &s, &now, &full))
-        return;
-    for (const char *c = stats_caches[i].name; *c && n + 1 < sizeof(p); c++)
-        p[n++] = *c == ' ' ? '_' : *c;
-    p[n] = '\0';
-    cache_field(f, p, "hits", s.hits, "sum", "cache hits");
-    cache_field(f, p, "misses", s.misses, "sum", "cache misses");
-    cache_field(f, p, "evictions", s.evictions, "sum", "entries evicted for room");
-    cache_field(f, p, "removals", s.removals, "sum", "entries removed (free, exit, context)");
-    cache_field(f, p, "entries", s.size, "max", "entries held at exit");
-    cache_field(f, p, "high_water", s.high_water, "max", "most entries held at once");
-    cache_field(f, p, "capacity", s.capacity, "max", "entries it may hold");
-    cache_field(f, p, "memory_bytes", now, "max", "memory of the cache's structures at exit");
-    cache_field(f, p, "bytes_per_entry_full", full, "max",
-                "memory per entry when full at capacity");
 }
 
 /* The folder as a directory fd, or -1 after one warning: made if missing;
@@ -210,8 +204,6 @@ int byval_stats_write_file(const char *dir)
     fprintf(f, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(),
             comm);
     stats_each(f);
-    for (int i = 0; i < STATS_MAX_CACHES; i++)
-        file_cache(f, i);
     int ok = fclose(f) == 0;
 
     /* Whole or not at all: a merger never reads half a file. A new file only
