@@ -290,10 +290,8 @@ void byval_config_changed(char *buf, size_t len)
         (void)parse_value(&dflt, e, e->defval);
         format_value(&dflt, e, def, sizeof(def));
         format_value(&byval_cfg, e, val, sizeof(val));
-        if (strcmp(val, def) != 0) {
-            int m = snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
-            n += m > 0 ? (size_t)m : 0;
-        }
+        if (strcmp(val, def) != 0) /* n >= len ends it */
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
     }
 }
 

@@ -173,8 +173,7 @@ static void probe_run(probe_t *p, int set_ptracer)
         waitpid(c, NULL, 0);
     }
     close(sp[0]);
-    if (ls >= 0)
-        close(ls);
+    close(ls);
     close(mfd);
 }
 

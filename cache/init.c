@@ -105,8 +105,7 @@ static int init_is_helper(void)
     int n = 0;
     if (!h || sscanf(h, "%llu:%llu%n", &pid, &start, &n) != 2 || h[n])
         return 0;
-    if (byval_proc_start_time(getpid(), &own) != 0)
-        own = 0;
+    byval_proc_start_time(getpid(), &own); /* own stays 0 when it fails */
     return pid == (unsigned long long)getpid() && start == own;
 }
 
@@ -121,10 +120,8 @@ __attribute__((constructor)) static void init_helper(void)
     const char *p = getenv("IPCBYVAL_PRINT_CONFIG"), *d = getenv("IPCBYVAL_DOCTOR");
     if (!p && !d)
         return;
-    if (!init_is_helper()) {
-        init_helper_ignored = 1;
+    if ((init_helper_ignored = !init_is_helper()))
         return;
-    }
     unsetenv("IPCBYVAL_HELPER"); /* one-shot: not for the probes' children */
     int print = p && strcmp(p, "1") == 0, check = p && strcmp(p, "check") == 0;
     int doctor = d && strcmp(d, "1") == 0;

@@ -171,8 +171,7 @@ static int stats_dir_open(const char *dir)
                        (unsigned)(st.st_mode & 07777));
     else
         return dfd;
-    if (dfd >= 0)
-        close(dfd);
+    close(dfd);
     return -1;
 }
 
