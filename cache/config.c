@@ -244,8 +244,6 @@ int byval_config_load(void)
 {
     extern char **environ;
     cfg_problems = 0;
-    for (size_t i = 0; i < CFG_COUNT; i++)
-        (void)parse_value(&byval_cfg, &cfg_table[i], cfg_table[i].defval);
     /* The log level first, so that the warnings below obey it. */
     const char *level = getenv("IPCBYVAL_LOG");
     if (level && parse_value(&byval_cfg, find_entry("IPCBYVAL_LOG", 12), level) == 0)
@@ -253,9 +251,9 @@ int byval_config_load(void)
     for (size_t i = 0; i < CFG_COUNT; i++) {
         const cfg_entry_t *e = &cfg_table[i];
         const char *val = getenv(e->name);
-        if (val && parse_value(&byval_cfg, e, val) != 0) {
+        (void)parse_value(&byval_cfg, e, e->defval);
+        if (val && parse_value(&byval_cfg, e, val) != 0) { /* the default stays */
             int lvl = problem_level();
-            (void)parse_value(&byval_cfg, e, e->defval);
             BYVAL_LOG_(lvl, "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
                        val, type_hint[e->type], e->defval);
         }

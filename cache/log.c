@@ -55,12 +55,10 @@ static int log_fd(void)
     /* Racing threads: one fd wins, the others close theirs. */
     if (!__atomic_compare_exchange_n(&log_state, &st, mine, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return (int)(uint32_t)st - 2;
     }
-    if ((int)(uint32_t)st - 2 >= 0)
-        close((int)(uint32_t)st - 2); /* the parent's, in a forked child */
+    close((int)(uint32_t)st - 2); /* the parent's, in a forked child (else below 0) */
     /* Said once, on the stderr every later line goes to. */
     if (path[0] && fd < 0)
         byval_log(BYVAL_LOG_LVL_WARN, NULL,
