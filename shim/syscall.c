@@ -30,8 +30,6 @@
 /* Hidden: the entry's direct jumps stay inside the library. */
 #define BYVAL_HIDDEN __attribute__((visibility("hidden")))
 
-typedef long (*syscall_fn)(long, ...);
-
 static void *libc_syscall;
 
 /* The next definition of name after ours (the C library's), resolved once;
@@ -50,18 +48,12 @@ static void *next_fn(void **slot, const char *name)
  * The x86-64 entry jumps here until that syscall is known. */
 static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
-    syscall_fn next = (syscall_fn)next_fn(&libc_syscall, "syscall");
+    long (*next)(long, ...) = next_fn(&libc_syscall, "syscall");
     if (!next) {
         errno = ENOSYS;
         return -1;
     }
     return next(nr, a1, a2, a3, a4, a5, a6);
-}
-
-/* The refusals a rescue may work around. */
-static int refused(long r)
-{
-    return r < 0 && (errno == EPERM || errno == ENOSYS);
 }
 
 static const char *denial(int err)
@@ -70,26 +62,27 @@ static const char *denial(int err)
                          : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
 }
 
-/* pidfd_getfd(pidfd, fd, flags) failed with err: the rescued fd with errno =
- * saved (untouched, as on a native success), or -1 with errno = err. */
-static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
+/* pidfd_getfd(pidfd, fd, flags) returned r, errno set: a refusal the
+ * rescue may work around (EPERM, ENOSYS) becomes the rescued fd with errno =
+ * saved (untouched, as on a native success); anything else stays as it was. */
+static long rescue(long r, int pidfd, int fd, unsigned int flags, int saved)
 {
-    int got = -1;
+    int err = errno, got = -1;
     uint32_t pid = 0;
     char msg[512];
-    if (flags != 0 || !byval_enabled() || byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+    if (r >= 0 || (err != EPERM && err != ENOSYS) || flags != 0 || !byval_enabled() ||
+        byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
         errno = err;
-        return -1;
+        return r;
     }
     unsigned long long t0 = BYVAL_LOG_T0();
-    byval_status_t st = byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg));
-    if (st != BYVAL_OK) {
+    if (byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg)) != BYVAL_OK) {
         BYVAL_STAT_INC(rescue_failed);
         BYVAL_LOG_DEBUG("open: not rescued: another library's pidfd_getfd(pid %u, fd %d) was "
                         "refused (%s): %s",
                         pid, fd, denial(err), msg);
         errno = err;
-        return -1;
+        return r;
     }
     BYVAL_STAT_INC(rescued);
     static int said;
@@ -112,8 +105,7 @@ BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, lo
                                                             long a4, long a5, long a6)
 {
     int saved = errno;
-    long r = forward(nr, a1, a2, a3, a4, a5, a6);
-    return refused(r) ? rescue((int)a1, (int)a2, (unsigned int)a3, errno, saved) : r;
+    return rescue(forward(nr, a1, a2, a3, a4, a5, a6), (int)a1, (int)a2, (unsigned int)a3, saved);
 }
 
 #if defined(__x86_64__)
@@ -166,5 +158,5 @@ __attribute__((visibility("default"))) int pidfd_getfd(int pidfd, int targetfd, 
     int (*f)(int, int, unsigned int) = next_fn(&fn, "pidfd_getfd");
     int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
               : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
-    return refused(r) ? (int)rescue(pidfd, targetfd, flags, errno, saved) : r;
+    return (int)rescue(r, pidfd, targetfd, flags, saved);
 }
