@@ -45,8 +45,6 @@ BYVAL_FORK_CHILD(init, init_fork_child);
 
 static void init_at_exit(void)
 {
-    if (init_quiet_exit)
-        return;
     if (byval_cfg.stats)
         byval_stats_print();
     if (byval_cfg.stats_dir[0])
@@ -68,7 +66,7 @@ static void init_run(void)
         BYVAL_LOG_WARN("IPCBYVAL_DOCTOR and IPCBYVAL_PRINT_CONFIG are for ipcbyval-run's own "
                        "helper: ignored in this process (use ipcbyval-run --doctor or "
                        "--print-config)");
-    if (byval_cfg.stats || byval_cfg.stats_dir[0])
+    if (!init_quiet_exit && (byval_cfg.stats || byval_cfg.stats_dir[0]))
         atexit(init_at_exit);
     if (!init_quiet_exit)
         BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,

@@ -188,18 +188,17 @@ int byval_stats_write_file(const char *dir)
         fclose(f);
     }
     pid_t pid = getpid();
-    int dfd = stats_dir_open(dir);
-    if (dfd < 0)
-        return -1;
     snprintf(name, sizeof(name), "%s.%d.stats", host, (int)pid);
     snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", host, (int)pid);
-    if (!(f = open_memstream(&buf, &len))) {
+    int dfd = stats_dir_open(dir);
+    if (dfd < 0 || !(f = open_memstream(&buf, &len))) {
         close(dfd);
         return -1;
     }
-    fprintf(f, "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n",
+    fprintf(f,
+            "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n"
+            "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n",
             BYVAL_VERSION, dir);
-    fprintf(f, "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n");
     fprintf(f, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(),
             comm);
     stats_each(f);

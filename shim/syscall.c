@@ -56,12 +56,6 @@ static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a
     return next(nr, a1, a2, a3, a4, a5, a6);
 }
 
-static const char *denial(int err)
-{
-    return err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
-                         : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
-}
-
 /* pidfd_getfd(pidfd, fd, flags) returned r, errno set: a refusal the
  * rescue may work around (EPERM, ENOSYS) becomes the rescued fd with errno =
  * saved (untouched, as on a native success); anything else stays as it was. */
@@ -76,11 +70,13 @@ static long rescue(long r, int pidfd, int fd, unsigned int flags, int saved)
         return r;
     }
     unsigned long long t0 = BYVAL_LOG_T0();
+    const char *denial = err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
+                                       : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
     if (byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg)) != BYVAL_OK) {
         BYVAL_STAT_INC(rescue_failed);
         BYVAL_LOG_DEBUG("open: not rescued: another library's pidfd_getfd(pid %u, fd %d) was "
                         "refused (%s): %s",
-                        pid, fd, denial(err), msg);
+                        pid, fd, denial, msg);
         errno = err;
         return r;
     }
@@ -90,7 +86,7 @@ static long rescue(long r, int pidfd, int fd, unsigned int flags, int saved)
         BYVAL_LOG_INFO("pidfd_getfd(pid %u, fd %d) was refused (%s): the fd was fetched from "
                        "that process's ipcbyval broker instead (said once; IPCBYVAL_STATS counts "
                        "them)",
-                       pid, fd, denial(err));
+                       pid, fd, denial);
     else
         BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
                         "that process's socket, %.1f us",
