@@ -216,12 +216,6 @@ static const char *errname(int err, const char *ok)
     return n ? n : "error";
 }
 
-/* w[i], or "off" when i is not 0 to n - 1. */
-static const char *word(const char *const *w, int n, int i)
-{
-    return i >= 0 && i < n ? w[i] : "off";
-}
-
 /* Why a sibling's pidfd_getfd was refused, in the user's words, or (fix)
  * how to get it back. */
 static const char *denial(const probe_t *p, int fix)
@@ -351,8 +345,10 @@ int byval_doctor(void)
                                        "1 (descendants only: sibling ranks refused)",
                                        "2 (CAP_SYS_PTRACE only)", "3 (no ptrace at all)"};
     static const char *const seccomp[] = {"off", "strict (mode 1)", "filter (mode 2)"};
-    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s", word(yama, 4, p.yama),
-         word(seccomp, 3, p.seccomp), p.cap_ptrace ? "yes" : "no");
+    LINE("ptrace", "Yama ptrace_scope %s; seccomp %s; CAP_SYS_PTRACE %s",
+         p.yama >= 0 && p.yama <= 3 ? yama[p.yama] : "off",
+         p.seccomp == 1 || p.seccomp == 2 ? seccomp[p.seccomp] : "off",
+         p.cap_ptrace ? "yes" : "no");
     LINE("pidfd_getfd", "own child %s, sibling (rank to rank) %s%s%s",
          errname(p.child_getfd_err, "allowed"), errname(p.sibling_getfd_err, "allowed"),
          p.sibling_getfd_err ? ": " : "", p.sibling_getfd_err ? denial(&p, 0) : "");
