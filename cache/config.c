@@ -129,15 +129,13 @@ static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
         ok = !*s || (isdigit((unsigned char)*s) && parse_u64(s, 0, &v) == 0 && v < UINT32_MAX);
         v = *s ? v : UINT64_MAX;
         break;
-    case CFG_STRING:
-        if (strlen(s) >= e->size)
-            return -1;
-        strcpy(field, s);
-        return 0;
+    case CFG_STRING: ok = strlen(s) < e->size; break;
     }
     if (!ok)
         return -1;
-    if (e->size == sizeof(int))
+    if (e->type == CFG_STRING)
+        strcpy(field, s);
+    else if (e->size == sizeof(int))
         *(int *)field = (int)v;
     else
         memcpy(field, &v, sizeof(v));
@@ -146,43 +144,38 @@ static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
 
 static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *buf, size_t len)
 {
-    const void *field = (const char *)c + e->offset;
+    const char *field = (const char *)c + e->offset;
     uint64_t v = 0;
     if (e->size == sizeof(int))
         v = (uint64_t)((const int *)field)[0];
     else if (e->type != CFG_STRING)
         memcpy(&v, field, sizeof(v));
-    switch (e->type) {
-    case CFG_LEVEL:
-    case CFG_TRANSPORT: snprintf(buf, len, "%s", enum_names[e->type][v]); break;
-    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
-    case CFG_GID: /* -1: empty */
-        snprintf(buf, len, "%lld", (long long)v);
-        if ((int64_t)v < 0)
-            buf[0] = '\0';
-        break;
-    default: snprintf(buf, len, "%llu", (unsigned long long)v);
-    }
+    if (e->type == CFG_STRING || e->type == CFG_LEVEL || e->type == CFG_TRANSPORT)
+        snprintf(buf, len, "%s", e->type == CFG_STRING ? field : enum_names[e->type][v]);
+    else if (e->type == CFG_GID && (int64_t)v < 0) /* -1: empty */
+        buf[0] = '\0';
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)v);
 }
 
 /* Levenshtein distance, to suggest a fix for a misspelt variable. */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {
-    size_t lb = strlen(b), prev[64], cur[64];
+    size_t lb = strlen(b), d[64]; /* d[j]: distance of a[0..i) and b[0..j) */
     if (la >= 63 || lb >= 63)
         return SIZE_MAX;
     for (size_t j = 0; j <= lb; j++)
-        prev[j] = j;
+        d[j] = j;
     for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
+        size_t diag = d[0]++;
         for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            size_t up = d[j], sub = diag + (a[i - 1] != b[j - 1]);
+            size_t step = (up < d[j - 1] ? up : d[j - 1]) + 1; /* a deletion or an insertion */
+            d[j] = step < sub ? step : sub;
+            diag = up;
         }
-        memcpy(prev, cur, sizeof(prev));
     }
-    return prev[lb];
+    return d[lb];
 }
 
 static int name_is(const char *want, const char *name, size_t len)
