@@ -226,11 +226,8 @@ static void warn_unknown(const char *var, size_t len)
         }
     }
     int lvl = problem_level();
-    if (best)
-        BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, var, best);
-    else
-        BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)", (int)len,
-                   var);
+    BYVAL_LOG_(lvl, "unknown variable %.*s (%s%s%s)", (int)len, var, best ? "did you mean " : "",
+               best ? best : "ipcbyval-run --print-config lists them", best ? "?" : "");
 }
 
 int byval_config_load(void)

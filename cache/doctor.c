@@ -356,12 +356,10 @@ int byval_doctor(void)
      * the namespace is not the initial one, whose inode the kernel fixes
      * (PROC_PID_INIT_INO), as a container's /proc shows it. */
     file_field("/proc/self/status", "NSpid", buf, sizeof(buf));
-    int depth = 0;
-    for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t"))
-        depth++;
     unsigned long pidns = ns_inode("pid");
     LINE("namespaces", "pid:[%lu] (%s), net:[%lu]", pidns,
-         depth > 1 || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's" : "the host's",
+         strpbrk(buf, " \t") || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's"
+                                                                 : "the host's",
          ns_inode("net"));
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
          errname(p.socket_err, "works"),
