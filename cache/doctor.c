@@ -13,7 +13,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <poll.h>
@@ -27,7 +26,6 @@
 #include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache/config.h"

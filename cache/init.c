@@ -18,7 +18,6 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 #include "handles/registry_view.h"
-#include "handles/resolve.h"
 #include "handles/self.h"
 #include "shim/rendezvous.h"
 

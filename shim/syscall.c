@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <stdarg.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "handles/rescue.h"
