@@ -8,7 +8,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

@@ -389,10 +389,10 @@ int byval_doctor(void)
     else if (sock_ok && mode != BYVAL_TRANSPORT_PIDFD)
         how = mode == BYVAL_TRANSPORT_SOCKET ? "the socket (IPCBYVAL_TRANSPORT=socket)"
                                              : "the socket fallback (pidfd_getfd is denied)";
-    else if (mode == BYVAL_TRANSPORT_PIDFD && sock_ok)
+    else if (sock_ok) /* IPCBYVAL_TRANSPORT=pidfd */
         why = "IPCBYVAL_TRANSPORT=pidfd, and pidfd_getfd is denied here",
         fix = "IPCBYVAL_TRANSPORT=auto (the socket works here), or %s";
-    else if (mode == BYVAL_TRANSPORT_SOCKET && pidfd_ok)
+    else if (pidfd_ok) /* IPCBYVAL_TRANSPORT=socket */
         why = "IPCBYVAL_TRANSPORT=socket, and the socket does not work here",
         fix = "IPCBYVAL_TRANSPORT=auto (pidfd_getfd works here)";
     else

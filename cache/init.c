@@ -115,9 +115,7 @@ static int init_is_helper(void)
 __attribute__((constructor)) static void init_helper(void)
 {
     const char *p = getenv("IPCBYVAL_PRINT_CONFIG"), *d = getenv("IPCBYVAL_DOCTOR");
-    if (!p && !d)
-        return;
-    if ((init_helper_ignored = !init_is_helper()))
+    if ((!p && !d) || (init_helper_ignored = !init_is_helper()))
         return;
     unsetenv("IPCBYVAL_HELPER"); /* one-shot: not for the probes' children */
     int print = p && strcmp(p, "1") == 0, check = p && strcmp(p, "check") == 0;

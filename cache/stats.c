@@ -20,7 +20,6 @@
 
 #include "cache/exports.h"
 #include "cache/imports.h"
-#include "cache/log.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h" /* rendezvous_served */
 
