@@ -100,10 +100,8 @@ static int parse_u64(const char *s, int units, uint64_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     static const char suffix[] = "KMGT";
     const char *u = units && *end ? strchr(suffix, toupper((unsigned char)*end)) : NULL;
-    if (errno || end == s || (*end && (!u || end[1] != '\0')))
-        return -1;
     unsigned shift = u ? 10u * (unsigned)(u - suffix + 1) : 0;
-    if (v > (UINT64_MAX >> shift))
+    if (errno || end == s || (*end && (!u || end[1] != '\0')) || v > (UINT64_MAX >> shift))
         return -1;
     *out = (uint64_t)v << shift;
     return 0;
