@@ -43,12 +43,9 @@ static int log_fd(void)
     if (st && (pid_t)(st >> 32) == pid)
         return (int)(uint32_t)st - 2;
     char path[320];
-    const char *p = strstr(byval_cfg.log_file, "%p");
-    if (p)
-        snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - byval_cfg.log_file), byval_cfg.log_file,
-                 (int)pid, p + 2);
-    else
-        snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
+    const char *lf = byval_cfg.log_file, *p = strstr(lf, "%p");
+    snprintf(path, sizeof(path), p ? "%.*s%d%s" : "%.*s", p ? (int)(p - lf) : (int)sizeof(path), lf,
+             (int)pid, p ? p + 2 : "");
     int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     int err = errno;
     uint64_t mine = (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
