@@ -151,12 +151,11 @@ void byval_stats_print(void)
 static int stats_dir_open(const char *dir)
 {
     struct stat st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int dfd = -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot create %s: %m", dir);
-        return -1;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR))
+    else if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 &&
+             (errno == ELOOP || errno == ENOTDIR))
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is a symlink or not a directory: not used", dir);
     else if (dfd < 0)
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot open %s: %m", dir);
