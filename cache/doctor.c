@@ -265,7 +265,7 @@ static void gpu_cuda(int *found)
         snprintf(drv, sizeof(drv), "; CUDA driver API %d.%d", v / 1000, v % 1000 / 10);
     file_field("/proc/driver/nvidia/version", NULL, line, sizeof(line));
     char *k = strstr(line, "Kernel Module");
-    if (k && sscanf(k + strlen("Kernel Module"), "%63s", mod) == 1)
+    if (k && sscanf(k, "Kernel Module %63s", mod) == 1)
         snprintf(drv + strlen(drv), sizeof(drv) - strlen(drv), "; kernel module %s", mod);
     LINE("libcuda", "%s%s", real, drv);
 }
@@ -282,15 +282,14 @@ static void gpu_ze(int *found)
     snprintf(list, sizeof(list), "%s",
              alt ? alt : "libze_intel_gpu.so.1,libze_intel_gpu_legacy1.so.1,libze_intel_vpu.so.1");
     size_t n = 0;
-    for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *d = strtok_r(list, ",", &save); d && n < sizeof(drivers);
+         d = strtok_r(NULL, ",", &save)) {
         void *dh = dlopen(d, RTLD_LAZY | RTLD_LOCAL);
         if (dh)
             dlclose(dh);
         if (dh || alt)
             n += (size_t)snprintf(drivers + n, sizeof(drivers) - n, "%s%s%s", n ? ", " : "", d,
                                   dh ? "" : " (not loadable)");
-        if (n >= sizeof(drivers))
-            break;
     }
     LINE("level zero", "%s; drivers: %s%s", real, drivers[0] ? drivers : "none found",
          alt ? " (ZE_ENABLE_ALT_DRIVERS)" : "");
