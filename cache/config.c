@@ -111,7 +111,7 @@ static int parse_u64(const char *s, int units, uint64_t *out)
 static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
 {
     void *field = (char *)c + e->offset;
-    uint64_t v = 0;
+    uint64_t v = UINT64_MAX; /* an empty group id: none (-1) */
     int i = -1, ok = 0;
     switch (e->type) {
     case CFG_BOOL:
@@ -122,9 +122,8 @@ static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
         break;
     case CFG_SIZE: ok = *s != '-' && parse_u64(s, 0, &v) == 0 && v >= 1 && v <= (1ULL << 32); break;
     case CFG_BYTES: ok = isdigit((unsigned char)*s) && parse_u64(s, 1, &v) == 0; break;
-    case CFG_GID: /* empty: none (-1) */
+    case CFG_GID:
         ok = !*s || (isdigit((unsigned char)*s) && parse_u64(s, 0, &v) == 0 && v < UINT32_MAX);
-        v = *s ? v : UINT64_MAX;
         break;
     case CFG_STRING: ok = strlen(s) < e->size; break;
     }
