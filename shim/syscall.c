@@ -26,9 +26,6 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 
-/* Hidden: the entry's direct jumps stay inside the library. */
-#define BYVAL_HIDDEN __attribute__((visibility("hidden")))
-
 static void *libc_syscall;
 
 /* The next definition of name after ours (the C library's), resolved once;
@@ -36,10 +33,8 @@ static void *libc_syscall;
 static void *next_fn(void **slot, const char *name)
 {
     void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = byval_dlsym_next((const void *)next_fn, name);
-        __atomic_store_n(slot, f, __ATOMIC_RELEASE);
-    }
+    if (!f)
+        __atomic_store_n(slot, f = byval_dlsym_next((const void *)next_fn, name), __ATOMIC_RELEASE);
     return f;
 }
 
@@ -48,11 +43,7 @@ static void *next_fn(void **slot, const char *name)
 static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     long (*next)(long, ...) = next_fn(&libc_syscall, "syscall");
-    if (!next) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return next(nr, a1, a2, a3, a4, a5, a6);
+    return next ? next(nr, a1, a2, a3, a4, a5, a6) : (errno = ENOSYS, -1);
 }
 
 /* pidfd_getfd(pidfd, fd, flags) returned r, errno set: a refusal the
@@ -95,9 +86,10 @@ static long rescue(long r, int pidfd, int fd, unsigned int flags, int saved)
 }
 
 /* syscall(SYS_pidfd_getfd, ...): the x86-64 entry below jumps here with
- * the caller's arguments untouched. */
-BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, long a2, long a3,
-                                                            long a4, long a5, long a6)
+ * the caller's arguments untouched (hidden, as its other target: the entry's
+ * direct jumps stay inside the library). */
+__attribute__((visibility("hidden"), used)) long
+byval_syscall_getfd(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int saved = errno;
     return rescue(forward(nr, a1, a2, a3, a4, a5, a6), (int)a1, (int)a2, (unsigned int)a3, saved);
@@ -105,7 +97,7 @@ BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, lo
 
 #if defined(__x86_64__)
 /* Where the entry jumps for any number but pidfd_getfd's. */
-BYVAL_HIDDEN void *byval_syscall_next = (void *)forward;
+__attribute__((visibility("hidden"))) void *byval_syscall_next = (void *)forward;
 
 __attribute__((constructor)) static void syscall_resolve(void)
 {
