@@ -290,9 +290,8 @@ void byval_ptracer_allow(void)
     if (!byval_cfg.set_ptracer)
         return;
     pid_t pid = getpid();
-    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) == pid)
-        return;
     /* EINVAL means no Yama: nothing to lift. */
-    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) != pid &&
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
         BYVAL_LOG_INFO("IPCBYVAL_SET_PTRACER: any process may now ptrace pid %d", (int)pid);
 }

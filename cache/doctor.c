@@ -358,11 +358,10 @@ int byval_doctor(void)
          strpbrk(buf, " \t") || (pidns && pidns != 0xEFFFFFFCul) ? "nested: a container's"
                                                                  : "the host's",
          ns_inode("net"));
+    static const char *const peer[] = {" (no SO_PEERPIDFD: Linux < 6.5)",
+                                       " (SO_PEERPIDFD proves the listener)"};
     LINE("socket", "abstract Unix socket + SCM_RIGHTS between siblings %s%s",
-         errname(p.socket_err, "works"),
-         p.socket_err      ? ""
-             : p.peerpidfd ? " (SO_PEERPIDFD proves the listener)"
-                           : " (no SO_PEERPIDFD: Linux < 6.5)");
+         errname(p.socket_err, "works"), p.socket_err ? "" : peer[!!p.peerpidfd]);
     int rdv_refused = rendezvous();
     int gpu = 0;
     gpu_cuda(&gpu);
