@@ -261,6 +261,7 @@ void byval_config_print(FILE *out)
         fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
                 cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
     }
+    fflush(out);
 }
 
 void byval_config_changed(char *buf, size_t len)

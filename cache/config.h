@@ -38,7 +38,7 @@ void byval_config_changed(char *buf, size_t len);
  * ptrace this one (Yama ptrace_scope 1), once per process. */
 void byval_ptracer_allow(void);
 
-/* Print every variable: name, current value, default, doc. */
+/* Print every variable: name, current value, default, doc; flushed. */
 void byval_config_print(FILE *out);
 
 #endif

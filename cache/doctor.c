@@ -313,9 +313,8 @@ static int rendezvous(void)
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: refused by the library: %s", dir, msg);
     else
         LINE("rendezvous", "IPCBYVAL_RENDEZVOUS_DIR=%s: used (the library's check passed)%s", dir,
-             access(dir, W_OK | X_OK) == 0
-                 ? ""
-                 : "; not writable by this user: exporters cannot listen there");
+             access(dir, W_OK | X_OK) ? "; not writable by this user: exporters cannot listen there"
+                                      : "");
     return refused;
 }
 

@@ -124,10 +124,8 @@ __attribute__((constructor)) static void init_helper(void)
         return;
     init_quiet_exit = 1;
     byval_init();
-    if (print) {
+    if (print)
         byval_config_print(stdout);
-        fflush(stdout);
-    }
     if (check)
         _exit(init_problems ? 1 : 0);
     if (doctor) {

@@ -71,17 +71,16 @@ static void stats_caches_each(FILE *f)
             continue;
         byval_lru_stats(lru, &s);
         byval_lru_memory(lru, &now, &full);
-        uint64_t lookups = s.hits + s.misses;
         if (!f) {
-            byval_log(BYVAL_LOG_LVL_STATS, NULL,
-                      "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals "
-                      "%llu size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
-                      "(%zu bytes/entry when full)",
-                      stats_caches[i].name, (unsigned long long)s.hits,
-                      (unsigned long long)s.misses,
-                      lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
-                      (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
-                      s.high_water, s.capacity, s.referenced, now, full);
+            byval_log(
+                BYVAL_LOG_LVL_STATS, NULL,
+                "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals "
+                "%llu size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
+                "(%zu bytes/entry when full)",
+                stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
+                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
+                (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
+                s.high_water, s.capacity, s.referenced, now, full);
             continue;
         }
         size_t n = 0;
