@@ -39,16 +39,15 @@
 #define SO_PEERPIDFD 77
 #endif
 
-/* What two sibling processes could do. Errors are errno values, 0: it worked. */
+/* What two sibling processes could do, errors as errno values (0: it
+ * worked): pidfd_open of a child of ours, and whether that pidfd is a pidfs
+ * inode (Linux 6.9+); pidfd_getfd of our own child's fd, and of a sibling's
+ * (as rank to rank); the sibling's fd over an abstract Unix socket, and
+ * whether SO_PEERPIDFD answered (the broker's proof). Then Yama's
+ * ptrace_scope (-1: no Yama), the seccomp mode and CAP_SYS_PTRACE. */
 typedef struct probe {
-    int pidfd_open_err;    /* pidfd_open of a child of ours */
-    int pidfs;             /* that pidfd is a pidfs inode (Linux 6.9+) */
-    int child_getfd_err;   /* pidfd_getfd of our own child's fd */
-    int sibling_getfd_err; /* pidfd_getfd of a sibling's fd, as rank to rank */
-    int socket_err;        /* the sibling's fd over an abstract Unix socket */
-    int peerpidfd;         /* SO_PEERPIDFD answered (the broker's proof) */
-    int yama;              /* -1: no Yama */
-    int seccomp, cap_ptrace;
+    int pidfd_open_err, pidfs, child_getfd_err, sibling_getfd_err, socket_err, peerpidfd;
+    int yama, seccomp, cap_ptrace;
 } probe_t;
 
 /* 0 when fd (closed here) is the object asked for, else EBADF: as good as
