@@ -28,9 +28,9 @@ int byval_init_done_;
  * for a shared object's TLS calls __tls_get_addr on every wrapped call. */
 __thread int byval_init_depth_ __attribute__((tls_model("initial-exec")));
 
-static int init_quiet_exit;     /* ipcbyval-run's helper: print nothing else */
-static int init_problems;       /* warnings about the environment's values */
-static int init_helper_ignored; /* the helper's variables set in another process */
+/* ipcbyval-run's helper (print nothing else); the warnings about the
+ * environment's values; the helper's variables seen in another process. */
+static int init_quiet_exit, init_problems, init_helper_ignored;
 
 /* The child has a new pid: its exporter identity is recomputed, the caches
  * empty themselves (cache/lru_fork.c) and the counters start from zero
