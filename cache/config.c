@@ -8,7 +8,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,45 +27,38 @@ typedef struct cfg_entry {
     const char *doc;
 } cfg_entry_t;
 
-#define CFG_(name, def, type, field, doc)                                                       \
-    {                                                                                           \
-        name, def, type, offsetof(byval_config_t, field), sizeof(((byval_config_t *)0)->field), \
-            doc                                                                                 \
-    }
+#define CFG_AT_(f) offsetof(byval_config_t, f), sizeof(byval_cfg.f)
+#define CFG_(name, def, type, f) "IPCBYVAL_" #name, def, CFG_##type, CFG_AT_(f)
 
 static const cfg_entry_t cfg_table[] = {
-    CFG_("IPCBYVAL_ENABLE", "1", CFG_BOOL, enable,
-         "0 makes every wrapper a pure pass-through to the driver"),
-    CFG_("IPCBYVAL_LOG", "warn", CFG_LEVEL, log_level,
-         "log level: none, error, warn, info, debug (or 0-4)"),
-    CFG_("IPCBYVAL_LOG_FILE", "", CFG_STRING, log_file,
-         "append log lines to this file instead of stderr (%p expands to the pid)"),
-    CFG_("IPCBYVAL_CACHE_SIZE", "1024", CFG_SIZE, cache_size,
-         "import cache entries (mappings kept open for reuse), >= 1"),
-    CFG_("IPCBYVAL_CACHE_BYTES", "1G", CFG_BYTES, cache_bytes,
-         "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"),
-    CFG_("IPCBYVAL_EXPORT_CACHE_SIZE", "4096", CFG_SIZE, export_cache_size,
-         "export cache entries (one exported fd per live allocation), >= 1"),
-    CFG_("IPCBYVAL_STATS", "0", CFG_BOOL, stats,
-         "print counters and cache statistics to the log at exit"),
-    CFG_("IPCBYVAL_STATS_DIR", "", CFG_STRING, stats_dir,
-         "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
-         "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"),
-    CFG_("IPCBYVAL_ZE", "1", CFG_BOOL, ze,
-         "handle Level Zero IPC (0: pass Level Zero calls through)"),
-    CFG_("IPCBYVAL_CUDA", "1", CFG_BOOL, cuda, "handle CUDA IPC (0: pass CUDA calls through)"),
-    CFG_("IPCBYVAL_CUDA_LEGACY_CACHE", "1", CFG_BOOL, cuda_legacy_cache,
-         "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"),
-    CFG_("IPCBYVAL_TRANSPORT", "auto", CFG_TRANSPORT, transport,
-         "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"),
-    CFG_("IPCBYVAL_SET_PTRACER", "0", CFG_BOOL, set_ptracer,
-         "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"),
-    CFG_("IPCBYVAL_RENDEZVOUS_DIR", "", CFG_STRING, rendezvous_dir,
-         "a directory both sides reach (a volume shared by two pods or containers): exporters "
-         "also listen there and importers in other pid/network namespaces connect there"),
-    CFG_("IPCBYVAL_RENDEZVOUS_GID", "", CFG_GID, rendezvous_gid,
-         "a numeric group whose members (another uid) are served through the rendezvous "
-         "directory, which that group may own; empty: our uid only"),
+    {CFG_(ENABLE, "1", BOOL, enable), "0 makes every wrapper a pure pass-through to the driver"},
+    {CFG_(LOG, "warn", LEVEL, log_level), "log level: none, error, warn, info, debug (or 0-4)"},
+    {CFG_(LOG_FILE, "", STRING, log_file),
+     "append log lines to this file instead of stderr (%p expands to the pid)"},
+    {CFG_(CACHE_SIZE, "1024", SIZE, cache_size),
+     "import cache entries (mappings kept open for reuse), >= 1"},
+    {CFG_(CACHE_BYTES, "1G", BYTES, cache_bytes),
+     "bytes of closed mappings the import caches may keep (K/M/G/T suffixes; 0: none)"},
+    {CFG_(EXPORT_CACHE_SIZE, "4096", SIZE, export_cache_size),
+     "export cache entries (one exported fd per live allocation), >= 1"},
+    {CFG_(STATS, "0", BOOL, stats), "print counters and cache statistics to the log at exit"},
+    {CFG_(STATS_DIR, "", STRING, stats_dir),
+     "write the counters to DIR/HOST.PID.stats at exit, for one table per job "
+     "(ipcbyval-run --stats sets it; ipcbyval-run --report DIR)"},
+    {CFG_(ZE, "1", BOOL, ze), "handle Level Zero IPC (0: pass Level Zero calls through)"},
+    {CFG_(CUDA, "1", BOOL, cuda), "handle CUDA IPC (0: pass CUDA calls through)"},
+    {CFG_(CUDA_LEGACY_CACHE, "1", BOOL, cuda_legacy_cache),
+     "cache opens of legacy cuMemAlloc handles (0: pure pass-through)"},
+    {CFG_(TRANSPORT, "auto", TRANSPORT, transport),
+     "how importers get the exporter's fd: pidfd, socket, auto (pidfd, else socket)"},
+    {CFG_(SET_PTRACER, "0", BOOL, set_ptracer),
+     "exporters allow any process to ptrace them (Yama ptrace_scope 1); off by default"},
+    {CFG_(RENDEZVOUS_DIR, "", STRING, rendezvous_dir),
+     "a directory both sides reach (a volume shared by two pods or containers): exporters "
+     "also listen there and importers in other pid/network namespaces connect there"},
+    {CFG_(RENDEZVOUS_GID, "", GID, rendezvous_gid),
+     "a numeric group whose members (another uid) are served through the rendezvous "
+     "directory, which that group may own; empty: our uid only"},
 };
 
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -82,15 +74,19 @@ static const char *const type_hint[] = {
     [CFG_GID] = "a numeric group id, or empty",
 };
 
-static const char *const level_names[] = {"none", "error", "warn", "info", "debug"};
-static const char *const transport_names[] = {"auto", "pidfd", "socket"};
-/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts: index >= 5 is true. */
-static const char *const bool_names[] = {"0", "n", "no",  "off", "false",
-                                         "1", "y", "yes", "on",  "true"};
+/* Index 5-9 are the levels' digits and the true words. */
+static const char *const level_names[] = {"none", "error", "warn", "info", "debug", "0",
+                                          "1",    "2",     "3",    "4",    NULL};
+static const char *const transport_names[] = {"auto", "pidfd", "socket", NULL};
+/* y/yes/on/true/1 and n/no/off/false/0, as UCX accepts. */
+static const char *const bool_names[] = {"0", "n",   "no", "off",  "false", "1",
+                                         "y", "yes", "on", "true", NULL};
+static const char *const *const enum_names[] = {
+    [CFG_BOOL] = bool_names, [CFG_LEVEL] = level_names, [CFG_TRANSPORT] = transport_names};
 
-static int parse_enum(const char *s, const char *const *names, int n)
+static int parse_enum(const char *s, const char *const *names)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; names[i]; i++)
         if (strcasecmp(s, names[i]) == 0)
             return i;
     return -1;
@@ -104,10 +100,8 @@ static int parse_u64(const char *s, int units, uint64_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     static const char suffix[] = "KMGT";
     const char *u = units && *end ? strchr(suffix, toupper((unsigned char)*end)) : NULL;
-    if (errno || end == s || (*end && (!u || end[1] != '\0')))
-        return -1;
     unsigned shift = u ? 10u * (unsigned)(u - suffix + 1) : 0;
-    if (v > (UINT64_MAX >> shift))
+    if (errno || end == s || (*end && (!u || end[1] != '\0')) || v > (UINT64_MAX >> shift))
         return -1;
     *out = (uint64_t)v << shift;
     return 0;
@@ -117,37 +111,27 @@ static int parse_u64(const char *s, int units, uint64_t *out)
 static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
 {
     void *field = (char *)c + e->offset;
-    uint64_t v = 0;
+    uint64_t v = UINT64_MAX; /* an empty group id: none (-1) */
     int i = -1, ok = 0;
     switch (e->type) {
     case CFG_BOOL:
-        ok = (i = parse_enum(s, bool_names, 10)) >= 0;
-        v = i >= 5;
-        break;
     case CFG_LEVEL:
-        i = s[0] >= '0' && s[0] <= '4' && s[1] == '\0' ? s[0] - '0' : parse_enum(s, level_names, 5);
-        ok = i >= 0;
-        v = (uint64_t)i;
-        break;
     case CFG_TRANSPORT:
-        ok = (i = parse_enum(s, transport_names, 3)) >= 0;
-        v = (uint64_t)i;
+        ok = (i = parse_enum(s, enum_names[e->type])) >= 0;
+        v = e->type == CFG_BOOL ? i >= 5 : (uint64_t)(i % 5);
         break;
     case CFG_SIZE: ok = *s != '-' && parse_u64(s, 0, &v) == 0 && v >= 1 && v <= (1ULL << 32); break;
     case CFG_BYTES: ok = isdigit((unsigned char)*s) && parse_u64(s, 1, &v) == 0; break;
-    case CFG_GID: /* empty: none (-1) */
+    case CFG_GID:
         ok = !*s || (isdigit((unsigned char)*s) && parse_u64(s, 0, &v) == 0 && v < UINT32_MAX);
-        v = *s ? v : UINT64_MAX;
         break;
-    case CFG_STRING:
-        if (strlen(s) >= e->size)
-            return -1;
-        strcpy(field, s);
-        return 0;
+    case CFG_STRING: ok = strlen(s) < e->size; break;
     }
     if (!ok)
         return -1;
-    if (e->size == sizeof(int))
+    if (e->type == CFG_STRING)
+        strcpy(field, s);
+    else if (e->size == sizeof(int))
         *(int *)field = (int)v;
     else
         memcpy(field, &v, sizeof(v));
@@ -156,43 +140,38 @@ static int parse_value(byval_config_t *c, const cfg_entry_t *e, const char *s)
 
 static void format_value(const byval_config_t *c, const cfg_entry_t *e, char *buf, size_t len)
 {
-    const void *field = (const char *)c + e->offset;
+    const char *field = (const char *)c + e->offset;
     uint64_t v = 0;
     if (e->size == sizeof(int))
         v = (uint64_t)((const int *)field)[0];
     else if (e->type != CFG_STRING)
         memcpy(&v, field, sizeof(v));
-    switch (e->type) {
-    case CFG_LEVEL: snprintf(buf, len, "%s", level_names[v]); break;
-    case CFG_TRANSPORT: snprintf(buf, len, "%s", transport_names[v]); break;
-    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
-    case CFG_GID: /* -1: empty */
-        snprintf(buf, len, "%lld", (long long)v);
-        if ((int64_t)v < 0)
-            buf[0] = '\0';
-        break;
-    default: snprintf(buf, len, "%llu", (unsigned long long)v);
-    }
+    if (e->type == CFG_STRING || e->type == CFG_LEVEL || e->type == CFG_TRANSPORT)
+        snprintf(buf, len, "%s", e->type == CFG_STRING ? field : enum_names[e->type][v]);
+    else if (e->type == CFG_GID && (int64_t)v < 0) /* -1: empty */
+        buf[0] = '\0';
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)v);
 }
 
 /* Levenshtein distance, to suggest a fix for a misspelt variable. */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {
-    size_t lb = strlen(b), prev[64], cur[64];
+    size_t lb = strlen(b), d[64]; /* d[j]: distance of a[0..i) and b[0..j) */
     if (la >= 63 || lb >= 63)
         return SIZE_MAX;
     for (size_t j = 0; j <= lb; j++)
-        prev[j] = j;
+        d[j] = j;
     for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
+        size_t diag = d[0]++;
         for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            size_t up = d[j], sub = diag + (a[i - 1] != b[j - 1]);
+            size_t step = (up < d[j - 1] ? up : d[j - 1]) + 1; /* a deletion or an insertion */
+            d[j] = step < sub ? step : sub;
+            diag = up;
         }
-        memcpy(prev, cur, sizeof(prev));
     }
-    return prev[lb];
+    return d[lb];
 }
 
 static int name_is(const char *want, const char *name, size_t len)
@@ -243,19 +222,14 @@ static void warn_unknown(const char *var, size_t len)
         }
     }
     int lvl = problem_level();
-    if (best)
-        BYVAL_LOG_(lvl, "unknown variable %.*s (did you mean %s?)", (int)len, var, best);
-    else
-        BYVAL_LOG_(lvl, "unknown variable %.*s (ipcbyval-run --print-config lists them)", (int)len,
-                   var);
+    BYVAL_LOG_(lvl, "unknown variable %.*s (%s%s%s)", (int)len, var, best ? "did you mean " : "",
+               best ? best : "ipcbyval-run --print-config lists them", best ? "?" : "");
 }
 
 int byval_config_load(void)
 {
     extern char **environ;
     cfg_problems = 0;
-    for (size_t i = 0; i < CFG_COUNT; i++)
-        (void)parse_value(&byval_cfg, &cfg_table[i], cfg_table[i].defval);
     /* The log level first, so that the warnings below obey it. */
     const char *level = getenv("IPCBYVAL_LOG");
     if (level && parse_value(&byval_cfg, find_entry("IPCBYVAL_LOG", 12), level) == 0)
@@ -263,9 +237,9 @@ int byval_config_load(void)
     for (size_t i = 0; i < CFG_COUNT; i++) {
         const cfg_entry_t *e = &cfg_table[i];
         const char *val = getenv(e->name);
-        if (val && parse_value(&byval_cfg, e, val) != 0) {
+        (void)parse_value(&byval_cfg, e, e->defval);
+        if (val && parse_value(&byval_cfg, e, val) != 0) { /* the default stays */
             int lvl = problem_level();
-            (void)parse_value(&byval_cfg, e, e->defval);
             BYVAL_LOG_(lvl, "invalid value %s='%s' (expected %s); using the default '%s'", e->name,
                        val, type_hint[e->type], e->defval);
         }
@@ -287,6 +261,7 @@ void byval_config_print(FILE *out)
         fprintf(out, "%s=%s\n    default: %s\n    %s\n", cfg_table[i].name, val,
                 cfg_table[i].defval[0] ? cfg_table[i].defval : "(empty)", cfg_table[i].doc);
     }
+    fflush(out);
 }
 
 void byval_config_changed(char *buf, size_t len)
@@ -300,10 +275,8 @@ void byval_config_changed(char *buf, size_t len)
         (void)parse_value(&dflt, e, e->defval);
         format_value(&dflt, e, def, sizeof(def));
         format_value(&byval_cfg, e, val, sizeof(val));
-        if (strcmp(val, def) != 0) {
-            int m = snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
-            n += m > 0 ? (size_t)m : 0;
-        }
+        if (strcmp(val, def) != 0) /* n >= len ends it */
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", n ? " " : "", e->name, val);
     }
 }
 
@@ -318,9 +291,8 @@ void byval_ptracer_allow(void)
     if (!byval_cfg.set_ptracer)
         return;
     pid_t pid = getpid();
-    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) == pid)
-        return;
     /* EINVAL means no Yama: nothing to lift. */
-    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+    if (__atomic_exchange_n(&done_pid, pid, __ATOMIC_RELAXED) != pid &&
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
         BYVAL_LOG_INFO("IPCBYVAL_SET_PTRACER: any process may now ptrace pid %d", (int)pid);
 }

@@ -8,28 +8,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum byval_transport {
-    BYVAL_TRANSPORT_AUTO = 0,
-    BYVAL_TRANSPORT_PIDFD = 1,
-    BYVAL_TRANSPORT_SOCKET = 2,
-};
+enum byval_transport { BYVAL_TRANSPORT_AUTO, BYVAL_TRANSPORT_PIDFD, BYVAL_TRANSPORT_SOCKET };
 
+/* Each field is the variable its table entry in config.c names (IPCBYVAL_LOG
+ * is log_level); "" and -1: unset. */
 typedef struct byval_config {
-    int enable;               /* IPCBYVAL_ENABLE */
-    int log_level;            /* IPCBYVAL_LOG */
-    char log_file[256];       /* IPCBYVAL_LOG_FILE ("" = stderr) */
-    size_t cache_size;        /* IPCBYVAL_CACHE_SIZE: import cache entries */
-    uint64_t cache_bytes;     /* IPCBYVAL_CACHE_BYTES: closed mappings kept */
-    size_t export_cache_size; /* IPCBYVAL_EXPORT_CACHE_SIZE */
-    int stats;                /* IPCBYVAL_STATS */
-    char stats_dir[256];      /* IPCBYVAL_STATS_DIR ("" = no file) */
-    int ze;                   /* IPCBYVAL_ZE: handle Level Zero */
-    int cuda;                 /* IPCBYVAL_CUDA: handle CUDA */
-    int cuda_legacy_cache;    /* IPCBYVAL_CUDA_LEGACY_CACHE */
-    int transport;            /* IPCBYVAL_TRANSPORT (enum byval_transport) */
-    int set_ptracer;          /* IPCBYVAL_SET_PTRACER */
-    char rendezvous_dir[256]; /* IPCBYVAL_RENDEZVOUS_DIR ("" = none) */
-    long rendezvous_gid;      /* IPCBYVAL_RENDEZVOUS_GID (-1 = none) */
+    int enable, log_level, stats, ze, cuda, cuda_legacy_cache, set_ptracer;
+    int transport; /* enum byval_transport */
+    char log_file[256], stats_dir[256], rendezvous_dir[256];
+    size_t cache_size, export_cache_size; /* entries of the import and export caches */
+    uint64_t cache_bytes;                 /* of closed mappings kept */
+    long rendezvous_gid;
 } byval_config_t;
 
 /* The parsed configuration; valid after byval_init(). */
@@ -49,7 +38,7 @@ void byval_config_changed(char *buf, size_t len);
  * ptrace this one (Yama ptrace_scope 1), once per process. */
 void byval_ptracer_allow(void);
 
-/* Print every variable: name, current value, default, doc. */
+/* Print every variable: name, current value, default, doc; flushed. */
 void byval_config_print(FILE *out);
 
 #endif

@@ -18,7 +18,6 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 #include "handles/registry_view.h"
-#include "handles/resolve.h"
 #include "handles/self.h"
 #include "shim/rendezvous.h"
 
@@ -29,9 +28,9 @@ int byval_init_done_;
  * for a shared object's TLS calls __tls_get_addr on every wrapped call. */
 __thread int byval_init_depth_ __attribute__((tls_model("initial-exec")));
 
-static int init_quiet_exit;     /* ipcbyval-run's helper: print nothing else */
-static int init_problems;       /* warnings about the environment's values */
-static int init_helper_ignored; /* the helper's variables set in another process */
+/* ipcbyval-run's helper (print nothing else); the warnings about the
+ * environment's values; the helper's variables seen in another process. */
+static int init_quiet_exit, init_problems, init_helper_ignored;
 
 /* The child has a new pid: its exporter identity is recomputed, the caches
  * empty themselves (cache/lru_fork.c) and the counters start from zero
@@ -45,8 +44,6 @@ BYVAL_FORK_CHILD(init, init_fork_child);
 
 static void init_at_exit(void)
 {
-    if (init_quiet_exit)
-        return;
     if (byval_cfg.stats)
         byval_stats_print();
     if (byval_cfg.stats_dir[0])
@@ -68,7 +65,7 @@ static void init_run(void)
         BYVAL_LOG_WARN("IPCBYVAL_DOCTOR and IPCBYVAL_PRINT_CONFIG are for ipcbyval-run's own "
                        "helper: ignored in this process (use ipcbyval-run --doctor or "
                        "--print-config)");
-    if (byval_cfg.stats || byval_cfg.stats_dir[0])
+    if (!init_quiet_exit && (byval_cfg.stats || byval_cfg.stats_dir[0]))
         atexit(init_at_exit);
     if (!init_quiet_exit)
         BYVAL_LOG_INFO("ipcbyval %s %s (ze=%d cuda=%d cache=%zu export_cache=%zu)", BYVAL_VERSION,
@@ -79,14 +76,6 @@ static void init_run(void)
     byval_init_depth_--;
 }
 
-int byval_init_slow(void)
-{
-    if (byval_init_depth_)
-        return 0;
-    byval_once(&init_once, init_run);
-    return byval_init_enabled_;
-}
-
 int byval_enabled(void)
 {
     /* Inside our own initialisation, byval_once would wait for itself. */
@@ -94,6 +83,11 @@ int byval_enabled(void)
         return 0;
     byval_once(&init_once, init_run);
     return byval_init_enabled_;
+}
+
+int byval_init_slow(void)
+{
+    return byval_init_depth_ ? 0 : byval_enabled();
 }
 
 /* Is this process ipcbyval-run's own helper? IPCBYVAL_HELPER names it
@@ -108,8 +102,7 @@ static int init_is_helper(void)
     int n = 0;
     if (!h || sscanf(h, "%llu:%llu%n", &pid, &start, &n) != 2 || h[n])
         return 0;
-    if (byval_proc_start_time(getpid(), &own) != 0)
-        own = 0;
+    byval_proc_start_time(getpid(), &own); /* own stays 0 when it fails */
     return pid == (unsigned long long)getpid() && start == own;
 }
 
@@ -121,14 +114,9 @@ static int init_is_helper(void)
  *   IPCBYVAL_DOCTOR=1            the --doctor report and its exit status. */
 __attribute__((constructor)) static void init_helper(void)
 {
-    const char *p = getenv("IPCBYVAL_PRINT_CONFIG");
-    const char *d = getenv("IPCBYVAL_DOCTOR");
-    if (!p && !d)
+    const char *p = getenv("IPCBYVAL_PRINT_CONFIG"), *d = getenv("IPCBYVAL_DOCTOR");
+    if ((!p && !d) || (init_helper_ignored = !init_is_helper()))
         return;
-    if (!init_is_helper()) {
-        init_helper_ignored = 1;
-        return;
-    }
     unsetenv("IPCBYVAL_HELPER"); /* one-shot: not for the probes' children */
     int print = p && strcmp(p, "1") == 0, check = p && strcmp(p, "check") == 0;
     int doctor = d && strcmp(d, "1") == 0;
@@ -136,10 +124,8 @@ __attribute__((constructor)) static void init_helper(void)
         return;
     init_quiet_exit = 1;
     byval_init();
-    if (print) {
+    if (print)
         byval_config_print(stdout);
-        fflush(stdout);
-    }
     if (check)
         _exit(init_problems ? 1 : 0);
     if (doctor) {

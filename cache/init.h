@@ -29,22 +29,11 @@ static inline int byval_init(void)
 int byval_enabled(void);
 
 /* 1 while the calling thread is inside ipcbyval (wrappers pass through). */
-static inline int byval_in_shim(void)
-{
-    return byval_init_depth_ != 0;
-}
-
+#define byval_in_shim() (byval_init_depth_ != 0)
 /* Mark the calling thread as inside ipcbyval around calls into the real
  * driver, so that our own table wrappers on that path pass through. */
-static inline void byval_enter(void)
-{
-    byval_init_depth_++;
-}
-
-static inline void byval_leave(void)
-{
-    byval_init_depth_--;
-}
+#define byval_enter() ((void)byval_init_depth_++)
+#define byval_leave() ((void)byval_init_depth_--)
 
 /* doctor.c: print `ipcbyval-run --doctor`'s report; 0 when by-value works. */
 int byval_doctor(void);

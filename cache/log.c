@@ -42,27 +42,20 @@ static int log_fd(void)
     uint64_t st = __atomic_load_n(&log_state, __ATOMIC_ACQUIRE);
     if (st && (pid_t)(st >> 32) == pid)
         return (int)(uint32_t)st - 2;
-    int fd = -1;
     char path[320];
-    const char *p = strstr(byval_cfg.log_file, "%p");
-    if (p)
-        snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - byval_cfg.log_file), byval_cfg.log_file,
-                 (int)pid, p + 2);
-    else
-        snprintf(path, sizeof(path), "%s", byval_cfg.log_file);
-    if (path[0])
-        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const char *lf = byval_cfg.log_file, *p = strstr(lf, "%p");
+    snprintf(path, sizeof(path), p ? "%.*s%d%s" : "%.*s", p ? (int)(p - lf) : (int)sizeof(path), lf,
+             (int)pid, p ? p + 2 : "");
+    int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     int err = errno;
     uint64_t mine = (uint64_t)(uint32_t)pid << 32 | (uint32_t)(fd + 2);
     /* Racing threads: one fd wins, the others close theirs. */
     if (!__atomic_compare_exchange_n(&log_state, &st, mine, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return (int)(uint32_t)st - 2;
     }
-    if ((int)(uint32_t)st - 2 >= 0)
-        close((int)(uint32_t)st - 2); /* the parent's, in a forked child */
+    close((int)(uint32_t)st - 2); /* the parent's, in a forked child (else below 0) */
     /* Said once, on the stderr every later line goes to. */
     if (path[0] && fd < 0)
         byval_log(BYVAL_LOG_LVL_WARN, NULL,
@@ -152,12 +145,6 @@ void byval_log_open_(const char *what, int route, unsigned pid, unsigned long lo
         snprintf(who, sizeof(who), "exporter pid %u", pid);
     byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "open: %s%s: %s, %llu bytes at %p, %.1f us", what,
               served[r], who, bytes, ptr, byval_log_us(t0));
-}
-
-void byval_log_close_(const char *what, const void *ptr, const char *outcome, unsigned long long t0)
-{
-    byval_log(BYVAL_LOG_LVL_DEBUG, NULL, "close: %s%p: %s, %.1f us", what, ptr, outcome,
-              byval_log_us(t0));
 }
 
 void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd)

@@ -27,11 +27,13 @@ void byval_log(int level, const char *func, const char *fmt, ...)
  * PMI_RANK, PMIX_RANK, SLURM_PROCID), "-" when there is none. */
 const char *byval_log_rank(void);
 
-#define BYVAL_LOG_(lvl, ...)                               \
+/* call, when the level lets lvl through. */
+#define BYVAL_LOG_IF_(lvl, call)                           \
     do {                                                   \
         if (__builtin_expect(byval_log_level >= (lvl), 0)) \
-            byval_log((lvl), NULL, __VA_ARGS__);           \
+            call;                                          \
     } while (0)
+#define BYVAL_LOG_(lvl, ...) BYVAL_LOG_IF_(lvl, byval_log((lvl), NULL, __VA_ARGS__))
 #define BYVAL_LOG_ERROR(...) BYVAL_LOG_(BYVAL_LOG_LVL_ERROR, __VA_ARGS__)
 #define BYVAL_LOG_WARN(...) BYVAL_LOG_(BYVAL_LOG_LVL_WARN, __VA_ARGS__)
 #define BYVAL_LOG_INFO(...) BYVAL_LOG_(BYVAL_LOG_LVL_INFO, __VA_ARGS__)
@@ -71,16 +73,10 @@ double byval_log_us(unsigned long long t0);
  * when not known there; withdrawn: 1 for the export's end. */
 void byval_log_open_(const char *what, int route, unsigned pid, unsigned long long bytes,
                      const void *ptr, unsigned long long t0);
-void byval_log_close_(const char *what, const void *ptr, const char *outcome,
-                      unsigned long long t0);
 void byval_log_export_(const char *what, int withdrawn, const void *ptr, int fd);
-#define BYVAL_LOG_IF_DEBUG_(call)                                        \
-    do {                                                                 \
-        if (__builtin_expect(byval_log_level >= BYVAL_LOG_LVL_DEBUG, 0)) \
-            call;                                                        \
-    } while (0)
-#define byval_log_open(...) BYVAL_LOG_IF_DEBUG_(byval_log_open_(__VA_ARGS__))
-#define byval_log_close(...) BYVAL_LOG_IF_DEBUG_(byval_log_close_(__VA_ARGS__))
-#define byval_log_export(...) BYVAL_LOG_IF_DEBUG_(byval_log_export_(__VA_ARGS__))
+#define byval_log_open(...) BYVAL_LOG_IF_(BYVAL_LOG_LVL_DEBUG, byval_log_open_(__VA_ARGS__))
+#define byval_log_close(what, ptr, outcome, t0) \
+    BYVAL_LOG_DEBUG("close: %s%p: %s, %.1f us", what, ptr, outcome, byval_log_us(t0))
+#define byval_log_export(...) BYVAL_LOG_IF_(BYVAL_LOG_LVL_DEBUG, byval_log_export_(__VA_ARGS__))
 
 #endif

@@ -20,7 +20,6 @@
 
 #include "cache/exports.h"
 #include "cache/imports.h"
-#include "cache/log.h"
 #include "handles/registry.h"
 #include "handles/rendezvous.h" /* rendezvous_served */
 
@@ -54,106 +53,95 @@ void byval_stats_register_cache(const char *name, byval_lru_t *lru)
     __atomic_store_n(&stats_caches[i].lru, lru, __ATOMIC_RELEASE);
 }
 
-typedef void stats_fn(void *ctx, const char *name, uint64_t v, const char *total, const char *doc);
+/* A cache's field: "ze_import.hits" */
+#define cache_field(f, p, name, v, total, doc) \
+    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", p, name, (unsigned long long)(v), total, doc)
+
+/* Every published cache: a log line, or its fields in the file f under its
+ * name ("ze import" -> ze_import.hits). A job's sum of the per-process sizes
+ * means nothing: the largest process is what to size for ("max"). */
+static void stats_caches_each(FILE *f)
+{
+    byval_lru_stats_t s;
+    size_t now, full;
+    char p[64];
+    for (int i = 0; i < STATS_MAX_CACHES; i++) {
+        byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
+        if (!lru)
+            continue;
+        byval_lru_stats(lru, &s);
+        byval_lru_memory(lru, &now, &full);
+        if (!f) {
+            byval_log(
+                BYVAL_LOG_LVL_STATS, NULL,
+                "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals "
+                "%llu size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
+                "(%zu bytes/entry when full)",
+                stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
+                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
+                (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
+                s.high_water, s.capacity, s.referenced, now, full);
+            continue;
+        }
+        size_t n = 0;
+        for (const char *c = stats_caches[i].name; *c && n + 1 < sizeof(p); c++)
+            p[n++] = *c == ' ' ? '_' : *c;
+        p[n] = '\0';
+        cache_field(f, p, "hits", s.hits, "sum", "cache hits");
+        cache_field(f, p, "misses", s.misses, "sum", "cache misses");
+        cache_field(f, p, "evictions", s.evictions, "sum", "entries evicted for room");
+        cache_field(f, p, "removals", s.removals, "sum", "entries removed (free, exit, context)");
+        cache_field(f, p, "entries", s.size, "max", "entries held at exit");
+        cache_field(f, p, "high_water", s.high_water, "max", "most entries held at once");
+        cache_field(f, p, "capacity", s.capacity, "max", "entries it may hold");
+        cache_field(f, p, "memory_bytes", now, "max", "memory of the cache's structures at exit");
+        cache_field(f, p, "bytes_per_entry_full", full, "max",
+                    "memory per entry when full at capacity");
+    }
+}
+
+/* One field: a line of the file f, or of the log when f is NULL. */
+static void stats_line(FILE *f, const char *name, uint64_t v, const char *total, const char *doc)
+{
+    if (f)
+        fprintf(f, "%s\t%llu\t%s\t%s\n", name, (unsigned long long)v, total, doc);
+    else
+        byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", name, (unsigned long long)v, doc);
+}
 
 /* Every counter, then the values read from their owners (a gauge of one
  * process now: a job's total is its largest process, "max"). */
-static void stats_each(stats_fn *fn, void *ctx)
+static void stats_each(FILE *f)
 {
     uint64_t held, peak, served, refused;
     size_t published, offered, registered;
-#define STATS_EACH_(name, doc) fn(ctx, #name, stats_sum(offsetof(byval_stats_t, name)), "sum", doc);
+#define STATS_EACH_(name, doc) \
+    stats_line(f, #name, stats_sum(offsetof(byval_stats_t, name)), "sum", doc);
     BYVAL_STATS_LIST(STATS_EACH_)
 #undef STATS_EACH_
     byval_imports_bytes(&held, &peak);
     byval_reg_fd_counts(&served, &refused);
     byval_exports_counts(&published, &offered, &registered);
-    fn(ctx, "cache_bytes_held", held, "max",
-       "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
-    fn(ctx, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
-    fn(ctx, "rescue_served", served, "sum",
-       "exported fds served to peers whose own pidfd_getfd the kernel refused");
-    fn(ctx, "rescue_denied", refused, "sum",
-       "such requests refused (fd never exported, or closed/reused since)");
-    fn(ctx, "export_entries", published, "max",
-       "registry entries the exports hold now (withdrawn when each export ends)");
-    fn(ctx, "export_offers", offered, "max", "fds offered to the socket fallback now");
-    fn(ctx, "export_rescuable", registered, "max",
-       "fds registered for the pidfd_getfd rescue by the exports now");
-    fn(ctx, "rendezvous_served", byval_rendezvous_served_count(), "sum",
-       "fds served through the rendezvous directory (importers in other pods/containers)");
-}
-
-/* Cache i's statistics, or 0 while it is not (yet) published. */
-static int stats_cache(int i, byval_lru_stats_t *s, size_t *mem, size_t *full)
-{
-    byval_lru_t *lru = __atomic_load_n(&stats_caches[i].lru, __ATOMIC_ACQUIRE);
-    if (!lru)
-        return 0;
-    byval_lru_stats(lru, s);
-    byval_lru_memory(lru, mem, full);
-    return 1;
-}
-
-static void print_line(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
-{
-    byval_log(BYVAL_LOG_LVL_STATS, NULL, "%-20s %12llu  %s", name, (unsigned long long)v, doc);
+    stats_line(f, "cache_bytes_held", held, "max",
+               "bytes of closed mappings kept now (IPCBYVAL_CACHE_BYTES)");
+    stats_line(f, "cache_bytes_peak", peak, "max", "most bytes of closed mappings kept at once");
+    stats_line(f, "rescue_served", served, "sum",
+               "exported fds served to peers whose own pidfd_getfd the kernel refused");
+    stats_line(f, "rescue_denied", refused, "sum",
+               "such requests refused (fd never exported, or closed/reused since)");
+    stats_line(f, "export_entries", published, "max",
+               "registry entries the exports hold now (withdrawn when each export ends)");
+    stats_line(f, "export_offers", offered, "max", "fds offered to the socket fallback now");
+    stats_line(f, "export_rescuable", registered, "max",
+               "fds registered for the pidfd_getfd rescue by the exports now");
+    stats_line(f, "rendezvous_served", byval_rendezvous_served_count(), "sum",
+               "fds served through the rendezvous directory (importers in other pods/containers)");
+    stats_caches_each(f);
 }
 
 void byval_stats_print(void)
 {
-    byval_lru_stats_t s;
-    size_t mem, full;
-    stats_each(print_line, NULL);
-    for (int i = 0; i < STATS_MAX_CACHES; i++) {
-        if (!stats_cache(i, &s, &mem, &full))
-            continue;
-        uint64_t lookups = s.hits + s.misses;
-        byval_log(BYVAL_LOG_LVL_STATS, NULL,
-                  "%s cache: hits %llu misses %llu hit-rate %.2f%% evictions %llu removals %llu "
-                  "size %zu high-water %zu capacity %zu referenced %zu memory %zu bytes "
-                  "(%zu bytes/entry when full)",
-                  stats_caches[i].name, (unsigned long long)s.hits, (unsigned long long)s.misses,
-                  lookups ? 100.0 * (double)s.hits / (double)lookups : 0.0,
-                  (unsigned long long)s.evictions, (unsigned long long)s.removals, s.size,
-                  s.high_water, s.capacity, s.referenced, mem, full);
-    }
-}
-
-static void file_line(void *ctx, const char *name, uint64_t v, const char *total, const char *doc)
-{
-    fprintf(ctx, "%s\t%llu\t%s\t%s\n", name, (unsigned long long)v, total, doc);
-}
-
-static void cache_field(FILE *f, const char *prefix, const char *name, uint64_t v,
-                        const char *total, const char *doc)
-{
-    fprintf(f, "%s.%s\t%llu\t%s\t%s\n", prefix, name, (unsigned long long)v, total, doc);
-}
-
-/* A cache's fields, under its name ("ze import" -> ze_import.hits). A job's
- * sum of the per-process sizes means nothing: the largest process is what
- * to size for ("max"). */
-static void file_cache(FILE *f, int i)
-{
-    byval_lru_stats_t s;
-    size_t now, full, n = 0;
-    char p[64];
-    if (!stats_cache(i, &s, &now, &full))
-        return;
-    for (const char *c = stats_caches[i].name; *c && n + 1 < sizeof(p); c++)
-        p[n++] = *c == ' ' ? '_' : *c;
-    p[n] = '\0';
-    cache_field(f, p, "hits", s.hits, "sum", "cache hits");
-    cache_field(f, p, "misses", s.misses, "sum", "cache misses");
-    cache_field(f, p, "evictions", s.evictions, "sum", "entries evicted for room");
-    cache_field(f, p, "removals", s.removals, "sum", "entries removed (free, exit, context)");
-    cache_field(f, p, "entries", s.size, "max", "entries held at exit");
-    cache_field(f, p, "high_water", s.high_water, "max", "most entries held at once");
-    cache_field(f, p, "capacity", s.capacity, "max", "entries it may hold");
-    cache_field(f, p, "memory_bytes", now, "max", "memory of the cache's structures at exit");
-    cache_field(f, p, "bytes_per_entry_full", full, "max",
-                "memory per entry when full at capacity");
+    stats_each(NULL);
 }
 
 /* The folder as a directory fd, or -1 after one warning: made if missing;
@@ -162,12 +150,11 @@ static void file_cache(FILE *f, int i)
 static int stats_dir_open(const char *dir)
 {
     struct stat st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int dfd = -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot create %s: %m", dir);
-        return -1;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR))
+    else if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 &&
+             (errno == ELOOP || errno == ENOTDIR))
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR %s is a symlink or not a directory: not used", dir);
     else if (dfd < 0)
         BYVAL_LOG_WARN("IPCBYVAL_STATS_DIR: cannot open %s: %m", dir);
@@ -181,8 +168,7 @@ static int stats_dir_open(const char *dir)
                        (unsigned)(st.st_mode & 07777));
     else
         return dfd;
-    if (dfd >= 0)
-        close(dfd);
+    close(dfd);
     return -1;
 }
 
@@ -199,23 +185,20 @@ int byval_stats_write_file(const char *dir)
         fclose(f);
     }
     pid_t pid = getpid();
-    int dfd = stats_dir_open(dir);
-    if (dfd < 0)
-        return -1;
     snprintf(name, sizeof(name), "%s.%d.stats", host, (int)pid);
     snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", host, (int)pid);
-    if (!(f = open_memstream(&buf, &len))) {
+    int dfd = stats_dir_open(dir);
+    if (dfd < 0 || !(f = open_memstream(&buf, &len))) {
         close(dfd);
         return -1;
     }
-    fprintf(f, "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n",
+    fprintf(f,
+            "# ipcbyval %s: statistics of one process; ipcbyval-run --report %s merges them\n"
+            "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n",
             BYVAL_VERSION, dir);
-    fprintf(f, "# name<TAB>value<TAB>job total (sum or max)<TAB>meaning\n");
     fprintf(f, "@host\t%s\n@pid\t%d\n@rank\t%s\n@program\t%s\n", host, (int)pid, byval_log_rank(),
             comm);
-    stats_each(file_line, f);
-    for (int i = 0; i < STATS_MAX_CACHES; i++)
-        file_cache(f, i);
+    stats_each(f);
     int ok = fclose(f) == 0;
 
     /* Whole or not at all: a merger never reads half a file. A new file only

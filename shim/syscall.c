@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <stdarg.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "handles/rescue.h"
@@ -27,12 +26,6 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 
-#define BYVAL_EXPORT __attribute__((visibility("default")))
-#define BYVAL_HIDDEN __attribute__((visibility("hidden")))
-
-typedef long (*syscall_fn)(long, ...);
-typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
-
 static void *libc_syscall;
 
 /* The next definition of name after ours (the C library's), resolved once;
@@ -40,10 +33,8 @@ static void *libc_syscall;
 static void *next_fn(void **slot, const char *name)
 {
     void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = byval_dlsym_next((const void *)next_fn, name);
-        __atomic_store_n(slot, f, __ATOMIC_RELEASE);
-    }
+    if (!f)
+        __atomic_store_n(slot, f = byval_dlsym_next((const void *)next_fn, name), __ATOMIC_RELEASE);
     return f;
 }
 
@@ -51,46 +42,33 @@ static void *next_fn(void **slot, const char *name)
  * The x86-64 entry jumps here until that syscall is known. */
 static long forward(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
-    syscall_fn next = (syscall_fn)next_fn(&libc_syscall, "syscall");
-    if (!next) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return next(nr, a1, a2, a3, a4, a5, a6);
+    long (*next)(long, ...) = next_fn(&libc_syscall, "syscall");
+    return next ? next(nr, a1, a2, a3, a4, a5, a6) : (errno = ENOSYS, -1);
 }
 
-/* The refusals a rescue may work around. */
-static int refused(long r)
+/* pidfd_getfd(pidfd, fd, flags) returned r, errno set: a refusal the
+ * rescue may work around (EPERM, ENOSYS) becomes the rescued fd with errno =
+ * saved (untouched, as on a native success); anything else stays as it was. */
+static long rescue(long r, int pidfd, int fd, unsigned int flags, int saved)
 {
-    return r < 0 && (errno == EPERM || errno == ENOSYS);
-}
-
-static const char *denial(int err)
-{
-    return err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
-                         : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
-}
-
-/* pidfd_getfd(pidfd, fd, flags) failed with err: the rescued fd with errno =
- * saved (untouched, as on a native success), or -1 with errno = err. */
-static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
-{
-    int got = -1;
+    int err = errno, got = -1;
     uint32_t pid = 0;
     char msg[512];
-    if (flags != 0 || !byval_enabled() || byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+    if (r >= 0 || (err != EPERM && err != ENOSYS) || flags != 0 || !byval_enabled() ||
+        byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
         errno = err;
-        return -1;
+        return r;
     }
     unsigned long long t0 = BYVAL_LOG_T0();
-    byval_status_t st = byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg));
-    if (st != BYVAL_OK) {
+    const char *denial = err == ENOSYS ? "ENOSYS: this kernel or sandbox has no pidfd_getfd"
+                                       : "EPERM: refused by Yama ptrace_scope or a seccomp profile";
+    if (byval_rescue_getfd(pidfd, fd, &got, &pid, msg, sizeof(msg)) != BYVAL_OK) {
         BYVAL_STAT_INC(rescue_failed);
         BYVAL_LOG_DEBUG("open: not rescued: another library's pidfd_getfd(pid %u, fd %d) was "
                         "refused (%s): %s",
-                        pid, fd, denial(err), msg);
+                        pid, fd, denial, msg);
         errno = err;
-        return -1;
+        return r;
     }
     BYVAL_STAT_INC(rescued);
     static int said;
@@ -98,7 +76,7 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
         BYVAL_LOG_INFO("pidfd_getfd(pid %u, fd %d) was refused (%s): the fd was fetched from "
                        "that process's ipcbyval broker instead (said once; IPCBYVAL_STATS counts "
                        "them)",
-                       pid, fd, denial(err));
+                       pid, fd, denial);
     else
         BYVAL_LOG_DEBUG("open: rescued: another library's pidfd_getfd(pid %u, fd %d), served by "
                         "that process's socket, %.1f us",
@@ -108,18 +86,18 @@ static long rescue(int pidfd, int fd, unsigned int flags, int err, int saved)
 }
 
 /* syscall(SYS_pidfd_getfd, ...): the x86-64 entry below jumps here with
- * the caller's arguments untouched. */
-BYVAL_HIDDEN __attribute__((used)) long byval_syscall_getfd(long nr, long a1, long a2, long a3,
-                                                            long a4, long a5, long a6)
+ * the caller's arguments untouched (hidden, as its other target: the entry's
+ * direct jumps stay inside the library). */
+__attribute__((visibility("hidden"), used)) long
+byval_syscall_getfd(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int saved = errno;
-    long r = forward(nr, a1, a2, a3, a4, a5, a6);
-    return refused(r) ? rescue((int)a1, (int)a2, (unsigned int)a3, errno, saved) : r;
+    return rescue(forward(nr, a1, a2, a3, a4, a5, a6), (int)a1, (int)a2, (unsigned int)a3, saved);
 }
 
 #if defined(__x86_64__)
 /* Where the entry jumps for any number but pidfd_getfd's. */
-BYVAL_HIDDEN void *byval_syscall_next = (void *)forward;
+__attribute__((visibility("hidden"))) void *byval_syscall_next = (void *)forward;
 
 __attribute__((constructor)) static void syscall_resolve(void)
 {
@@ -145,7 +123,7 @@ __asm__(".text\n"
 _Static_assert(SYS_pidfd_getfd == 438, "the entry compares with 438");
 #else
 /* Elsewhere: six arguments forwarded, as the C library's syscall reads. */
-BYVAL_EXPORT long syscall(long nr, ...)
+__attribute__((visibility("default"))) long syscall(long nr, ...)
 {
     va_list ap;
     long a[6];
@@ -160,12 +138,12 @@ BYVAL_EXPORT long syscall(long nr, ...)
 #endif
 
 /* glibc 2.36's own stub, which does not go through syscall(). */
-BYVAL_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
+__attribute__((visibility("default"))) int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
     static void *fn;
     int saved = errno;
-    pidfd_getfd_fn f = (pidfd_getfd_fn)next_fn(&fn, "pidfd_getfd");
+    int (*f)(int, int, unsigned int) = next_fn(&fn, "pidfd_getfd");
     int r = f ? f(pidfd, targetfd, flags) /* else a C library before 2.36 */
               : (int)forward(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
-    return refused(r) ? (int)rescue(pidfd, targetfd, flags, errno, saved) : r;
+    return (int)rescue(r, pidfd, targetfd, flags, saved);
 }
