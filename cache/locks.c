@@ -107,16 +107,11 @@ void byval_wrlock(byval_rwlock_t *l)
     pthread_mutex_unlock(&l->m);
 }
 
-static void wr_drop_locked(byval_rwlock_t *l)
-{
-    l->writer = 0;
-    pthread_cond_broadcast(&l->c);
-}
-
 void byval_wrunlock(byval_rwlock_t *l)
 {
     pthread_mutex_lock(&l->m);
-    wr_drop_locked(l);
+    l->writer = 0;
+    pthread_cond_broadcast(&l->c);
     pthread_mutex_unlock(&l->m);
     byval_rank_leave(l->rank);
 }
@@ -174,42 +169,33 @@ static void fork_check(void)
 
 /* ---- one lock of the order ---------------------------------------------- */
 
-/* fork: the gate's mutex is held across fork like every other lock, and
- * the writer's place taken if it comes within BYVAL_GATE_FORK_MS. */
-static void gate_take(byval_rwlock_t *l)
-{
-    struct timespec dl; /* the condition variable's clock: CLOCK_REALTIME */
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += (long)BYVAL_GATE_FORK_MS * 1000000L;
-    dl.tv_sec += dl.tv_nsec / 1000000000L;
-    dl.tv_nsec %= 1000000000L;
-    pthread_mutex_lock(&l->m);
-    gate_held = wr_take_locked(l, &dl);
-}
-
-static void gate_drop(byval_rwlock_t *l)
-{
-    if (gate_held)
-        wr_drop_locked(l);
-    pthread_mutex_unlock(&l->m);
-}
-
+/* Fork holds every mutex, the gate's included, and takes the gate's writer's
+ * place too if it comes within BYVAL_GATE_FORK_MS. */
 static void take(const byval_lock_desc_t *d)
 {
-    if (d->mutex)
+    if (d->mutex) {
         pthread_mutex_lock(&d->mutex->m);
-    else if (d->rw)
-        gate_take(d->rw);
-    else
+    } else if (d->rw) {
+        struct timespec dl; /* the condition variable's clock: CLOCK_REALTIME */
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (long)BYVAL_GATE_FORK_MS * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&d->rw->m);
+        gate_held = wr_take_locked(d->rw, &dl);
+    } else {
         d->take();
+    }
 }
 
 static void drop(const byval_lock_desc_t *d)
 {
-    if (d->mutex)
-        pthread_mutex_unlock(&d->mutex->m);
-    else if (d->rw)
-        gate_drop(d->rw);
+    if (d->rw && gate_held) {
+        d->rw->writer = 0;
+        pthread_cond_broadcast(&d->rw->c);
+    }
+    if (d->mutex || d->rw)
+        pthread_mutex_unlock(d->mutex ? &d->mutex->m : &d->rw->m);
     else
         d->drop();
 }

@@ -62,19 +62,15 @@ typedef struct lru_slot {
     uint64_t key[]; /* key_len bytes, zero padded to a word */
 } lru_slot_t;
 
-/* Replaced tables and directories are chained on retired (a reader may
- * still use one) and freed with the cache. */
-typedef struct lru_table {
-    struct lru_table *retired;
-    size_t mask;
-    uint64_t b[]; /* hash << 32 | slot index; 0: empty */
-} lru_table_t;
-
-typedef struct lru_dir {
-    struct lru_dir *retired;
-    size_t cap;
-    unsigned char *chunk[]; /* 1 << chunk_shift slots each; index i at position i - 1 */
-} lru_dir_t;
+/* The table (words: hash << 32 | slot index; 0: empty) or the chunk
+ * directory (words: chunk pointers, 1 << chunk_shift slots each, index i at
+ * position i - 1). Replaced ones are chained on retired (a reader may still
+ * use one) and freed with the cache. */
+typedef struct lru_arr {
+    struct lru_arr *retired;
+    size_t mask; /* words - 1 */
+    uint64_t w[];
+} lru_arr_t;
 
 /* Slots released under the lock, linked through hnext: their callbacks run
  * after unlock, then they are freed. */
@@ -95,8 +91,7 @@ struct byval_lru {
     size_t capacity;
     byval_lru_evict_fn evict;
     void *ctx;
-    lru_table_t *table;
-    lru_dir_t *dir;
+    lru_arr_t *table, *dir;
     unsigned chunk_shift;
 
     /* Written under the lock only. */
@@ -174,8 +169,8 @@ static inline int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_
 
 static inline lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 {
-    const lru_dir_t *d = LD_ACQ(&lru->dir);
-    unsigned char *chunk = LD(&d->chunk[(idx - 1) >> lru->chunk_shift]);
+    const lru_arr_t *d = LD_ACQ(&lru->dir);
+    unsigned char *chunk = (unsigned char *)(uintptr_t)LD(&d->w[(idx - 1) >> lru->chunk_shift]);
     return (lru_slot_t *)(chunk + ((idx - 1) & ((1u << lru->chunk_shift) - 1)) * lru->stride);
 }
 
@@ -186,9 +181,9 @@ static inline lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
     uint32_t idx = (uint32_t)(ref >> 32);
     if (!lru || !idx)
         return NULL;
-    const lru_dir_t *d = LD_ACQ(&lru->dir);
+    const lru_arr_t *d = LD_ACQ(&lru->dir);
     uint32_t c = (idx - 1) >> lru->chunk_shift;
-    return c < d->cap && LD(&d->chunk[c]) ? slot_at(lru, idx) : NULL;
+    return c <= d->mask && LD(&d->w[c]) ? slot_at(lru, idx) : NULL;
 }
 
 static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
@@ -204,45 +199,29 @@ static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
     return p;
 }
 
-static lru_table_t *table_new(size_t nbuckets)
+static lru_arr_t *arr_new(size_t words)
 {
-    lru_table_t *t = calloc(1, sizeof(*t) + nbuckets * sizeof(uint64_t));
-    if (t)
-        t->mask = nbuckets - 1;
-    return t;
+    lru_arr_t *a = calloc(1, sizeof(*a) + words * sizeof(uint64_t));
+    if (a)
+        a->mask = words - 1;
+    return a;
 }
 
-static lru_dir_t *dir_new(size_t cap)
-{
-    lru_dir_t *d = calloc(1, sizeof(*d) + cap * sizeof(unsigned char *));
-    if (d)
-        d->cap = cap;
-    return d;
-}
-
-static void slab_free(byval_lru_t *lru)
-{
-    for (lru_table_t *t = lru->table, *nx; t; t = nx) {
-        nx = t->retired;
-        free(t);
-    }
-    if (lru->dir)
-        for (size_t c = 0; c < lru->nchunks; c++)
-            free(lru->dir->chunk[c]);
-    for (lru_dir_t *d = lru->dir, *nx; d; d = nx) {
-        nx = d->retired;
-        free(d);
-    }
-}
-
-/* Bytes of every bucket array and chunk directory, replaced ones too. */
-static size_t meta_bytes(const byval_lru_t *lru)
+/* Bytes of every bucket array and chunk directory, replaced ones too;
+ * free_them: frees them and the chunks. */
+static size_t meta(byval_lru_t *lru, int free_them)
 {
     size_t bytes = 0;
-    for (lru_table_t *t = lru->table; t; t = t->retired)
-        bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
-    for (lru_dir_t *d = lru->dir; d; d = d->retired)
-        bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    for (size_t c = 0; free_them && lru->dir && c < lru->nchunks; c++)
+        free((void *)(uintptr_t)lru->dir->w[c]);
+    lru_arr_t *heads[2] = {lru->table, lru->dir};
+    for (int h = 0; h < 2; h++)
+        for (lru_arr_t *a = heads[h], *nx; a; a = nx) {
+            nx = a->retired;
+            bytes += sizeof(*a) + (a->mask + 1) * sizeof(a->w[0]);
+            if (free_them)
+                free(a);
+        }
     return bytes;
 }
 
@@ -257,12 +236,12 @@ static uint32_t slot_alloc(byval_lru_t *lru)
     if (lru->next_new == UINT32_MAX)
         return 0;
     if (((lru->next_new - 1) >> lru->chunk_shift) >= lru->nchunks) {
-        lru_dir_t *d = lru->dir;
-        if (lru->nchunks == d->cap) {
-            lru_dir_t *n = dir_new(d->cap * 2);
+        lru_arr_t *d = lru->dir;
+        if (lru->nchunks == d->mask + 1) {
+            lru_arr_t *n = arr_new(lru->nchunks * 2);
             if (!n)
                 return 0;
-            memcpy(n->chunk, d->chunk, d->cap * sizeof(d->chunk[0]));
+            memcpy(n->w, d->w, lru->nchunks * sizeof(d->w[0]));
             n->retired = d;
             ST_REL(&lru->dir, n);
             d = n;
@@ -275,7 +254,7 @@ static uint32_t slot_alloc(byval_lru_t *lru)
         for (size_t i = 0; i < ((size_t)1 << lru->chunk_shift); i++)
             ((lru_slot_t *)(c + i * lru->stride))->state = ST_DEAD; /* not yet a reader's */
         /* Published to readers by the release store of the first index in it. */
-        ST(&d->chunk[lru->nchunks], c);
+        ST(&d->w[lru->nchunks], (uintptr_t)c);
         lru->nchunks++;
     }
     return lru->next_new++;
@@ -287,12 +266,12 @@ static void slot_free(byval_lru_t *lru, uint32_t idx)
     lru->free_head = idx;
 }
 
-static void table_put(lru_table_t *t, uint32_t h, uint32_t idx)
+static void table_put(lru_arr_t *t, uint32_t h, uint32_t idx)
 {
     size_t p = h & t->mask;
-    while (LD(&t->b[p]))
+    while (LD(&t->w[p]))
         p = (p + 1) & t->mask;
-    ST_REL(&t->b[p], ((uint64_t)h << 32) | idx);
+    ST_REL(&t->w[p], ((uint64_t)h << 32) | idx);
 }
 
 /* (locked) Fill slot idx (state = refs, a new generation) and add it to the
@@ -300,10 +279,10 @@ static void table_put(lru_table_t *t, uint32_t h, uint32_t idx)
  * when it is full and cannot grow. */
 static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *value, uint32_t refs)
 {
-    lru_table_t *o = lru->table, *n;
-    if ((lru->nodes + 1) * 8 > (o->mask + 1) * 7 && (n = table_new((o->mask + 1) * 2))) {
+    lru_arr_t *o = lru->table, *n;
+    if ((lru->nodes + 1) * 8 > (o->mask + 1) * 7 && (n = arr_new((o->mask + 1) * 2))) {
         for (size_t b = 0; b <= o->mask; b++) {
-            uint64_t e = LD(&o->b[b]);
+            uint64_t e = LD(&o->w[b]);
             if (e)
                 table_put(n, (uint32_t)(e >> 32), (uint32_t)e);
         }
@@ -332,23 +311,23 @@ static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *val
  * home bucket allows (Knuth's algorithm R). */
 static void table_del(byval_lru_t *lru, uint32_t idx)
 {
-    lru_table_t *t = lru->table;
+    lru_arr_t *t = lru->table;
     size_t i = LD(&slot_at(lru, idx)->hash) & t->mask;
-    while ((uint32_t)LD(&t->b[i]) != idx)
+    while ((uint32_t)LD(&t->w[i]) != idx)
         i = (i + 1) & t->mask;
     for (size_t j = i;;) {
         j = (j + 1) & t->mask;
-        uint64_t e = LD(&t->b[j]);
+        uint64_t e = LD(&t->w[j]);
         if (!e)
             break;
         size_t home = (uint32_t)(e >> 32) & t->mask;
         /* e stays when its home lies cyclically in (i, j]. */
         if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
             continue;
-        ST_REL(&t->b[i], e);
+        ST_REL(&t->w[i], e);
         i = j;
     }
-    ST_REL(&t->b[i], 0);
+    ST_REL(&t->w[i], 0);
     lru->nodes--;
 }
 
@@ -432,18 +411,32 @@ static int zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *
     return (int)REFS(st) - 1;
 }
 
-/* (locked) Evict idx if it is live and unreferenced (1); with the clock's
- * second chance, an entry used since the hand passed only loses its mark. */
-static int evict_slot(byval_lru_t *lru, uint32_t idx, int second_chance, lru_chain_t *c)
+enum out_mode { OUT_CLOCK, OUT_EVICT, OUT_DETACH, OUT_PURGE };
+
+/* (locked) Take idx out, 1 when done. OUT_CLOCK and OUT_EVICT: a live
+ * unreferenced entry is evicted (OUT_CLOCK: the clock's second chance, an
+ * entry used since the hand passed only loses its mark). OUT_DETACH (a live
+ * entry): out of lookups, released, or if referenced a zombie (out of the
+ * bound, in the table for its last put to find). OUT_PURGE: released now
+ * whatever its references (its holders' puts then fail). */
+static int take_out(byval_lru_t *lru, uint32_t idx, enum out_mode mode, lru_chain_t *c)
 {
     lru_slot_t *s = slot_at(lru, idx);
-    for (uint64_t st = LD(&s->state); !(st & (ST_DEAD | ST_ZOMBIE)) && !REFS(st);
-         st = LD(&s->state)) {
-        if (second_chance && (st & ST_CLOCK)) {
+    for (uint64_t st = LD(&s->state); !(st & ST_DEAD); st = LD(&s->state)) {
+        if (mode <= OUT_EVICT && ((st & ST_ZOMBIE) || REFS(st)))
+            return 0;
+        if (mode == OUT_CLOCK && (st & ST_CLOCK)) {
             if (CAS(&s->state, &st, st & ~(uint64_t)ST_CLOCK))
                 return 0;
+        } else if (mode == OUT_DETACH && REFS(st)) {
+            if (CAS(&s->state, &st, st | ST_ZOMBIE)) {
+                ST(&lru->count, lru->count - 1);
+                ST(&lru->zombies, lru->zombies + 1);
+                lru->removals++;
+                return 1;
+            }
         } else if (kill(lru, idx, st, c)) {
-            lru->evictions++;
+            (*(mode <= OUT_EVICT ? &lru->evictions : &lru->removals))++;
             return 1;
         }
     }
@@ -458,7 +451,7 @@ static int evict_one(byval_lru_t *lru, lru_chain_t *c)
     for (size_t visits = 0; n > 1 && visits <= 2 * (size_t)(n - 1); visits++) {
         uint32_t i = lru->hand;
         lru->hand = i + 1 < n ? i + 1 : 1;
-        if (evict_slot(lru, i, 1, c))
+        if (take_out(lru, i, OUT_CLOCK, c))
             return 1;
     }
     return 0;
@@ -468,36 +461,6 @@ static void trim(byval_lru_t *lru, lru_chain_t *c)
 {
     while (lru->count > LD(&lru->capacity) && evict_one(lru, c))
         ;
-}
-
-/* (locked) Out of lookups: unreferenced, released; referenced, a zombie
- * (out of the bound, in the table for its last put to find). */
-static void detach(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
-{
-    lru_slot_t *s = slot_at(lru, idx);
-    lru->removals++;
-    for (uint64_t st = LD(&s->state);; st = LD(&s->state)) {
-        if (!REFS(st)) {
-            if (kill(lru, idx, st, c))
-                return;
-        } else if (CAS(&s->state, &st, st | ST_ZOMBIE)) {
-            ST(&lru->count, lru->count - 1);
-            ST(&lru->zombies, lru->zombies + 1);
-            return;
-        }
-    }
-}
-
-/* (locked) Release idx now whatever its references: its holders' puts
- * then fail. No-op on a DEAD slot. */
-static void purge(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
-{
-    lru_slot_t *s = slot_at(lru, idx);
-    for (uint64_t st = LD(&s->state); !(st & ST_DEAD); st = LD(&s->state))
-        if (kill(lru, idx, st, c)) {
-            lru->removals++;
-            return;
-        }
 }
 
 /* ---- fork ------------------------------------------------------------------ *
@@ -533,7 +496,7 @@ static void fork_child(void)
 {
     for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
         for (size_t b = 0; b <= c->table->mask; b++)
-            ST(&c->table->b[b], 0);
+            ST(&c->table->w[b], 0);
         c->next_new = c->hand = 1;
         c->free_head = 0;
         c->nodes = 0;
@@ -572,11 +535,11 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
      * large ones need few chunks. The table: load <= 7/8 when full. */
     lru->chunk_shift = (unsigned)__builtin_ctzll(pow2_at_least(capacity / 64, 16, 10));
     size_t want = capacity + capacity / 7;
-    lru->table = table_new(pow2_at_least(want > capacity ? want : capacity, 16, MAX_TABLE_SHIFT));
-    lru->dir = dir_new(4);
+    lru->table = arr_new(pow2_at_least(want > capacity ? want : capacity, 16, MAX_TABLE_SHIFT));
+    lru->dir = arr_new(4);
     lru->next_new = lru->hand = 1;
     if (!lru->table || !lru->dir) {
-        slab_free(lru);
+        meta(lru, 1);
         free(lru);
         errno = ENOMEM;
         return NULL;
@@ -607,7 +570,7 @@ void byval_lru_destroy(byval_lru_t *lru)
         if (!(LD(&slot_at(lru, i)->state) & ST_DEAD))
             chain_push(lru, &c, i);
     unlock_release(lru, &c);
-    slab_free(lru);
+    meta(lru, 1);
     byval_lock_destroy(&lru->lock);
     free(lru);
 }
@@ -623,12 +586,12 @@ enum find_mode { FIND_LIVE, FIND_PUT, FIND_PUT_VALUE };
 static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
                                const void *value, uint32_t *idx_p, uint64_t *st_p)
 {
-    const lru_table_t *t = LD_ACQ(&lru->table);
+    const lru_arr_t *t = LD_ACQ(&lru->table);
     lru_slot_t *found = NULL;
     *idx_p = 0;
     for (size_t n = 0, pos = k->h & t->mask; n <= t->mask && n < MAX_PROBES;
          n++, pos = (pos + 1) & t->mask) {
-        uint64_t e = LD_ACQ(&t->b[pos]);
+        uint64_t e = LD_ACQ(&t->w[pos]);
         if (!e)
             break;
         if ((uint32_t)(e >> 32) != k->h)
@@ -649,23 +612,10 @@ static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_m
     return found;
 }
 
-/* Reference (take_ref), or only mark used, the live entry for k: its index,
- * 0 when there was none or no more reference fits. The value is read before
- * the CAS validates the generation (the seqlock read). */
-static inline uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, void **v_p,
-                                uint32_t *gen_p)
-{
-    uint64_t st;
-    uint32_t i;
-    lru_slot_t *s = find(lru, k, FIND_LIVE, NULL, &i, &st);
-    if (!s)
-        return 0;
-    *v_p = LD_ACQ(&s->value);
-    *gen_p = ST_GEN(st);
-    return ref_cas(s, ST_GEN(st), take_ref != 0) < 0 ? 0 : i;
-}
-
-/* get and get_ref: ref_p (take_ref only) gets the handle, 0 on a miss. */
+/* get and get_ref: reference (take_ref), or only mark used, the live entry;
+ * ref_p (take_ref only) gets the handle, 0 on a miss. A lock-free miss
+ * (absent, or the probe raced a writer) asks again under the lock. The value
+ * is read before the CAS validates the generation (the seqlock read). */
 static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p,
                    byval_lru_ref_t *ref_p)
 {
@@ -674,22 +624,28 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
     lru_key_t k;
     if (!key_prep(lru, key, &k))
         return 0;
-    void *v = NULL;
-    uint32_t gen = 0, i = get_live(lru, &k, take_ref, &v, &gen);
-    if (!i) { /* absent, or the probe raced a writer: ask under the lock */
-        byval_lock(&lru->lock);
-        i = get_live(lru, &k, take_ref, &v, &gen);
-        lru->misses += !i;
-        byval_unlock(&lru->lock);
-        if (!i)
+    for (int locked = 0;; locked = 1) {
+        uint64_t st;
+        uint32_t i;
+        lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
+        void *v = s ? LD_ACQ(&s->value) : NULL;
+        int hit = s && ref_cas(s, ST_GEN(st), take_ref != 0) >= 0;
+        if (locked) {
+            lru->misses += !hit;
+            byval_unlock(&lru->lock);
+        }
+        if (hit) {
+            byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
+            if (value_p)
+                *value_p = v;
+            if (ref_p)
+                *ref_p = mkref(i, ST_GEN(st));
+            return 1;
+        }
+        if (locked)
             return 0;
+        byval_lock(&lru->lock);
     }
-    byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
-    if (value_p)
-        *value_p = v;
-    if (ref_p)
-        *ref_p = mkref(i, gen);
-    return 1;
 }
 
 int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p)
@@ -851,7 +807,7 @@ int byval_lru_remove(byval_lru_t *lru, const void *key)
     uint32_t i;
     byval_lock(&lru->lock);
     if (find(lru, &k, FIND_LIVE, NULL, &i, &st))
-        detach(lru, i, &c);
+        take_out(lru, i, OUT_DETACH, &c);
     unlock_release(lru, &c);
     return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
@@ -866,17 +822,15 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref)
     uint64_t st = LD(&s->state);
     int live = ST_GEN(st) == (uint32_t)ref && !(st & (ST_DEAD | ST_ZOMBIE));
     if (live)
-        detach(lru, (uint32_t)(ref >> 32), &c);
+        take_out(lru, (uint32_t)(ref >> 32), OUT_DETACH, &c);
     unlock_release(lru, &c);
     return live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
 
-enum scan_mode { SCAN_REMOVE, SCAN_PURGE, SCAN_EVICT };
-
 /* One pass over the slots under the lock, from the clock hand (so that
  * evict_if takes the entries the clock would take first). */
 static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx,
-                   enum scan_mode mode)
+                   enum out_mode mode)
 {
     size_t matched = 0;
     if (!lru || !pred)
@@ -888,21 +842,13 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
         uint32_t i = start + k - 1 < n ? start + k - 1 : start + k - n;
         lru_slot_t *s = slot_at(lru, i);
         uint64_t st = LD(&s->state);
-        if ((st & ST_DEAD) || ((st & ST_ZOMBIE) && mode != SCAN_PURGE) ||
-            (mode == SCAN_EVICT && REFS(st)))
+        if ((st & ST_DEAD) || ((st & ST_ZOMBIE) && mode != OUT_PURGE) ||
+            (mode == OUT_EVICT && REFS(st)))
             continue;
         int v = pred(ctx, s->key, LD(&s->value));
         if (v < 0)
             break;
-        if (!v)
-            continue;
-        if (mode == SCAN_REMOVE)
-            detach(lru, i, &c);
-        else if (mode == SCAN_PURGE)
-            purge(lru, i, &c);
-        else if (!evict_slot(lru, i, 0, &c))
-            continue; /* referenced meanwhile */
-        matched++;
+        matched += v && take_out(lru, i, mode, &c); /* evict: 0 if referenced meanwhile */
     }
     unlock_release(lru, &c);
     return matched;
@@ -910,17 +856,17 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
 
 size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_REMOVE);
+    return scan(lru, pred, ctx, OUT_DETACH);
 }
 
 size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_PURGE);
+    return scan(lru, pred, ctx, OUT_PURGE);
 }
 
 size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_EVICT);
+    return scan(lru, pred, ctx, OUT_EVICT);
 }
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
@@ -945,7 +891,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
     }
     /* What the entries cost: every chunk and table, shared over the
      * entries held (one slot and bucket when empty). */
-    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift) + meta_bytes(lru);
+    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift) + meta(lru, 0);
     byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
     st->bytes_per_entry =
@@ -958,16 +904,16 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 {
     byval_lock(&lru->lock);
     size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
-    size_t chunk = lru->stride << lru->chunk_shift, meta = meta_bytes(lru);
+    size_t chunk = lru->stride << lru->chunk_shift, mb = meta(lru, 0);
     size_t chunks_full = (cap + per - 1) / per;
-    size_t now = lru->nchunks * chunk + meta;
-    size_t full = (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk + meta;
+    size_t now = lru->nchunks * chunk + mb;
+    size_t full = (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk + mb;
     for (size_t size = lru->table->mask + 1; cap * 8 > size * 7;) { /* doubles past 7/8 */
         size *= 2;
-        full += sizeof(lru_table_t) + size * sizeof(uint64_t);
+        full += sizeof(lru_arr_t) + size * sizeof(uint64_t);
     }
-    for (size_t c = lru->dir->cap; c < chunks_full; c *= 2)
-        full += sizeof(lru_dir_t) + 2 * c * sizeof(unsigned char *);
+    for (size_t c = lru->dir->mask + 1; c < chunks_full; c *= 2)
+        full += sizeof(lru_arr_t) + 2 * c * sizeof(uint64_t);
     byval_unlock(&lru->lock);
     *now_p = now;
     *full_per_entry_p = cap ? (full + cap / 2) / cap : 0;

@@ -201,20 +201,16 @@ BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop);
 
 /* ---- the map ------------------------------------------------------------- */
 
-static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
-{
-    return (slot_t *)ptab_at(&m->tab, i);
-}
-
+/* ptr's slot, or the empty one where it would go; its index in *i_p. */
 static slot_t *find(const byval_ptrmap_t *m, uintptr_t ptr, size_t *i_p)
 {
     *i_p = ptab_find(&m->tab, ptr);
-    return slot_at(m, *i_p);
+    return (slot_t *)ptab_at(&m->tab, *i_p);
 }
 
 static void erase(byval_ptrmap_t *m, size_t i)
 {
-    tally_sub(m, slot_at(m, i)->value);
+    tally_sub(m, ((slot_t *)ptab_at(&m->tab, i))->value);
     ptab_erase(&m->tab, i);
 }
 
@@ -300,7 +296,8 @@ int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
     return byval_ptrmap_ref_value(m, ptr, key, NULL);
 }
 
-int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
+/* unref, or drop: forget ptr whatever its count (the count it had). */
+static inline int unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p, int drop)
 {
     if (!m || !ptr)
         return -1;
@@ -313,37 +310,30 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
             memcpy(key_p, s->key, m->key_len);
         if (value_p)
             *value_p = s->value;
-        if (s->count == 0) {
-            n = BYVAL_PTRMAP_CLOSED; /* kept, and closed already */
-        } else {
+        if (drop || s->count == 0)
+            n = drop ? s->count : BYVAL_PTRMAP_CLOSED; /* kept, and closed already */
+        else
             n = --s->count;
-            if (n == 0 && !m->keep)
-                erase(m, i);
-        }
+        if (drop || (n == 0 && !m->keep))
+            erase(m, i);
     }
     map_unlock(m);
     return n;
+}
+
+int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
+{
+    return unref(m, ptr, key_p, value_p, 0);
 }
 
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
 {
-    return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
+    return unref(m, ptr, key_p, NULL, 0);
 }
 
 int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
 {
-    if (!m || !ptr)
-        return -1;
-    int n = -1;
-    size_t i;
-    map_lock(m);
-    slot_t *s = find(m, ptr, &i);
-    if (s->ptr) {
-        n = s->count;
-        erase(m, i);
-    }
-    map_unlock(m);
-    return n;
+    return unref(m, ptr, NULL, NULL, 1);
 }
 
 /* Drop, or close (count 0, kept), every pointer recorded with value: how
@@ -356,14 +346,15 @@ static size_t for_value(byval_ptrmap_t *m, const void *value, uintptr_t hint, in
         return 0;
     map_lock(m);
     size_t count = tally_count(m, value);
-    if (count == 1 && hint && find(m, hint, &i)->ptr && slot_at(m, i)->value == value) {
+    slot_t *h = count == 1 && hint ? find(m, hint, &i) : NULL;
+    if (h && h->ptr && h->value == value) {
         end = i + 1;
     } else {
         i = 0;
         end = count ? m->tab.nslots : 0;
     }
     while (i < end) {
-        slot_t *s = slot_at(m, i);
+        slot_t *s = (slot_t *)ptab_at(&m->tab, i);
         if (s->ptr && s->value == value && (drop || s->count)) {
             n++;
             if (drop) {
