@@ -85,10 +85,8 @@ typedef struct lru_key {
 
 struct byval_lru {
     /* Written at creation (capacity by set_capacity, table and dir locked). */
-    struct byval_lru *reg_next; /* the list of caches (fork), reg_lock */
-    size_t key_len, key_words;
-    size_t stride; /* bytes per slot */
-    size_t capacity;
+    struct byval_lru *reg_next;                  /* the list of caches (fork), reg_lock */
+    size_t key_len, key_words, stride, capacity; /* stride: bytes per slot */
     byval_lru_evict_fn evict;
     void *ctx;
     lru_arr_t *table, *dir;
@@ -100,10 +98,9 @@ struct byval_lru {
     uint32_t free_head; /* free slots, chained through hnext */
     uint32_t hand;      /* the clock hand: next slot the sweep looks at */
     size_t nchunks;
-    size_t nodes;   /* slots in the table: live + zombies */
-    size_t count;   /* live entries: the bound (read unlocked by put) */
-    size_t zombies; /* read unlocked by put */
-    size_t high_water;
+    /* Slots in the table (live + zombies), live entries (the bound), zombies
+     * (these two read unlocked by put). */
+    size_t nodes, count, zombies, high_water;
     uint64_t misses, inserts, evictions, removals;
 
     struct { /* hit counters, one stripe a thread; two lines, as CPUs prefetch pairs */
@@ -207,11 +204,11 @@ static lru_arr_t *arr_new(size_t words)
     return a;
 }
 
-/* Bytes of every bucket array and chunk directory, replaced ones too;
- * free_them: frees them and the chunks. */
-static size_t meta(byval_lru_t *lru, int free_them)
+/* Bytes of the chunks and of every table and directory, replaced ones too;
+ * free_them: frees them. */
+static size_t bytes_held(byval_lru_t *lru, int free_them)
 {
-    size_t bytes = 0;
+    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift);
     for (size_t c = 0; free_them && lru->dir && c < lru->nchunks; c++)
         free((void *)(uintptr_t)lru->dir->w[c]);
     lru_arr_t *heads[2] = {lru->table, lru->dir};
@@ -403,11 +400,10 @@ static int kill(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
  * under the lock); the last one releases it. The references left. */
 static int zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
 {
-    if (REFS(st) == 1) {
+    if (REFS(st) == 1)
         kill(lru, idx, st, c);
-        return 0;
-    }
-    ST(&slot_at(lru, idx)->state, st - 1);
+    else
+        ST(&slot_at(lru, idx)->state, st - 1);
     return (int)REFS(st) - 1;
 }
 
@@ -524,13 +520,12 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
         errno = ENOMEM;
         return NULL;
     }
-    memset(lru, 0, sizeof(*lru));
-    lru->key_len = key_len;
-    lru->key_words = (key_len + 7) / 8;
+    *lru = (byval_lru_t){.key_len = key_len,
+                         .key_words = (key_len + 7) / 8,
+                         .capacity = capacity,
+                         .evict = evict,
+                         .ctx = ctx};
     lru->stride = sizeof(lru_slot_t) + lru->key_words * 8;
-    lru->capacity = capacity;
-    lru->evict = evict;
-    lru->ctx = ctx;
     /* Chunks of capacity/64 slots (16..1024): small caches waste little,
      * large ones need few chunks. The table: load <= 7/8 when full. */
     lru->chunk_shift = (unsigned)__builtin_ctzll(pow2_at_least(capacity / 64, 16, 10));
@@ -539,7 +534,7 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
     lru->dir = arr_new(4);
     lru->next_new = lru->hand = 1;
     if (!lru->table || !lru->dir) {
-        meta(lru, 1);
+        bytes_held(lru, 1);
         free(lru);
         errno = ENOMEM;
         return NULL;
@@ -570,7 +565,7 @@ void byval_lru_destroy(byval_lru_t *lru)
         if (!(LD(&slot_at(lru, i)->state) & ST_DEAD))
             chain_push(lru, &c, i);
     unlock_release(lru, &c);
-    meta(lru, 1);
+    bytes_held(lru, 1);
     byval_lock_destroy(&lru->lock);
     free(lru);
 }
@@ -745,27 +740,6 @@ int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
     return put_finish(lru, left, 1, &c);
 }
 
-/* (locked) Drop a reference of the entry find() gives for a put. */
-static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, enum find_mode mode,
-                      lru_chain_t *c, int *zombie_p)
-{
-    for (;;) {
-        uint32_t i;
-        uint64_t st;
-        lru_slot_t *s = find(lru, k, mode, value, &i, &st);
-        if (!s)
-            return BYVAL_LRU_NOENT;
-        if (st & ST_ZOMBIE) {
-            *zombie_p = 1;
-            return zombie_put(lru, i, st, c);
-        }
-        int left = ref_cas(s, ST_GEN(st), -1);
-        if (left >= 0)
-            return left;
-        /* A lock-free put took the last reference first: look again. */
-    }
-}
-
 /* put and put_value; the latter tries a lock-free put of the live entry. */
 static int lru_put(byval_lru_t *lru, const void *key, const void *value, enum find_mode mode)
 {
@@ -781,7 +755,16 @@ static int lru_put(byval_lru_t *lru, const void *key, const void *value, enum fi
     lru_chain_t c = {0, 0};
     if (left < 0) {
         byval_lock(&lru->lock);
-        left = put_locked(lru, &k, value, mode, &c, &zombie);
+        for (;;) { /* until no lock-free put takes the last reference first */
+            s = find(lru, &k, mode, value, &i, &st);
+            if (!s || (st & ST_ZOMBIE)) {
+                zombie = s != NULL;
+                left = s ? zombie_put(lru, i, st, &c) : BYVAL_LRU_NOENT;
+                break;
+            }
+            if ((left = ref_cas(s, ST_GEN(st), -1)) >= 0)
+                break;
+        }
         byval_unlock(&lru->lock);
     }
     return put_finish(lru, left, zombie, &c);
@@ -829,8 +812,7 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref)
 
 /* One pass over the slots under the lock, from the clock hand (so that
  * evict_if takes the entries the clock would take first). */
-static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx,
-                   enum out_mode mode)
+static size_t scan(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx, enum out_mode mode)
 {
     size_t matched = 0;
     if (!lru || !pred)
@@ -854,17 +836,17 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
     return matched;
 }
 
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_remove_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
     return scan(lru, pred, ctx, OUT_DETACH);
 }
 
-size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_purge_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
     return scan(lru, pred, ctx, OUT_PURGE);
 }
 
-size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_evict_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
     return scan(lru, pred, ctx, OUT_EVICT);
 }
@@ -891,7 +873,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
     }
     /* What the entries cost: every chunk and table, shared over the
      * entries held (one slot and bucket when empty). */
-    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift) + meta(lru, 0);
+    size_t bytes = bytes_held(lru, 0);
     byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
     st->bytes_per_entry =
@@ -904,10 +886,9 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 {
     byval_lock(&lru->lock);
     size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
-    size_t chunk = lru->stride << lru->chunk_shift, mb = meta(lru, 0);
-    size_t chunks_full = (cap + per - 1) / per;
-    size_t now = lru->nchunks * chunk + mb;
-    size_t full = (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk + mb;
+    size_t chunks_full = (cap + per - 1) / per, now = bytes_held(lru, 0), full = now;
+    if (chunks_full > lru->nchunks)
+        full += (chunks_full - lru->nchunks) * (lru->stride << lru->chunk_shift);
     for (size_t size = lru->table->mask + 1; cap * 8 > size * 7;) { /* doubles past 7/8 */
         size *= 2;
         full += sizeof(lru_arr_t) + size * sizeof(uint64_t);

@@ -35,6 +35,8 @@ typedef uint64_t byval_lru_ref_t;
 /* Called with the evicted/removed entry's key and value, never under the
  * cache lock, never from the at-fork child handler. */
 typedef void (*byval_lru_evict_fn)(void *ctx, const void *key, void *value);
+/* The *_if scans' predicate. */
+typedef int (*byval_lru_pred_fn)(void *ctx, const void *key, void *value);
 
 typedef struct byval_lru_stats {
     uint64_t hits;
@@ -114,8 +116,7 @@ int byval_lru_remove(byval_lru_t *lru, const void *key);
 /* Remove every entry for which pred(ctx, key, value) returns non-zero,
  * with remove()'s semantics. O(n). Returns how many matched. pred runs
  * under a cache lock: it must not call this cache, nor fork(). */
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                           void *ctx);
+size_t byval_lru_remove_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 /* Remove the very entry ref names (remove()'s semantics), not whatever
  * now holds its key: BYVAL_LRU_OK, or BYVAL_LRU_NOENT when that entry is
@@ -126,14 +127,12 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref);
  * released now: the references out there become stale (their puts
  * return BYVAL_LRU_NOENT). For owners that know the entries are dead
  * whatever their users think (a destroyed GPU context). */
-size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                          void *ctx);
+size_t byval_lru_purge_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 /* Evict unreferenced live entries for which pred returns > 0, visiting
  * them in clock order; pred returning < 0 ends the pass. Returns how many
  * were evicted (counted as evictions). Same rules for pred as remove_if. */
-size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                          void *ctx);
+size_t byval_lru_evict_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *stats_p);
 

@@ -265,28 +265,23 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     size_t i;
     map_lock(m);
     slot_t *s = find(m, ptr, &i);
-    if (s->ptr) {
-        int same = s->value == value && memcmp(s->key, key, m->key_len) == 0;
-        if (!same && s->count == 0) {
-            /* A kept closed pointer of a mapping released without a drop:
-             * the new one at that address replaces it. */
-            memcpy(s->key, key, m->key_len);
-            tally_sub(m, s->value);
-            tally_add(m, value);
-            s->value = value;
-            same = 1;
-        }
-        if (same)
-            n = ++s->count;
-    } else if (ptab_room(&m->tab) == 0) {
+    int same = s->ptr && s->value == value && memcmp(s->key, key, m->key_len) == 0;
+    if (!s->ptr && ptab_room(&m->tab) == 0) { /* a new slot: zeroes, as a closed one */
         s = find(m, ptr, &i);
         s->ptr = ptr;
-        s->count = n = 1;
-        s->value = value;
-        memcpy(s->key, key, m->key_len);
         m->tab.used++;
-        tally_add(m, value);
     }
+    if (s->ptr && !same && s->count == 0) {
+        /* New, or a kept closed pointer of a mapping released without a
+         * drop: the new one at that address replaces it. */
+        memcpy(s->key, key, m->key_len);
+        tally_sub(m, s->value);
+        tally_add(m, value);
+        s->value = value;
+        same = 1;
+    }
+    if (same)
+        n = ++s->count;
     map_unlock(m);
     return n;
 }
