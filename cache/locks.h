@@ -15,20 +15,15 @@
  * locks (the driver's pidfd_getfd reaches the rescue). So their locks rank
  * before all of ours, except the driver's, which also rank after the gate.
  *
- * fork(): one pthread_atfork, installed by locks.c's constructor. Prepare
- * takes every registered lock in rank order (no deadlock with a thread
- * that keeps the order); parent and child release them (the forking
- * thread, the child's only one, holds all; the gate is made anew), then
- * the child runs the modules' BYVAL_FORK_CHILD callbacks, each resetting
- * its own module (any order; they may take locks). Handlers registered
- * later (drivers, the application) prepare before ours: the gate, held
- * across a driver call, is waited for only BYVAL_GATE_FORK_MS. Our threads
- * start under BGTHREAD, so no fork copies libc's or a sanitizer's
- * bookkeeping of a thread mid-start (only fdcheck.c's threads exit).
- *
- * Registration is static (BYVAL_LOCK_STATIC, BYVAL_LOCK_CLASS at file
- * scope, in the byval_locks section): no lock exists that fork does not
- * know about.
+ * fork(): one pthread_atfork. Prepare takes every registered lock in rank
+ * order; parent and child release them (the gate is made anew), then the
+ * child runs the modules' BYVAL_FORK_CHILD callbacks (each resets its own
+ * module; they may take locks). Handlers registered later (drivers, the
+ * application) prepare before ours: the gate, held across a driver call,
+ * is waited for only BYVAL_GATE_FORK_MS. Our threads start under BGTHREAD,
+ * so no fork copies libc's or a sanitizer's bookkeeping of a thread
+ * mid-start (only fdcheck.c's threads exit). Registration is static (at
+ * file scope, in a section): no lock exists that fork does not know.
  */
 #ifndef BYVAL_CACHE_LOCKS_H
 #define BYVAL_CACHE_LOCKS_H

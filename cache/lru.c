@@ -3,25 +3,19 @@
  * lru.c - the bounded cache of lru.h, whole: slots and hash table, lock-free
  * hits and puts, eviction by the clock, zombies, and fork.
  *
- * Concurrency. Every change of the table, of a slot's contents or of the
- * counters is made under the cache's one lock. Hits and the puts that leave
- * an entry live take none: they probe the table with atomic loads and move
- * the reference count with one CAS on the entry's state word, whose
- * generation (bumped when a slot is reused) proves that the key compared
- * just before still names the entry. Slots live in chunks freed only with
- * the cache, as are replaced bucket arrays and chunk directories, so a
- * reader never touches freed memory. A lock-free miss is confirmed locked.
+ * Every change of the table, a slot or the counters is made under the
+ * cache's one lock. Hits and the puts that leave an entry live take none:
+ * they probe with atomic loads and move the reference count with one CAS on
+ * the state word, whose generation (bumped when a slot is reused) proves the
+ * key just compared still names the entry. Chunks, replaced tables and
+ * directories are freed only with the cache: a reader never touches freed
+ * memory. A lock-free miss is confirmed locked.
  *
- * The clock, not a strict LRU list: a list relinked on every hit needs the
- * lock and bounces its lines between CPUs (16 threads ran 1.3x one). A hit
- * sets the entry's CLOCK bit in the CAS that takes its reference; the hand
- * (locked, at insert) clears the bit of an entry used since it last passed
- * and evicts the first unreferenced entry without it.
- *
- * The table: open addressing, a bucket = hash << 32 | slot index, so a probe
- * reads bucket lines, which hits leave alone, then the one slot whose hash
- * matches; removal shifts later entries back (no tombstones). A slot is 24
- * bytes plus the key; the table stays <= 7/8 full (48-byte key: ~85 bytes).
+ * The clock, not an LRU list (relinked on every hit, it needs the lock): a
+ * hit sets CLOCK in the CAS that takes its reference; the hand (locked, at
+ * insert) clears it, and evicts the first unreferenced entry without it.
+ * The table: open addressing on hash << 32 | slot index (a probe reads
+ * bucket lines, then the one slot whose hash matches), removal shifts back.
  */
 #include "cache/lru.h"
 
@@ -94,13 +88,10 @@ struct byval_lru {
 
     /* Written under the lock only. */
     byval_lock_t lock __attribute__((aligned(CACHELINE)));
-    uint32_t next_new;  /* first never-used slot index */
-    uint32_t free_head; /* free slots, chained through hnext */
-    uint32_t hand;      /* the clock hand: next slot the sweep looks at */
-    size_t nchunks;
+    uint32_t next_new, free_head, hand; /* first never-used slot; free list (hnext); clock */
     /* Slots in the table (live + zombies), live entries (the bound), zombies
      * (these two read unlocked by put). */
-    size_t nodes, count, zombies, high_water;
+    size_t nchunks, nodes, count, zombies, high_water;
     uint64_t misses, inserts, evictions, removals;
 
     struct { /* hit counters, one stripe a thread; two lines, as CPUs prefetch pairs */
@@ -156,14 +147,6 @@ static int key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
     return 1;
 }
 
-static inline int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
-{
-    uint64_t diff = 0;
-    for (size_t i = 0; i < lru->key_words; i++) /* acquire: see publish() */
-        diff |= LD_ACQ(&s->key[i]) ^ k->w[i];
-    return diff == 0;
-}
-
 static inline lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 {
     const lru_arr_t *d = LD_ACQ(&lru->dir);
@@ -181,11 +164,6 @@ static inline lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
     const lru_arr_t *d = LD_ACQ(&lru->dir);
     uint32_t c = (idx - 1) >> lru->chunk_shift;
     return c <= d->mask && LD(&d->w[c]) ? slot_at(lru, idx) : NULL;
-}
-
-static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
-{
-    return (uint64_t)idx << 32 | gen; /* idx >= 1: never 0 */
 }
 
 static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
@@ -271,9 +249,9 @@ static void table_put(lru_arr_t *t, uint32_t h, uint32_t idx)
     ST_REL(&t->w[p], ((uint64_t)h << 32) | idx);
 }
 
-/* (locked) Fill slot idx (state = refs, a new generation) and add it to the
- * table, which doubles past a load of 7/8 (zombies, a capacity raised); -1
- * when it is full and cannot grow. */
+/* (locked) Fill slot idx (state = refs, a new generation), add it to the
+ * table, which doubles past a load of 7/8 (zombies, a capacity raised), and
+ * count it; -1 (idx freed) when the table is full and cannot grow. */
 static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *value, uint32_t refs)
 {
     lru_arr_t *o = lru->table, *n;
@@ -286,8 +264,10 @@ static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *val
         n->retired = o;
         ST_REL(&lru->table, n);
     }
-    if (lru->nodes + 1 > lru->table->mask)
+    if (lru->nodes + 1 > lru->table->mask) {
+        slot_free(lru, idx);
         return -1;
+    }
     lru_slot_t *s = slot_at(lru, idx);
     uint64_t old = LD(&s->state);
     /* Release stores, read with acquire loads: a reader that reads any of
@@ -301,6 +281,10 @@ static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *val
     ST_REL(&s->state, ((uint64_t)(ST_GEN(old) + 1) << 32) | refs);
     table_put(lru->table, k->h, idx);
     lru->nodes++;
+    ST(&lru->count, lru->count + 1);
+    if (lru->count > lru->high_water)
+        ST(&lru->high_water, lru->count);
+    lru->inserts++;
     return 0;
 }
 
@@ -371,7 +355,6 @@ static void release(byval_lru_t *lru, lru_chain_t *c)
         slot_free(lru, i);
     }
     byval_unlock(&lru->lock);
-    c->head = c->tail = 0;
 }
 
 static void unlock_release(byval_lru_t *lru, lru_chain_t *c)
@@ -453,18 +436,17 @@ static int evict_one(byval_lru_t *lru, lru_chain_t *c)
     return 0;
 }
 
-static void trim(byval_lru_t *lru, lru_chain_t *c)
+/* (locked) Evict until room more entries fit, or none can be evicted. */
+static void trim(byval_lru_t *lru, lru_chain_t *c, size_t room)
 {
-    while (lru->count > LD(&lru->capacity) && evict_one(lru, c))
+    while (lru->count + room > LD(&lru->capacity) && evict_one(lru, c))
         ;
 }
 
 /* ---- fork ------------------------------------------------------------------ *
  * Every cache is on one list, the class LRU of cache/locks.h: prepare takes
- * every cache's lock, the parent and the child release them, and the child
- * forgets every entry without callbacks (they would call the GPU driver,
- * whose state the child does not own). No cache operation holds two cache
- * locks or waits while holding one, so prepare cannot deadlock. */
+ * every cache's lock (no operation holds two or waits holding one), and the
+ * child forgets every entry without callbacks (they would call the driver). */
 
 static byval_lock_t reg_lock = BYVAL_LOCK_INIT(LRU_LIST);
 static byval_lru_t *reg_head;
@@ -494,8 +476,7 @@ static void fork_child(void)
         for (size_t b = 0; b <= c->table->mask; b++)
             ST(&c->table->w[b], 0);
         c->next_new = c->hand = 1;
-        c->free_head = 0;
-        c->nodes = 0;
+        c->nodes = c->free_head = 0;
         ST(&c->count, 0);
         ST(&c->zombies, 0);
         ST(&c->high_water, 0);
@@ -553,11 +534,10 @@ void byval_lru_destroy(byval_lru_t *lru)
     if (!lru)
         return;
     byval_lock(&reg_lock);
-    for (byval_lru_t **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
-        if (*pp == lru) {
-            *pp = lru->reg_next;
-            break;
-        }
+    byval_lru_t **pp = &reg_head;
+    while (*pp != lru)
+        pp = &(*pp)->reg_next;
+    *pp = lru->reg_next;
     byval_unlock(&reg_lock);
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
@@ -596,7 +576,10 @@ static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_m
         if (mode == FIND_LIVE ? (st & (ST_DEAD | ST_ZOMBIE))
                               : !REFS(st) || (mode == FIND_PUT_VALUE && LD(&s->value) != value))
             continue;
-        if (!key_eq(lru, s, k))
+        uint64_t diff = 0;
+        for (size_t w = 0; w < lru->key_words; w++) /* acquire: see publish() */
+            diff |= LD_ACQ(&s->key[w]) ^ k->w[w];
+        if (diff)
             continue;
         found = s;
         *idx_p = (uint32_t)e;
@@ -607,10 +590,23 @@ static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_m
     return found;
 }
 
-/* get and get_ref: reference (take_ref), or only mark used, the live entry;
- * ref_p (take_ref only) gets the handle, 0 on a miss. A lock-free miss
- * (absent, or the probe raced a writer) asks again under the lock. The value
- * is read before the CAS validates the generation (the seqlock read). */
+/* Reference (take_ref), or only mark used, the live entry for k: its index,
+ * 0 when there was none or no more reference fits. The value is read before
+ * the CAS validates the generation (the seqlock read). */
+static inline uint32_t get_live(byval_lru_t *lru, const lru_key_t *k, int take_ref, void **v_p,
+                                uint32_t *gen_p)
+{
+    uint64_t st;
+    uint32_t i;
+    lru_slot_t *s = find(lru, k, FIND_LIVE, NULL, &i, &st);
+    if (!s)
+        return 0;
+    *v_p = LD_ACQ(&s->value);
+    *gen_p = ST_GEN(st);
+    return ref_cas(s, ST_GEN(st), take_ref != 0) < 0 ? 0 : i;
+}
+
+/* get and get_ref: ref_p (take_ref only) gets the handle, 0 on a miss. */
 static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p,
                    byval_lru_ref_t *ref_p)
 {
@@ -619,28 +615,22 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
     lru_key_t k;
     if (!key_prep(lru, key, &k))
         return 0;
-    for (int locked = 0;; locked = 1) {
-        uint64_t st;
-        uint32_t i;
-        lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
-        void *v = s ? LD_ACQ(&s->value) : NULL;
-        int hit = s && ref_cas(s, ST_GEN(st), take_ref != 0) >= 0;
-        if (locked) {
-            lru->misses += !hit;
-            byval_unlock(&lru->lock);
-        }
-        if (hit) {
-            byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
-            if (value_p)
-                *value_p = v;
-            if (ref_p)
-                *ref_p = mkref(i, ST_GEN(st));
-            return 1;
-        }
-        if (locked)
-            return 0;
+    void *v = NULL;
+    uint32_t gen = 0, i = get_live(lru, &k, take_ref, &v, &gen);
+    if (!i) { /* absent, or the probe raced a writer: ask under the lock */
         byval_lock(&lru->lock);
+        i = get_live(lru, &k, take_ref, &v, &gen);
+        lru->misses += !i;
+        byval_unlock(&lru->lock);
+        if (!i)
+            return 0;
     }
+    byval_stripe_bump(&lru->stripes[byval_stripe()].hits);
+    if (value_p)
+        *value_p = v;
+    if (ref_p)
+        *ref_p = (uint64_t)i << 32 | gen; /* i >= 1: never 0 */
+    return 1;
 }
 
 int byval_lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value_p)
@@ -670,27 +660,19 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
     byval_lock(&lru->lock);
     lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
     /* Make room first, so that the bound holds at every instant. */
-    while (!s && lru->count >= LD(&lru->capacity) && evict_one(lru, &c))
-        ;
+    if (!s)
+        trim(lru, &c, 1);
     if (s) {
         rc = take_ref && ref_cas(s, ST_GEN(st), 1) < 0 ? BYVAL_LRU_FULL : BYVAL_LRU_EXISTS;
         if (rc == BYVAL_LRU_EXISTS && existing_p)
             *existing_p = LD(&s->value);
     } else if (lru->count >= LD(&lru->capacity)) {
         rc = BYVAL_LRU_FULL;
-    } else if (!(i = slot_alloc(lru))) {
+    } else if (!(i = slot_alloc(lru)) || publish(lru, i, &k, value, take_ref ? 1 : 0) != 0) {
         rc = BYVAL_LRU_NOMEM;
-    } else if (publish(lru, i, &k, value, take_ref ? 1 : 0) != 0) {
-        slot_free(lru, i);
-        rc = BYVAL_LRU_NOMEM;
-    } else {
-        ST(&lru->count, lru->count + 1);
-        if (lru->count > lru->high_water)
-            ST(&lru->high_water, lru->count);
-        lru->inserts++;
     }
     if (ref_p && rc >= 0) /* the generation moves only under the lock */
-        *ref_p = mkref(i, ST_GEN(LD(&slot_at(lru, i)->state)));
+        *ref_p = (uint64_t)i << 32 | ST_GEN(LD(&slot_at(lru, i)->state));
     unlock_release(lru, &c);
     return rc;
 }
@@ -713,7 +695,7 @@ static int put_finish(byval_lru_t *lru, int left, int zombie, lru_chain_t *c)
 {
     if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
         byval_lock(&lru->lock);
-        trim(lru, c);
+        trim(lru, c, 0);
         byval_unlock(&lru->lock);
     }
     release(lru, c);
@@ -731,11 +713,10 @@ int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
         return put_finish(lru, left, 0, &c);
     /* Not live: a zombie (a live entry we hold a reference of can only
      * become one), or a stale handle. */
-    left = BYVAL_LRU_NOENT;
     byval_lock(&lru->lock);
     uint64_t st = LD(&s->state);
-    if (ST_GEN(st) == (uint32_t)ref && (st & ST_ZOMBIE) && !(st & ST_DEAD) && REFS(st))
-        left = zombie_put(lru, (uint32_t)(ref >> 32), st, &c);
+    int zombie = ST_GEN(st) == (uint32_t)ref && (st & ST_ZOMBIE) && !(st & ST_DEAD) && REFS(st);
+    left = zombie ? zombie_put(lru, (uint32_t)(ref >> 32), st, &c) : BYVAL_LRU_NOENT;
     byval_unlock(&lru->lock);
     return put_finish(lru, left, 1, &c);
 }
@@ -907,6 +888,6 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
     ST(&lru->capacity, capacity);
-    trim(lru, &c);
+    trim(lru, &c, 0);
     unlock_release(lru, &c);
 }

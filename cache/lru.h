@@ -2,21 +2,16 @@
 /*
  * lru.h - generic, bounded, thread-safe LRU cache with reference counts.
  *
- * Keys are fixed-size byte strings (key_len given at creation, compared
- * bytewise, so callers must zero padding); values are opaque pointers.
- * Referenced entries are never evicted. The eviction callback runs after
- * the cache lock is released, with the entry's own key and value. All
- * operations are O(1) except the *_if scans. Invalid arguments (NULL cache,
- * key or predicate) do nothing: get and the scans return 0, the others
- * BYVAL_LRU_NOENT.
+ * Keys are fixed-size byte strings (compared bytewise: callers zero the
+ * padding); values are opaque pointers. Referenced entries are never
+ * evicted; the eviction callback runs after the cache lock is released.
+ * All operations are O(1) except the *_if scans. Invalid arguments (NULL
+ * cache, key or predicate) do nothing: get and the scans return 0, the
+ * others BYVAL_LRU_NOENT. A reference taken with a handle (get_ref,
+ * insert_ref) is dropped by it (put_ref) without hashing the key again.
  *
- * A reference taken with a handle (get_ref, insert_ref) is dropped by it
- * (put_ref), which goes to the very entry without hashing the key again:
- * half of every cached open+close cycle.
- *
- * fork(): every cache is in the class LRU of cache/locks.h; the child
- * empties every cache WITHOUT eviction callbacks (no driver call in the
- * child) and zeroes its stats.
+ * fork(): the child empties every cache WITHOUT eviction callbacks (no
+ * driver call in the child) and zeroes its stats.
  */
 #ifndef BYVAL_CACHE_LRU_H
 #define BYVAL_CACHE_LRU_H
@@ -39,16 +34,11 @@ typedef void (*byval_lru_evict_fn)(void *ctx, const void *key, void *value);
 typedef int (*byval_lru_pred_fn)(void *ctx, const void *key, void *value);
 
 typedef struct byval_lru_stats {
-    uint64_t hits;
-    uint64_t misses;
-    uint64_t inserts;
-    uint64_t evictions; /* capacity evictions */
-    uint64_t removals;  /* explicit remove / remove_if */
-    size_t size;        /* entries now */
-    size_t high_water;  /* max entries ever */
-    size_t capacity;
-    size_t referenced;      /* entries with refs > 0 now */
-    size_t bytes_per_entry; /* memory one entry costs the cache */
+    uint64_t hits, misses, inserts;
+    uint64_t evictions, removals;      /* by the capacity; by remove, remove_if, purge_if */
+    size_t size, high_water, capacity; /* entries now, the most ever, the bound */
+    size_t referenced;                 /* entries with refs > 0 now */
+    size_t bytes_per_entry;            /* memory one entry costs the cache */
 } byval_lru_stats_t;
 
 enum {

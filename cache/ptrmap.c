@@ -3,19 +3,15 @@
  * ptrmap.c - the pointer map: open addressing on the pointer, one spin lock,
  * and a tally of the slots that hold each value.
  *
- * Every cached re-open and close goes through here: slots hold the entry
- * inline (no malloc per open), probing is linear on a multiplicative hash,
- * deletion shifts back (no tombstones), the table doubles at half load.
- * The tally (value -> slots, the same kind of table) lets a release find
- * its mapping's one pointer without scanning the map: at 1M entries a scan
- * per release held the lock 1-3 ms. An allocation it cannot get marks it
- * lost for good: every count is then unknown and the map scans.
+ * Every cached re-open and close goes through here: entries inline (no
+ * malloc per open), linear probing, deletion shifts back, doubling at half
+ * load. The tally (value -> slots) lets a release find its mapping's pointer
+ * without a scan (1-3 ms at 1M entries); once an allocation for it fails,
+ * counts are unknown for good and the map scans.
  *
- * The lock is a test-and-test-and-set spin lock: one exchange to take, one
- * plain store to release, where a mutex costs a locked instruction each way
- * (a cached open+close takes it twice, and locked instructions are most of
- * a hit's cost on large virtual machines). A waiter spins with pause, then
- * yields, so a holder preempted mid-section is not starved.
+ * The lock spins (test-and-test-and-set, pause, then yield): one exchange
+ * to take and a plain store to release, where a mutex costs a locked
+ * instruction each way (most of a hit's cost on large virtual machines).
  */
 #include "cache/ptrmap.h"
 
@@ -47,8 +43,7 @@ struct byval_ptrmap {
     int locked;
     struct byval_ptrmap *next; /* the list of maps (fork), maps.lock */
     size_t key_len;
-    int keep; /* closed pointers stay, with count 0, until dropped */
-    int tally_lost;
+    int keep, tally_lost; /* keep: closed pointers stay, with count 0, until dropped */
     ptab_t tab, tally;
 };
 
@@ -246,11 +241,10 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
     if (!m)
         return;
     byval_lock(&maps.lock);
-    for (byval_ptrmap_t **pp = &maps.head; *pp; pp = &(*pp)->next)
-        if (*pp == m) {
-            *pp = m->next;
-            break;
-        }
+    byval_ptrmap_t **pp = &maps.head;
+    while (*pp != m)
+        pp = &(*pp)->next;
+    *pp = m->next;
     byval_unlock(&maps.lock);
     free(m->tab.slots);
     free(m->tally.slots);
@@ -336,18 +330,15 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
  * pointer, or one and it is hint; else a scan. */
 static size_t for_value(byval_ptrmap_t *m, const void *value, uintptr_t hint, int drop)
 {
-    size_t n = 0, i = 0, end;
+    size_t n = 0, i = 0;
     if (!m)
         return 0;
     map_lock(m);
     size_t count = tally_count(m, value);
     slot_t *h = count == 1 && hint ? find(m, hint, &i) : NULL;
-    if (h && h->ptr && h->value == value) {
-        end = i + 1;
-    } else {
-        i = 0;
-        end = count ? m->tab.nslots : 0;
-    }
+    int one = h && h->ptr && h->value == value;
+    size_t end = one ? i + 1 : count ? m->tab.nslots : 0;
+    i = one ? i : 0;
     while (i < end) {
         slot_t *s = (slot_t *)ptab_at(&m->tab, i);
         if (s->ptr && s->value == value && (drop || s->count)) {
