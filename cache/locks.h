@@ -31,34 +31,26 @@
 #include <pthread.h>
 
 /* X(rank, name), in order. Owner: what it guards; what it is held across.
- * IMPORTS_GATE   cache/imports.c g.gate (rwlock): releases run shared across
- *                the driver's close; a context purge and fork take it exclusive
- * CU_POOLS       shim/cu_export.c: VMM pools; while a pool's exports start/end
- * CU_MIRRORS     shim/cu_import.c: live mirrors; while a dead one gives back
- *                what no open needs (CU_MIRROR, the driver's unmaps)
- * CU_MIRROR      shim/cu_import.c: a mirror's growth; across the fetch and the
- *                driver's import and map (nothing releases under it)
- * EXPORTS        cache/exports.c: the export core; while an export is published
- *                and withdrawn in handles/ and its LRU used
- * BROKER_SERVE   handles/broker_serve.c: listener, connections; thread start
+ * IMPORTS_GATE   cache/imports.c gate: shared by releases across the driver; exclusive: purge, fork
+ * CU_POOLS       shim/cu_export.c: VMM pools; while a pool's exports start and end (EXPORTS)
+ * CU_MIRRORS     shim/cu_import.c: live mirrors; while a dead one gives back (driver's unmaps)
+ * CU_MIRROR      shim/cu_import.c: a mirror's growth; across the fetch, driver import and map
+ * EXPORTS        cache/exports.c: the export core; while exports are (un)published, its LRU used
+ * BROKER_SERVE   handles/broker_serve.c: listener, connections; while its thread starts
  * BROKER_OFFERS  handles/broker_serve.c: fds offered, the uid rule; a leaf
  * REGISTRY       handles/registry.c: registry page, memfd and pipe; a leaf
- * REGISTRY_FDS   handles/registry_fds.c: exported fds and proofs; a leaf
- * REGISTRY_WATCH handles/registry_watch.c: views, pidfd watches; thread start
+ * REGISTRY_FDS   handles/registry_fds.c: exported fds and their proofs; a leaf
+ * REGISTRY_WATCH handles/registry_watch.c: views, pidfd watches; while its thread starts
  * TRANSPORT      handles/resolve.c: how each exporter was reached; a leaf
  * EXPORTERS      cache/exporters.c: exporter pidfds and their loans; a leaf
  * ZE_FDCONV      shim/ze_fdconv.c: duplicates handed out as fds; a leaf
- * IMPORTS        cache/imports.c g.lock: import caches, uncached mappings;
- *                while the open-pointer map is made (PTRMAP_LIST)
+ * IMPORTS        cache/imports.c g.lock: caches, uncached mappings; while a pointer map is made
  * LRU_LIST       cache/lru.c: live LRU caches (class LRU)
- * LRU            cache/lru.c: one cache (a class); predicates run under it
- *                take no lock, callbacks run after it
+ * LRU            cache/lru.c: one cache (class); predicates under it take none, callbacks after
  * PTRMAP_LIST    cache/ptrmap.c: live pointer maps (class PTRMAP)
- * PTRMAP         cache/ptrmap.c: one map's spin lock (a class); a leaf
- * ONCE           cache/locks.c: marks an init running or done, never held
- *                across one (asked for under any lock above); a leaf
- * BGTHREAD       handles/bgthread.c: thread starts, across pthread_create;
- *                fork's prepare waits under it for new threads to run ours
+ * PTRMAP         cache/ptrmap.c: one map's spin lock (class); a leaf
+ * ONCE           cache/locks.c: an init's running/done mark, never across the init; a leaf
+ * BGTHREAD       handles/bgthread.c: across pthread_create; fork waits under it for new threads
  */
 #define BYVAL_RANKS(X)                       \
     X(IMPORTS_GATE, "imports release gate")  \
