@@ -91,12 +91,10 @@ static int wr_take_locked(byval_rwlock_t *l, const struct timespec *deadline)
         rc = deadline ? pthread_cond_timedwait(&l->c, &l->m, deadline)
                       : pthread_cond_wait(&l->c, &l->m);
     l->writers_waiting--;
-    if (l->writer || l->readers) {
-        pthread_cond_broadcast(&l->c); /* readers we held back */
-        return 0;
-    }
-    l->writer = 1;
-    return 1;
+    if (!l->writer && !l->readers)
+        return l->writer = 1;
+    pthread_cond_broadcast(&l->c); /* readers we held back */
+    return 0;
 }
 
 void byval_wrlock(byval_rwlock_t *l)
@@ -107,16 +105,11 @@ void byval_wrlock(byval_rwlock_t *l)
     pthread_mutex_unlock(&l->m);
 }
 
-static void wr_drop_locked(byval_rwlock_t *l)
-{
-    l->writer = 0;
-    pthread_cond_broadcast(&l->c);
-}
-
 void byval_wrunlock(byval_rwlock_t *l)
 {
     pthread_mutex_lock(&l->m);
-    wr_drop_locked(l);
+    l->writer = 0;
+    pthread_cond_broadcast(&l->c);
     pthread_mutex_unlock(&l->m);
     byval_rank_leave(l->rank);
 }
@@ -174,42 +167,33 @@ static void fork_check(void)
 
 /* ---- one lock of the order ---------------------------------------------- */
 
-/* fork: the gate's mutex is held across fork like every other lock, and
- * the writer's place taken if it comes within BYVAL_GATE_FORK_MS. */
-static void gate_take(byval_rwlock_t *l)
-{
-    struct timespec dl; /* the condition variable's clock: CLOCK_REALTIME */
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += (long)BYVAL_GATE_FORK_MS * 1000000L;
-    dl.tv_sec += dl.tv_nsec / 1000000000L;
-    dl.tv_nsec %= 1000000000L;
-    pthread_mutex_lock(&l->m);
-    gate_held = wr_take_locked(l, &dl);
-}
-
-static void gate_drop(byval_rwlock_t *l)
-{
-    if (gate_held)
-        wr_drop_locked(l);
-    pthread_mutex_unlock(&l->m);
-}
-
+/* Fork holds every mutex, the gate's included, and takes the gate's writer's
+ * place too if it comes within BYVAL_GATE_FORK_MS. */
 static void take(const byval_lock_desc_t *d)
 {
-    if (d->mutex)
+    if (d->mutex) {
         pthread_mutex_lock(&d->mutex->m);
-    else if (d->rw)
-        gate_take(d->rw);
-    else
+    } else if (d->rw) {
+        struct timespec dl; /* the condition variable's clock: CLOCK_REALTIME */
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (long)BYVAL_GATE_FORK_MS * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&d->rw->m);
+        gate_held = wr_take_locked(d->rw, &dl);
+    } else {
         d->take();
+    }
 }
 
 static void drop(const byval_lock_desc_t *d)
 {
-    if (d->mutex)
-        pthread_mutex_unlock(&d->mutex->m);
-    else if (d->rw)
-        gate_drop(d->rw);
+    if (d->rw && gate_held) {
+        d->rw->writer = 0;
+        pthread_cond_broadcast(&d->rw->c);
+    }
+    if (d->mutex || d->rw)
+        pthread_mutex_unlock(d->mutex ? &d->mutex->m : &d->rw->m);
     else
         d->drop();
 }
@@ -235,22 +219,17 @@ void byval_once(byval_once_t *o, void (*fn)(void))
         return;
     byval_lock(&once_lock);
     const int mine = (int)(ONCE_RUNNING | (generation & 0x1fffffffu) << 2);
-    for (;;) {
-        int s = __atomic_load_n(&o->state, __ATOMIC_RELAXED);
-        if (s == ONCE_DONE) {
-            byval_unlock(&once_lock);
-            return;
-        }
-        if (s != mine) /* new, or left running by a thread of the parent */
-            break;
+    int s;
+    while ((s = __atomic_load_n(&o->state, __ATOMIC_RELAXED)) == mine)
         pthread_cond_wait(&once_cond, &once_lock.m);
+    if (s != ONCE_DONE) { /* new, or left running by a thread of the parent */
+        __atomic_store_n(&o->state, mine, __ATOMIC_RELAXED);
+        byval_unlock(&once_lock);
+        fn();
+        byval_lock(&once_lock);
+        __atomic_store_n(&o->state, ONCE_DONE, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&once_cond);
     }
-    __atomic_store_n(&o->state, mine, __ATOMIC_RELAXED);
-    byval_unlock(&once_lock);
-    fn();
-    byval_lock(&once_lock);
-    __atomic_store_n(&o->state, ONCE_DONE, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&once_cond);
     byval_unlock(&once_lock);
 }
 
@@ -277,15 +256,13 @@ static void fork_parent(void)
  * so is its condition variable, whose waiters are not either. */
 static void fork_child(void)
 {
-    for (unsigned i = norder; i-- > 0;) {
-        byval_rwlock_t *rw = order[i]->rw;
-        if (rw) {
-            rw->readers = rw->writers_waiting = 0;
-            pthread_cond_init(&rw->c, NULL);
+    for (unsigned i = 0; i < norder; i++)
+        if (order[i]->rw) {
+            order[i]->rw->readers = order[i]->rw->writers_waiting = 0;
+            pthread_cond_init(&order[i]->rw->c, NULL);
             gate_held = 1; /* the writer's place is ours: released as such */
         }
-        drop(order[i]);
-    }
+    fork_parent();
     gate_held = 0;
     generation++;
     pthread_cond_init(&once_cond, NULL); /* its waiters are not in the child */
@@ -301,10 +278,8 @@ __attribute__((constructor)) static void locks_install(void)
     for (const byval_lock_desc_t *const *d = __start_byval_locks;
          d && d < __stop_byval_locks && norder < LOCKS_MAX; d++) {
         unsigned i = norder++;
-        while (i > 0 && desc_rank(order[i - 1]) > desc_rank(*d)) {
+        for (; i > 0 && desc_rank(order[i - 1]) > desc_rank(*d); i--)
             order[i] = order[i - 1];
-            i--;
-        }
         order[i] = *d;
     }
     if (norder)

@@ -3,117 +3,75 @@
  * locks.h - every lock of ipcbyval, its rank, and what fork() does to it.
  * It depends on nothing: handles/, cache/ and shim/ all use it.
  *
- * The lock order. BYVAL_RANKS below IS the order: a thread may take a
- * lock only while every lock it holds ranks strictly lower (was listed
- * earlier). Two locks of one rank are never held together (the LRU
- * caches, the pointer maps: a class of instances shares one rank). Built
- * with -DBYVAL_LOCK_DEBUG (make SAN=tsan, so make check-tsan), every
- * byval_lock() checks this against a per-thread stack of held ranks and
- * aborts with both names on a violation.
+ * BYVAL_RANKS IS the lock order: a thread takes a lock only while every
+ * lock it holds ranks strictly lower; two locks of one rank (a class of
+ * instances: the LRU caches, the pointer maps) are never held together.
+ * Built with -DBYVAL_LOCK_DEBUG (make SAN=tsan), byval_lock() checks this
+ * against a per-thread stack of held ranks and aborts naming both.
  *
- * Outside the order. ipcbyval never holds one of its locks while it calls
- * the GPU driver or the application, with these exceptions: the release
- * gate (first rank) and the VMM mirrors' (CU_MIRRORS, CU_MIRROR); and drivers and applications may call into ipcbyval while
- * holding their own locks (the driver's pidfd_getfd reaches the rescue).
- * So in the whole process's order, their locks rank before all of ours,
- * except the driver's, which also rank after the gate.
+ * ipcbyval holds none of its locks while it calls the GPU driver or the
+ * application, except the release gate and the VMM mirrors' (CU_MIRRORS,
+ * CU_MIRROR); drivers and applications may call in holding their own
+ * locks (the driver's pidfd_getfd reaches the rescue). So their locks rank
+ * before all of ours, except the driver's, which also rank after the gate.
  *
- * fork(). One pthread_atfork, installed by this module's constructor (so
- * no lock can be taken before it exists). Its prepare handler takes every
- * registered lock in rank order, which cannot deadlock with any thread
- * that keeps the order; the parent handler releases them; the child
- * handler too (the forking thread, the child's only one, holds every one:
- * so they are as new; the gate is made anew) and then runs the modules'
- * child callbacks (BYVAL_FORK_CHILD),
- * which reset state the child must not inherit: each resets its own
- * module only, so their order does not matter, and they may take locks.
- * Handlers registered later (drivers at their init, the application)
- * run their prepare before ours: the gate is the one lock of ours held
- * across a driver call, so prepare waits for it only BYVAL_GATE_FORK_MS
- * (a driver's prepare may hold the lock the release in flight waits for).
- * ipcbyval's own threads start under the BGTHREAD lock (handles/bgthread.c)
- * so that no fork copies the C library's or a sanitizer's bookkeeping of a
- * thread mid-start; a thread's exit is not covered (only the fd closer's
- * threads exit, handles/fdcheck.c).
- *
- * Registration is static: a module names its lock with
- * BYVAL_LOCK_STATIC (or its class of run-time instances with
- * BYVAL_LOCK_CLASS) at file scope; the descriptor lands in the
- * byval_locks section, which the constructor reads. Nothing is registered
- * at first use, so there is no window in which a lock exists that fork
- * does not know about.
+ * fork(): one pthread_atfork. Prepare takes every registered lock in rank
+ * order; parent and child release them (the gate is made anew), then the
+ * child runs the modules' BYVAL_FORK_CHILD callbacks (each resets its own
+ * module; they may take locks). Handlers registered later (drivers, the
+ * application) prepare before ours: the gate, held across a driver call,
+ * is waited for only BYVAL_GATE_FORK_MS. Our threads start under BGTHREAD,
+ * so no fork copies libc's or a sanitizer's bookkeeping of a thread
+ * mid-start (only fdcheck.c's threads exit). Registration is static (at
+ * file scope, in a section): no lock exists that fork does not know.
  */
 #ifndef BYVAL_CACHE_LOCKS_H
 #define BYVAL_CACHE_LOCKS_H
 
 #include <pthread.h>
 
-/* X(rank, name). Per rank: the lock, its owner, what it guards, and why
- * it sits there (what it is held across, i.e. what ranks after it). */
-#define BYVAL_RANKS(X)                                                                           \
-    /* cache/imports.c g.gate (rwlock): releases of imported mappings run                      \
-     * shared, across the driver's close; a context purge and fork take it                     \
-     * exclusive to wait for them. First: it is held across the driver. */ \
-    X(IMPORTS_GATE, "imports release gate")                                                      \
-    /* shim/cu_export.c: the exporter's VMM pools (chunks exported once                        \
-     * each). Held while a pool's exports start and end (EXPORTS). */ \
-    X(CU_POOLS, "cuda vmm pools")                                                                \
-    /* shim/cu_import.c: the list of live mirrors. Held while a dead                           \
-     * mirror gives back what no open needs (CU_MIRROR; the driver's                            \
-     * unmaps, like CU_MIRROR below). */ \
-    X(CU_MIRRORS, "cuda vmm mirror list")                                                        \
-    /* shim/cu_import.c: a mirror's growth (chunks mapped into a cached                        \
-     * mirror). Held across the fetch and the driver's import and map, the                     \
-     * second lock held across the driver (a driver never calls the                             \
-     * application's cuIpcOpenMemHandle); nothing releases under it. */ \
-    X(CU_MIRROR, "cuda vmm mirror growth")                                                       \
-    /* cache/exports.c: the export core's tables. Held while an export is                      \
-     * published and withdrawn in handles/ (registry, broker offers,                          \
-     * registry by fd) and while its LRU is used: all rank after. */ \
-    X(EXPORTS, "export core")                                                                    \
-    /* handles/broker_serve.c: the socket server's listener and connection                     \
-     * table. Held while the server thread starts (BGTHREAD). */ \
-    X(BROKER_SERVE, "broker server")                                                             \
-    /* handles/broker_offers.c: the fds offered over the socket, the uid                       \
-     * rule. A leaf (fstat, fcntl under it). */ \
-    X(BROKER_OFFERS, "broker offers")                                                            \
-    /* handles/registry.c: the exporter's registry page, memfd and pipe. A                     \
-     * leaf (the page, one pipe write). */ \
-    X(REGISTRY, "export registry")                                                               \
-    /* handles/registry_fds.c: the exported fd numbers and their proofs. A                     \
-     * leaf (raw fstat, fcntl, epoll_ctl). */ \
-    X(REGISTRY_FDS, "export registry by fd")                                                     \
-    /* handles/registry_watch.c: the importer's registry views and pidfd                       \
-     * watches. Held while the watcher thread starts (BGTHREAD). */ \
-    X(REGISTRY_WATCH, "registry watcher")                                                        \
-    /* handles/peers.c: how each exporter was reached. A leaf. */                                \
-    X(TRANSPORT, "transport peers")                                                              \
-    /* shim/exporters.c: kept exporter pidfds and their loans. A leaf. */                        \
-    X(EXPORTERS, "exporters table")                                                              \
-    /* shim/ze_fdconv.c: duplicates handed out as fds. A leaf. */                                \
-    X(ZE_FDCONV, "fd conversion duplicates")                                                     \
-    /* cache/imports.c g.lock: the list of import caches, the uncached                         \
-     * mappings. Held while the open-pointer map is made (PTRMAP_LIST). */ \
-    X(IMPORTS, "imports lists")                                                                  \
-    /* cache/lru_fork.c: the list of live LRU caches (class LRU). */                             \
-    X(LRU_LIST, "LRU cache list")                                                                \
-    /* cache/lru*.c: each cache's lock (a class; never two at once).                           \
-     * Predicates run under it take no lock; callbacks run after it. */ \
-    X(LRU, "LRU cache")                                                                          \
-    /* cache/ptrmap.c: the list of live pointer maps (class PTRMAP). */                          \
-    X(PTRMAP_LIST, "pointer map list")                                                           \
-    /* cache/ptrmap.c: each map's spin lock (a class). A leaf. */                                \
-    X(PTRMAP, "pointer map")                                                                     \
-    /* handles/bgthread.c: background thread starts: held across                               \
-     * pthread_create; fork's prepare also waits under it until every new                      \
-     * thread runs our code, so that no fork copies a sanitizer's or                           \
-     * libc's thread bookkeeping mid-start. Last: only pthread_create's                        \
-     * own locks are taken under it. */ \
-    /* cache/once.c: once-only initialisations (byval_once). Held only to                      \
-     * mark an init running or done, never across the init: an init may be                     \
-     * asked for under any lock above (the export core's, publishing).                          \
-     * Nothing is taken under it. */ \
-    X(ONCE, "once-only initialisation")                                                          \
+/* X(rank, name), in order. Owner: what it guards; what it is held across.
+ * IMPORTS_GATE   cache/imports.c gate: shared by releases across the driver; exclusive: purge, fork
+ * CU_POOLS       shim/cu_export.c: VMM pools; while a pool's exports start and end (EXPORTS)
+ * CU_MIRRORS     shim/cu_import.c: live mirrors; while a dead one gives back (driver's unmaps)
+ * CU_MIRROR      shim/cu_import.c: a mirror's growth; across the fetch, driver import and map
+ * EXPORTS        cache/exports.c: the export core; while exports are (un)published, its LRU used
+ * BROKER_SERVE   handles/broker_serve.c: listener, connections; while its thread starts
+ * BROKER_OFFERS  handles/broker_serve.c: fds offered, the uid rule; a leaf
+ * REGISTRY       handles/registry.c: registry page, memfd and pipe; a leaf
+ * REGISTRY_FDS   handles/registry_fds.c: exported fds and their proofs; a leaf
+ * REGISTRY_WATCH handles/registry_watch.c: views, pidfd watches; while its thread starts
+ * TRANSPORT      handles/resolve.c: how each exporter was reached; a leaf
+ * EXPORTERS      cache/exporters.c: exporter pidfds and their loans; a leaf
+ * ZE_FDCONV      shim/ze_fdconv.c: duplicates handed out as fds; a leaf
+ * IMPORTS        cache/imports.c g.lock: caches, uncached mappings; while a pointer map is made
+ * LRU_LIST       cache/lru.c: live LRU caches (class LRU)
+ * LRU            cache/lru.c: one cache (class); predicates under it take none, callbacks after
+ * PTRMAP_LIST    cache/ptrmap.c: live pointer maps (class PTRMAP)
+ * PTRMAP         cache/ptrmap.c: one map's spin lock (class); a leaf
+ * ONCE           cache/locks.c: an init's running/done mark, never across the init; a leaf
+ * BGTHREAD       handles/bgthread.c: across pthread_create; fork waits under it for new threads
+ */
+#define BYVAL_RANKS(X)                       \
+    X(IMPORTS_GATE, "imports release gate")  \
+    X(CU_POOLS, "cuda vmm pools")            \
+    X(CU_MIRRORS, "cuda vmm mirror list")    \
+    X(CU_MIRROR, "cuda vmm mirror growth")   \
+    X(EXPORTS, "export core")                \
+    X(BROKER_SERVE, "broker server")         \
+    X(BROKER_OFFERS, "broker offers")        \
+    X(REGISTRY, "export registry")           \
+    X(REGISTRY_FDS, "export registry by fd") \
+    X(REGISTRY_WATCH, "registry watcher")    \
+    X(TRANSPORT, "transport peers")          \
+    X(EXPORTERS, "exporters table")          \
+    X(ZE_FDCONV, "fd conversion duplicates") \
+    X(IMPORTS, "imports lists")              \
+    X(LRU_LIST, "LRU cache list")            \
+    X(LRU, "LRU cache")                      \
+    X(PTRMAP_LIST, "pointer map list")       \
+    X(PTRMAP, "pointer map")                 \
+    X(ONCE, "once-only initialisation")      \
     X(BGTHREAD, "background thread start")
 
 typedef enum byval_rank {
@@ -133,12 +91,9 @@ typedef struct byval_lock {
     unsigned short adaptive; /* spins a while before sleeping */
 } byval_lock_t;
 
-/* A readers-writer lock, writers first (a purge waits for the releases
- * running, not for those queued behind them). Not a pthread_rwlock_t:
- * fork must hand the child a write-locked one released, and glibc
- * releases a write lock only for the thread id that took it (the
- * parent's), while a re-initialised one keeps its writer in
- * ThreadSanitizer's model. */
+/* A readers-writer lock, writers first. Not a pthread_rwlock_t: the fork
+ * child must release a write-locked one, which glibc allows only to the
+ * parent's thread id (and TSan keeps a re-initialised one's writer). */
 typedef struct byval_rwlock {
     pthread_mutex_t m;
     pthread_cond_t c;
@@ -156,13 +111,9 @@ typedef struct byval_rwlock {
         PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, BYVAL_RANK_##r \
     }
 
-/* Once-only initialisation with a fork story (cache/locks.c). pthread_once
- * has one in glibc only (not in ThreadSanitizer's interceptor, not in
- * musl): a child forked while another thread ran an init waited for that
- * thread for ever (test_stress, a fork child's first open). Here, as in
- * glibc, an init left running by a thread the child does not have is run
- * again by the child's first caller. fn runs with no lock of byval_once
- * held: it may run other onces, never its own. */
+/* pthread_once with glibc's fork story everywhere (TSan, musl): an init
+ * left running by a thread the child lacks is run again by the child's
+ * first caller. fn runs with no lock held: it may run other onces. */
 typedef struct byval_once {
     int state;
 } byval_once_t;
@@ -219,10 +170,8 @@ static inline void byval_lock_fork_drop(byval_lock_t *l)
 typedef struct byval_lock_desc {
     byval_lock_t *mutex; /* one static mutex, or */
     byval_rwlock_t *rw;  /* one static rwlock (fork takes it exclusive), or */
-    /* a class of run-time instances: its rank, and take / release every
-     * instance. The class keeps their list under a lock of its own (rank
-     * <CLASS>_LIST, just before), which take takes first and drop
-     * releases last. */
+    /* a class: take / drop every instance, and the <CLASS>_LIST lock of
+     * their list first / last. */
     unsigned rank;
     void (*take)(void);
     void (*drop)(void);
@@ -256,8 +205,8 @@ unsigned byval_locks_rank(unsigned i);
 void byval_locks_hold(unsigned i);
 void byval_locks_unhold(unsigned i);
 
-/* Called by ipcbyval's background loops at each wake-up, holding no
- * lock, when a test set it ("broker"): how a test makes them hold one. */
+/* Called by the background loops at each wake-up, holding no lock, when a
+ * test set it: how a test makes them hold one. */
 extern void (*byval_locks_test_hook)(const char *thread);
 static inline void byval_locks_test_point(const char *thread)
 {

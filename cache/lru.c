@@ -3,25 +3,19 @@
  * lru.c - the bounded cache of lru.h, whole: slots and hash table, lock-free
  * hits and puts, eviction by the clock, zombies, and fork.
  *
- * Concurrency. Every change of the table, of a slot's contents or of the
- * counters is made under the cache's one lock. Hits and the puts that leave
- * an entry live take none: they probe the table with atomic loads and move
- * the reference count with one CAS on the entry's state word, whose
- * generation (bumped when a slot is reused) proves that the key compared
- * just before still names the entry. Slots live in chunks freed only with
- * the cache, as are replaced bucket arrays and chunk directories, so a
- * reader never touches freed memory. A lock-free miss is confirmed locked.
+ * Every change of the table, a slot or the counters is made under the
+ * cache's one lock. Hits and the puts that leave an entry live take none:
+ * they probe with atomic loads and move the reference count with one CAS on
+ * the state word, whose generation (bumped when a slot is reused) proves the
+ * key just compared still names the entry. Chunks, replaced tables and
+ * directories are freed only with the cache: a reader never touches freed
+ * memory. A lock-free miss is confirmed locked.
  *
- * The clock, not a strict LRU list: a list relinked on every hit needs the
- * lock and bounces its lines between CPUs (16 threads ran 1.3x one). A hit
- * sets the entry's CLOCK bit in the CAS that takes its reference; the hand
- * (locked, at insert) clears the bit of an entry used since it last passed
- * and evicts the first unreferenced entry without it.
- *
- * The table: open addressing, a bucket = hash << 32 | slot index, so a probe
- * reads bucket lines, which hits leave alone, then the one slot whose hash
- * matches; removal shifts later entries back (no tombstones). A slot is 24
- * bytes plus the key; the table stays <= 7/8 full (48-byte key: ~85 bytes).
+ * The clock, not an LRU list (relinked on every hit, it needs the lock): a
+ * hit sets CLOCK in the CAS that takes its reference; the hand (locked, at
+ * insert) clears it, and evicts the first unreferenced entry without it.
+ * The table: open addressing on hash << 32 | slot index (a probe reads
+ * bucket lines, then the one slot whose hash matches), removal shifts back.
  */
 #include "cache/lru.h"
 
@@ -62,19 +56,15 @@ typedef struct lru_slot {
     uint64_t key[]; /* key_len bytes, zero padded to a word */
 } lru_slot_t;
 
-/* Replaced tables and directories are chained on retired (a reader may
- * still use one) and freed with the cache. */
-typedef struct lru_table {
-    struct lru_table *retired;
-    size_t mask;
-    uint64_t b[]; /* hash << 32 | slot index; 0: empty */
-} lru_table_t;
-
-typedef struct lru_dir {
-    struct lru_dir *retired;
-    size_t cap;
-    unsigned char *chunk[]; /* 1 << chunk_shift slots each; index i at position i - 1 */
-} lru_dir_t;
+/* The table (words: hash << 32 | slot index; 0: empty) or the chunk
+ * directory (words: chunk pointers, 1 << chunk_shift slots each, index i at
+ * position i - 1). Replaced ones are chained on retired (a reader may still
+ * use one) and freed with the cache. */
+typedef struct lru_arr {
+    struct lru_arr *retired;
+    size_t mask; /* words - 1 */
+    uint64_t w[];
+} lru_arr_t;
 
 /* Slots released under the lock, linked through hnext: their callbacks run
  * after unlock, then they are freed. */
@@ -89,26 +79,19 @@ typedef struct lru_key {
 
 struct byval_lru {
     /* Written at creation (capacity by set_capacity, table and dir locked). */
-    struct byval_lru *reg_next; /* the list of caches (fork), reg_lock */
-    size_t key_len, key_words;
-    size_t stride; /* bytes per slot */
-    size_t capacity;
+    struct byval_lru *reg_next;                  /* the list of caches (fork), reg_lock */
+    size_t key_len, key_words, stride, capacity; /* stride: bytes per slot */
     byval_lru_evict_fn evict;
     void *ctx;
-    lru_table_t *table;
-    lru_dir_t *dir;
+    lru_arr_t *table, *dir;
     unsigned chunk_shift;
 
     /* Written under the lock only. */
     byval_lock_t lock __attribute__((aligned(CACHELINE)));
-    uint32_t next_new;  /* first never-used slot index */
-    uint32_t free_head; /* free slots, chained through hnext */
-    uint32_t hand;      /* the clock hand: next slot the sweep looks at */
-    size_t nchunks;
-    size_t nodes;   /* slots in the table: live + zombies */
-    size_t count;   /* live entries: the bound (read unlocked by put) */
-    size_t zombies; /* read unlocked by put */
-    size_t high_water;
+    uint32_t next_new, free_head, hand; /* first never-used slot; free list (hnext); clock */
+    /* Slots in the table (live + zombies), live entries (the bound), zombies
+     * (these two read unlocked by put). */
+    size_t nchunks, nodes, count, zombies, high_water;
     uint64_t misses, inserts, evictions, removals;
 
     struct { /* hit counters, one stripe a thread; two lines, as CPUs prefetch pairs */
@@ -164,18 +147,10 @@ static int key_prep(const byval_lru_t *lru, const void *key, lru_key_t *k)
     return 1;
 }
 
-static inline int key_eq(const byval_lru_t *lru, const lru_slot_t *s, const lru_key_t *k)
-{
-    uint64_t diff = 0;
-    for (size_t i = 0; i < lru->key_words; i++) /* acquire: see publish() */
-        diff |= LD_ACQ(&s->key[i]) ^ k->w[i];
-    return diff == 0;
-}
-
 static inline lru_slot_t *slot_at(const byval_lru_t *lru, uint32_t idx)
 {
-    const lru_dir_t *d = LD_ACQ(&lru->dir);
-    unsigned char *chunk = LD(&d->chunk[(idx - 1) >> lru->chunk_shift]);
+    const lru_arr_t *d = LD_ACQ(&lru->dir);
+    unsigned char *chunk = (unsigned char *)(uintptr_t)LD(&d->w[(idx - 1) >> lru->chunk_shift]);
     return (lru_slot_t *)(chunk + ((idx - 1) & ((1u << lru->chunk_shift) - 1)) * lru->stride);
 }
 
@@ -186,14 +161,9 @@ static inline lru_slot_t *ref_slot(const byval_lru_t *lru, byval_lru_ref_t ref)
     uint32_t idx = (uint32_t)(ref >> 32);
     if (!lru || !idx)
         return NULL;
-    const lru_dir_t *d = LD_ACQ(&lru->dir);
+    const lru_arr_t *d = LD_ACQ(&lru->dir);
     uint32_t c = (idx - 1) >> lru->chunk_shift;
-    return c < d->cap && LD(&d->chunk[c]) ? slot_at(lru, idx) : NULL;
-}
-
-static byval_lru_ref_t mkref(uint32_t idx, uint32_t gen)
-{
-    return (uint64_t)idx << 32 | gen; /* idx >= 1: never 0 */
+    return c <= d->mask && LD(&d->w[c]) ? slot_at(lru, idx) : NULL;
 }
 
 static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
@@ -204,45 +174,29 @@ static size_t pow2_at_least(size_t n, size_t min, unsigned max_shift)
     return p;
 }
 
-static lru_table_t *table_new(size_t nbuckets)
+static lru_arr_t *arr_new(size_t words)
 {
-    lru_table_t *t = calloc(1, sizeof(*t) + nbuckets * sizeof(uint64_t));
-    if (t)
-        t->mask = nbuckets - 1;
-    return t;
+    lru_arr_t *a = calloc(1, sizeof(*a) + words * sizeof(uint64_t));
+    if (a)
+        a->mask = words - 1;
+    return a;
 }
 
-static lru_dir_t *dir_new(size_t cap)
+/* Bytes of the chunks and of every table and directory, replaced ones too;
+ * free_them: frees them. */
+static size_t bytes_held(byval_lru_t *lru, int free_them)
 {
-    lru_dir_t *d = calloc(1, sizeof(*d) + cap * sizeof(unsigned char *));
-    if (d)
-        d->cap = cap;
-    return d;
-}
-
-static void slab_free(byval_lru_t *lru)
-{
-    for (lru_table_t *t = lru->table, *nx; t; t = nx) {
-        nx = t->retired;
-        free(t);
-    }
-    if (lru->dir)
-        for (size_t c = 0; c < lru->nchunks; c++)
-            free(lru->dir->chunk[c]);
-    for (lru_dir_t *d = lru->dir, *nx; d; d = nx) {
-        nx = d->retired;
-        free(d);
-    }
-}
-
-/* Bytes of every bucket array and chunk directory, replaced ones too. */
-static size_t meta_bytes(const byval_lru_t *lru)
-{
-    size_t bytes = 0;
-    for (lru_table_t *t = lru->table; t; t = t->retired)
-        bytes += sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
-    for (lru_dir_t *d = lru->dir; d; d = d->retired)
-        bytes += sizeof(*d) + d->cap * sizeof(d->chunk[0]);
+    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift);
+    for (size_t c = 0; free_them && lru->dir && c < lru->nchunks; c++)
+        free((void *)(uintptr_t)lru->dir->w[c]);
+    lru_arr_t *heads[2] = {lru->table, lru->dir};
+    for (int h = 0; h < 2; h++)
+        for (lru_arr_t *a = heads[h], *nx; a; a = nx) {
+            nx = a->retired;
+            bytes += sizeof(*a) + (a->mask + 1) * sizeof(a->w[0]);
+            if (free_them)
+                free(a);
+        }
     return bytes;
 }
 
@@ -257,12 +211,12 @@ static uint32_t slot_alloc(byval_lru_t *lru)
     if (lru->next_new == UINT32_MAX)
         return 0;
     if (((lru->next_new - 1) >> lru->chunk_shift) >= lru->nchunks) {
-        lru_dir_t *d = lru->dir;
-        if (lru->nchunks == d->cap) {
-            lru_dir_t *n = dir_new(d->cap * 2);
+        lru_arr_t *d = lru->dir;
+        if (lru->nchunks == d->mask + 1) {
+            lru_arr_t *n = arr_new(lru->nchunks * 2);
             if (!n)
                 return 0;
-            memcpy(n->chunk, d->chunk, d->cap * sizeof(d->chunk[0]));
+            memcpy(n->w, d->w, lru->nchunks * sizeof(d->w[0]));
             n->retired = d;
             ST_REL(&lru->dir, n);
             d = n;
@@ -275,7 +229,7 @@ static uint32_t slot_alloc(byval_lru_t *lru)
         for (size_t i = 0; i < ((size_t)1 << lru->chunk_shift); i++)
             ((lru_slot_t *)(c + i * lru->stride))->state = ST_DEAD; /* not yet a reader's */
         /* Published to readers by the release store of the first index in it. */
-        ST(&d->chunk[lru->nchunks], c);
+        ST(&d->w[lru->nchunks], (uintptr_t)c);
         lru->nchunks++;
     }
     return lru->next_new++;
@@ -287,31 +241,33 @@ static void slot_free(byval_lru_t *lru, uint32_t idx)
     lru->free_head = idx;
 }
 
-static void table_put(lru_table_t *t, uint32_t h, uint32_t idx)
+static void table_put(lru_arr_t *t, uint32_t h, uint32_t idx)
 {
     size_t p = h & t->mask;
-    while (LD(&t->b[p]))
+    while (LD(&t->w[p]))
         p = (p + 1) & t->mask;
-    ST_REL(&t->b[p], ((uint64_t)h << 32) | idx);
+    ST_REL(&t->w[p], ((uint64_t)h << 32) | idx);
 }
 
-/* (locked) Fill slot idx (state = refs, a new generation) and add it to the
- * table, which doubles past a load of 7/8 (zombies, a capacity raised); -1
- * when it is full and cannot grow. */
+/* (locked) Fill slot idx (state = refs, a new generation), add it to the
+ * table, which doubles past a load of 7/8 (zombies, a capacity raised), and
+ * count it; -1 (idx freed) when the table is full and cannot grow. */
 static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *value, uint32_t refs)
 {
-    lru_table_t *o = lru->table, *n;
-    if ((lru->nodes + 1) * 8 > (o->mask + 1) * 7 && (n = table_new((o->mask + 1) * 2))) {
+    lru_arr_t *o = lru->table, *n;
+    if ((lru->nodes + 1) * 8 > (o->mask + 1) * 7 && (n = arr_new((o->mask + 1) * 2))) {
         for (size_t b = 0; b <= o->mask; b++) {
-            uint64_t e = LD(&o->b[b]);
+            uint64_t e = LD(&o->w[b]);
             if (e)
                 table_put(n, (uint32_t)(e >> 32), (uint32_t)e);
         }
         n->retired = o;
         ST_REL(&lru->table, n);
     }
-    if (lru->nodes + 1 > lru->table->mask)
+    if (lru->nodes + 1 > lru->table->mask) {
+        slot_free(lru, idx);
         return -1;
+    }
     lru_slot_t *s = slot_at(lru, idx);
     uint64_t old = LD(&s->state);
     /* Release stores, read with acquire loads: a reader that reads any of
@@ -325,6 +281,10 @@ static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *val
     ST_REL(&s->state, ((uint64_t)(ST_GEN(old) + 1) << 32) | refs);
     table_put(lru->table, k->h, idx);
     lru->nodes++;
+    ST(&lru->count, lru->count + 1);
+    if (lru->count > lru->high_water)
+        ST(&lru->high_water, lru->count);
+    lru->inserts++;
     return 0;
 }
 
@@ -332,23 +292,23 @@ static int publish(byval_lru_t *lru, uint32_t idx, const lru_key_t *k, void *val
  * home bucket allows (Knuth's algorithm R). */
 static void table_del(byval_lru_t *lru, uint32_t idx)
 {
-    lru_table_t *t = lru->table;
+    lru_arr_t *t = lru->table;
     size_t i = LD(&slot_at(lru, idx)->hash) & t->mask;
-    while ((uint32_t)LD(&t->b[i]) != idx)
+    while ((uint32_t)LD(&t->w[i]) != idx)
         i = (i + 1) & t->mask;
     for (size_t j = i;;) {
         j = (j + 1) & t->mask;
-        uint64_t e = LD(&t->b[j]);
+        uint64_t e = LD(&t->w[j]);
         if (!e)
             break;
         size_t home = (uint32_t)(e >> 32) & t->mask;
         /* e stays when its home lies cyclically in (i, j]. */
         if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
             continue;
-        ST_REL(&t->b[i], e);
+        ST_REL(&t->w[i], e);
         i = j;
     }
-    ST_REL(&t->b[i], 0);
+    ST_REL(&t->w[i], 0);
     lru->nodes--;
 }
 
@@ -395,7 +355,6 @@ static void release(byval_lru_t *lru, lru_chain_t *c)
         slot_free(lru, i);
     }
     byval_unlock(&lru->lock);
-    c->head = c->tail = 0;
 }
 
 static void unlock_release(byval_lru_t *lru, lru_chain_t *c)
@@ -424,26 +383,39 @@ static int kill(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
  * under the lock); the last one releases it. The references left. */
 static int zombie_put(byval_lru_t *lru, uint32_t idx, uint64_t st, lru_chain_t *c)
 {
-    if (REFS(st) == 1) {
+    if (REFS(st) == 1)
         kill(lru, idx, st, c);
-        return 0;
-    }
-    ST(&slot_at(lru, idx)->state, st - 1);
+    else
+        ST(&slot_at(lru, idx)->state, st - 1);
     return (int)REFS(st) - 1;
 }
 
-/* (locked) Evict idx if it is live and unreferenced (1); with the clock's
- * second chance, an entry used since the hand passed only loses its mark. */
-static int evict_slot(byval_lru_t *lru, uint32_t idx, int second_chance, lru_chain_t *c)
+enum out_mode { OUT_CLOCK, OUT_EVICT, OUT_DETACH, OUT_PURGE };
+
+/* (locked) Take idx out, 1 when done. OUT_CLOCK and OUT_EVICT: a live
+ * unreferenced entry is evicted (OUT_CLOCK: the clock's second chance, an
+ * entry used since the hand passed only loses its mark). OUT_DETACH (a live
+ * entry): out of lookups, released, or if referenced a zombie (out of the
+ * bound, in the table for its last put to find). OUT_PURGE: released now
+ * whatever its references (its holders' puts then fail). */
+static int take_out(byval_lru_t *lru, uint32_t idx, enum out_mode mode, lru_chain_t *c)
 {
     lru_slot_t *s = slot_at(lru, idx);
-    for (uint64_t st = LD(&s->state); !(st & (ST_DEAD | ST_ZOMBIE)) && !REFS(st);
-         st = LD(&s->state)) {
-        if (second_chance && (st & ST_CLOCK)) {
+    for (uint64_t st = LD(&s->state); !(st & ST_DEAD); st = LD(&s->state)) {
+        if (mode <= OUT_EVICT && ((st & ST_ZOMBIE) || REFS(st)))
+            return 0;
+        if (mode == OUT_CLOCK && (st & ST_CLOCK)) {
             if (CAS(&s->state, &st, st & ~(uint64_t)ST_CLOCK))
                 return 0;
+        } else if (mode == OUT_DETACH && REFS(st)) {
+            if (CAS(&s->state, &st, st | ST_ZOMBIE)) {
+                ST(&lru->count, lru->count - 1);
+                ST(&lru->zombies, lru->zombies + 1);
+                lru->removals++;
+                return 1;
+            }
         } else if (kill(lru, idx, st, c)) {
-            lru->evictions++;
+            (*(mode <= OUT_EVICT ? &lru->evictions : &lru->removals))++;
             return 1;
         }
     }
@@ -458,54 +430,23 @@ static int evict_one(byval_lru_t *lru, lru_chain_t *c)
     for (size_t visits = 0; n > 1 && visits <= 2 * (size_t)(n - 1); visits++) {
         uint32_t i = lru->hand;
         lru->hand = i + 1 < n ? i + 1 : 1;
-        if (evict_slot(lru, i, 1, c))
+        if (take_out(lru, i, OUT_CLOCK, c))
             return 1;
     }
     return 0;
 }
 
-static void trim(byval_lru_t *lru, lru_chain_t *c)
+/* (locked) Evict until room more entries fit, or none can be evicted. */
+static void trim(byval_lru_t *lru, lru_chain_t *c, size_t room)
 {
-    while (lru->count > LD(&lru->capacity) && evict_one(lru, c))
+    while (lru->count + room > LD(&lru->capacity) && evict_one(lru, c))
         ;
-}
-
-/* (locked) Out of lookups: unreferenced, released; referenced, a zombie
- * (out of the bound, in the table for its last put to find). */
-static void detach(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
-{
-    lru_slot_t *s = slot_at(lru, idx);
-    lru->removals++;
-    for (uint64_t st = LD(&s->state);; st = LD(&s->state)) {
-        if (!REFS(st)) {
-            if (kill(lru, idx, st, c))
-                return;
-        } else if (CAS(&s->state, &st, st | ST_ZOMBIE)) {
-            ST(&lru->count, lru->count - 1);
-            ST(&lru->zombies, lru->zombies + 1);
-            return;
-        }
-    }
-}
-
-/* (locked) Release idx now whatever its references: its holders' puts
- * then fail. No-op on a DEAD slot. */
-static void purge(byval_lru_t *lru, uint32_t idx, lru_chain_t *c)
-{
-    lru_slot_t *s = slot_at(lru, idx);
-    for (uint64_t st = LD(&s->state); !(st & ST_DEAD); st = LD(&s->state))
-        if (kill(lru, idx, st, c)) {
-            lru->removals++;
-            return;
-        }
 }
 
 /* ---- fork ------------------------------------------------------------------ *
  * Every cache is on one list, the class LRU of cache/locks.h: prepare takes
- * every cache's lock, the parent and the child release them, and the child
- * forgets every entry without callbacks (they would call the GPU driver,
- * whose state the child does not own). No cache operation holds two cache
- * locks or waits while holding one, so prepare cannot deadlock. */
+ * every cache's lock (no operation holds two or waits holding one), and the
+ * child forgets every entry without callbacks (they would call the driver). */
 
 static byval_lock_t reg_lock = BYVAL_LOCK_INIT(LRU_LIST);
 static byval_lru_t *reg_head;
@@ -533,10 +474,9 @@ static void fork_child(void)
 {
     for (byval_lru_t *c = reg_head; c; c = c->reg_next) {
         for (size_t b = 0; b <= c->table->mask; b++)
-            ST(&c->table->b[b], 0);
+            ST(&c->table->w[b], 0);
         c->next_new = c->hand = 1;
-        c->free_head = 0;
-        c->nodes = 0;
+        c->nodes = c->free_head = 0;
         ST(&c->count, 0);
         ST(&c->zombies, 0);
         ST(&c->high_water, 0);
@@ -561,22 +501,21 @@ byval_lru_t *byval_lru_create(size_t capacity, size_t key_len, byval_lru_evict_f
         errno = ENOMEM;
         return NULL;
     }
-    memset(lru, 0, sizeof(*lru));
-    lru->key_len = key_len;
-    lru->key_words = (key_len + 7) / 8;
+    *lru = (byval_lru_t){.key_len = key_len,
+                         .key_words = (key_len + 7) / 8,
+                         .capacity = capacity,
+                         .evict = evict,
+                         .ctx = ctx};
     lru->stride = sizeof(lru_slot_t) + lru->key_words * 8;
-    lru->capacity = capacity;
-    lru->evict = evict;
-    lru->ctx = ctx;
     /* Chunks of capacity/64 slots (16..1024): small caches waste little,
      * large ones need few chunks. The table: load <= 7/8 when full. */
     lru->chunk_shift = (unsigned)__builtin_ctzll(pow2_at_least(capacity / 64, 16, 10));
     size_t want = capacity + capacity / 7;
-    lru->table = table_new(pow2_at_least(want > capacity ? want : capacity, 16, MAX_TABLE_SHIFT));
-    lru->dir = dir_new(4);
+    lru->table = arr_new(pow2_at_least(want > capacity ? want : capacity, 16, MAX_TABLE_SHIFT));
+    lru->dir = arr_new(4);
     lru->next_new = lru->hand = 1;
     if (!lru->table || !lru->dir) {
-        slab_free(lru);
+        bytes_held(lru, 1);
         free(lru);
         errno = ENOMEM;
         return NULL;
@@ -595,11 +534,10 @@ void byval_lru_destroy(byval_lru_t *lru)
     if (!lru)
         return;
     byval_lock(&reg_lock);
-    for (byval_lru_t **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
-        if (*pp == lru) {
-            *pp = lru->reg_next;
-            break;
-        }
+    byval_lru_t **pp = &reg_head;
+    while (*pp != lru)
+        pp = &(*pp)->reg_next;
+    *pp = lru->reg_next;
     byval_unlock(&reg_lock);
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
@@ -607,7 +545,7 @@ void byval_lru_destroy(byval_lru_t *lru)
         if (!(LD(&slot_at(lru, i)->state) & ST_DEAD))
             chain_push(lru, &c, i);
     unlock_release(lru, &c);
-    slab_free(lru);
+    bytes_held(lru, 1);
     byval_lock_destroy(&lru->lock);
     free(lru);
 }
@@ -623,12 +561,12 @@ enum find_mode { FIND_LIVE, FIND_PUT, FIND_PUT_VALUE };
 static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_mode mode,
                                const void *value, uint32_t *idx_p, uint64_t *st_p)
 {
-    const lru_table_t *t = LD_ACQ(&lru->table);
+    const lru_arr_t *t = LD_ACQ(&lru->table);
     lru_slot_t *found = NULL;
     *idx_p = 0;
     for (size_t n = 0, pos = k->h & t->mask; n <= t->mask && n < MAX_PROBES;
          n++, pos = (pos + 1) & t->mask) {
-        uint64_t e = LD_ACQ(&t->b[pos]);
+        uint64_t e = LD_ACQ(&t->w[pos]);
         if (!e)
             break;
         if ((uint32_t)(e >> 32) != k->h)
@@ -638,7 +576,10 @@ static inline lru_slot_t *find(byval_lru_t *lru, const lru_key_t *k, enum find_m
         if (mode == FIND_LIVE ? (st & (ST_DEAD | ST_ZOMBIE))
                               : !REFS(st) || (mode == FIND_PUT_VALUE && LD(&s->value) != value))
             continue;
-        if (!key_eq(lru, s, k))
+        uint64_t diff = 0;
+        for (size_t w = 0; w < lru->key_words; w++) /* acquire: see publish() */
+            diff |= LD_ACQ(&s->key[w]) ^ k->w[w];
+        if (diff)
             continue;
         found = s;
         *idx_p = (uint32_t)e;
@@ -688,7 +629,7 @@ static int lru_get(byval_lru_t *lru, const void *key, int take_ref, void **value
     if (value_p)
         *value_p = v;
     if (ref_p)
-        *ref_p = mkref(i, gen);
+        *ref_p = (uint64_t)i << 32 | gen; /* i >= 1: never 0 */
     return 1;
 }
 
@@ -719,27 +660,19 @@ static int lru_insert(byval_lru_t *lru, const void *key, void *value, int take_r
     byval_lock(&lru->lock);
     lru_slot_t *s = find(lru, &k, FIND_LIVE, NULL, &i, &st);
     /* Make room first, so that the bound holds at every instant. */
-    while (!s && lru->count >= LD(&lru->capacity) && evict_one(lru, &c))
-        ;
+    if (!s)
+        trim(lru, &c, 1);
     if (s) {
         rc = take_ref && ref_cas(s, ST_GEN(st), 1) < 0 ? BYVAL_LRU_FULL : BYVAL_LRU_EXISTS;
         if (rc == BYVAL_LRU_EXISTS && existing_p)
             *existing_p = LD(&s->value);
     } else if (lru->count >= LD(&lru->capacity)) {
         rc = BYVAL_LRU_FULL;
-    } else if (!(i = slot_alloc(lru))) {
+    } else if (!(i = slot_alloc(lru)) || publish(lru, i, &k, value, take_ref ? 1 : 0) != 0) {
         rc = BYVAL_LRU_NOMEM;
-    } else if (publish(lru, i, &k, value, take_ref ? 1 : 0) != 0) {
-        slot_free(lru, i);
-        rc = BYVAL_LRU_NOMEM;
-    } else {
-        ST(&lru->count, lru->count + 1);
-        if (lru->count > lru->high_water)
-            ST(&lru->high_water, lru->count);
-        lru->inserts++;
     }
     if (ref_p && rc >= 0) /* the generation moves only under the lock */
-        *ref_p = mkref(i, ST_GEN(LD(&slot_at(lru, i)->state)));
+        *ref_p = (uint64_t)i << 32 | ST_GEN(LD(&slot_at(lru, i)->state));
     unlock_release(lru, &c);
     return rc;
 }
@@ -762,7 +695,7 @@ static int put_finish(byval_lru_t *lru, int left, int zombie, lru_chain_t *c)
 {
     if (left == 0 && !zombie && LD(&lru->count) > LD(&lru->capacity)) {
         byval_lock(&lru->lock);
-        trim(lru, c);
+        trim(lru, c, 0);
         byval_unlock(&lru->lock);
     }
     release(lru, c);
@@ -780,34 +713,12 @@ int byval_lru_put_ref(byval_lru_t *lru, byval_lru_ref_t ref)
         return put_finish(lru, left, 0, &c);
     /* Not live: a zombie (a live entry we hold a reference of can only
      * become one), or a stale handle. */
-    left = BYVAL_LRU_NOENT;
     byval_lock(&lru->lock);
     uint64_t st = LD(&s->state);
-    if (ST_GEN(st) == (uint32_t)ref && (st & ST_ZOMBIE) && !(st & ST_DEAD) && REFS(st))
-        left = zombie_put(lru, (uint32_t)(ref >> 32), st, &c);
+    int zombie = ST_GEN(st) == (uint32_t)ref && (st & ST_ZOMBIE) && !(st & ST_DEAD) && REFS(st);
+    left = zombie ? zombie_put(lru, (uint32_t)(ref >> 32), st, &c) : BYVAL_LRU_NOENT;
     byval_unlock(&lru->lock);
     return put_finish(lru, left, 1, &c);
-}
-
-/* (locked) Drop a reference of the entry find() gives for a put. */
-static int put_locked(byval_lru_t *lru, const lru_key_t *k, const void *value, enum find_mode mode,
-                      lru_chain_t *c, int *zombie_p)
-{
-    for (;;) {
-        uint32_t i;
-        uint64_t st;
-        lru_slot_t *s = find(lru, k, mode, value, &i, &st);
-        if (!s)
-            return BYVAL_LRU_NOENT;
-        if (st & ST_ZOMBIE) {
-            *zombie_p = 1;
-            return zombie_put(lru, i, st, c);
-        }
-        int left = ref_cas(s, ST_GEN(st), -1);
-        if (left >= 0)
-            return left;
-        /* A lock-free put took the last reference first: look again. */
-    }
 }
 
 /* put and put_value; the latter tries a lock-free put of the live entry. */
@@ -825,7 +736,16 @@ static int lru_put(byval_lru_t *lru, const void *key, const void *value, enum fi
     lru_chain_t c = {0, 0};
     if (left < 0) {
         byval_lock(&lru->lock);
-        left = put_locked(lru, &k, value, mode, &c, &zombie);
+        for (;;) { /* until no lock-free put takes the last reference first */
+            s = find(lru, &k, mode, value, &i, &st);
+            if (!s || (st & ST_ZOMBIE)) {
+                zombie = s != NULL;
+                left = s ? zombie_put(lru, i, st, &c) : BYVAL_LRU_NOENT;
+                break;
+            }
+            if ((left = ref_cas(s, ST_GEN(st), -1)) >= 0)
+                break;
+        }
         byval_unlock(&lru->lock);
     }
     return put_finish(lru, left, zombie, &c);
@@ -851,7 +771,7 @@ int byval_lru_remove(byval_lru_t *lru, const void *key)
     uint32_t i;
     byval_lock(&lru->lock);
     if (find(lru, &k, FIND_LIVE, NULL, &i, &st))
-        detach(lru, i, &c);
+        take_out(lru, i, OUT_DETACH, &c);
     unlock_release(lru, &c);
     return i ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
@@ -866,17 +786,14 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref)
     uint64_t st = LD(&s->state);
     int live = ST_GEN(st) == (uint32_t)ref && !(st & (ST_DEAD | ST_ZOMBIE));
     if (live)
-        detach(lru, (uint32_t)(ref >> 32), &c);
+        take_out(lru, (uint32_t)(ref >> 32), OUT_DETACH, &c);
     unlock_release(lru, &c);
     return live ? BYVAL_LRU_OK : BYVAL_LRU_NOENT;
 }
 
-enum scan_mode { SCAN_REMOVE, SCAN_PURGE, SCAN_EVICT };
-
 /* One pass over the slots under the lock, from the clock hand (so that
  * evict_if takes the entries the clock would take first). */
-static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx,
-                   enum scan_mode mode)
+static size_t scan(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx, enum out_mode mode)
 {
     size_t matched = 0;
     if (!lru || !pred)
@@ -888,39 +805,31 @@ static size_t scan(byval_lru_t *lru, int (*pred)(void *, const void *, void *), 
         uint32_t i = start + k - 1 < n ? start + k - 1 : start + k - n;
         lru_slot_t *s = slot_at(lru, i);
         uint64_t st = LD(&s->state);
-        if ((st & ST_DEAD) || ((st & ST_ZOMBIE) && mode != SCAN_PURGE) ||
-            (mode == SCAN_EVICT && REFS(st)))
+        if ((st & ST_DEAD) || ((st & ST_ZOMBIE) && mode != OUT_PURGE) ||
+            (mode == OUT_EVICT && REFS(st)))
             continue;
         int v = pred(ctx, s->key, LD(&s->value));
         if (v < 0)
             break;
-        if (!v)
-            continue;
-        if (mode == SCAN_REMOVE)
-            detach(lru, i, &c);
-        else if (mode == SCAN_PURGE)
-            purge(lru, i, &c);
-        else if (!evict_slot(lru, i, 0, &c))
-            continue; /* referenced meanwhile */
-        matched++;
+        matched += v && take_out(lru, i, mode, &c); /* evict: 0 if referenced meanwhile */
     }
     unlock_release(lru, &c);
     return matched;
 }
 
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_remove_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_REMOVE);
+    return scan(lru, pred, ctx, OUT_DETACH);
 }
 
-size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_purge_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_PURGE);
+    return scan(lru, pred, ctx, OUT_PURGE);
 }
 
-size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *, const void *, void *), void *ctx)
+size_t byval_lru_evict_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx)
 {
-    return scan(lru, pred, ctx, SCAN_EVICT);
+    return scan(lru, pred, ctx, OUT_EVICT);
 }
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
@@ -945,7 +854,7 @@ void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *st)
     }
     /* What the entries cost: every chunk and table, shared over the
      * entries held (one slot and bucket when empty). */
-    size_t bytes = lru->nchunks * (lru->stride << lru->chunk_shift) + meta_bytes(lru);
+    size_t bytes = bytes_held(lru, 0);
     byval_unlock(&lru->lock);
     st->capacity = LD(&lru->capacity);
     st->bytes_per_entry =
@@ -958,16 +867,15 @@ void byval_lru_memory(byval_lru_t *lru, size_t *now_p, size_t *full_per_entry_p)
 {
     byval_lock(&lru->lock);
     size_t per = (size_t)1 << lru->chunk_shift, cap = LD(&lru->capacity);
-    size_t chunk = lru->stride << lru->chunk_shift, meta = meta_bytes(lru);
-    size_t chunks_full = (cap + per - 1) / per;
-    size_t now = lru->nchunks * chunk + meta;
-    size_t full = (chunks_full > lru->nchunks ? chunks_full : lru->nchunks) * chunk + meta;
+    size_t chunks_full = (cap + per - 1) / per, now = bytes_held(lru, 0), full = now;
+    if (chunks_full > lru->nchunks)
+        full += (chunks_full - lru->nchunks) * (lru->stride << lru->chunk_shift);
     for (size_t size = lru->table->mask + 1; cap * 8 > size * 7;) { /* doubles past 7/8 */
         size *= 2;
-        full += sizeof(lru_table_t) + size * sizeof(uint64_t);
+        full += sizeof(lru_arr_t) + size * sizeof(uint64_t);
     }
-    for (size_t c = lru->dir->cap; c < chunks_full; c *= 2)
-        full += sizeof(lru_dir_t) + 2 * c * sizeof(unsigned char *);
+    for (size_t c = lru->dir->mask + 1; c < chunks_full; c *= 2)
+        full += sizeof(lru_arr_t) + 2 * c * sizeof(uint64_t);
     byval_unlock(&lru->lock);
     *now_p = now;
     *full_per_entry_p = cap ? (full + cap / 2) / cap : 0;
@@ -980,6 +888,6 @@ void byval_lru_set_capacity(byval_lru_t *lru, size_t capacity)
     lru_chain_t c = {0, 0};
     byval_lock(&lru->lock);
     ST(&lru->capacity, capacity);
-    trim(lru, &c);
+    trim(lru, &c, 0);
     unlock_release(lru, &c);
 }

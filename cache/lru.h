@@ -2,21 +2,16 @@
 /*
  * lru.h - generic, bounded, thread-safe LRU cache with reference counts.
  *
- * Keys are fixed-size byte strings (key_len given at creation, compared
- * bytewise, so callers must zero padding); values are opaque pointers.
- * Referenced entries are never evicted. The eviction callback runs after
- * the cache lock is released, with the entry's own key and value. All
- * operations are O(1) except the *_if scans. Invalid arguments (NULL cache,
- * key or predicate) do nothing: get and the scans return 0, the others
- * BYVAL_LRU_NOENT.
+ * Keys are fixed-size byte strings (compared bytewise: callers zero the
+ * padding); values are opaque pointers. Referenced entries are never
+ * evicted; the eviction callback runs after the cache lock is released.
+ * All operations are O(1) except the *_if scans. Invalid arguments (NULL
+ * cache, key or predicate) do nothing: get and the scans return 0, the
+ * others BYVAL_LRU_NOENT. A reference taken with a handle (get_ref,
+ * insert_ref) is dropped by it (put_ref) without hashing the key again.
  *
- * A reference taken with a handle (get_ref, insert_ref) is dropped by it
- * (put_ref), which goes to the very entry without hashing the key again:
- * half of every cached open+close cycle.
- *
- * fork(): every cache is in the class LRU of cache/locks.h; the child
- * empties every cache WITHOUT eviction callbacks (no driver call in the
- * child) and zeroes its stats.
+ * fork(): the child empties every cache WITHOUT eviction callbacks (no
+ * driver call in the child) and zeroes its stats.
  */
 #ifndef BYVAL_CACHE_LRU_H
 #define BYVAL_CACHE_LRU_H
@@ -35,18 +30,15 @@ typedef uint64_t byval_lru_ref_t;
 /* Called with the evicted/removed entry's key and value, never under the
  * cache lock, never from the at-fork child handler. */
 typedef void (*byval_lru_evict_fn)(void *ctx, const void *key, void *value);
+/* The *_if scans' predicate. */
+typedef int (*byval_lru_pred_fn)(void *ctx, const void *key, void *value);
 
 typedef struct byval_lru_stats {
-    uint64_t hits;
-    uint64_t misses;
-    uint64_t inserts;
-    uint64_t evictions; /* capacity evictions */
-    uint64_t removals;  /* explicit remove / remove_if */
-    size_t size;        /* entries now */
-    size_t high_water;  /* max entries ever */
-    size_t capacity;
-    size_t referenced;      /* entries with refs > 0 now */
-    size_t bytes_per_entry; /* memory one entry costs the cache */
+    uint64_t hits, misses, inserts;
+    uint64_t evictions, removals;      /* by the capacity; by remove, remove_if, purge_if */
+    size_t size, high_water, capacity; /* entries now, the most ever, the bound */
+    size_t referenced;                 /* entries with refs > 0 now */
+    size_t bytes_per_entry;            /* memory one entry costs the cache */
 } byval_lru_stats_t;
 
 enum {
@@ -114,8 +106,7 @@ int byval_lru_remove(byval_lru_t *lru, const void *key);
 /* Remove every entry for which pred(ctx, key, value) returns non-zero,
  * with remove()'s semantics. O(n). Returns how many matched. pred runs
  * under a cache lock: it must not call this cache, nor fork(). */
-size_t byval_lru_remove_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                           void *ctx);
+size_t byval_lru_remove_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 /* Remove the very entry ref names (remove()'s semantics), not whatever
  * now holds its key: BYVAL_LRU_OK, or BYVAL_LRU_NOENT when that entry is
@@ -126,14 +117,12 @@ int byval_lru_remove_ref(byval_lru_t *lru, byval_lru_ref_t ref);
  * released now: the references out there become stale (their puts
  * return BYVAL_LRU_NOENT). For owners that know the entries are dead
  * whatever their users think (a destroyed GPU context). */
-size_t byval_lru_purge_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                          void *ctx);
+size_t byval_lru_purge_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 /* Evict unreferenced live entries for which pred returns > 0, visiting
  * them in clock order; pred returning < 0 ends the pass. Returns how many
  * were evicted (counted as evictions). Same rules for pred as remove_if. */
-size_t byval_lru_evict_if(byval_lru_t *lru, int (*pred)(void *ctx, const void *key, void *value),
-                          void *ctx);
+size_t byval_lru_evict_if(byval_lru_t *lru, byval_lru_pred_fn pred, void *ctx);
 
 void byval_lru_stats(byval_lru_t *lru, byval_lru_stats_t *stats_p);
 

@@ -3,19 +3,15 @@
  * ptrmap.c - the pointer map: open addressing on the pointer, one spin lock,
  * and a tally of the slots that hold each value.
  *
- * Every cached re-open and close goes through here: slots hold the entry
- * inline (no malloc per open), probing is linear on a multiplicative hash,
- * deletion shifts back (no tombstones), the table doubles at half load.
- * The tally (value -> slots, the same kind of table) lets a release find
- * its mapping's one pointer without scanning the map: at 1M entries a scan
- * per release held the lock 1-3 ms. An allocation it cannot get marks it
- * lost for good: every count is then unknown and the map scans.
+ * Every cached re-open and close goes through here: entries inline (no
+ * malloc per open), linear probing, deletion shifts back, doubling at half
+ * load. The tally (value -> slots) lets a release find its mapping's pointer
+ * without a scan (1-3 ms at 1M entries); once an allocation for it fails,
+ * counts are unknown for good and the map scans.
  *
- * The lock is a test-and-test-and-set spin lock: one exchange to take, one
- * plain store to release, where a mutex costs a locked instruction each way
- * (a cached open+close takes it twice, and locked instructions are most of
- * a hit's cost on large virtual machines). A waiter spins with pause, then
- * yields, so a holder preempted mid-section is not starved.
+ * The lock spins (test-and-test-and-set, pause, then yield): one exchange
+ * to take and a plain store to release, where a mutex costs a locked
+ * instruction each way (most of a hit's cost on large virtual machines).
  */
 #include "cache/ptrmap.h"
 
@@ -47,8 +43,7 @@ struct byval_ptrmap {
     int locked;
     struct byval_ptrmap *next; /* the list of maps (fork), maps.lock */
     size_t key_len;
-    int keep; /* closed pointers stay, with count 0, until dropped */
-    int tally_lost;
+    int keep, tally_lost; /* keep: closed pointers stay, with count 0, until dropped */
     ptab_t tab, tally;
 };
 
@@ -201,20 +196,16 @@ BYVAL_LOCK_CLASS(ptrmap, PTRMAP, maps_take, maps_drop);
 
 /* ---- the map ------------------------------------------------------------- */
 
-static slot_t *slot_at(const byval_ptrmap_t *m, size_t i)
-{
-    return (slot_t *)ptab_at(&m->tab, i);
-}
-
+/* ptr's slot, or the empty one where it would go; its index in *i_p. */
 static slot_t *find(const byval_ptrmap_t *m, uintptr_t ptr, size_t *i_p)
 {
     *i_p = ptab_find(&m->tab, ptr);
-    return slot_at(m, *i_p);
+    return (slot_t *)ptab_at(&m->tab, *i_p);
 }
 
 static void erase(byval_ptrmap_t *m, size_t i)
 {
-    tally_sub(m, slot_at(m, i)->value);
+    tally_sub(m, ((slot_t *)ptab_at(&m->tab, i))->value);
     ptab_erase(&m->tab, i);
 }
 
@@ -250,11 +241,10 @@ void byval_ptrmap_destroy(byval_ptrmap_t *m)
     if (!m)
         return;
     byval_lock(&maps.lock);
-    for (byval_ptrmap_t **pp = &maps.head; *pp; pp = &(*pp)->next)
-        if (*pp == m) {
-            *pp = m->next;
-            break;
-        }
+    byval_ptrmap_t **pp = &maps.head;
+    while (*pp != m)
+        pp = &(*pp)->next;
+    *pp = m->next;
     byval_unlock(&maps.lock);
     free(m->tab.slots);
     free(m->tally.slots);
@@ -269,28 +259,23 @@ int byval_ptrmap_ref_value(byval_ptrmap_t *m, uintptr_t ptr, const void *key, vo
     size_t i;
     map_lock(m);
     slot_t *s = find(m, ptr, &i);
-    if (s->ptr) {
-        int same = s->value == value && memcmp(s->key, key, m->key_len) == 0;
-        if (!same && s->count == 0) {
-            /* A kept closed pointer of a mapping released without a drop:
-             * the new one at that address replaces it. */
-            memcpy(s->key, key, m->key_len);
-            tally_sub(m, s->value);
-            tally_add(m, value);
-            s->value = value;
-            same = 1;
-        }
-        if (same)
-            n = ++s->count;
-    } else if (ptab_room(&m->tab) == 0) {
+    int same = s->ptr && s->value == value && memcmp(s->key, key, m->key_len) == 0;
+    if (!s->ptr && ptab_room(&m->tab) == 0) { /* a new slot: zeroes, as a closed one */
         s = find(m, ptr, &i);
         s->ptr = ptr;
-        s->count = n = 1;
-        s->value = value;
-        memcpy(s->key, key, m->key_len);
         m->tab.used++;
-        tally_add(m, value);
     }
+    if (s->ptr && !same && s->count == 0) {
+        /* New, or a kept closed pointer of a mapping released without a
+         * drop: the new one at that address replaces it. */
+        memcpy(s->key, key, m->key_len);
+        tally_sub(m, s->value);
+        tally_add(m, value);
+        s->value = value;
+        same = 1;
+    }
+    if (same)
+        n = ++s->count;
     map_unlock(m);
     return n;
 }
@@ -300,7 +285,8 @@ int byval_ptrmap_ref(byval_ptrmap_t *m, uintptr_t ptr, const void *key)
     return byval_ptrmap_ref_value(m, ptr, key, NULL);
 }
 
-int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
+/* unref, or drop: forget ptr whatever its count (the count it had). */
+static inline int unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p, int drop)
 {
     if (!m || !ptr)
         return -1;
@@ -313,37 +299,30 @@ int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void
             memcpy(key_p, s->key, m->key_len);
         if (value_p)
             *value_p = s->value;
-        if (s->count == 0) {
-            n = BYVAL_PTRMAP_CLOSED; /* kept, and closed already */
-        } else {
+        if (drop || s->count == 0)
+            n = drop ? s->count : BYVAL_PTRMAP_CLOSED; /* kept, and closed already */
+        else
             n = --s->count;
-            if (n == 0 && !m->keep)
-                erase(m, i);
-        }
+        if (drop || (n == 0 && !m->keep))
+            erase(m, i);
     }
     map_unlock(m);
     return n;
+}
+
+int byval_ptrmap_unref_value(byval_ptrmap_t *m, uintptr_t ptr, void *key_p, void **value_p)
+{
+    return unref(m, ptr, key_p, value_p, 0);
 }
 
 int byval_ptrmap_unref(byval_ptrmap_t *m, uintptr_t ptr, void *key_p)
 {
-    return byval_ptrmap_unref_value(m, ptr, key_p, NULL);
+    return unref(m, ptr, key_p, NULL, 0);
 }
 
 int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
 {
-    if (!m || !ptr)
-        return -1;
-    int n = -1;
-    size_t i;
-    map_lock(m);
-    slot_t *s = find(m, ptr, &i);
-    if (s->ptr) {
-        n = s->count;
-        erase(m, i);
-    }
-    map_unlock(m);
-    return n;
+    return unref(m, ptr, NULL, NULL, 1);
 }
 
 /* Drop, or close (count 0, kept), every pointer recorded with value: how
@@ -351,19 +330,17 @@ int byval_ptrmap_drop(byval_ptrmap_t *m, uintptr_t ptr)
  * pointer, or one and it is hint; else a scan. */
 static size_t for_value(byval_ptrmap_t *m, const void *value, uintptr_t hint, int drop)
 {
-    size_t n = 0, i = 0, end;
+    size_t n = 0, i = 0;
     if (!m)
         return 0;
     map_lock(m);
     size_t count = tally_count(m, value);
-    if (count == 1 && hint && find(m, hint, &i)->ptr && slot_at(m, i)->value == value) {
-        end = i + 1;
-    } else {
-        i = 0;
-        end = count ? m->tab.nslots : 0;
-    }
+    slot_t *h = count == 1 && hint ? find(m, hint, &i) : NULL;
+    int one = h && h->ptr && h->value == value;
+    size_t end = one ? i + 1 : count ? m->tab.nslots : 0;
+    i = one ? i : 0;
     while (i < end) {
-        slot_t *s = slot_at(m, i);
+        slot_t *s = (slot_t *)ptab_at(&m->tab, i);
         if (s->ptr && s->value == value && (drop || s->count)) {
             n++;
             if (drop) {

@@ -57,8 +57,4 @@ size_t byval_ptrmap_size(byval_ptrmap_t *m);
 /* Forget everything without callbacks (a fork child's owner). */
 void byval_ptrmap_clear(byval_ptrmap_t *m);
 
-/* fork(): every map is in the class PTRMAP of cache/locks.h: prepare
- * takes each map's lock in the forking thread, the parent releases it,
- * the child too (its owner clears the map, if it must). */
-
 #endif
