@@ -38,50 +38,44 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
 {
     switch (status) {
     case -EAGAIN:
-        byval_msg(msg, msglen,
-                  "exporter pid %u kept telling us to retry for %d ms: it holds as many pending "
-                  "socket connections from this process (8) or from all peers (64) as it "
-                  "serves at once",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
+        return byval_fail(
+            BYVAL_E_SYS, msg, msglen,
+            "exporter pid %u kept telling us to retry for %d ms: it holds as many pending socket "
+            "connections from this process (8) or from all peers (64) as it serves at once",
+            rec->pid, BROKER_FETCH_MS);
     case -EPERM:
-        byval_msg(msg, msglen,
-                  "exporter pid %u refused the socket fallback: it serves one uid (its own "
-                  "unless set), and ours is %u (SO_PEERCRED)",
-                  rec->pid, (unsigned)geteuid());
-        return BYVAL_E_PERM;
+        return byval_fail(BYVAL_E_PERM, msg, msglen,
+                          "exporter pid %u refused the socket fallback: it serves one uid (its own "
+                          "unless set), and ours is %u (SO_PEERCRED)",
+                          rec->pid, (unsigned)geteuid());
     case -EACCES:
-        byval_msg(msg, msglen,
-                  "exporter pid %u refused fd %u to our uid %u: a peer of another uid than the "
-                  "exporter's (its rendezvous directory's group) must show the tag the handle "
-                  "carries, and this one was missing or wrong (a handle not made by the exporter, "
-                  "or altered)",
-                  rec->pid, fd, (unsigned)geteuid());
-        return BYVAL_E_PERM;
+        return byval_fail(
+            BYVAL_E_PERM, msg, msglen,
+            "exporter pid %u refused fd %u to our uid %u: a peer of another uid than the "
+            "exporter's (its rendezvous directory's group) must show the tag the handle carries, "
+            "and this one was missing or wrong (a handle not made by the exporter, or altered)",
+            rec->pid, fd, (unsigned)geteuid());
     case -EBADF:
-        byval_msg(msg, msglen,
-                  "exporter pid %u does not serve fd %u over the socket fallback (not exported, "
-                  "or withdrawn and closed)",
-                  rec->pid, fd);
-        return BYVAL_E_BADFD;
+        return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                          "exporter pid %u does not serve fd %u over the socket fallback (not "
+                          "exported, or withdrawn and closed)",
+                          rec->pid, fd);
     case -ESTALE:
         if (fd_ino == 0) { /* a rescue: the registry's proof failed */
-            byval_msg(msg, msglen,
-                      "exporter pid %u no longer holds the open file it exported as fd %u "
-                      "(closed, or the number reused since)",
-                      rec->pid, fd);
-            return BYVAL_E_FDKIND;
+            return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                              "exporter pid %u no longer holds the open file it exported as fd %u "
+                              "(closed, or the number reused since)",
+                              rec->pid, fd);
         }
-        byval_msg(msg, msglen,
-                  "exporter pid %u serves fd %u, but it holds another object than the handle "
-                  "describes (inode low bits != %u): a stale or forged handle",
-                  rec->pid, fd, fd_ino);
-        return BYVAL_E_FDKIND;
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "exporter pid %u serves fd %u, but it holds another object than the "
+                          "handle describes (inode low bits != %u): a stale or forged handle",
+                          rec->pid, fd, fd_ino);
     default:
-        byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
-                  rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
-                  status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
-        return BYVAL_E_SYS;
+        return byval_fail(
+            BYVAL_E_SYS, msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
+            rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
+            status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
     }
 }
 
@@ -166,35 +160,31 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
         n = (ssize_t)have;
     if (n < 0)
         close_fds(fds, nfds); /* a part of an answer, then nothing */
-    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-        byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
-    }
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "exporter pid %u gave no answer over the socket within %d ms", rec->pid,
+                          BROKER_FETCH_MS);
     if (n <= 0) {
         /* Also what a just-forked child of the exporter causes: it held
          * the listening socket for a moment, then closed it (broker_serve.c). */
-        byval_msg(msg, msglen,
-                  "exporter pid %u closed the connection without an answer (%s): it exited or "
-                  "stopped serving meanwhile",
-                  rec->pid, n < 0 ? strerror(err) : "end of file");
-        return BYVAL_E_SYS;
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "exporter pid %u closed the connection without an answer (%s): it exited "
+                          "or stopped serving meanwhile",
+                          rec->pid, n < 0 ? strerror(err) : "end of file");
     }
     if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
         close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered in another protocol over the socket (another "
-                  "ipcbyval version?)",
-                  rec->pid);
-        return BYVAL_E_SYS;
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "exporter pid %u answered in another protocol over the socket (another "
+                          "ipcbyval version?)",
+                          rec->pid);
     }
     if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
         close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered with %d%s fds attached, not %d: all closed, "
-                  "answer refused",
-                  rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
-        return BYVAL_E_SYS;
+        return byval_fail(
+            BYVAL_E_SYS, msg, msglen,
+            "exporter pid %u answered with %d%s fds attached, not %d: all closed, answer refused",
+            rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
     }
     *busy_p = rsp.status == -EAGAIN;
     if (rsp.status != 0)
@@ -202,16 +192,14 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
     if (nfds == 0 && ctrunc) {
         /* Nothing installed, yet something was attached: the kernel could
          * not give us a descriptor (EMFILE/ENFILE on receipt). */
-        byval_msg(msg, msglen,
-                  "fd %u from exporter pid %u was dropped on receipt: this process is out of "
-                  "file descriptors",
-                  fd, rec->pid);
-        return BYVAL_E_NOFD;
+        return byval_fail(BYVAL_E_NOFD, msg, msglen,
+                          "fd %u from exporter pid %u was dropped on receipt: this process is out "
+                          "of file descriptors",
+                          fd, rec->pid);
     }
-    if (nfds == 0) {
-        byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
-        return BYVAL_E_SYS;
-    }
+    if (nfds == 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",
+                          rec->pid);
     *got_p = fds[0];
     return BYVAL_OK;
 }
@@ -219,11 +207,10 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
 static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,
                                unsigned long long got, char *msg, size_t msglen)
 {
-    byval_msg(msg, msglen,
-              "the socket %s of exporter pid %u is held by another process (%s %llu, the "
-              "exporter's is %llu): nothing asked of it",
-              name, rec->pid, what, got, (unsigned long long)rec->identity);
-    return BYVAL_E_IDENTITY;
+    return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                      "the socket %s of exporter pid %u is held by another process (%s %llu, the "
+                      "exporter's is %llu): nothing asked of it",
+                      name, rec->pid, what, got, (unsigned long long)rec->identity);
 }
 
 /* Is the listener on s the exporter rec describes? On BYVAL_OK, *pidfd_p
@@ -249,13 +236,12 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
     if (strict) {     /* the directory: nothing else holds across namespaces */
-        byval_msg(msg, msglen,
-                  "the listener on exporter pid %u's socket in the rendezvous directory could "
-                  "not be proven to be it (%s): nothing asked of it",
-                  rec->pid,
-                  pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
-                            : "no pidfs identity to compare");
-        return BYVAL_E_IDENTITY;
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "the listener on exporter pid %u's socket in the rendezvous directory "
+                          "could not be proven to be it (%s): nothing asked of it",
+                          rec->pid,
+                          pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
+                                    : "no pidfs identity to compare");
     }
     struct ucred cred;
     byval_self_t self;
@@ -304,17 +290,15 @@ static byval_status_t connect_abstract(int s, const byval_record_t *rec, int64_t
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc == 0 || err == EISCONN)
         return BYVAL_OK;
-    if (err == ECONNREFUSED || err == ENOENT) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u serves no fds over the socket fallback (is it running "
-                  "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
-                  "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
-                  rec->pid);
-        return BYVAL_E_GONE;
-    }
-    byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name, rec->pid,
-              strerror(err), err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
-    return BYVAL_E_SYS;
+    if (err == ECONNREFUSED || err == ENOENT)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "exporter pid %u serves no fds over the socket fallback (is it running "
+                          "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
+                          "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
+                          rec->pid);
+    return byval_fail(BYVAL_E_SYS, msg, msglen, "connect to %s (exporter pid %u) failed: %s%s",
+                      name, rec->pid, strerror(err),
+                      err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
 }
 
 /* Its socket in the rendezvous directory. */
@@ -346,8 +330,8 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) {
         err = errno;
-        byval_msg(msg, msglen, "socket() for the fallback failed: %s", strerror(err));
-        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+        return byval_fail(err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS, msg, msglen,
+                          "socket() for the fallback failed: %s", strerror(err));
     }
     char name[300]; /* as shown: "@abstract", or the rendezvous path */
     st = r->connect(s, rec, deadline, name, sizeof(name), msg, msglen);
@@ -533,34 +517,23 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
     byval_record_t rec;
     *fd_p = -1;
     *pid_p = 0;
-    if (fd < 0) {
-        byval_msg(msg, msglen, "fd %d is no fd number", fd);
-        return BYVAL_E_BADFD;
-    }
+    if (fd < 0)
+        return byval_fail(BYVAL_E_BADFD, msg, msglen, "fd %d is no fd number", fd);
     int pid = byval_pidfd_pid(pidfd);
-    if (pid == -2) {
-        byval_msg(msg, msglen, "fd %d is not a pidfd", pidfd);
-        return BYVAL_E_SYS;
-    }
-    if (pid == -1) {
-        byval_msg(msg, msglen, "the process of pidfd %d exited", pidfd);
-        return BYVAL_E_GONE;
-    }
-    if (pid == 0) {
-        byval_msg(msg, msglen,
-                  "the process of pidfd %d is outside our pid namespace: its broker is not "
-                  "reachable by name from here",
-                  pidfd);
-        return BYVAL_E_GONE;
-    }
+    if (pid == -2)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "fd %d is not a pidfd", pidfd);
+    if (pid == -1)
+        return byval_fail(BYVAL_E_GONE, msg, msglen, "the process of pidfd %d exited", pidfd);
+    if (pid == 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "the process of pidfd %d is outside our pid namespace: its broker is not "
+                          "reachable by name from here",
+                          pidfd);
     *pid_p = (uint32_t)pid;
-    if (byval_self_get(&self) != 0) {
-        byval_msg(msg, msglen, "cannot read this process's own identity");
-        return BYVAL_E_SYS;
-    }
-    if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0) {
-        byval_msg(msg, msglen, "pid %d exited while we read its start time", pid);
-        return BYVAL_E_GONE;
-    }
+    if (byval_self_get(&self) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read this process's own identity");
+    if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen, "pid %d exited while we read its start time",
+                          pid);
     return rescue(&rec, (uint32_t)fd, fd_p, msg, msglen);
 }

@@ -246,23 +246,19 @@ static byval_status_t same_object(uint32_t pid, uint32_t fd, uint32_t fd_ino, ui
                                   uint64_t ino, int64_t bytes, const char *what, char *msg,
                                   size_t msglen)
 {
-    if ((uint32_t)ino != fd_ino) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u holds another object than the handle describes (inode low "
-                  "bits %u, the handle's %u): a stale or forged handle, %s",
-                  fd, pid, (unsigned)(uint32_t)ino, fd_ino, what);
-        return BYVAL_E_FDKIND;
-    }
+    if ((uint32_t)ino != fd_ino)
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u in pid %u holds another object than the handle describes (inode "
+                          "low bits %u, the handle's %u): a stale or forged handle, %s",
+                          fd, pid, (unsigned)(uint32_t)ino, fd_ino, what);
     if (!size || bytes < 0)
         return BYVAL_OK;
-    if (pages_of((uint64_t)bytes) != pages_of(size)) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u holds an object of %llu pages, the handle describes %llu: a "
-                  "stale or forged handle (or an object resized since), %s",
-                  fd, pid, (unsigned long long)pages_of((uint64_t)bytes),
-                  (unsigned long long)pages_of(size), what);
-        return BYVAL_E_FDKIND;
-    }
+    if (pages_of((uint64_t)bytes) != pages_of(size))
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u in pid %u holds an object of %llu pages, the handle describes "
+                          "%llu: a stale or forged handle (or an object resized since), %s",
+                          fd, pid, (unsigned long long)pages_of((uint64_t)bytes),
+                          (unsigned long long)pages_of(size), what);
     return BYVAL_OK;
 }
 
@@ -278,13 +274,11 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     char path[64], info[64], link[256];
     struct statx stx;
     memset(seen, 0, sizeof(*seen));
-    if (!byval_proc_is_ours()) {
-        byval_msg(msg, msglen,
-                  "cannot check fd %u of pid %u before duplicating it: /proc is not this pid "
-                  "namespace's (mount a /proc of our own), so it is not duplicated",
-                  fd, pid);
-        return BYVAL_E_PERM;
-    }
+    if (!byval_proc_is_ours())
+        return byval_fail(BYVAL_E_PERM, msg, msglen,
+                          "cannot check fd %u of pid %u before duplicating it: /proc is not this "
+                          "pid namespace's (mount a /proc of our own), so it is not duplicated",
+                          fd, pid);
     snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, fd);
     snprintf(info, sizeof(info), "/proc/%u/fdinfo/%u", pid, fd);
     /* statx follows the magic link (opening nothing); the link text is
@@ -294,44 +288,36 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
         int err = errno;
         char piddir[32];
         snprintf(piddir, sizeof(piddir), "/proc/%u", pid);
-        if (byval_pidfd_exited(pidfd)) {
-            byval_msg(msg, msglen, "read %s failed: %s (exporter exited)", path, strerror(err));
-            return BYVAL_E_GONE;
-        }
-        if (err == ENOENT && access(piddir, F_OK) == 0) {
-            byval_msg(msg, msglen,
-                      "fd %u is not open in pid %u (%s: no such file): closed since, or a stale "
-                      "or forged handle",
-                      fd, pid, path);
-            return BYVAL_E_BADFD;
-        }
-        if (err == ENOENT) {
-            byval_msg(msg, msglen,
-                      "cannot check fd %u of pid %u before duplicating it: this /proc does not "
-                      "show pid %u, so it is not duplicated",
-                      fd, pid, pid);
-            return BYVAL_E_PERM;
-        }
-        if (err == EACCES || err == EPERM) {
-            byval_msg(msg, msglen, "read %s failed: %s%s", path, strerror(err), perm_hint);
-            return BYVAL_E_PERM;
-        }
-        byval_msg(msg, msglen, "read %s failed: %s", path, strerror(err));
-        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+        if (byval_pidfd_exited(pidfd))
+            return byval_fail(BYVAL_E_GONE, msg, msglen, "read %s failed: %s (exporter exited)",
+                              path, strerror(err));
+        if (err == ENOENT && access(piddir, F_OK) == 0)
+            return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                              "fd %u is not open in pid %u (%s: no such file): closed since, or a "
+                              "stale or forged handle",
+                              fd, pid, path);
+        if (err == ENOENT)
+            return byval_fail(BYVAL_E_PERM, msg, msglen,
+                              "cannot check fd %u of pid %u before duplicating it: this /proc does "
+                              "not show pid %u, so it is not duplicated",
+                              fd, pid, pid);
+        if (err == EACCES || err == EPERM)
+            return byval_fail(BYVAL_E_PERM, msg, msglen, "read %s failed: %s%s", path,
+                              strerror(err), perm_hint);
+        return byval_fail(err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS, msg, msglen,
+                          "read %s failed: %s", path, strerror(err));
     }
     int kind = byval_fdk_classify_fast(&stx);
     if (kind == FDK_NONE || !byval_fdk_allowed(kind, obj))
         kind = byval_fdk_classify(&stx, byval_fdk_link(path, link, sizeof(link)), info);
     else
         link[0] = '\0';
-    if (!byval_fdk_allowed(kind, obj)) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, "
-                  "not duplicated",
-                  fd, pid, kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "",
-                  byval_fdk_expected(obj));
-        return BYVAL_E_FDKIND;
-    }
+    if (!byval_fdk_allowed(kind, obj))
+        return byval_fail(
+            BYVAL_E_FDKIND, msg, msglen,
+            "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, not duplicated", fd, pid,
+            kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "",
+            byval_fdk_expected(obj));
     int64_t bytes = kind == FDK_NVIDIA || stx.stx_size == 0 ? -1 : (int64_t)stx.stx_size;
     byval_status_t st =
         same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not duplicated", msg, msglen);
@@ -359,47 +345,41 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
 {
     struct statx stx;
     char self_link[64], self_info[64], link[256] = "";
-    if (byval_fdk_stat(dup, "", AT_EMPTY_PATH, &stx) != 0) {
-        byval_msg(msg, msglen, "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd,
-                  pid, strerror(errno));
-        return BYVAL_E_SYS;
-    }
+    if (byval_fdk_stat(dup, "", AT_EMPTY_PATH, &stx) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd, pid,
+                          strerror(errno));
     int kind;
     if (seen && seen->kind) {
         /* The object checked before pidfd_getfd, or another one? */
-        if (byval_fdk_dev(&stx) != seen->dev || stx.stx_ino != seen->ino) {
-            byval_msg(msg, msglen,
-                      "fd %u in pid %u became another object between its check and "
-                      "pidfd_getfd: not used",
-                      fd, pid);
-            return BYVAL_E_FDKIND;
-        }
+        if (byval_fdk_dev(&stx) != seen->dev || stx.stx_ino != seen->ino)
+            return byval_fail(
+                BYVAL_E_FDKIND, msg, msglen,
+                "fd %u in pid %u became another object between its check and pidfd_getfd: not used",
+                fd, pid);
         kind = seen->kind;
         if (kind == FDK_DMABUF_ANON) /* one anon inode for all: its name again */
             kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
     } else if ((kind = byval_fdk_classify_fast(&stx)) == FDK_NONE) {
         kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
     }
-    if (!byval_fdk_allowed(kind, obj)) {
-        byval_msg(msg, msglen, "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
-                  kind          ? byval_fdk_name[kind]
-                      : link[0] ? link
-                                : "of an unknown kind",
-                  kind ? " " : "", kind ? link : "", byval_fdk_expected(obj));
-        return BYVAL_E_FDKIND;
-    }
+    if (!byval_fdk_allowed(kind, obj))
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
+                          kind          ? byval_fdk_name[kind]
+                              : link[0] ? link
+                                        : "of an unknown kind",
+                          kind ? " " : "", kind ? link : "", byval_fdk_expected(obj));
     if (obj == BYVAL_OBJ_MANIFEST) {
         /* Sealed by its exporter against writes and resizing: what we
          * read is what the handle was made from, however long we take. */
         int seals = fcntl(dup, F_GET_SEALS);
         int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
-        if (seals < 0 || (seals & need) != need) {
-            byval_msg(msg, msglen,
-                      "fd %u from pid %u is a memfd without the manifest's seals (0x%x): not "
-                      "ipcbyval's manifest, not used",
-                      fd, pid, seals < 0 ? 0 : seals);
-            return BYVAL_E_FDKIND;
-        }
+        if (seals < 0 || (seals & need) != need)
+            return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                              "fd %u from pid %u is a memfd without the manifest's seals (0x%x): "
+                              "not ipcbyval's manifest, not used",
+                              fd, pid, seals < 0 ? 0 : seals);
     }
     int64_t bytes = -1;
     if (kind == FDK_SHMEM || ((kind == FDK_DMABUF || kind == FDK_DMABUF_ANON) && stx.stx_size))
@@ -408,17 +388,14 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
         /* A proven dma-buf whose inode has no size (before 5.3): its llseek
          * answers SEEK_END and never writes the file position. */
         bytes = (int64_t)lseek(dup, 0, SEEK_END);
-    else if (size) {
-        byval_msg(msg, msglen,
-                  "fd %u from pid %u is %s, which has no size to compare with the "
-                  "handle's: not used",
-                  fd, pid, byval_fdk_name[kind]);
-        return BYVAL_E_FDKIND;
-    }
-    if (size && bytes < 0) {
-        byval_msg(msg, msglen, "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s",
-                  dup, fd, pid, strerror(errno));
-        return BYVAL_E_FDKIND;
-    }
+    else if (size)
+        return byval_fail(
+            BYVAL_E_FDKIND, msg, msglen,
+            "fd %u from pid %u is %s, which has no size to compare with the handle's: not used", fd,
+            pid, byval_fdk_name[kind]);
+    if (size && bytes < 0)
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s", dup,
+                          fd, pid, strerror(errno));
     return same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not used", msg, msglen);
 }

@@ -62,16 +62,15 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
     byval_manifest_t hdr;
     if (len < sizeof(hdr)) {
         byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, shorter than its %zu-byte "
-                  "header",
-                  pid, len, sizeof(hdr));
+                  "manifest from pid %u is %zu bytes long, shorter than its %zu-byte header", pid,
+                  len, sizeof(hdr));
         return NULL;
     }
     memcpy(&hdr, buf, sizeof(hdr));
     if (hdr.magic != BYVAL_MANIFEST_MAGIC || hdr.version != BYVAL_MANIFEST_VERSION) {
         byval_msg(msg, msglen,
-                  "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest "
-                  "of version %u",
+                  "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest of "
+                  "version %u",
                   pid, hdr.magic, hdr.version, BYVAL_MANIFEST_VERSION);
         return NULL;
     }
@@ -82,16 +81,16 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
     }
     size_t need = BYVAL_MANIFEST_LEN(hdr.nchunks); /* <= 40 MiB: no overflow */
     if (len != need) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu "
-                  "bytes)",
-                  pid, len, hdr.nchunks, need);
+        byval_msg(
+            msg, msglen,
+            "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu bytes)",
+            pid, len, hdr.nchunks, need);
         return NULL;
     }
     if (pages(need) != pages(rec_size)) {
         byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, but the handle records %llu bytes "
-                  "(%llu pages, not %llu)",
+                  "manifest from pid %u is %zu bytes long, but the handle records %llu bytes (%llu "
+                  "pages, not %llu)",
                   pid, need, (unsigned long long)rec_size, (unsigned long long)pages(rec_size),
                   (unsigned long long)pages(need));
         return NULL;

@@ -298,11 +298,11 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
         byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid,
                   strerror(e));
     else if (*st_p == BYVAL_E_PERM)
-        byval_msg(msg, msglen,
-                  "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
-                  "(hint: ptrace access denied: it needs the exporter's uid or "
-                  "CAP_SYS_PTRACE, as pidfd_getfd does)",
-                  rec->pid);
+        byval_msg(
+            msg, msglen,
+            "reading pid %u's /proc/PID/fd for its registry: Operation not permitted (hint: ptrace "
+            "access denied: it needs the exporter's uid or CAP_SYS_PTRACE, as pidfd_getfd does)",
+            rec->pid);
     else
         byval_msg(msg, msglen, "pid %u publishes no registry that this process can see", rec->pid);
     return NULL;
@@ -362,23 +362,20 @@ static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, 
     byval_reg_view_t *v = attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
     if (!v) {
         /* Refused as pidfd_getfd would be: the caller's policy decides. */
-        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
-            byval_msg(msg, msglen, "%s", why);
-            return st;
-        }
-        byval_msg(msg, msglen, "fd %u of pid %u is not proven exported (%s): not duplicated", fd,
-                  pid, why);
-        return BYVAL_E_FDKIND;
+        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD)
+            return byval_fail(st, msg, msglen, "%s", why);
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u of pid %u is not proven exported (%s): not duplicated", fd, pid,
+                          why);
     }
     uint64_t serial = 0;
     const uint64_t *word = byval_reg_find_fd(v, key, fd, ino, &serial);
     if (!word) {
         byval_reg_view_put(v);
-        byval_msg(msg, msglen,
-                  "pid %u's registry does not list fd %u (inode %u) as the export the handle "
-                  "names: freed since, or a stale or forged handle, not duplicated",
-                  pid, fd, ino);
-        return BYVAL_E_FDKIND;
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "pid %u's registry does not list fd %u (inode %u) as the export the "
+                          "handle names: freed since, or a stale or forged handle, not duplicated",
+                          pid, fd, ino);
     }
     proof->word = word;
     proof->serial = serial;
@@ -446,30 +443,24 @@ static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_
                                        byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
                                        char *msg, size_t msglen)
 {
-    if (!byval_rendezvous_enabled()) {
-        byval_msg(msg, msglen,
-                  "handle of pid %u comes from another host, boot or pid namespace: "
-                  "short by-value handles (event pools) resolve within one pid namespace",
-                  s->pid);
-        return BYVAL_E_FOREIGN_NS;
-    }
-    if (!(s->flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "event pool of pid %u: its exporter has no pidfs identity (kernel before 6.9): "
-                  "the rendezvous directory cannot find it",
-                  s->pid);
-        return BYVAL_E_IDENTITY;
-    }
+    if (!byval_rendezvous_enabled())
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "handle of pid %u comes from another host, boot or pid namespace: short "
+                          "by-value handles (event pools) resolve within one pid namespace",
+                          s->pid);
+    if (!(s->flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "event pool of pid %u: its exporter has no pidfs identity (kernel before "
+                          "6.9): the rendezvous directory cannot find it",
+                          s->pid);
     dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1};
     int n = byval_rendezvous_each(self->boot, s->id32, dir_candidate, &a);
-    if (a.pidfd < 0) {
-        byval_msg(msg, msglen,
-                  "event pool of pid %u comes from another pid namespace and no exporter in the "
-                  "rendezvous directory %s proves to be it (%d named with its identity): it does "
-                  "not share the directory, or it exited",
-                  s->pid, byval_rendezvous_dir(), n);
-        return BYVAL_E_GONE;
-    }
+    if (a.pidfd < 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "event pool of pid %u comes from another pid namespace and no exporter "
+                          "in the rendezvous directory %s proves to be it (%d named with its "
+                          "identity): it does not share the directory, or it exited",
+                          s->pid, byval_rendezvous_dir(), n);
     /* Its pid names nothing here: the registry's pipe and the pool's fd
      * come through the socket, never pidfd_getfd with that pid. */
     byval_transport_remember_socket(&a.rec);
@@ -489,24 +480,19 @@ static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *i
 {
     if (s->flags & BYVAL_FLAG_ID_PIDFS) {
         struct stat st;
-        if (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0) {
-            byval_msg(msg, msglen,
-                      "cannot read pid %u's pidfs identity here (the handle names it by it)",
-                      s->pid);
-            return BYVAL_E_IDENTITY;
-        }
+        if (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0)
+            return byval_fail(
+                BYVAL_E_IDENTITY, msg, msglen,
+                "cannot read pid %u's pidfs identity here (the handle names it by it)", s->pid);
         *id_p = (uint64_t)st.st_ino;
         return BYVAL_OK;
     }
     int e = byval_proc_start_time((pid_t)s->pid, id_p);
-    if (e == ENOENT || e == ESRCH) {
-        byval_msg(msg, msglen, "exporter pid %u has exited", s->pid);
-        return BYVAL_E_GONE;
-    }
-    if (e) {
-        byval_msg(msg, msglen, "cannot read pid %u's start time: %s", s->pid, strerror(e));
-        return BYVAL_E_SYS;
-    }
+    if (e == ENOENT || e == ESRCH)
+        return byval_fail(BYVAL_E_GONE, msg, msglen, "exporter pid %u has exited", s->pid);
+    if (e)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read pid %u's start time: %s", s->pid,
+                          strerror(e));
     return BYVAL_OK;
 }
 
@@ -543,8 +529,8 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
     byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
     if (st == BYVAL_OK && (uint32_t)identity != s->id32) {
         byval_msg(msg, msglen,
-                  "pid %u is not the exporter any more (identity %llu does not end in %u): "
-                  "the exporter exited and its pid was reused",
+                  "pid %u is not the exporter any more (identity %llu does not end in %u): the "
+                  "exporter exited and its pid was reused",
                   s->pid, (unsigned long long)identity, s->id32);
         st = BYVAL_E_IDENTITY;
     }

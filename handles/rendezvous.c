@@ -80,18 +80,18 @@ static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msgl
     int owner = st->st_uid == geteuid() || st->st_uid == 0 ||
         (gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)gid);
     if (!owner) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: "
-                  "not used",
-                  dir, (unsigned)st->st_uid, (unsigned)geteuid(),
-                  gid != BYVAL_RENDEZVOUS_NO_GID ? " or the rendezvous group" : "");
+        byval_msg(
+            msg, msglen,
+            "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: not used",
+            dir, (unsigned)st->st_uid, (unsigned)geteuid(),
+            gid != BYVAL_RENDEZVOUS_NO_GID ? " or the rendezvous group" : "");
         return 0;
     }
     if ((st->st_mode & S_IWGRP) && (gid == BYVAL_RENDEZVOUS_NO_GID || st->st_gid != (gid_t)gid)) {
         byval_msg(msg, msglen,
                   "IPCBYVAL_RENDEZVOUS_DIR %s is writable by group %u, which is not "
-                  "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if that "
-                  "group is trusted, or chmod g-w it)",
+                  "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if that group "
+                  "is trusted, or chmod g-w it)",
                   dir, (unsigned)st->st_gid, (unsigned)st->st_gid);
         return 0;
     }
@@ -110,10 +110,10 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     if (!dir || !*dir)
         return 0;
     if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: "
-                  "not used",
-                  sizeof(byval_rdv.dir));
+        byval_msg(
+            msg, msglen,
+            "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: not used",
+            sizeof(byval_rdv.dir));
         return -1;
     }
     byval_rdv.gid = gid;
@@ -138,8 +138,8 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     byval_rendezvous_name(name, sizeof(name), 0, 0);
     if (byval_rdv_addr(&a, name) != 0) {
         byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s: no /proc here and the path is too long for a "
-                  "socket address: not used",
+                  "IPCBYVAL_RENDEZVOUS_DIR %s: no /proc here and the path is too long for a socket "
+                  "address: not used",
                   dir);
         byval_rdv.dirfd = -1;
         close(fd);
@@ -189,37 +189,31 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
     struct sockaddr_un a;
     if (!byval_rendezvous_enabled())
         return BYVAL_E_GONE;
-    if (!(rec->flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u has no pidfs identity (kernel before Linux 6.9): nothing "
-                  "proves a process across pid namespaces there, so the rendezvous directory "
-                  "is not used",
-                  rec->pid);
-        return BYVAL_E_IDENTITY;
-    }
+    if (!(rec->flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "exporter pid %u has no pidfs identity (kernel before Linux 6.9): nothing proves a "
+            "process across pid namespaces there, so the rendezvous directory is not used",
+            rec->pid);
     byval_rendezvous_name(name, sizeof(name), rec->boot, rec->identity);
     if (fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         int err = errno;
-        byval_msg(msg, msglen,
-                  "exporter pid %u has no socket in the rendezvous directory %s (%s): it does "
-                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen there "
-                  "(its log says why), or it exited",
-                  rec->pid, byval_rdv.dir, strerror(err));
-        return err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
+        return byval_fail(err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS, msg, msglen,
+                          "exporter pid %u has no socket in the rendezvous directory %s (%s): it "
+                          "does not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen "
+                          "there (its log says why), or it exited",
+                          rec->pid, byval_rdv.dir, strerror(err));
     }
-    if (!S_ISSOCK(st.st_mode) || !byval_rdv_trusted_owner(&st)) {
-        byval_msg(msg, msglen,
-                  "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: planted "
-                  "by someone else, not used",
-                  byval_rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
-                  (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
-                  byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group" : "");
-        return BYVAL_E_IDENTITY;
-    }
-    if (byval_rdv_addr(&a, name) != 0) {
-        byval_msg(msg, msglen, "socket path for %s too long", name);
-        return BYVAL_E_SYS;
-    }
+    if (!S_ISSOCK(st.st_mode) || !byval_rdv_trusted_owner(&st))
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: "
+                          "planted by someone else, not used",
+                          byval_rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
+                          (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
+                          byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group"
+                                                                   : "");
+    if (byval_rdv_addr(&a, name) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "socket path for %s too long", name);
     int rc, err = 0;
     byval_broker_until(s, SO_SNDTIMEO, deadline);
     /* As for the abstract name: an interrupted connect left s unconnected. */
@@ -228,14 +222,13 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc == 0 || err == EISCONN)
         return BYVAL_OK;
-    if (err == ECONNREFUSED) {
-        byval_msg(msg, msglen, "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
-                  byval_rdv.dir, name, rec->pid);
-        return BYVAL_E_GONE;
-    }
-    byval_msg(msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s", byval_rdv.dir, name,
-              rec->pid, strerror(err), err == EAGAIN ? " (its backlog stayed full)" : "");
-    return BYVAL_E_SYS;
+    if (err == ECONNREFUSED)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
+                          byval_rdv.dir, name, rec->pid);
+    return byval_fail(BYVAL_E_SYS, msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s",
+                      byval_rdv.dir, name, rec->pid, strerror(err),
+                      err == EAGAIN ? " (its backlog stayed full)" : "");
 }
 
 #define SWEEP_MAX 4096 /* entries looked at per start: bounded work */
@@ -331,8 +324,8 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
         return -1;
     if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS)) {
         byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and prove "
-                  "this process across pid namespaces: not listening there");
+                  "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and prove this "
+                  "process across pid namespaces: not listening there");
         return -1;
     }
     byval_rendezvous_name(mine.name, sizeof(mine.name), self->boot, self->identity);
@@ -409,11 +402,11 @@ void byval_rendezvous_start_failed(int err)
     if (!byval_rendezvous_enabled() || __atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
         __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
         return;
-    byval_msg(msg, sizeof(msg),
-              "cannot listen in the rendezvous directory %s: the socket fallback did not "
-              "start: %s%s",
-              byval_rdv.dir, strerror(err),
-              err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
+    byval_msg(
+        msg, sizeof(msg),
+        "cannot listen in the rendezvous directory %s: the socket fallback did not start: %s%s",
+        byval_rdv.dir, strerror(err),
+        err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
     memcpy(failed, msg, sizeof(failed));
     __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }

@@ -153,20 +153,16 @@ byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid
 {
     /* The pids read off /proc must be pids of OUR namespace, or pidfd_open
      * would reach whatever holds that number here. */
-    if (!byval_proc_is_ours()) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
-                  "we can tell: this /proc belongs to another pid namespace (mount one for "
-                  "ours to translate pids)",
-                  rec->pid, rec->pidns);
-        return BYVAL_E_FOREIGN_NS;
-    }
+    if (!byval_proc_is_ours())
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "exporter pid %u lives in pid namespace pid:[%u], not below ours as far "
+                          "as we can tell: this /proc belongs to another pid namespace (mount one "
+                          "for ours to translate pids)",
+                          rec->pid, rec->pidns);
     DIR *d = opendir("/proc");
-    if (!d) {
-        byval_msg(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid,
-                  rec->pidns);
-        return BYVAL_E_FOREIGN_NS;
-    }
+    if (!d)
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "cannot read /proc to find pid %u of pid:[%u]", rec->pid, rec->pidns);
     struct dirent *e;
     byval_status_t st = BYVAL_E_FOREIGN_NS;
     while ((e = readdir(d))) {
@@ -184,8 +180,8 @@ byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid
     closedir(d);
     if (st != BYVAL_OK)
         byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
-                  "not visible from here",
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: not "
+                  "visible from here",
                   rec->pid, rec->pidns);
     return st;
 }
@@ -240,8 +236,8 @@ static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, c
         /* Translated through a /proc that is another namespace's (not
          * remounted for ours): the process it shows is not ours to reach. */
         byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours "
-                  "(found as pid %u in this /proc, not visible to us)",
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours (found "
+                  "as pid %u in this /proc, not visible to us)",
                   rec->pid, rec->pidns, x->pid);
     if (st == BYVAL_OK)
         x->owned = 1;
@@ -276,9 +272,8 @@ static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x
     int err = errno;
     const char *note;
     byval_status_t st = byval_getfd_status(err, x->pidfd, &note);
-    byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd, strerror(err),
-              note);
-    return st;
+    return byval_fail(st, msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd,
+                      strerror(err), note);
 }
 
 /* ---- 5. prove the object -------------------------------------------- */
@@ -290,11 +285,10 @@ static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t
     if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
         /* Withdrawn between the proof and the duplicate: the number may
          * hold anything now, so the duplicate is not even looked at. */
-        byval_msg(msg, msglen,
-                  "fd %u of pid %u was withdrawn from its registry while it was duplicated "
-                  "(freed, and the number possibly reused): not used",
-                  w->fd, x->pid);
-        return BYVAL_E_BADFD;
+        return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                          "fd %u of pid %u was withdrawn from its registry while it was duplicated "
+                          "(freed, and the number possibly reused): not used",
+                          w->fd, x->pid);
     }
     return byval_check_fd_kind(dup, x->pid, w->fd, w->ino, w->size, w->obj,
                                seen->kind ? seen : NULL, msg, msglen);
@@ -372,12 +366,11 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
     *fd_p = -1;
     if (msg && msglen)
         msg[0] = '\0';
-    if (w->rec->boot != self->boot) {
-        byval_msg(msg, msglen,
-                  "handle was exported on another host or boot (boot id 0x%08x != local 0x%08x)",
-                  w->rec->boot, self->boot);
-        return BYVAL_E_FOREIGN_HOST;
-    }
+    if (w->rec->boot != self->boot)
+        return byval_fail(
+            BYVAL_E_FOREIGN_HOST, msg, msglen,
+            "handle was exported on another host or boot (boot id 0x%08x != local 0x%08x)",
+            w->rec->boot, self->boot);
     peer_t known = peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
@@ -441,17 +434,16 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
         *fd_p = -1;
     if (pidfd_p)
         *pidfd_p = -1;
-    if (!rec || !self || !fd_p) {
-        byval_msg(msg, msglen, "byval_resolve_fd: invalid arguments (NULL record, self or fd_p)");
-        return BYVAL_E_INVALID;
-    }
+    if (!rec || !self || !fd_p)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_resolve_fd: invalid arguments (NULL record, self or fd_p)");
     /* Fields a decoded record always has in range; a hand-made one may not,
      * and pid_t/int casts must not turn them into -1 or 0. */
     if (rec->pid == 0 || rec->pid > INT32_MAX || rec->fd > INT32_MAX || rec->kind < 1 ||
         rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK)) {
-        byval_msg(msg, msglen, "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
-                  rec->pid, rec->fd, rec->kind, rec->flags);
-        return BYVAL_E_INVALID;
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
+                          rec->pid, rec->fd, rec->kind, rec->flags);
     }
     byval_want_t w = {rec,     rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
                       rec->tag};
@@ -480,10 +472,9 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
     byval_fetch_info_t info = {0};
     if (fd_p)
         *fd_p = -1;
-    if (!rec || !fd_p || fd > INT32_MAX || byval_self_get(&self) != 0) {
-        byval_msg(msg, msglen, "byval_transport_fetch_obj: invalid arguments");
-        return BYVAL_E_INVALID;
-    }
+    if (!rec || !fd_p || fd > INT32_MAX || byval_self_get(&self) != 0)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_transport_fetch_obj: invalid arguments");
     /* A record's own fd shows the record's tag (a manifest's chunk comes
      * as a record of its own, its tag from the manifest). */
     byval_want_t w = {rec, fd, fd_ino, size, obj, fd == rec->fd ? rec->tag : 0};
@@ -514,11 +505,10 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
         *fd_p = -1;
     if (msg && msglen)
         msg[0] = '\0';
-    if (!fd_p || pidfd < 0 || fd > INT32_MAX) {
-        byval_msg(msg, msglen, "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)",
-                  pidfd, pid, fd);
-        return BYVAL_E_INVALID;
-    }
+    if (!fd_p || pidfd < 0 || fd > INT32_MAX)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)", pidfd,
+                          pid, fd);
     /* No record: nothing a registry could list, so /proc proves the kind;
      * pid is ours (the caller's pidfd was opened on it). */
     byval_want_t w = {NULL, fd, fd_ino, size, obj, 0};

@@ -218,27 +218,23 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
     int err = byval_proc_start_time((pid_t)pid, &start);
     if (err == 0 && start == rec->identity)
         return BYVAL_OK;
-    if (err == 0) {
-        byval_msg(msg, msglen,
-                  "pid %u is another process than the handle's exporter of fd %u (start time "
-                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
-                  "or forged handle",
-                  pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
-        return BYVAL_E_IDENTITY;
-    }
+    if (err == 0)
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "pid %u is another process than the handle's exporter of fd %u (start time %llu, the "
+            "handle's %llu): pid reused after the exporter exited, or a stale or forged handle",
+            pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
     if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd)) {
         /* Our pidfd's process holds the pid, yet /proc does not show it. */
-        byval_msg(msg, msglen,
-                  "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
-                  "exporter's identity (/proc hides the pid or is another namespace's)",
-                  pid, rec->fd, strerror(err));
-        return BYVAL_E_IDENTITY;
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
+                          "exporter's identity (/proc hides the pid or is another namespace's)",
+                          pid, rec->fd, strerror(err));
     }
     const char *note; /* EACCES: hidepid=noaccess */
     byval_status_t st = err_status(err == ENOENT ? ESRCH : err, &note);
-    byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid, rec->fd,
-              strerror(err), note);
-    return st;
+    return byval_fail(st, msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid,
+                      rec->fd, strerror(err), note);
 }
 
 /* Is the process behind pidfd (pid: its pid here) the one rec names? */
@@ -253,35 +249,30 @@ static byval_status_t identify(const byval_record_t *rec, uint32_t pid, int pidf
     static uint64_t pidfs_dev; /* 0: not seen yet */
     struct statfs sfs;
     struct stat st;
-    if (fstat(pidfd, &st) != 0) {
-        byval_msg(msg, msglen, "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid, rec->fd,
-                  strerror(errno));
-        return BYVAL_E_SYS;
-    }
+    if (fstat(pidfd, &st) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid, rec->fd,
+                          strerror(errno));
     uint64_t known = __atomic_load_n(&pidfs_dev, __ATOMIC_RELAXED);
     if (known == 0 || (uint64_t)st.st_dev != known) {
-        if (fstatfs(pidfd, &sfs) != 0) {
-            byval_msg(msg, msglen, "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
-                      rec->fd, strerror(errno));
-            return BYVAL_E_SYS;
-        }
-        if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC) {
-            byval_msg(msg, msglen,
-                      "cannot verify that pid %u is the exporter of fd %u: the handle names it "
-                      "by its pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
-                      pid, rec->fd, (unsigned long)sfs.f_type);
-            return BYVAL_E_IDENTITY;
-        }
+        if (fstatfs(pidfd, &sfs) != 0)
+            return byval_fail(BYVAL_E_SYS, msg, msglen,
+                              "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
+                              rec->fd, strerror(errno));
+        if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC)
+            return byval_fail(
+                BYVAL_E_IDENTITY, msg, msglen,
+                "cannot verify that pid %u is the exporter of fd %u: the handle names it by its "
+                "pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
+                pid, rec->fd, (unsigned long)sfs.f_type);
         __atomic_store_n(&pidfs_dev, (uint64_t)st.st_dev, __ATOMIC_RELAXED);
     }
-    if ((uint64_t)st.st_ino != rec->identity) {
-        byval_msg(msg, msglen,
-                  "pid %u is another process than the handle's exporter of fd %u (pidfs inode "
-                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
-                  "or forged handle",
-                  pid, rec->fd, (unsigned long long)st.st_ino, (unsigned long long)rec->identity);
-        return BYVAL_E_IDENTITY;
-    }
+    if ((uint64_t)st.st_ino != rec->identity)
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "pid %u is another process than the handle's exporter of fd %u (pidfs inode %llu, the "
+            "handle's %llu): pid reused after the exporter exited, or a stale or forged handle",
+            pid, rec->fd, (unsigned long long)st.st_ino, (unsigned long long)rec->identity);
     return BYVAL_OK;
 }
 
@@ -301,9 +292,8 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
         byval_status_t st = err == ENOSYS
             ? BYVAL_E_NOSYS
             : err_status(err == EINVAL || err == ENOENT ? ESRCH : err, &note);
-        byval_msg(msg, msglen, "pidfd_open(pid %u) for fd %u failed: %s%s", pid, rec->fd,
-                  strerror(err), note);
-        return st;
+        return byval_fail(st, msg, msglen, "pidfd_open(pid %u) for fd %u failed: %s%s", pid,
+                          rec->fd, strerror(err), note);
     }
     byval_status_t st = identify(rec, pid, pidfd, msg, msglen);
     if (st != BYVAL_OK) {

@@ -91,16 +91,31 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
 /* Status and explanation (*note_p) of a failed pidfd_getfd. */
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
 
-/* snprintf into msg when the caller asked for a message (msg may be NULL). */
+/* snprintf into msg when the caller asked for a message (msg may be NULL);
+ * _fail returns st, for the one line a failing step writes. */
+static inline void byval_vmsg(char *msg, size_t msglen, const char *fmt, va_list ap)
+{
+    if (msg && msglen)
+        vsnprintf(msg, msglen, fmt, ap);
+}
+
 __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,
                                                                    const char *fmt, ...)
 {
-    if (!msg || !msglen)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, msglen, fmt, ap);
+    byval_vmsg(msg, msglen, fmt, ap);
     va_end(ap);
+}
+
+__attribute__((format(printf, 4, 5))) static inline byval_status_t
+byval_fail(byval_status_t st, char *msg, size_t msglen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    byval_vmsg(msg, msglen, fmt, ap);
+    va_end(ap);
+    return st;
 }
 
 #endif
