@@ -43,14 +43,12 @@ static int chunks_ok(const byval_manifest_t *m, uint32_t pid, char *msg, size_t 
             why = "carries a tag no export can have";
         else if (c->id == 0 || c->id > BYVAL_WIRE_MAX_ALLOC_ID)
             why = "has an id no export can have";
-        if (why) {
-            byval_msg(msg, msglen,
-                      "manifest from pid %u: chunk %u (offset %llu, size %llu, fd %u) %s "
-                      "(reservation of %llu bytes)",
-                      pid, i, (unsigned long long)c->offset, (unsigned long long)c->size, c->fd,
-                      why, (unsigned long long)m->reserve_size);
-            return 0;
-        }
+        if (why)
+            return byval_fail(0, msg, msglen,
+                              "manifest from pid %u: chunk %u (offset %llu, size %llu, fd %u) %s "
+                              "(reservation of %llu bytes)",
+                              pid, i, (unsigned long long)c->offset, (unsigned long long)c->size,
+                              c->fd, why, (unsigned long long)m->reserve_size);
         end = c->offset + c->size;
     }
     return 1;

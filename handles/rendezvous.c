@@ -65,36 +65,29 @@ static int byval_rdv_trusted_owner(const struct stat *st)
 static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msglen)
 {
     long gid = byval_rdv.gid;
-    if (!S_ISDIR(st->st_mode)) {
-        byval_msg(msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s is not a directory: not used", dir);
-        return 0;
-    }
-    if (st->st_mode & S_IWOTH) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is world-writable (mode %04o): any user could plant "
-                  "sockets there, not used (chmod o-w it; share it with a group through "
-                  "IPCBYVAL_RENDEZVOUS_GID)",
-                  dir, (unsigned)(st->st_mode & 07777));
-        return 0;
-    }
+    if (!S_ISDIR(st->st_mode))
+        return byval_fail(0, msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s is not a directory: not used",
+                          dir);
+    if (st->st_mode & S_IWOTH)
+        return byval_fail(0, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR %s is world-writable (mode %04o): any user "
+                          "could plant sockets there, not used (chmod o-w it; share it with a "
+                          "group through IPCBYVAL_RENDEZVOUS_GID)",
+                          dir, (unsigned)(st->st_mode & 07777));
     int owner = st->st_uid == geteuid() || st->st_uid == 0 ||
         (gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)gid);
-    if (!owner) {
-        byval_msg(
-            msg, msglen,
+    if (!owner)
+        return byval_fail(
+            0, msg, msglen,
             "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: not used",
             dir, (unsigned)st->st_uid, (unsigned)geteuid(),
             gid != BYVAL_RENDEZVOUS_NO_GID ? " or the rendezvous group" : "");
-        return 0;
-    }
-    if ((st->st_mode & S_IWGRP) && (gid == BYVAL_RENDEZVOUS_NO_GID || st->st_gid != (gid_t)gid)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is writable by group %u, which is not "
-                  "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if that group "
-                  "is trusted, or chmod g-w it)",
-                  dir, (unsigned)st->st_gid, (unsigned)st->st_gid);
-        return 0;
-    }
+    if ((st->st_mode & S_IWGRP) && (gid == BYVAL_RENDEZVOUS_NO_GID || st->st_gid != (gid_t)gid))
+        return byval_fail(0, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR %s is writable by group %u, which is not "
+                          "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if "
+                          "that group is trusted, or chmod g-w it)",
+                          dir, (unsigned)st->st_gid, (unsigned)st->st_gid);
     return 1;
 }
 
@@ -109,23 +102,19 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)
         return 0;
-    if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir)) {
-        byval_msg(
-            msg, msglen,
+    if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir))
+        return byval_fail(
+            -1, msg, msglen,
             "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: not used",
             sizeof(byval_rdv.dir));
-        return -1;
-    }
     byval_rdv.gid = gid;
     /* The last component must not be a symlink; the fd is then the
      * directory we checked, whatever is renamed over its path later. */
     int fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        byval_msg(msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s: %s: not used", dir,
-                  errno == ELOOP || errno == ENOTDIR ? "a symlink or not a directory"
-                                                     : strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return byval_fail(-1, msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s: %s: not used", dir,
+                          errno == ELOOP || errno == ENOTDIR ? "a symlink or not a directory"
+                                                             : strerror(errno));
     if (fstat(fd, &st) != 0 || !dir_ok(&st, dir, msg, msglen)) {
         close(fd);
         return -1;
@@ -322,12 +311,10 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
     int err;
     if (!byval_rendezvous_enabled())
         return -1;
-    if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and prove this "
-                  "process across pid namespaces: not listening there");
-        return -1;
-    }
+    if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(-1, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and "
+                          "prove this process across pid namespaces: not listening there");
     byval_rendezvous_name(mine.name, sizeof(mine.name), self->boot, self->identity);
     uint32_t boot = self->boot;
     each_name(SWEEP_MAX, sweep_one, &boot);
@@ -416,8 +403,7 @@ int byval_rendezvous_take_error(char *msg, size_t msglen)
     if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
         !__atomic_exchange_n(&failed_unsaid, 0, __ATOMIC_ACQ_REL))
         return 0;
-    byval_msg(msg, msglen, "%s", failed);
-    return 1;
+    return byval_fail(1, msg, msglen, "%s", failed);
 }
 
 /* At exit the socket goes with its process; only that one removes it,

@@ -92,7 +92,8 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
 
 /* snprintf into msg when the caller asked for a message (msg may be NULL);
- * _fail returns st, for the one line a failing step writes. */
+ * _fail returns rc (a status, or an int), for the one line a failing step
+ * writes. */
 static inline void byval_vmsg(char *msg, size_t msglen, const char *fmt, va_list ap)
 {
     if (msg && msglen)
@@ -108,14 +109,14 @@ __attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, si
     va_end(ap);
 }
 
-__attribute__((format(printf, 4, 5))) static inline byval_status_t
-byval_fail(byval_status_t st, char *msg, size_t msglen, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static inline int byval_fail(int rc, char *msg, size_t msglen,
+                                                                   const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     byval_vmsg(msg, msglen, fmt, ap);
     va_end(ap);
-    return st;
+    return rc;
 }
 
 #endif
