@@ -103,15 +103,7 @@ static uint64_t dmabuf_dev;
 static int fdinfo_is_dmabuf(const char *path)
 {
     char buf[1024];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return strstr(buf, "\nexp_name:") != NULL;
+    return byval_read_file(path, buf, sizeof(buf)) > 0 && strstr(buf, "\nexp_name:") != NULL;
 }
 
 static int starts(const char *s, const char *prefix)

@@ -416,13 +416,15 @@ typedef struct dir_short {
     uint32_t boot;
     int64_t deadline;
     byval_record_t rec;
-    int pidfd;
+    int pidfd, n;
 } dir_short_t;
 
-static int dir_candidate(uint64_t id, void *arg)
+static int dir_candidate(const char *name, uint32_t boot, uint64_t id, void *arg)
 {
     dir_short_t *a = arg;
-    if (byval_broker_now_ms() >= a->deadline)
+    if (boot != a->boot || (uint32_t)id != a->s->id32)
+        return 0;
+    if (a->n++, byval_broker_now_ms() >= a->deadline)
         return 1;
     byval_record_t rec = {
         .pid = a->s->pid, .boot = a->boot, .identity = id, .flags = BYVAL_FLAG_ID_PIDFS};
@@ -453,14 +455,14 @@ static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_
                           "event pool of pid %u: its exporter has no pidfs identity (kernel before "
                           "6.9): the rendezvous directory cannot find it",
                           s->pid);
-    dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1};
-    int n = byval_rendezvous_each(self->boot, s->id32, dir_candidate, &a);
+    dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1, 0};
+    byval_rendezvous_each(dir_candidate, &a);
     if (a.pidfd < 0)
         return byval_fail(BYVAL_E_GONE, msg, msglen,
                           "event pool of pid %u comes from another pid namespace and no exporter "
                           "in the rendezvous directory %s proves to be it (%d named with its "
                           "identity): it does not share the directory, or it exited",
-                          s->pid, byval_rendezvous_dir(), n);
+                          s->pid, byval_rendezvous_dir(), a.n);
     /* Its pid names nothing here: the registry's pipe and the pool's fd
      * come through the socket, never pidfd_getfd with that pid. */
     byval_transport_remember_socket(&a.rec);

@@ -228,9 +228,9 @@ static struct {
     char name[64];
 } mine;
 
-/* Call fn(name, boot, identity, arg) for each socket name of ours among
- * the directory's first max entries, until it returns non-zero. */
-static void each_name(int max, int (*fn)(const char *, uint32_t, uint64_t, void *), void *arg)
+/* fn(name, boot, identity, arg) for each socket name of ours among the
+ * directory's first max entries, until it returns non-zero. */
+static void each_name(int max, byval_rdv_each_fn fn, void *arg)
 {
     int fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -251,30 +251,10 @@ static void each_name(int max, int (*fn)(const char *, uint32_t, uint64_t, void 
     closedir(d);
 }
 
-typedef struct each_arg {
-    uint32_t boot, id32;
-    int (*fn)(uint64_t identity, void *arg);
-    void *arg;
-    int n;
-} each_arg_t;
-
-static int each_id32(const char *name, uint32_t boot, uint64_t id, void *arg)
+void byval_rendezvous_each(byval_rdv_each_fn fn, void *arg)
 {
-    each_arg_t *a = arg;
-    (void)name;
-    if (boot != a->boot || (uint32_t)id != a->id32)
-        return 0;
-    a->n++;
-    return a->fn(id, a->arg);
-}
-
-int byval_rendezvous_each(uint32_t boot, uint32_t id32, int (*fn)(uint64_t identity, void *arg),
-                          void *arg)
-{
-    each_arg_t a = {boot, id32, fn, arg, 0};
     if (byval_rendezvous_enabled())
-        each_name(INT32_MAX, each_id32, &a);
-    return a.n;
+        each_name(INT32_MAX, fn, arg);
 }
 
 /* Remove name when it is a stale socket of our uid (a killed exporter's). */

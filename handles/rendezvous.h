@@ -66,9 +66,9 @@ uint64_t byval_rendezvous_served_count(void);
 byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_t deadline,
                                         char *msg, size_t msglen);
 
-/* Importer: fn(identity, arg) for each socket named with boot and these
- * low 32 bits of an identity, until it returns non-zero; how many. */
-int byval_rendezvous_each(uint32_t boot, uint32_t id32, int (*fn)(uint64_t identity, void *arg),
-                          void *arg);
+/* Importer: fn(name, boot, identity, arg) for each exporter's socket in
+ * the directory, until it returns non-zero. */
+typedef int (*byval_rdv_each_fn)(const char *name, uint32_t boot, uint64_t identity, void *arg);
+void byval_rendezvous_each(byval_rdv_each_fn fn, void *arg);
 
 #endif

@@ -129,22 +129,17 @@ void byval_transport_remember_socket(const byval_record_t *rec)
 /* Last field of the NSpid line of /proc/<dir>/status, or 0. */
 static uint32_t innermost_pid(const char *dir)
 {
-    char path[300], line[512]; /* NSpid: up to 32 levels of 10 digits */
+    char path[300], buf[4096]; /* NSpid: up to 32 levels of 10 digits */
     snprintf(path, sizeof(path), "/proc/%s/status", dir);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
+    char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nNSpid:") : NULL;
     uint32_t last = 0;
-    while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "NSpid:", 6) != 0)
-            continue;
-        char *save = NULL;
-        for (char *tok = strtok_r(line + 6, " \t\n", &save); tok;
-             tok = strtok_r(NULL, " \t\n", &save))
-            last = (uint32_t)strtoul(tok, NULL, 10);
-        break;
+    char *end;
+    for (p = p ? p + 7 : NULL; p; p = end) {
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p)
+            break;
+        last = (uint32_t)v;
     }
-    fclose(f);
     return last;
 }
 

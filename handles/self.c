@@ -33,35 +33,35 @@ enum { SELF_EMPTY, SELF_BUSY, SELF_READY };
 static int self_state;
 static byval_self_t self_cached;
 
+int byval_read_file(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n;
+    while ((n = read(fd, buf, len - 1)) < 0 && errno == EINTR)
+        ;
+    int err = errno;
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n < 0 ? -err : (int)n;
+}
+
 int byval_proc_start_time(pid_t pid, uint64_t *start_p)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    int err = n < 0 ? errno : 0;
-    close(fd);
+    int n = byval_read_file(path, buf, sizeof(buf));
     if (n < 0)
-        return err;
-    buf[n] = '\0';
+        return -n;
     /* comm may contain spaces and ')': the fields resume after the last
-     * ')'. starttime is field 22; field 3 (state) follows ") ". */
+     * ')'; starttime is the 20th after it (field 22). */
     char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return EIO;
-    p += 2;
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p)
-            return EIO;
-        p++;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long start = strtoull(p, &end, 10);
-    if (end == p || errno || (*end != ' ' && *end != '\n' && *end != '\0'))
+    unsigned long long start;
+    if (!p ||
+        sscanf(p + 1,
+               " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+               &start) != 1)
         return EIO;
     *start_p = start;
     return 0;
@@ -76,13 +76,8 @@ int byval_pidfd_is_pidfs(int pidfd)
 static int self_boot_hash(uint32_t *boot_p)
 {
     char boot[64];
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, boot, sizeof(boot));
-    close(fd);
-    if (n < 36) /* a UUID in text form */
-        return -1;
+    if (byval_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) < 36)
+        return -1; /* a UUID in text form */
     *boot_p = byval_fnv1a32(boot, 36);
     return 0;
 }
@@ -319,22 +314,9 @@ static int pid_from_fdinfo(int pidfd)
 {
     char path[48], buf[1024];
     snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    int f = open(path, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-        return -2;
-    ssize_t n;
-    do
-        n = read(f, buf, sizeof(buf) - 1);
-    while (n < 0 && errno == EINTR);
-    close(f);
-    if (n <= 0)
-        return -2;
-    buf[n] = '\0';
-    const char *p = strstr(buf, "\nPid:");
+    const char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nPid:") : NULL;
     int pid;
-    if (!p || sscanf(p + 5, "%d", &pid) != 1)
-        return -2;
-    return pid;
+    return p && sscanf(p + 5, "%d", &pid) == 1 ? pid : -2;
 }
 
 int byval_pidfd_pid(int pidfd)

@@ -65,6 +65,10 @@ void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
 uint64_t byval_fd_inode(int fd);
 int64_t byval_fd_size(int fd);
 
+/* Up to len - 1 bytes of path into buf, NUL-terminated: how many, or
+ * -errno. */
+int byval_read_file(const char *path, char *buf, size_t len);
+
 /* Start time of pid (field 22 of /proc/<pid>/stat) into *start_p: 0, or
  * an errno value (EIO: unparsable). */
 int byval_proc_start_time(pid_t pid, uint64_t *start_p);
