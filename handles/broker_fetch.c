@@ -388,8 +388,7 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
 err_got:
     if (got >= 0)
         byval_fd_release(got);
-    if (pidfd >= 0)
-        close(pidfd);
+    byval_close_fd(&pidfd);
 err_sock:
     close(s);
     return st;

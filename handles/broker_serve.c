@@ -65,11 +65,6 @@ static void offers_fork_child(void)
 }
 BYVAL_FORK_CHILD(broker_offers, offers_fork_child);
 
-static void of_lock(void)
-{
-    byval_lock(&of.lock);
-}
-
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p)
 {
     int32_t status = -EBADF;
@@ -80,7 +75,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
      * member of the directory's group could never have made. */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = req->fd <= INT32_MAX ? byval_fdtab_find(&of.t, (int)req->fd) : NULL;
     if (x && (uint32_t)x->ino != req->fd_ino) {
         status = -ESTALE; /* not the object offered under that number */
@@ -95,29 +90,21 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
     return status;
 }
 
-/* Is a peer of uid served? (_allowed counts a refusal.) */
-static int byval_broker_uid_served(uid_t uid)
+/* Is a peer of uid served? count: a refusal is counted. */
+static int uid_served(uid_t uid, int count)
 {
-    of_lock();
+    byval_lock(&of.lock);
     int served = uid == (of.uid_set ? of.uid : geteuid());
+    of.refused += count && !served;
     byval_unlock(&of.lock);
     return served;
-}
-
-static int byval_broker_uid_allowed(uid_t uid)
-{
-    of_lock();
-    int allowed = uid == (of.uid_set ? of.uid : geteuid());
-    of.refused += !allowed;
-    byval_unlock(&of.lock);
-    return allowed;
 }
 
 static int offer(int fd, int open)
 {
     if (byval_broker_serve() != 0)
         return -1;
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = byval_fdtab_add(&of.t, fd);
     int err = x ? 0 : errno; /* ENOSPC is said, not silently left unserved */
     if (x)
@@ -139,7 +126,7 @@ int byval_broker_offer_open(int fd)
 
 void byval_broker_withdraw(int fd)
 {
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = byval_fdtab_find(&of.t, fd);
     if (x)
         byval_fdtab_drop(&of.t, x);
@@ -148,7 +135,7 @@ void byval_broker_withdraw(int fd)
 
 void byval_broker_set_allowed_uid(uid_t uid)
 {
-    of_lock();
+    byval_lock(&of.lock);
     of.uid = uid;
     of.uid_set = 1;
     byval_unlock(&of.lock);
@@ -156,7 +143,7 @@ void byval_broker_set_allowed_uid(uid_t uid)
 
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
 {
-    of_lock();
+    byval_lock(&of.lock);
     *served_p = of.served;
     *refused_p = of.refused;
     byval_unlock(&of.lock);
@@ -164,7 +151,7 @@ void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
 
 uint64_t byval_broker_untagged(void)
 {
-    of_lock();
+    byval_lock(&of.lock);
     uint64_t n = of.untagged;
     byval_unlock(&of.lock);
     return n;
@@ -208,19 +195,12 @@ static void fork_child(void)
 {
     if (!br.ready)
         return; /* never served: nothing inherited */
-    if (br.listen_fd >= 0)
-        close(br.listen_fd);
-    if (br.epoll_fd >= 0)
-        close(br.epoll_fd);
-    if (br.rdv_fd >= 0) /* the parent's name, not ours */
-        close(br.rdv_fd);
-    br.rdv_fd = -1;
+    byval_close_fd(&br.listen_fd);
+    byval_close_fd(&br.epoll_fd);
+    byval_close_fd(&br.rdv_fd); /* the parent's name, not ours */
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
-        if (br.conns[i].fd >= 0)
-            close(br.conns[i].fd); /* the parent's peers, not ours */
-        br.conns[i].fd = -1;
+        byval_close_fd(&br.conns[i].fd); /* the parent's peers, not ours */
     }
-    br.listen_fd = br.epoll_fd = -1;
 }
 BYVAL_FORK_CHILD(broker_serve, fork_child);
 
@@ -256,8 +236,7 @@ static void answer(int fd, int32_t status, int dup)
         memcpy(CMSG_DATA(c), &dup, sizeof(int));
     }
     (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (dup >= 0)
-        close(dup);
+    byval_close_fd(&dup);
 }
 
 /* Release slot i (server thread). status != 0: say it first (-EAGAIN:
@@ -385,8 +364,7 @@ static void accept_some(int lfd, int efd, int via_dir)
             continue;
         }
         /* the directory's peers may also be of its group */
-        if (!((via_dir && byval_rendezvous_group_peer(fd, &cred)) ||
-              byval_broker_uid_allowed(cred.uid))) {
+        if (!((via_dir && byval_rendezvous_group_peer(fd, &cred)) || uid_served(cred.uid, 1))) {
             answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
             close(fd);
             continue;
@@ -403,7 +381,7 @@ static void accept_some(int lfd, int efd, int via_dir)
         c->fd = fd;
         c->peer = peer;
         c->via_dir = (uint8_t)via_dir;
-        c->own_uid = (uint8_t)(!via_dir || byval_broker_uid_served(cred.uid));
+        c->own_uid = (uint8_t)(!via_dir || uid_served(cred.uid, 0));
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         byval_unlock(&br.lock);
@@ -508,11 +486,8 @@ err_sock:;
     int err = errno;
     byval_rendezvous_start_failed(err); /* said once by the shim, at warning level */
     br.epoll_fd = -1;
-    if (efd >= 0)
-        close(efd);
-    if (br.rdv_fd >= 0)
-        close(br.rdv_fd);
-    br.rdv_fd = -1;
+    byval_close_fd(&efd);
+    byval_close_fd(&br.rdv_fd);
     close(lfd);
     errno = err;
     return -1;

@@ -90,8 +90,7 @@ static uint64_t own_dev(int pipe)
     if (byval_fdk_stat(p[0], "", AT_EMPTY_PATH, &stx) == 0)
         d = byval_fdk_dev(&stx);
     close(p[0]);
-    if (p[1] >= 0)
-        close(p[1]);
+    byval_close_fd(&p[1]);
     __atomic_store_n(&dev[pipe], d, __ATOMIC_RELAXED);
     return d;
 }

@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "handles/self.h"
 #include "handles/sys.h"
 
 static int fd_stat(int fd, struct stat *st)
@@ -80,28 +81,6 @@ static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
     return fl >= 0 && (fl & O_ACCMODE) == p->accmode;
 }
 
-static int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
-{
-    *dup_p = -1;
-    if (!byval_fdproof_same(epfd, p))
-        return -ESTALE; /* closed, or its number reused */
-    int d = fd_ctl(p->fd, F_DUPFD_CLOEXEC, 0);
-    if (d < 0)
-        return -errno;
-    if (!byval_fdproof_same(epfd, p)) {
-        close(d); /* changed under us: what we hold may be the new file */
-        return -ESTALE;
-    }
-    *dup_p = d;
-    return 0;
-}
-
-static void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
-{
-    if (p->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(epfd, p))
-        (void)ep_ctl(epfd, EPOLL_CTL_DEL, p->fd, NULL);
-}
-
 byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd)
 {
     for (uint32_t i = 0; i < t->n; i++)
@@ -112,7 +91,8 @@ byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd)
 
 void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x)
 {
-    byval_fdproof_drop(t->epfd, x);
+    if (x->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(t->epfd, x))
+        (void)ep_ctl(t->epfd, EPOLL_CTL_DEL, x->fd, NULL);
     *x = t->e[--t->n];
 }
 
@@ -152,16 +132,24 @@ byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd)
 
 int byval_fdtab_dup(byval_fdtab_t *t, byval_fdproof_t *x, int *dup_p)
 {
-    int status = byval_fdproof_dup(t->epfd, x, dup_p);
-    if (status == -ESTALE)
-        byval_fdtab_drop(t, x); /* closed or reused: never again */
-    return status;
+    /* Before and after: what we hold may be a file that took the number
+     * meanwhile. Closed or reused: never again. */
+    int d = -1;
+    *dup_p = -1;
+    if (byval_fdproof_same(t->epfd, x) && (d = fd_ctl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return -errno;
+    if (d < 0 || !byval_fdproof_same(t->epfd, x)) {
+        if (d >= 0)
+            close(d);
+        byval_fdtab_drop(t, x);
+        return -ESTALE;
+    }
+    *dup_p = d;
+    return 0;
 }
 
 void byval_fdtab_forget(byval_fdtab_t *t)
 {
-    if (t->epfd >= 0)
-        close(t->epfd);
-    t->epfd = -1;
+    byval_close_fd(&t->epfd);
     t->n = 0;
 }

@@ -58,13 +58,6 @@ uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
     return h | UINT64_C(1) << 63; /* never a BYVAL_REG_KEY of a kind < 128 */
 }
 
-static void close_fd(int *fd_p)
-{
-    if (*fd_p >= 0)
-        close(*fd_p);
-    *fd_p = -1;
-}
-
 static void destroy_locked(void)
 {
     if (reg.hdr)
@@ -72,10 +65,10 @@ static void destroy_locked(void)
     /* `mine` stays for the next registry (a fork child's): no free() in a
      * fork child, whose allocator a sanitizer may have left locked. Only
      * [0, high) of it is ever read. */
-    close_fd(&reg.page_fd);
-    close_fd(&reg.pipe_rd);
-    close_fd(&reg.pipe_wr);
-    close_fd(&reg.drain_rd);
+    byval_close_fd(&reg.page_fd);
+    byval_close_fd(&reg.pipe_rd);
+    byval_close_fd(&reg.pipe_wr);
+    byval_close_fd(&reg.drain_rd);
     reg.hdr = NULL;
     reg.slot = NULL;
     reg.high = 0;
@@ -210,11 +203,6 @@ static int find_locked(uint64_t key, uint32_t ino, uint32_t fd)
     return -1;
 }
 
-static void reg_lock(void)
-{
-    byval_lock(&reg.lock);
-}
-
 /* Slot i's new serial (0: freed) into our copy and the page's. */
 static void set_serial_locked(uint32_t i, uint64_t serial)
 {
@@ -230,7 +218,7 @@ int byval_reg_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size, uint64_t *serial_p)
 {
     int rc = -1;
-    reg_lock();
+    byval_lock(&reg.lock);
     if (create_locked() != 0)
         goto out;
     int live = find_locked(key, ino, fd);
@@ -284,7 +272,7 @@ void byval_reg_remove(uint64_t key, uint32_t ino)
 {
     if (!__atomic_load_n(&reg.live, __ATOMIC_RELAXED))
         return;
-    reg_lock();
+    byval_lock(&reg.lock);
     if (reg.hdr) {
         int any = 0;
         for (int i; (i = find_locked(key, ino, 0)) >= 0; any = 1) {
@@ -305,7 +293,7 @@ int32_t byval_reg_dup_page(int *dup_p)
     int want =
         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE);
     *dup_p = -1;
-    reg_lock();
+    byval_lock(&reg.lock);
     int32_t rc = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
     int dup = rc == 0 ? fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (rc == 0 && dup < 0)
@@ -326,7 +314,7 @@ int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)
 {
     if (__atomic_load_n(&reg.offered, __ATOMIC_ACQUIRE))
         return -1; /* the common case: no lock */
-    reg_lock();
+    byval_lock(&reg.lock);
     int rc = -1;
     if (reg.hdr && !reg.offered) {
         *page_fd_p = reg.page_fd;

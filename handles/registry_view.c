@@ -160,32 +160,24 @@ typedef struct rec_fetch {
 
 /* The short way on the pidfd route for what needs no proof of export: the
  * registry proven at its hint, or the pipe its header names (the
- * exporter's own word). pidfd_getfd, then the check after it. -1: not
- * taken (the full pipeline runs, and says why when it fails). */
-static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
-                       byval_status_t *st_p, char *msg, size_t msglen)
-{
-    if (f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
-        (obj == BYVAL_OBJ_REGISTRY && !f->seen))
-        return -1;
-    int dup = byval_pidfd_getfd(f->pidfd, (int)fd, 0);
-    if (dup < 0)
-        return -1;
-    *st_p = byval_check_fd_kind(dup, f->pid, fd, ino, 0, obj, f->seen, msg, msglen);
-    if (*st_p == BYVAL_OK)
-        *fd_p = dup;
-    else
-        byval_fd_release(dup);
-    return 0;
-}
-
+ * exporter's own word): pidfd_getfd, then the check after it. Where not
+ * taken, the full pipeline (which says why when it fails). */
 static byval_status_t fetch_rec(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                 int *fd_p, char *msg, size_t msglen)
 {
-    byval_status_t st;
-    if (fetch_short(f, fd, ino, obj, fd_p, &st, msg, msglen) == 0)
-        return st;
-    return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
+    int dup = f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
+            (obj == BYVAL_OBJ_REGISTRY && !f->seen)
+        ? -1
+        : byval_pidfd_getfd(f->pidfd, (int)fd, 0);
+    if (dup < 0)
+        return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg,
+                                         msglen);
+    byval_status_t st = byval_check_fd_kind(dup, f->pid, fd, ino, 0, obj, f->seen, msg, msglen);
+    if (st == BYVAL_OK)
+        *fd_p = dup;
+    else
+        byval_fd_release(dup);
+    return st;
 }
 
 /* Map the registry behind mfd (closed here), check that it describes f's
@@ -228,17 +220,17 @@ static byval_reg_view_t *view_map(int mfd, rec_fetch_t *f, char *msg, size_t msg
     }
     /* The shared open file: we never read it, so no peer's O_NONBLOCK
      * or F_SETPIPE_SZ matters to us (registry_watch.c). */
-    v->pipe_fd = pfd;
-    v->seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-    v->pidns = f->rec->pidns;
-    v->pid = pid;
-    v->identity = h->identity;
-    v->hdr = h;
-    v->page_dev = (uint64_t)st.st_dev;
-    v->page_ino = (uint64_t)st.st_ino;
-    v->slot = (const byval_reg_slot_t *)(h + 1);
-    v->kind = WATCH_VIEW;
-    v->refs = 1; /* the list's */
+    *v = (byval_reg_view_t){.kind = WATCH_VIEW,
+                            .refs = 1 /* the list's */,
+                            .pipe_fd = pfd,
+                            .seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE),
+                            .pidns = f->rec->pidns,
+                            .pid = pid,
+                            .identity = h->identity,
+                            .page_dev = (uint64_t)st.st_dev,
+                            .page_ino = (uint64_t)st.st_ino,
+                            .hdr = h,
+                            .slot = (const byval_reg_slot_t *)(h + 1)};
     return v;
 fail:
     munmap(m, BYVAL_REG_BYTES);
@@ -399,8 +391,7 @@ static uint32_t pidns_of(int pidfd)
     struct stat st;
     int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
     uint32_t ino = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
-    if (ns >= 0)
-        close(ns);
+    byval_close_fd(&ns);
     return ino;
 }
 

@@ -92,8 +92,7 @@ void byval_reg_on_event(byval_reg_event_fn fn)
 void byval_reg_view_free(byval_reg_view_t *v)
 {
     munmap((void *)v->hdr, BYVAL_REG_BYTES);
-    if (v->pipe_fd >= 0)
-        close(v->pipe_fd); /* out of the epoll set already (unlist) */
+    byval_close_fd(&v->pipe_fd); /* out of the epoll set already (unlist) */
     free(v);
 }
 
@@ -142,11 +141,8 @@ static void fork_child(void)
         free(pw);
     }
     w.pidfds = NULL;
-    if (w.epfd >= 0)
-        close(w.epfd);
-    if (w.kick_fd >= 0)
-        close(w.kick_fd);
-    w.epfd = w.kick_fd = -1;
+    byval_close_fd(&w.epfd);
+    byval_close_fd(&w.kick_fd);
     __atomic_store_n(&w.started, 0, __ATOMIC_RELAXED);
 }
 BYVAL_FORK_CHILD(registry_watch, fork_child);
@@ -535,8 +531,7 @@ int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
     }
     byval_unlock(&w.lock);
     if (rc != 0) {
-        if (pw->fd >= 0)
-            close(pw->fd);
+        byval_close_fd(&pw->fd);
         free(pw);
     }
     return rc;

@@ -96,9 +96,7 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     struct stat st;
     if (msg && msglen)
         msg[0] = '\0';
-    if (byval_rdv.dirfd >= 0)
-        close(byval_rdv.dirfd);
-    byval_rdv.dirfd = -1;
+    byval_close_fd(&byval_rdv.dirfd);
     byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)
         return 0;
@@ -235,8 +233,7 @@ static void each_name(int max, byval_rdv_each_fn fn, void *arg)
     int fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        if (fd >= 0)
-            close(fd);
+        byval_close_fd(&fd);
         return;
     }
     struct dirent *e;
@@ -328,8 +325,7 @@ err:
     err = errno;
     byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", byval_rdv.dir,
               strerror(err), err == EPERM ? " (the group: are we a member?)" : "");
-    if (s >= 0)
-        close(s);
+    byval_close_fd(&s);
     errno = err;
     return -1;
 }

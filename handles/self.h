@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "handles/wire.h"
 
@@ -94,6 +95,14 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
 
 /* Status and explanation (*note_p) of a failed pidfd_getfd. */
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
+
+/* Close *fd_p if open, and mark it closed (-1). */
+static inline void byval_close_fd(int *fd_p)
+{
+    if (*fd_p >= 0)
+        close(*fd_p);
+    *fd_p = -1;
+}
 
 /* snprintf into msg when the caller asked for a message (msg may be NULL);
  * _fail returns rc (a status, or an int), for the one line a failing step
