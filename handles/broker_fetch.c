@@ -154,54 +154,43 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
             err = EAGAIN; /* the deadline passed while we were interrupted */
         break;
     }
-    if (have > 0 && have < sizeof(rsp) && n == 0)
-        n = (ssize_t)have; /* a short answer, then end of file */
-    else if (have == sizeof(rsp))
-        n = (ssize_t)have;
-    if (n < 0)
-        close_fds(fds, nfds); /* a part of an answer, then nothing */
-    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
-        return byval_fail(BYVAL_E_SYS, msg, msglen,
-                          "exporter pid %u gave no answer over the socket within %d ms", rec->pid,
-                          BROKER_FETCH_MS);
-    if (n <= 0) {
-        /* Also what a just-forked child of the exporter causes: it held
-         * the listening socket for a moment, then closed it (broker_serve.c). */
-        return byval_fail(BYVAL_E_SYS, msg, msglen,
-                          "exporter pid %u closed the connection without an answer (%s): it exited "
-                          "or stopped serving meanwhile",
-                          rec->pid, n < 0 ? strerror(err) : "end of file");
-    }
-    if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
-        close_fds(fds, nfds);
-        return byval_fail(BYVAL_E_SYS, msg, msglen,
-                          "exporter pid %u answered in another protocol over the socket (another "
-                          "ipcbyval version?)",
-                          rec->pid);
-    }
-    if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
-        close_fds(fds, nfds);
-        return byval_fail(
+    byval_status_t st = BYVAL_OK;
+    if (have < sizeof(rsp) && (n < 0 || have == 0))
+        /* (Also what a just-forked child of the exporter causes: it held
+         * the listening socket for a moment, then closed it.) */
+        st = n < 0 && (err == EAGAIN || err == EWOULDBLOCK)
+            ? byval_fail(BYVAL_E_SYS, msg, msglen,
+                         "exporter pid %u gave no answer over the socket within %d ms", rec->pid,
+                         BROKER_FETCH_MS)
+            : byval_fail(BYVAL_E_SYS, msg, msglen,
+                         "exporter pid %u closed the connection without an answer (%s): it exited "
+                         "or stopped serving meanwhile",
+                         rec->pid, n < 0 ? strerror(err) : "end of file");
+    else if (have != sizeof(rsp) || rsp.magic != BROKER_MAGIC) /* maybe short, then end of file */
+        st = byval_fail(BYVAL_E_SYS, msg, msglen,
+                        "exporter pid %u answered in another protocol over the socket (another "
+                        "ipcbyval version?)",
+                        rec->pid);
+    else if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0))
+        st = byval_fail(
             BYVAL_E_SYS, msg, msglen,
             "exporter pid %u answered with %d%s fds attached, not %d: all closed, answer refused",
             rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
-    }
-    *busy_p = rsp.status == -EAGAIN;
-    if (rsp.status != 0)
-        return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
-    if (nfds == 0 && ctrunc) {
-        /* Nothing installed, yet something was attached: the kernel could
-         * not give us a descriptor (EMFILE/ENFILE on receipt). */
-        return byval_fail(BYVAL_E_NOFD, msg, msglen,
-                          "fd %u from exporter pid %u was dropped on receipt: this process is out "
-                          "of file descriptors",
-                          fd, rec->pid);
-    }
-    if (nfds == 0)
-        return byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",
-                          rec->pid);
-    *got_p = fds[0];
-    return BYVAL_OK;
+    else if (rsp.status != 0)
+        st = (*busy_p = rsp.status == -EAGAIN, refused(rec, fd, fd_ino, rsp.status, msg, msglen));
+    else if (nfds == 0 && ctrunc) /* attached, but the kernel could not install it */
+        st = byval_fail(BYVAL_E_NOFD, msg, msglen,
+                        "fd %u from exporter pid %u was dropped on receipt: this process is out "
+                        "of file descriptors",
+                        fd, rec->pid);
+    else if (nfds == 0)
+        st = byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",
+                        rec->pid);
+    if (st != BYVAL_OK)
+        close_fds(fds, nfds);
+    else
+        *got_p = fds[0];
+    return st;
 }
 
 static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,

@@ -199,24 +199,12 @@ static byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
                                 byval_exporter_t *x, char *msg, size_t msglen)
 {
-    if (x->pid)
-        return BYVAL_OK;
-    if (rec->pidns == self->pidns) {
-        x->pid = rec->pid;
-        return BYVAL_OK;
-    }
     /* Not remembered: an identified pidfd has the kernel's word for it. */
-    uint32_t local = 0;
-    int kernel;
-    if (x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)
-        local = (uint32_t)kernel;
-    if (!local) {
-        byval_status_t st = byval_ns_translate(rec, &local, msg, msglen);
-        if (st != BYVAL_OK)
-            return st;
-    }
-    x->pid = local;
-    return BYVAL_OK;
+    int kernel =
+        x->pid || rec->pidns == self->pidns || x->pidfd < 0 ? 0 : byval_pidfd_pid(x->pidfd);
+    if (!x->pid)
+        x->pid = rec->pidns == self->pidns ? rec->pid : kernel > 0 ? (uint32_t)kernel : 0;
+    return x->pid ? BYVAL_OK : byval_ns_translate(rec, &x->pid, msg, msglen);
 }
 
 /* ---- 2. identify ---------------------------------------------------- */
@@ -277,14 +265,13 @@ static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t
                                    const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
                                    char *msg, size_t msglen)
 {
-    if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
-        /* Withdrawn between the proof and the duplicate: the number may
-         * hold anything now, so the duplicate is not even looked at. */
+    /* Withdrawn between the proof and the duplicate: the number may
+     * hold anything now, so the duplicate is not even looked at. */
+    if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial)
         return byval_fail(BYVAL_E_BADFD, msg, msglen,
                           "fd %u of pid %u was withdrawn from its registry while it was duplicated "
                           "(freed, and the number possibly reused): not used",
                           w->fd, x->pid);
-    }
     return byval_check_fd_kind(dup, x->pid, w->fd, w->ino, w->size, w->obj,
                                seen->kind ? seen : NULL, msg, msglen);
 }

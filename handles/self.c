@@ -219,13 +219,12 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
             "pid %u is another process than the handle's exporter of fd %u (start time %llu, the "
             "handle's %llu): pid reused after the exporter exited, or a stale or forged handle",
             pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
-    if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd)) {
-        /* Our pidfd's process holds the pid, yet /proc does not show it. */
+    /* Our pidfd's process holds the pid, yet /proc does not show it. */
+    if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd))
         return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
                           "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
                           "exporter's identity (/proc hides the pid or is another namespace's)",
                           pid, rec->fd, strerror(err));
-    }
     const char *note; /* EACCES: hidepid=noaccess */
     byval_status_t st = err_status(err == ENOENT ? ESRCH : err, &note);
     return byval_fail(st, msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid,
