@@ -180,8 +180,8 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
         st = (*busy_p = rsp.status == -EAGAIN, refused(rec, fd, fd_ino, rsp.status, msg, msglen));
     else if (nfds == 0 && ctrunc) /* attached, but the kernel could not install it */
         st = byval_fail(BYVAL_E_NOFD, msg, msglen,
-                        "fd %u from exporter pid %u was dropped on receipt: this process is out "
-                        "of file descriptors",
+                        "fd %u from exporter pid %u was dropped on receipt: this process is out of "
+                        "file descriptors",
                         fd, rec->pid);
     else if (nfds == 0)
         st = byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",

@@ -58,46 +58,38 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
                                        char *msg, size_t msglen)
 {
     byval_manifest_t hdr;
-    if (len < sizeof(hdr)) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, shorter than its %zu-byte header", pid,
-                  len, sizeof(hdr));
-        return NULL;
-    }
+    if (len < sizeof(hdr))
+        return byval_fail_null(
+            msg, msglen, "manifest from pid %u is %zu bytes long, shorter than its %zu-byte header",
+            pid, len, sizeof(hdr));
     memcpy(&hdr, buf, sizeof(hdr));
-    if (hdr.magic != BYVAL_MANIFEST_MAGIC || hdr.version != BYVAL_MANIFEST_VERSION) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest of "
-                  "version %u",
-                  pid, hdr.magic, hdr.version, BYVAL_MANIFEST_VERSION);
-        return NULL;
-    }
-    if (hdr.nchunks == 0 || hdr.nchunks > BYVAL_MANIFEST_MAX_CHUNKS) {
-        byval_msg(msg, msglen, "manifest from pid %u lists %u chunks (1 to %u allowed)", pid,
-                  hdr.nchunks, BYVAL_MANIFEST_MAX_CHUNKS);
-        return NULL;
-    }
+    if (hdr.magic != BYVAL_MANIFEST_MAGIC || hdr.version != BYVAL_MANIFEST_VERSION)
+        return byval_fail_null(
+            msg, msglen,
+            "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest of "
+            "version %u",
+            pid, hdr.magic, hdr.version, BYVAL_MANIFEST_VERSION);
+    if (hdr.nchunks == 0 || hdr.nchunks > BYVAL_MANIFEST_MAX_CHUNKS)
+        return byval_fail_null(msg, msglen,
+                               "manifest from pid %u lists %u chunks (1 to %u allowed)", pid,
+                               hdr.nchunks, BYVAL_MANIFEST_MAX_CHUNKS);
     size_t need = BYVAL_MANIFEST_LEN(hdr.nchunks); /* <= 40 MiB: no overflow */
-    if (len != need) {
-        byval_msg(
+    if (len != need)
+        return byval_fail_null(
             msg, msglen,
             "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu bytes)",
             pid, len, hdr.nchunks, need);
-        return NULL;
-    }
-    if (pages(need) != pages(rec_size)) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, but the handle records %llu bytes (%llu "
-                  "pages, not %llu)",
-                  pid, need, (unsigned long long)rec_size, (unsigned long long)pages(rec_size),
-                  (unsigned long long)pages(need));
-        return NULL;
-    }
+    if (pages(need) != pages(rec_size))
+        return byval_fail_null(
+            msg, msglen,
+            "manifest from pid %u is %zu bytes long, but the handle records %llu bytes (%llu "
+            "pages, not %llu)",
+            pid, need, (unsigned long long)rec_size, (unsigned long long)pages(rec_size),
+            (unsigned long long)pages(need));
     byval_manifest_t *m = malloc(need);
-    if (!m) {
-        byval_msg(msg, msglen, "manifest from pid %u: out of memory for %zu bytes", pid, need);
-        return NULL;
-    }
+    if (!m)
+        return byval_fail_null(msg, msglen, "manifest from pid %u: out of memory for %zu bytes",
+                               pid, need);
     memcpy(m, buf, need);
     if (!chunks_ok(m, pid, msg, msglen)) {
         free(m);
@@ -111,21 +103,19 @@ byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, c
 {
     /* The record's size bounds what we read, and the chunk bound bounds
      * the record's size. */
-    if (rec_size < BYVAL_MANIFEST_LEN(1) || pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN)) {
-        byval_msg(msg, msglen,
-                  "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)", pid,
-                  (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
-                  (unsigned long long)pages(BYVAL_MANIFEST_MAX_LEN) * BYVAL_WIRE_PAGE);
-        return NULL;
-    }
+    if (rec_size < BYVAL_MANIFEST_LEN(1) || pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN))
+        return byval_fail_null(
+            msg, msglen,
+            "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)", pid,
+            (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
+            (unsigned long long)pages(BYVAL_MANIFEST_MAX_LEN) * BYVAL_WIRE_PAGE);
     /* One byte more than the record covers, so that a longer file is seen
      * as longer rather than cut to a plausible length. */
     size_t cap = (size_t)rec_size + 1;
     uint8_t *buf = malloc(cap);
-    if (!buf) {
-        byval_msg(msg, msglen, "manifest from pid %u: out of memory for %zu bytes", pid, cap);
-        return NULL;
-    }
+    if (!buf)
+        return byval_fail_null(msg, msglen, "manifest from pid %u: out of memory for %zu bytes",
+                               pid, cap);
     size_t len = 0;
     while (len < cap) {
         ssize_t n = pread(fd, buf + len, cap - len, (off_t)len);

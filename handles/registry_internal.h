@@ -49,13 +49,9 @@ int byval_reg_page_seals(void);
  * makes it, byval_reg_publish lists and watches it. */
 void byval_reg_view_free(byval_reg_view_t *v);
 
-/* The listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
-byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity);
-
-/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
- * low 32 bits are id32, referenced, with its full identity; or NULL. */
-byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
-                                        uint64_t *identity_p);
+/* The listed view of (pidns, pid) whose identity matches under mask
+ * (UINT32_MAX: a short record's id32), not gone, referenced; or NULL. */
+byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity, uint64_t mask);
 
 /* List v and watch it (starting the watcher), or use a twin another
  * thread listed meanwhile (v is freed then). The result is referenced for

@@ -199,10 +199,9 @@ static byval_reg_view_t *view_map(int mfd, rec_fetch_t *f, char *msg, size_t msg
     }
     void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
     close(mfd);
-    if (m == MAP_FAILED) {
-        byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
-        return NULL;
-    }
+    if (m == MAP_FAILED)
+        return byval_fail_null(msg, msglen, "mmap of pid %u's registry failed: %s", pid,
+                               strerror(errno));
     const byval_reg_header_t *h = m;
     int pfd = -1;
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != BYVAL_REG_MAGIC ||
@@ -241,7 +240,7 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
                                    byval_status_t *st_p, char *msg, size_t msglen)
 {
     *st_p = BYVAL_OK;
-    byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
+    byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity, UINT64_MAX);
     if (v)
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
@@ -315,10 +314,8 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     if (!pid || byval_self_get(&self) != 0)
         return NULL;
     int pidfd = byval_pidfd_open((pid_t)pid, 0);
-    if (pidfd < 0) {
-        byval_msg(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
-        return NULL;
-    }
+    if (pidfd < 0)
+        return byval_fail_null(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
     /* The registry must describe the process behind our pidfd. */
     byval_reg_view_t *v = byval_pidfd_record(pidfd, pid, &self, &rec) == 0
         ? attach_st(&rec, BYVAL_MODE_PIDFD, pidfd, &st, msg, msglen)
@@ -503,9 +500,9 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
     rec_p->boot = self->boot;
     rec_p->flags = s->flags;
     uint64_t identity = 0;
-    byval_reg_view_t *v = byval_reg_lookup_id32(self->pidns, s->pid, s->id32, &identity);
+    byval_reg_view_t *v = byval_reg_lookup(self->pidns, s->pid, s->id32, UINT32_MAX);
     if (v) {
-        rec_p->identity = identity;
+        rec_p->identity = v->identity;
         *v_p = v;
         return BYVAL_OK;
     }

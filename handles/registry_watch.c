@@ -164,9 +164,7 @@ static int view_usable(byval_reg_view_t *v, int *wake_p)
     return 0;
 }
 
-/* The listed view of (pidns, pid) whose identity matches under mask, not
- * gone, referenced; or NULL. */
-static byval_reg_view_t *lookup(uint32_t pidns, uint32_t pid, uint64_t identity, uint64_t mask)
+byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity, uint64_t mask)
 {
     byval_reg_view_t *found = NULL;
     int wake = 0;
@@ -182,20 +180,6 @@ static byval_reg_view_t *lookup(uint32_t pidns, uint32_t pid, uint64_t identity,
     if (wake) /* the watcher reports it (-1: the view stays gone, unreported) */
         (void)byval_reg_watch_need(NULL, 0);
     return found;
-}
-
-byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity)
-{
-    return lookup(pidns, pid, identity, UINT64_MAX);
-}
-
-byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
-                                        uint64_t *identity_p)
-{
-    byval_reg_view_t *v = lookup(pidns, pid, id32, UINT32_MAX);
-    if (v)
-        *identity_p = v->identity;
-    return v;
 }
 
 static uint64_t mono_ns(void)

@@ -34,7 +34,7 @@ static struct {
     int via_proc;  /* bind/connect through /proc/self/fd/DIRFD/NAME */
     long gid;      /* BYVAL_RENDEZVOUS_NO_GID or the trusted group */
     char dir[200]; /* as configured, for messages and the fallback path */
-} byval_rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
+} rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
 
 void byval_rendezvous_name(char *buf, size_t len, uint32_t boot, uint64_t identity)
 {
@@ -46,9 +46,9 @@ static int byval_rdv_addr(struct sockaddr_un *a, const char *name)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    int n = byval_rdv.via_proc
-        ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", byval_rdv.dirfd, name)
-        : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", byval_rdv.dir, name);
+    int n = rdv.via_proc
+        ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", rdv.dirfd, name)
+        : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", rdv.dir, name);
     return n > 0 && (size_t)n < sizeof(a->sun_path) ? 0 : -1;
 }
 
@@ -56,7 +56,7 @@ static int byval_rdv_trusted_owner(const struct stat *st)
 {
     if (st->st_uid == geteuid())
         return 1;
-    return byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)byval_rdv.gid;
+    return rdv.gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)rdv.gid;
 }
 
 /* Is the directory (fstat'ed) one whose entries we may trust? Only its
@@ -64,7 +64,7 @@ static int byval_rdv_trusted_owner(const struct stat *st)
  * told to trust can have put anything there. */
 static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msglen)
 {
-    long gid = byval_rdv.gid;
+    long gid = rdv.gid;
     if (!S_ISDIR(st->st_mode))
         return byval_fail(0, msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s is not a directory: not used",
                           dir);
@@ -96,16 +96,16 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
     struct stat st;
     if (msg && msglen)
         msg[0] = '\0';
-    byval_close_fd(&byval_rdv.dirfd);
-    byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
+    byval_close_fd(&rdv.dirfd);
+    rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)
         return 0;
-    if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir))
+    if (dir[0] != '/' || strlen(dir) >= sizeof(rdv.dir))
         return byval_fail(
             -1, msg, msglen,
             "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: not used",
-            sizeof(byval_rdv.dir));
-    byval_rdv.gid = gid;
+            sizeof(rdv.dir));
+    rdv.gid = gid;
     /* The last component must not be a symlink; the fd is then the
      * directory we checked, whatever is renamed over its path later. */
     int fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -117,9 +117,9 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
         close(fd);
         return -1;
     }
-    snprintf(byval_rdv.dir, sizeof(byval_rdv.dir), "%s", dir);
-    byval_rdv.dirfd = fd;
-    byval_rdv.via_proc = access("/proc/self/fd", X_OK) == 0;
+    snprintf(rdv.dir, sizeof(rdv.dir), "%s", dir);
+    rdv.dirfd = fd;
+    rdv.via_proc = access("/proc/self/fd", X_OK) == 0;
     struct sockaddr_un a;
     char name[64];
     byval_rendezvous_name(name, sizeof(name), 0, 0);
@@ -128,7 +128,7 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
                   "IPCBYVAL_RENDEZVOUS_DIR %s: no /proc here and the path is too long for a socket "
                   "address: not used",
                   dir);
-        byval_rdv.dirfd = -1;
+        rdv.dirfd = -1;
         close(fd);
         return -1;
     }
@@ -137,12 +137,12 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
 
 int byval_rendezvous_enabled(void)
 {
-    return byval_rdv.dirfd >= 0;
+    return rdv.dirfd >= 0;
 }
 
 const char *byval_rendezvous_dir(void)
 {
-    return byval_rdv.dirfd >= 0 ? byval_rdv.dir : "";
+    return rdv.dirfd >= 0 ? rdv.dir : "";
 }
 
 /* Is gid among the supplementary groups of conn's peer? However many it
@@ -163,7 +163,7 @@ static int peer_in_group(int conn, gid_t gid)
 
 int byval_rendezvous_group_peer(int conn, const struct ucred *cred)
 {
-    long gid = byval_rdv.gid;
+    long gid = rdv.gid;
     return gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid() &&
         (cred->gid == (gid_t)gid || peer_in_group(conn, (gid_t)gid));
 }
@@ -183,22 +183,21 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
             "process across pid namespaces there, so the rendezvous directory is not used",
             rec->pid);
     byval_rendezvous_name(name, sizeof(name), rec->boot, rec->identity);
-    if (fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         int err = errno;
         return byval_fail(err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS, msg, msglen,
                           "exporter pid %u has no socket in the rendezvous directory %s (%s): it "
                           "does not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen "
                           "there (its log says why), or it exited",
-                          rec->pid, byval_rdv.dir, strerror(err));
+                          rec->pid, rdv.dir, strerror(err));
     }
     if (!S_ISSOCK(st.st_mode) || !byval_rdv_trusted_owner(&st))
         return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
                           "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: "
                           "planted by someone else, not used",
-                          byval_rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
+                          rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
                           (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
-                          byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group"
-                                                                   : "");
+                          rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group" : "");
     if (byval_rdv_addr(&a, name) != 0)
         return byval_fail(BYVAL_E_SYS, msg, msglen, "socket path for %s too long", name);
     int rc, err = 0;
@@ -212,9 +211,9 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
     if (err == ECONNREFUSED)
         return byval_fail(BYVAL_E_GONE, msg, msglen,
                           "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
-                          byval_rdv.dir, name, rec->pid);
+                          rdv.dir, name, rec->pid);
     return byval_fail(BYVAL_E_SYS, msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s",
-                      byval_rdv.dir, name, rec->pid, strerror(err),
+                      rdv.dir, name, rec->pid, strerror(err),
                       err == EAGAIN ? " (its backlog stayed full)" : "");
 }
 
@@ -230,7 +229,7 @@ static struct {
  * directory's first max entries, until it returns non-zero. */
 static void each_name(int max, byval_rdv_each_fn fn, void *arg)
 {
-    int fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = openat(rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         byval_close_fd(&fd);
@@ -260,9 +259,8 @@ static int sweep_one(const char *name, uint32_t b, uint64_t id, void *arg)
     struct stat st;
     uint32_t boot = *(uint32_t *)arg;
     (void)id;
-    if (strcmp(name, mine.name) == 0 ||
-        fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode) ||
-        st.st_uid != geteuid())
+    if (strcmp(name, mine.name) == 0 || fstatat(rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
         return 0;         /* not ours to judge: importers refuse or ignore it */
     int dead = b != boot; /* a previous boot's */
     struct sockaddr_un a;
@@ -276,7 +274,7 @@ static int sweep_one(const char *name, uint32_t b, uint64_t id, void *arg)
         close(s);
     }
     if (dead)
-        unlinkat(byval_rdv.dirfd, name, 0);
+        unlinkat(rdv.dirfd, name, 0);
     return 0;
 }
 
@@ -299,19 +297,17 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0 || byval_rdv_addr(&a, tmp) != 0)
         goto err;
-    unlinkat(byval_rdv.dirfd, tmp, 0); /* a previous process's, same pid: ours to reuse */
+    unlinkat(rdv.dirfd, tmp, 0); /* a previous process's, same pid: ours to reuse */
     if (bind(s, (struct sockaddr *)&a, sizeof(a)) != 0)
         goto err;
     /* connect() needs write permission on the socket file: our uid only,
      * or the group's too (which must then own it). */
-    int group = byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
-    if ((group &&
-         fchownat(byval_rdv.dirfd, tmp, (uid_t)-1, (gid_t)byval_rdv.gid, AT_SYMLINK_NOFOLLOW) !=
-             0) ||
-        fchmodat(byval_rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
-        listen(s, 64) != 0 || renameat(byval_rdv.dirfd, tmp, byval_rdv.dirfd, mine.name) != 0)
+    int group = rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
+    if ((group && fchownat(rdv.dirfd, tmp, (uid_t)-1, (gid_t)rdv.gid, AT_SYMLINK_NOFOLLOW) != 0) ||
+        fchmodat(rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
+        listen(s, 64) != 0 || renameat(rdv.dirfd, tmp, rdv.dirfd, mine.name) != 0)
         goto err_bound;
-    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (fstatat(rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         mine.ino = st.st_ino;
         mine.owner = getpid();
     }
@@ -319,11 +315,11 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
 
 err_bound:
     err = errno;
-    unlinkat(byval_rdv.dirfd, tmp, 0);
+    unlinkat(rdv.dirfd, tmp, 0);
     errno = err;
 err:
     err = errno;
-    byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", byval_rdv.dir,
+    byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", rdv.dir,
               strerror(err), err == EPERM ? " (the group: are we a member?)" : "");
     byval_close_fd(&s);
     errno = err;
@@ -368,8 +364,7 @@ void byval_rendezvous_start_failed(int err)
     byval_msg(
         msg, sizeof(msg),
         "cannot listen in the rendezvous directory %s: the socket fallback did not start: %s%s",
-        byval_rdv.dir, strerror(err),
-        err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
+        rdv.dir, strerror(err), err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
     memcpy(failed, msg, sizeof(failed));
     __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
@@ -387,10 +382,10 @@ int byval_rendezvous_take_error(char *msg, size_t msglen)
 __attribute__((destructor)) static void rendezvous_exit(void)
 {
     struct stat st;
-    if (mine.owner != getpid() || byval_rdv.dirfd < 0)
+    if (mine.owner != getpid() || rdv.dirfd < 0)
         return;
-    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == mine.ino)
-        unlinkat(byval_rdv.dirfd, mine.name, 0);
+    if (fstatat(rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == mine.ino)
+        unlinkat(rdv.dirfd, mine.name, 0);
 }
 
 static uint64_t served;

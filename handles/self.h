@@ -105,8 +105,8 @@ static inline void byval_close_fd(int *fd_p)
 }
 
 /* snprintf into msg when the caller asked for a message (msg may be NULL);
- * _fail returns rc (a status, or an int), for the one line a failing step
- * writes. */
+ * _fail returns rc (a status, or an int), _fail_null NULL, for the one
+ * line a failing step writes. */
 static inline void byval_vmsg(char *msg, size_t msglen, const char *fmt, va_list ap)
 {
     if (msg && msglen)
@@ -130,6 +130,16 @@ __attribute__((format(printf, 4, 5))) static inline int byval_fail(int rc, char 
     byval_vmsg(msg, msglen, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+__attribute__((format(printf, 3, 4))) static inline void *byval_fail_null(char *msg, size_t msglen,
+                                                                          const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    byval_vmsg(msg, msglen, fmt, ap);
+    va_end(ap);
+    return NULL;
 }
 
 #endif
