@@ -149,24 +149,22 @@ static int byval_fdk_classify(const struct statx *stx, const char *link, const c
     return FDK_NONE;
 }
 
+/* Per object kind: the fd kinds it may be (bit FDK_*), and what it must be. */
+static const struct {
+    unsigned kinds;
+    const char *what;
+} objs[] = {
+    [BYVAL_OBJ_MEMORY] = {1u << FDK_SHMEM | 1u << FDK_DMABUF | 1u << FDK_DMABUF_ANON |
+                              1u << FDK_NVIDIA,
+                          "GPU memory (a dma-buf, an NVIDIA device file or a memfd)"},
+    [BYVAL_OBJ_MANIFEST] = {1u << FDK_SHMEM, "ipcbyval's manifest (a sealed memfd)"},
+    [BYVAL_OBJ_REGISTRY] = {1u << FDK_SHMEM, "ipcbyval's registry (a memfd)"},
+    [BYVAL_OBJ_WAKE_PIPE] = {1u << FDK_PIPE, "ipcbyval's wake-up pipe"},
+};
+
 static int byval_fdk_allowed(int kind, byval_obj_t obj)
 {
-    switch (obj) {
-    case BYVAL_OBJ_MANIFEST:
-    case BYVAL_OBJ_REGISTRY: return kind == FDK_SHMEM;
-    case BYVAL_OBJ_WAKE_PIPE: return kind == FDK_PIPE;
-    default: return kind != FDK_NONE && kind != FDK_PIPE;
-    }
-}
-
-static const char *byval_fdk_expected(byval_obj_t obj)
-{
-    switch (obj) {
-    case BYVAL_OBJ_MANIFEST: return "ipcbyval's manifest (a sealed memfd)";
-    case BYVAL_OBJ_REGISTRY: return "ipcbyval's registry (a memfd)";
-    case BYVAL_OBJ_WAKE_PIPE: return "ipcbyval's wake-up pipe";
-    default: return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
-    }
+    return (objs[obj].kinds >> kind) & 1;
 }
 
 #define RELEASE_THREADS_MAX 8
@@ -307,8 +305,7 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
         return byval_fail(
             BYVAL_E_FDKIND, msg, msglen,
             "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, not duplicated", fd, pid,
-            kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "",
-            byval_fdk_expected(obj));
+            kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "", objs[obj].what);
     int64_t bytes = kind == FDK_NVIDIA || stx.stx_size == 0 ? -1 : (int64_t)stx.stx_size;
     byval_status_t st =
         same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not duplicated", msg, msglen);
@@ -360,7 +357,7 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
                           kind          ? byval_fdk_name[kind]
                               : link[0] ? link
                                         : "of an unknown kind",
-                          kind ? " " : "", kind ? link : "", byval_fdk_expected(obj));
+                          kind ? " " : "", kind ? link : "", objs[obj].what);
     if (obj == BYVAL_OBJ_MANIFEST) {
         /* Sealed by its exporter against writes and resizing: what we
          * read is what the handle was made from, however long we take. */

@@ -214,11 +214,10 @@ static void unlist(byval_reg_view_t *v)
             listed = 1;
             break;
         }
-    if (listed && v->pipe_fd >= 0) {
+    if (listed && v->pipe_fd >= 0)
         epoll_ctl(w.epfd, EPOLL_CTL_DEL, v->pipe_fd, NULL);
-        close(v->pipe_fd);
-        v->pipe_fd = -1;
-    }
+    if (listed)
+        byval_close_fd(&v->pipe_fd);
     byval_unlock(&w.lock);
     if (listed)
         byval_reg_view_put(v);
@@ -250,34 +249,25 @@ static void rescan(byval_reg_view_t *v, uint64_t seq, uint64_t now)
 }
 
 /* The seq of v's exporter now (its value is hostile: only compared). */
-static uint64_t view_seq(const byval_reg_view_t *v)
-{
-    return __atomic_load_n(&v->hdr->seq, __ATOMIC_ACQUIRE);
-}
+#define VIEW_SEQ(v) __atomic_load_n(&(v)->hdr->seq, __ATOMIC_ACQUIRE)
 
-/* A wake-up of v: report now, or at the end of its interval (the top). */
+/* A wake-up of v: report now, or at the end of its interval (the top).
+ * Nothing freed since our last scan: once, the bytes left in the pipe
+ * (re-armed views report them); again, a writer that frees nothing, held
+ * off like a burst. */
 static void on_view(byval_reg_view_t *v, uint32_t events, uint64_t now)
 {
-    if (events & (EPOLLHUP | EPOLLERR)) {
+    uint64_t seq = VIEW_SEQ(v);
+    if (events & (EPOLLHUP | EPOLLERR))
         image_gone(v);
+    else if (v->held)
         return;
-    }
-    if (v->held)
-        return;
-    uint64_t seq = view_seq(v);
-    if (seq == v->seen) {
-        /* Nothing freed since our last scan: once, the bytes left in the
-         * pipe (re-armed views report them); again, a writer that frees
-         * nothing, held off like a burst. */
-        if (v->idle++)
-            hold(v, now + BYVAL_REG_RESCAN_NS);
-        return;
-    }
-    if (now - v->last_ns < BYVAL_REG_RESCAN_NS) {
+    else if (seq == v->seen && v->idle++)
+        hold(v, now + BYVAL_REG_RESCAN_NS);
+    else if (seq != v->seen && now - v->last_ns < BYVAL_REG_RESCAN_NS)
         hold(v, v->last_ns + BYVAL_REG_RESCAN_NS);
-        return;
-    }
-    rescan(v, seq, now);
+    else if (seq != v->seen)
+        rescan(v, seq, now);
 }
 
 /* Held views whose interval ended: report what was freed meanwhile and
@@ -303,7 +293,7 @@ static int due_views(uint64_t now)
         if (!v)
             return timeout;
         v->held = 0;
-        uint64_t seq = view_seq(v);
+        uint64_t seq = VIEW_SEQ(v);
         if (seq != v->seen)
             rescan(v, seq, now);
         v->idle = 0;
