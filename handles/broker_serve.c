@@ -198,9 +198,8 @@ static void fork_child(void)
     byval_close_fd(&br.listen_fd);
     byval_close_fd(&br.epoll_fd);
     byval_close_fd(&br.rdv_fd); /* the parent's name, not ours */
-    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
+    for (int i = 0; i < BROKER_MAX_CONNS; i++)
         byval_close_fd(&br.conns[i].fd); /* the parent's peers, not ours */
-    }
 }
 BYVAL_FORK_CHILD(broker_serve, fork_child);
 
@@ -265,25 +264,19 @@ static void conn_read(int i)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return; /* the rest later (or never: its deadline) */
-        if (r <= 0) {
-            conn_drop(i, 0); /* the peer closed or reset: nobody to answer */
-            return;
-        }
-        c->have += (uint32_t)r;
+        /* r <= 0: the peer closed or reset, nobody to answer. */
         struct broker_req req;
-        byval_broker_parse_t p = byval_broker_req_parse(c->buf, c->have, &req);
-        if (p == BYVAL_BROKER_MORE)
+        byval_broker_parse_t p = BYVAL_BROKER_BAD;
+        if (r > 0 &&
+            (p = byval_broker_req_parse(c->buf, c->have += (uint32_t)r, &req)) == BYVAL_BROKER_MORE)
             continue;
-        if (p == BYVAL_BROKER_BAD) {
-            conn_drop(i, -EPROTO);
-            return;
-        }
         int dup = -1;
-        int32_t status = byval_broker_lookup(&req, c->own_uid, &dup);
-        if (status == 0 && c->via_dir)
+        int32_t status = p == BYVAL_BROKER_READY ? byval_broker_lookup(&req, c->own_uid, &dup) : 0;
+        if (status == 0 && p == BYVAL_BROKER_READY && c->via_dir)
             byval_rendezvous_served(); /* stats: served to another pod */
-        answer(c->fd, status, dup);
-        conn_drop(i, 0);
+        if (p == BYVAL_BROKER_READY)
+            answer(c->fd, status, dup);
+        conn_drop(i, r > 0 && p == BYVAL_BROKER_BAD ? -EPROTO : 0);
         return;
     }
 }
@@ -359,20 +352,16 @@ static void accept_some(int lfd, int efd, int via_dir)
         }
         struct ucred cred;
         socklen_t len = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            close(fd);
-            continue;
-        }
+        int i = -1, known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
         /* the directory's peers may also be of its group */
-        if (!((via_dir && byval_rendezvous_group_peer(fd, &cred)) || uid_served(cred.uid, 1))) {
-            answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
-            close(fd);
-            continue;
-        }
-        uint64_t peer = peer_key(fd, &cred);
-        int i = conn_slot(peer);
-        if (i < 0) {
-            answer(fd, -EAGAIN, -1); /* over its bound: the peer retries */
+        int allowed = known &&
+            ((via_dir && byval_rendezvous_group_peer(fd, &cred)) || uid_served(cred.uid, 1));
+        uint64_t peer = allowed ? peer_key(fd, &cred) : 0;
+        if (!allowed || (i = conn_slot(peer)) < 0) {
+            /* Said before reading: the peer learns nothing else; over its
+             * bound, it retries. */
+            if (known)
+                answer(fd, allowed ? -EAGAIN : -EPERM, -1);
             close(fd);
             continue;
         }
