@@ -258,11 +258,6 @@ typedef struct route {
                               size_t namelen, char *msg, size_t msglen);
 } route_t;
 
-static int always(void)
-{
-    return 1;
-}
-
 /* Its abstract name, in our network namespace. */
 static byval_status_t connect_abstract(int s, const byval_record_t *rec, int64_t deadline,
                                        char *name, size_t namelen, char *msg, size_t msglen)
@@ -301,11 +296,10 @@ static byval_status_t connect_dir(int s, const byval_record_t *rec, int64_t dead
 }
 
 static const route_t routes[] = {
-    {BYVAL_VIA_SOCKET, 0, always, connect_abstract},
+    {BYVAL_VIA_SOCKET, 0, NULL, connect_abstract}, /* first: never asked if usable */
     {BYVAL_VIA_RENDEZVOUS, 1, byval_rendezvous_enabled, connect_dir},
 };
 #define ABSTRACT (&routes[0])
-#define DIRECTORY (&routes[1])
 
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
@@ -333,26 +327,21 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     int send_err = 0;
     while (sent < sizeof(req)) {
         ssize_t w = send(s, (char *)&req + sent, sizeof(req) - sent, MSG_NOSIGNAL);
-        if (w > 0) {
-            sent += (size_t)w;
-            continue;
-        }
-        send_err = w < 0 ? errno : EPIPE;
-        if (w < 0 && send_err == EINTR && byval_broker_now_ms() < deadline) {
+        send_err = w < 0 ? errno : w == 0 ? EPIPE : 0;
+        if (send_err && (send_err != EINTR || byval_broker_now_ms() >= deadline))
+            break;
+        if (send_err)
             byval_broker_until(s, SO_SNDTIMEO, deadline);
-            continue;
-        }
-        break;
+        else
+            sent += (size_t)w;
     }
     /* Even when the send failed, read: an exporter that refuses our uid
      * (or tells us to retry) answers before reading and may have closed
      * already (EPIPE), and its answer still waits in our queue. */
     st = receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
-    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
-        byval_msg(msg, msglen, "send to %s (exporter pid %u) failed: %s", name, rec->pid,
-                  send_err ? strerror(send_err) : "short write");
-        st = BYVAL_E_SYS;
-    }
+    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p)))
+        st = byval_fail(BYVAL_E_SYS, msg, msglen, "send to %s (exporter pid %u) failed: %s", name,
+                        rec->pid, send_err ? strerror(send_err) : "short write");
     if (st != BYVAL_OK)
         goto err_got;
     /* From the cached attributes: a hostile exporter may send a file whose
@@ -362,11 +351,10 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     if (magic == BROKER_MAGIC &&
         (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
          (uint32_t)sst.stx_ino != fd_ino)) {
-        byval_msg(msg, msglen,
-                  "fd %u from exporter pid %u over the socket is another object than the handle "
-                  "describes (inode low bits != %u), not used",
-                  fd, rec->pid, fd_ino);
-        st = BYVAL_E_FDKIND;
+        st = byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                        "fd %u from exporter pid %u over the socket is another object than the "
+                        "handle describes (inode low bits != %u), not used",
+                        fd, rec->pid, fd_ino);
         goto err_got;
     }
     *got_p = got;
@@ -389,8 +377,6 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
 {
     int pidfd = -1, busy;
     *fd_p = -1;
-    if (pidfd_p)
-        *pidfd_p = -1;
     if (msg && msglen)
         msg[0] = '\0';
     int64_t deadline = byval_broker_now_ms() + BROKER_FETCH_MS;
@@ -405,13 +391,11 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
             break;
         poll(NULL, 0, (int)(left < wait_ms ? left : wait_ms)); /* a signal only shortens it */
     }
-    if (st != BYVAL_OK)
-        return st;
-    if (pidfd_p)
+    if (pidfd_p) /* -1 on failure */
         *pidfd_p = pidfd;
-    else if (pidfd >= 0)
-        close(pidfd);
-    return BYVAL_OK;
+    else
+        byval_close_fd(&pidfd);
+    return st;
 }
 
 byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
@@ -458,14 +442,6 @@ byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd,
                                          char *msg, size_t msglen)
 {
     return fetch_routes(rec, BROKER_MAGIC, fd, fd_ino, tag, fd_p, pidfd_p, via_p, msg, msglen);
-}
-
-/* The fd the process rec names registered as exported under that number,
- * for a pidfd_getfd the kernel refused (rescue.h). */
-static byval_status_t rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
-                             size_t msglen)
-{
-    return fetch_routes(rec, BROKER_MAGIC_RESCUE, fd, 0, 0, fd_p, NULL, NULL, msg, msglen);
 }
 
 byval_status_t byval_broker_registry(const byval_record_t *rec, int *mfd_p, char *msg,
@@ -523,5 +499,7 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
     if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0)
         return byval_fail(BYVAL_E_GONE, msg, msglen, "pid %d exited while we read its start time",
                           pid);
-    return rescue(&rec, (uint32_t)fd, fd_p, msg, msglen);
+    /* What it registered as exported under that number (rescue.h). */
+    return fetch_routes(&rec, BROKER_MAGIC_RESCUE, (uint32_t)fd, 0, 0, fd_p, NULL, NULL, msg,
+                        msglen);
 }
