@@ -429,9 +429,8 @@ static int dir_candidate(const char *name, uint32_t boot, uint64_t id, void *arg
     return 1;
 }
 
-static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_t *self, int mode,
-                                       byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
-                                       char *msg, size_t msglen)
+static byval_status_t find_short_dir(const byval_short_t *s, const byval_self_t *self,
+                                     byval_record_t *rec_p, int *pidfd_p, char *msg, size_t msglen)
 {
     if (!byval_rendezvous_enabled())
         return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
@@ -454,13 +453,7 @@ static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_
     /* Its pid names nothing here: the registry's pipe and the pool's fd
      * come through the socket, never pidfd_getfd with that pid. */
     byval_transport_remember_socket(&a.rec);
-    byval_reg_view_t *v = byval_reg_attach(&a.rec, mode, a.pidfd, msg, msglen);
-    if (!v) {
-        close(a.pidfd);
-        return BYVAL_E_GONE;
-    }
     *rec_p = a.rec;
-    *v_p = v;
     *pidfd_p = a.pidfd;
     return BYVAL_OK;
 }
@@ -486,27 +479,22 @@ static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *i
     return BYVAL_OK;
 }
 
-byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
-                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
-                                      char *msg, size_t msglen)
+/* In our pid namespace: a listed view (*v_p), else a pidfd of s's pid
+ * proven to be its exporter. */
+static byval_status_t find_short(const byval_short_t *s, const byval_self_t *self,
+                                 byval_record_t *rec_p, byval_reg_view_t **v_p, int *pidfd_p,
+                                 char *msg, size_t msglen)
 {
-    *v_p = NULL;
-    *pidfd_p = -1;
-    memset(rec_p, 0, sizeof(*rec_p));
-    if (s->guard != byval_short_guard(self->boot, self->pidns))
-        return attach_short_dir(s, self, mode, v_p, rec_p, pidfd_p, msg, msglen);
+    uint64_t identity = 0;
     rec_p->pid = s->pid;
     rec_p->pidns = self->pidns;
     rec_p->boot = self->boot;
     rec_p->flags = s->flags;
-    uint64_t identity = 0;
-    byval_reg_view_t *v = byval_reg_lookup(self->pidns, s->pid, s->id32, UINT32_MAX);
-    if (v) {
-        rec_p->identity = v->identity;
-        *v_p = v;
+    if ((*v_p = byval_reg_lookup(self->pidns, s->pid, s->id32, UINT32_MAX)) != NULL) {
+        rec_p->identity = (*v_p)->identity;
         return BYVAL_OK;
     }
-    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
+    int pidfd = *pidfd_p = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd < 0) {
         int e = errno;
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s%s", s->pid, strerror(e),
@@ -517,27 +505,31 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
                                            : BYVAL_E_SYS;
     }
     byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
-    if (st == BYVAL_OK && (uint32_t)identity != s->id32) {
-        byval_msg(msg, msglen,
-                  "pid %u is not the exporter any more (identity %llu does not end in %u): the "
-                  "exporter exited and its pid was reused",
-                  s->pid, (unsigned long long)identity, s->id32);
-        st = BYVAL_E_IDENTITY;
-    }
-    if (st == BYVAL_OK) {
-        rec_p->identity = identity;
-        st = byval_check_identity(rec_p, pidfd, msg, msglen);
-    }
-    if (st == BYVAL_OK) {
-        v = byval_reg_attach(rec_p, mode, pidfd, msg, msglen);
-        if (!v)
-            st = BYVAL_E_GONE;
-    }
-    if (st != BYVAL_OK) {
-        close(pidfd);
-        return st;
-    }
-    *v_p = v;
-    *pidfd_p = pidfd;
-    return BYVAL_OK;
+    if (st == BYVAL_OK && (uint32_t)identity != s->id32)
+        st = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                        "pid %u is not the exporter any more (identity %llu does not end in %u): "
+                        "the exporter exited and its pid was reused",
+                        s->pid, (unsigned long long)identity, s->id32);
+    rec_p->identity = identity;
+    return st == BYVAL_OK ? byval_check_identity(rec_p, pidfd, msg, msglen) : st;
+}
+
+byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                      char *msg, size_t msglen)
+{
+    int pidfd = -1;
+    *v_p = NULL;
+    *pidfd_p = -1;
+    memset(rec_p, 0, sizeof(*rec_p));
+    byval_status_t st = s->guard != byval_short_guard(self->boot, self->pidns)
+        ? find_short_dir(s, self, rec_p, &pidfd, msg, msglen)
+        : find_short(s, self, rec_p, v_p, &pidfd, msg, msglen);
+    if (st == BYVAL_OK && !*v_p && !(*v_p = byval_reg_attach(rec_p, mode, pidfd, msg, msglen)))
+        st = BYVAL_E_GONE;
+    if (st != BYVAL_OK)
+        byval_close_fd(&pidfd);
+    else
+        *pidfd_p = pidfd;
+    return st;
 }
