@@ -334,38 +334,35 @@ static int failed_unsaid;
 void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int *fd_p)
 {
     char msg[512];
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
     *fd_p = -1;
     if (!byval_rendezvous_enabled())
         return;
     int s = byval_rendezvous_listen(self, msg, sizeof(msg));
-    if (s >= 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
-        if (epoll_ctl(efd, EPOLL_CTL_ADD, s, &ev) == 0) {
-            *fd_p = s;
-            return;
-        }
+    if (s >= 0 && epoll_ctl(efd, EPOLL_CTL_ADD, s, &ev) == 0) {
+        *fd_p = s;
+        return;
+    }
+    if (s >= 0)
         byval_msg(msg, sizeof(msg), "cannot serve the rendezvous socket: epoll_ctl: %s",
                   strerror(errno));
-        close(s);
+    byval_close_fd(&s);
+    if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE)) {
+        memcpy(failed, msg, sizeof(failed));
+        __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
     }
-    if (__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE))
-        return;
-    memcpy(failed, msg, sizeof(failed));
-    __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
 
 void byval_rendezvous_start_failed(int err)
 {
     static int said; /* every export tries the start again: once is enough */
-    char msg[512];
     if (!byval_rendezvous_enabled() || __atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
         __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
         return;
     byval_msg(
-        msg, sizeof(msg),
+        failed, sizeof(failed),
         "cannot listen in the rendezvous directory %s: the socket fallback did not start: %s%s",
         rdv.dir, strerror(err), err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
-    memcpy(failed, msg, sizeof(failed));
     __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * resolve.c - from a record to a local duplicate of one of its exporter's
- * fds: the whole resolution, in one sequence (pipeline() below).
+ * fds: the whole resolution, in one sequence (resolve() below).
  *
  *   1. translate   the record's pid is its exporter's in ITS namespace:
  *                  find its pid in ours (remembered, the pidfd's word, or
@@ -215,16 +215,15 @@ static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, c
     if (x->pidfd >= 0)
         return BYVAL_OK;
     byval_status_t st = byval_open_exporter(rec, x->pid, &x->pidfd, msg, msglen);
+    x->owned = st == BYVAL_OK;
+    /* Translated through a /proc that is another namespace's (not
+     * remounted for ours): the process it shows is not ours to reach. */
     if (st == BYVAL_E_GONE && x->pid != rec->pid)
-        /* Translated through a /proc that is another namespace's (not
-         * remounted for ours): the process it shows is not ours to reach. */
-        byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours (found "
-                  "as pid %u in this /proc, not visible to us)",
-                  rec->pid, rec->pidns, x->pid);
-    if (st == BYVAL_OK)
-        x->owned = 1;
-    return st == BYVAL_E_GONE && x->pid != rec->pid ? BYVAL_E_FOREIGN_NS : st;
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "exporter pid %u lives in pid namespace pid:[%u], which is not below "
+                          "ours (found as pid %u in this /proc, not visible to us)",
+                          rec->pid, rec->pidns, x->pid);
+    return st;
 }
 
 /* ---- 3. prove the export -------------------------------------------- */
@@ -247,11 +246,8 @@ static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t
 static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p,
                                 char *msg, size_t msglen)
 {
-    int dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0);
-    if (dup >= 0) {
-        *dup_p = dup;
+    if ((*dup_p = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0)) >= 0)
         return BYVAL_OK;
-    }
     int err = errno;
     const char *note;
     byval_status_t st = byval_getfd_status(err, x->pidfd, &note);
@@ -324,20 +320,6 @@ static byval_status_t fetch_socket(const byval_want_t *w, byval_exporter_t *x, i
     return st;
 }
 
-/* Steps 1-5 on the pidfd route. On success *fd_p is the duplicate; x
- * keeps the exporter's pid and pidfd either way (the caller closes an
- * owned one). */
-static byval_status_t pipeline(const byval_want_t *w, const byval_self_t *self, byval_exporter_t *x,
-                               int *fd_p, char *msg, size_t msglen)
-{
-    byval_status_t st = translate(w->rec, self, x, msg, msglen);
-    if (st == BYVAL_OK)
-        st = identify(w->rec, x, msg, msglen);
-    if (st == BYVAL_OK)
-        st = fetch_proven(w, x, fd_p, msg, msglen);
-    return st;
-}
-
 /* The policy over the routes: what mode asks, what auto learnt about
  * this exporter before (one read of its memory), and what it learns now (at
  * most one write). */
@@ -360,7 +342,13 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
-    byval_status_t st = pipeline(w, self, x, fd_p, msg, msglen);
+    /* Steps 1-5 on the pidfd route; x keeps the exporter's pid and pidfd
+     * either way. */
+    byval_status_t st = translate(w->rec, self, x, msg, msglen);
+    if (st == BYVAL_OK)
+        st = identify(w->rec, x, msg, msglen);
+    if (st == BYVAL_OK)
+        st = fetch_proven(w, x, fd_p, msg, msglen);
     info->via = x->pid == w->rec->pid ? BYVAL_VIA_PIDFD : BYVAL_VIA_XLATED;
     info->local_pid = x->pid;
     if (mode != BYVAL_MODE_AUTO ||
