@@ -185,16 +185,16 @@ static struct {
     int listen_fd; /* -1 when not serving */
     int rdv_fd;    /* the directory's listening socket, or -1 */
     int epoll_fd;
-    int ready;                      /* conns initialised (broker_once) */
     conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1, .epoll_fd = -1};
-static byval_once_t br_once = BYVAL_ONCE_INIT;
+} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE),
+        .listen_fd = -1,
+        .rdv_fd = -1,
+        .epoll_fd = -1,
+        .conns = {[0 ... BROKER_MAX_CONNS - 1] = {.fd = -1}}};
 BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
 static void fork_child(void)
 {
-    if (!br.ready)
-        return; /* never served: nothing inherited */
     byval_close_fd(&br.listen_fd);
     byval_close_fd(&br.epoll_fd);
     byval_close_fd(&br.rdv_fd); /* the parent's name, not ours */
@@ -202,15 +202,6 @@ static void fork_child(void)
         byval_close_fd(&br.conns[i].fd); /* the parent's peers, not ours */
 }
 BYVAL_FORK_CHILD(broker_serve, fork_child);
-
-static void broker_once(void)
-{
-    byval_lock(&br.lock);
-    for (int i = 0; i < BROKER_MAX_CONNS; i++)
-        br.conns[i].fd = -1;
-    br.ready = 1;
-    byval_unlock(&br.lock);
-}
 
 /* Answer on a connection that has never been written to: its send buffer
  * is empty, so 8 bytes and one fd fit and MSG_DONTWAIT never waits. What
@@ -485,7 +476,6 @@ err_sock:;
 int byval_broker_serve(void)
 {
     int rc = 0;
-    byval_once(&br_once, broker_once);
     byval_lock(&br.lock);
     if (br.listen_fd < 0 && broker_start_locked() != 0)
         rc = -1;
