@@ -377,8 +377,7 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
 {
     int pidfd = -1, busy;
     *fd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
     int64_t deadline = byval_broker_now_ms() + BROKER_FETCH_MS;
     byval_status_t st;
     /* Told to retry: the exporter holds its bound of pending connections

@@ -413,19 +413,13 @@ static void *broker_thread(void *arg)
         byval_locks_test_point("broker");
         for (int k = 0; k < n; k++) {
             uint64_t d = evs[k].data.u64;
-            if (d == BROKER_TAG_LISTEN) {
-                if (evs[k].events & (EPOLLERR | EPOLLHUP))
-                    return NULL; /* the listening socket is gone */
-                accept_some(lfd, efd, 0);
-                continue;
-            }
-            if (d == BROKER_TAG_RENDEZVOUS) {
-                accept_some(rfd, efd, 1);
-                continue;
-            }
-            int i = (int)(uint32_t)d;
-            if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 &&
-                br.conns[i].gen == (uint32_t)(d >> 32))
+            int i = (int)(uint32_t)d, dir = d == BROKER_TAG_RENDEZVOUS;
+            if (d == BROKER_TAG_LISTEN && (evs[k].events & (EPOLLERR | EPOLLHUP)))
+                return NULL; /* the listening socket is gone */
+            if (d == BROKER_TAG_LISTEN || dir)
+                accept_some(dir ? rfd : lfd, efd, dir);
+            else if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 &&
+                     br.conns[i].gen == (uint32_t)(d >> 32))
                 conn_read(i);
         }
     }
@@ -438,12 +432,9 @@ static int broker_start_locked(void)
     struct sockaddr_un a;
     if (byval_self_get(&self) != 0)
         return -1;
-    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd < 0) {
-        byval_rendezvous_start_failed(errno);
-        return -1;
-    }
-    int efd = -1;
+    int efd = -1, lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (lfd < 0)
+        goto err_sock;
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
         goto err_sock;
@@ -468,18 +459,15 @@ err_sock:;
     br.epoll_fd = -1;
     byval_close_fd(&efd);
     byval_close_fd(&br.rdv_fd);
-    close(lfd);
+    byval_close_fd(&lfd);
     errno = err;
     return -1;
 }
 
 int byval_broker_serve(void)
 {
-    int rc = 0;
     byval_lock(&br.lock);
-    if (br.listen_fd < 0 && broker_start_locked() != 0)
-        rc = -1;
-    int err = errno;
+    int rc = br.listen_fd < 0 ? broker_start_locked() : 0, err = errno;
     byval_unlock(&br.lock);
     errno = err;
     return rc;

@@ -128,13 +128,8 @@ static int page_create_locked(void)
             MAP_FAILED ||
         /* Our mapping exists: nobody can write the page any other way
          * from now on (Linux 5.1+), nor seal it further. */
-        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) !=
-            0) {
-        if (m != MAP_FAILED)
-            munmap(m, BYVAL_REG_BYTES);
-        close(mfd);
-        return -1;
-    }
+        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0)
+        goto fail;
     /* What stays in our table is read-only (without /proc: sealed). */
     int ro = byval_reg_reopen(mfd, O_RDONLY);
     if (ro >= 0) {
@@ -148,17 +143,19 @@ static int page_create_locked(void)
         mfd = hinted;
     }
     struct stat st;
-    if (fstat(mfd, &st) != 0) {
-        munmap(m, BYVAL_REG_BYTES);
-        close(mfd);
-        return -1;
-    }
+    if (fstat(mfd, &st) != 0)
+        goto fail;
     reg.page_dev = st.st_dev;
     reg.page_ino = st.st_ino;
     reg.page_fd = mfd;
     reg.hdr = m;
     reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);
     return 0;
+fail:
+    if (m != MAP_FAILED)
+        munmap(m, BYVAL_REG_BYTES);
+    close(mfd);
+    return -1;
 }
 
 static int create_locked(void)

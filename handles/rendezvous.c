@@ -94,8 +94,7 @@ static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msgl
 int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
 {
     struct stat st;
-    if (msg && msglen)
-        msg[0] = '\0';
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
     byval_close_fd(&rdv.dirfd);
     rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)

@@ -328,8 +328,7 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
                               size_t msglen)
 {
     *fd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
     if (w->rec->boot != self->boot)
         return byval_fail(
             BYVAL_E_FOREIGN_HOST, msg, msglen,
@@ -473,8 +472,7 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
 {
     if (fd_p)
         *fd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
     if (!fd_p || pidfd < 0 || fd > INT32_MAX)
         return byval_fail(BYVAL_E_INVALID, msg, msglen,
                           "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)", pidfd,
