@@ -47,27 +47,6 @@ static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
 }
 
-static int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
-{
-    struct stat st;
-    int fl;
-    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0) {
-        errno = EBADF;
-        return -1;
-    }
-    *p = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
-    struct epoll_event ev = {.events = 0, .data.fd = fd};
-    if (ep_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
-        p->kind = BYVAL_PROOF_EPOLL;
-    else if (errno == EPERM && S_ISREG(st.st_mode))
-        p->kind = BYVAL_PROOF_INODE; /* does not poll, and its inode is the object */
-    else {
-        errno = errno == EPERM ? ENOTSUP : errno; /* cannot be proven later */
-        return -1;
-    }
-    return 0;
-}
-
 static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
 {
     struct stat st;
@@ -123,9 +102,23 @@ byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd)
         errno = ENOSPC;
         return NULL;
     }
+    struct stat st;
+    int fl;
+    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0) {
+        errno = EBADF;
+        return NULL;
+    }
     x = &t->e[t->n];
-    if (byval_fdproof_take(t->epfd, fd, x) != 0)
-        return NULL; /* cannot be proven later */
+    *x = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
+    struct epoll_event ev = {.events = 0, .data.fd = fd};
+    if (ep_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
+        x->kind = BYVAL_PROOF_EPOLL;
+    else if (errno == EPERM && S_ISREG(st.st_mode))
+        x->kind = BYVAL_PROOF_INODE; /* does not poll, and its inode is the object */
+    else {
+        errno = errno == EPERM ? ENOTSUP : errno; /* cannot be proven later */
+        return NULL;
+    }
     t->n++;
     return x;
 }

@@ -470,24 +470,6 @@ int byval_reg_watch_need(char *msg, size_t msglen)
     return rc != 0 ? -1 : !was;
 }
 
-static void byval_reg_watch_kick(void)
-{
-    /* Made at the first need: most importers never meet 32 exporters, and
-     * an fd of ours is one fewer for the application. Without it the
-     * bound waits for the watcher's next wake-up. */
-    if (w.kick_fd < 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &w.kick_kind};
-        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (fd >= 0 && epoll_ctl(w.epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            close(fd);
-            fd = -1;
-        }
-        __atomic_store_n(&w.kick_fd, fd, __ATOMIC_RELEASE);
-    }
-    if (w.kick_fd >= 0)
-        (void)!write(w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
-}
-
 int byval_reg_watch_exit(int pidfd, void (*fn)(void *arg), void *arg)
 {
     pidfd_watch_t *pw = malloc(sizeof(*pw));
@@ -542,8 +524,19 @@ byval_reg_view_t *byval_reg_publish(byval_reg_view_t *v, char *msg, size_t msgle
     v->used = ++w.tick;
     __atomic_store_n(&w.count, n, __ATOMIC_RELAXED);
     v->refs++; /* the caller's */
-    if (over)  /* the watcher evicts, between its batches */
-        byval_reg_watch_kick();
+    /* The watcher evicts, between its batches. Woken through an eventfd
+     * made at the first need: most importers never meet 32 exporters, and
+     * an fd of ours is one fewer for the application. Without it the
+     * bound waits for the watcher's next wake-up. */
+    if (over && w.kick_fd < 0) {
+        struct epoll_event kev = {.events = EPOLLIN, .data.ptr = &w.kick_kind};
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd >= 0 && epoll_ctl(w.epfd, EPOLL_CTL_ADD, fd, &kev) != 0)
+            byval_close_fd(&fd);
+        __atomic_store_n(&w.kick_fd, fd, __ATOMIC_RELEASE);
+    }
+    if (over && w.kick_fd >= 0)
+        (void)!write(w.kick_fd, &(uint64_t){1}, sizeof(uint64_t));
     byval_unlock(&w.lock);
     return v;
 }

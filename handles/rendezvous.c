@@ -52,13 +52,6 @@ static int byval_rdv_addr(struct sockaddr_un *a, const char *name)
     return n > 0 && (size_t)n < sizeof(a->sun_path) ? 0 : -1;
 }
 
-static int byval_rdv_trusted_owner(const struct stat *st)
-{
-    if (st->st_uid == geteuid())
-        return 1;
-    return rdv.gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)rdv.gid;
-}
-
 /* Is the directory (fstat'ed) one whose entries we may trust? Only its
  * owner (us or root) and, where the group may write, the group we were
  * told to trust can have put anything there. */
@@ -190,7 +183,9 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
                           "there (its log says why), or it exited",
                           rec->pid, rdv.dir, strerror(err));
     }
-    if (!S_ISSOCK(st.st_mode) || !byval_rdv_trusted_owner(&st))
+    if (!S_ISSOCK(st.st_mode) ||
+        (st.st_uid != geteuid() &&
+         (rdv.gid == BYVAL_RENDEZVOUS_NO_GID || st.st_gid != (gid_t)rdv.gid)))
         return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
                           "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: "
                           "planted by someone else, not used",
