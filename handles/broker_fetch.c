@@ -20,11 +20,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "handles/broker_internal.h"
 #include "handles/fdcheck.h"
@@ -213,25 +208,24 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     *pidfd_p = -1;
     if (SO_PEERPIDFD < 0 || getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
         pidfd = -1;
-    if ((rec->flags & BYVAL_FLAG_ID_PIDFS) && pidfd >= 0 && byval_pidfd_is_pidfs(pidfd) &&
-        fstat(pidfd, &st) == 0) {
-        if ((uint64_t)st.st_ino != rec->identity) {
-            close(pidfd);
-            return impostor(rec, name, "pidfs inode", (unsigned long long)st.st_ino, msg, msglen);
-        }
+    int proven = (rec->flags & BYVAL_FLAG_ID_PIDFS) && pidfd >= 0 && byval_pidfd_is_pidfs(pidfd) &&
+        fstat(pidfd, &st) == 0;
+    if (proven && (uint64_t)st.st_ino == rec->identity) {
         *pidfd_p = pidfd;
         return BYVAL_OK;
     }
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
-    if (strict) {     /* the directory: nothing else holds across namespaces */
+    if (proven)
+        return impostor(rec, name, "pidfs inode", (unsigned long long)st.st_ino, msg, msglen);
+    /* The directory: nothing else holds across namespaces. */
+    if (strict)
         return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
                           "the listener on exporter pid %u's socket in the rendezvous directory "
                           "could not be proven to be it (%s): nothing asked of it",
                           rec->pid,
                           pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
                                     : "no pidfs identity to compare");
-    }
     struct ucred cred;
     byval_self_t self;
     len = sizeof(cred);

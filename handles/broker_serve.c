@@ -27,19 +27,9 @@
 #include "handles/broker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/bgthread.h"

@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sysmacros.h>
-#include <unistd.h>
 
 #include "handles/bgthread.h"
 

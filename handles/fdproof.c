@@ -17,13 +17,10 @@
  */
 #include "handles/fdproof.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "handles/self.h"
 #include "handles/sys.h"

@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "handles/self.h"
 #include "handles/wire.h"
@@ -117,28 +116,22 @@ byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, c
         return byval_fail_null(msg, msglen, "manifest from pid %u: out of memory for %zu bytes",
                                pid, cap);
     size_t len = 0;
-    while (len < cap) {
-        ssize_t n = pread(fd, buf + len, cap - len, (off_t)len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            byval_msg(msg, msglen, "pread(manifest fd %d of pid %u) failed: %s", fd, pid,
-                      strerror(errno));
-            free(buf);
-            return NULL;
-        }
-        if (n == 0)
+    ssize_t n = 1;
+    while (len < cap && (n = pread(fd, buf + len, cap - len, (off_t)len)) != 0)
+        if (n > 0)
+            len += (size_t)n;
+        else if (errno != EINTR)
             break;
-        len += (size_t)n;
-    }
-    if (len == cap) {
+    byval_manifest_t *m = NULL;
+    if (n < 0)
+        byval_msg(msg, msglen, "pread(manifest fd %d of pid %u) failed: %s", fd, pid,
+                  strerror(errno));
+    else if (len == cap)
         byval_msg(msg, msglen,
                   "manifest from pid %u is longer than the %llu bytes its handle records", pid,
                   (unsigned long long)rec_size);
-        free(buf);
-        return NULL;
-    }
-    byval_manifest_t *m = byval_manifest_parse(buf, len, rec_size, pid, msg, msglen);
+    else
+        m = byval_manifest_parse(buf, len, rec_size, pid, msg, msglen);
     free(buf);
     return m;
 }

@@ -12,15 +12,10 @@
  * what we fetch next (checked again), slots are only compared.
  */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "handles/broker.h"
 #include "handles/broker_internal.h"

@@ -23,21 +23,14 @@
  * mapping is replaced by zero pages (every export reads as freed, so
  * nothing of it stays cached).
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/bgthread.h"

@@ -29,14 +29,10 @@
  */
 #include "handles/resolve.h"
 
-#include <errno.h>
 #include <ctype.h>
 #include <dirent.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/broker.h"

@@ -13,16 +13,12 @@
  * after pidfd_open shows another start time; one reused later makes
  * pidfd_getfd fail with ESRCH). man/ipcbyval.7 (SECURITY) says more.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <unistd.h>
 
 #include "handles/self.h"
 #include "handles/sys.h"
