@@ -16,10 +16,6 @@
 #ifndef BYVAL_HANDLES_BROKER_H
 #define BYVAL_HANDLES_BROKER_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <sys/types.h>
-
 #include "handles/self.h"
 
 /* Exporter: serve the object fd refers to now, and only that object,

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "handles/self.h"
-#include "handles/wire.h"
 
 static uint64_t pages(uint64_t bytes)
 {

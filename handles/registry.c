@@ -23,7 +23,6 @@
 
 #include "cache/locks.h"
 #include "handles/registry_internal.h"
-#include "handles/resolve.h"
 
 static struct {
     byval_lock_t lock;

@@ -17,13 +17,10 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 
-#include "handles/broker.h"
 #include "handles/broker_internal.h"
-#include "handles/fdcheck.h"
 #include "handles/registry_internal.h"
 #include "handles/sys.h"
 #include "handles/rendezvous.h"
-#include "handles/resolve.h"
 #include "handles/transport.h"
 
 #ifndef PIDFD_GET_PID_NAMESPACE

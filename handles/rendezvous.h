@@ -17,10 +17,7 @@
 #ifndef BYVAL_HANDLES_RENDEZVOUS_H
 #define BYVAL_HANDLES_RENDEZVOUS_H
 
-#include <stddef.h>
-#include <stdint.h>
 #include <sys/socket.h>
-#include <sys/types.h>
 
 #include "handles/self.h"
 

@@ -9,8 +9,6 @@
 #define BYVAL_HANDLES_SELF_H
 
 #include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 #include <unistd.h>
