@@ -15,7 +15,6 @@
  * cannot see is accepted on the abstract route (the fd-kind check on
  * what comes back still applies), never in the directory.
  */
-#include "handles/broker.h"
 
 #include <errno.h>
 #include <fcntl.h>

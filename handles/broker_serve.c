@@ -24,7 +24,6 @@
  * (it would keep the parent's names bound); its own first export starts
  * its own server.
  */
-#include "handles/broker.h"
 
 #include <errno.h>
 #include <poll.h>

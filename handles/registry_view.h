@@ -7,7 +7,6 @@
 
 #include "handles/registry.h"
 #include "handles/resolve.h"
-#include "handles/wire.h"
 
 typedef struct byval_reg_view byval_reg_view_t;
 
