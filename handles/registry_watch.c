@@ -274,10 +274,9 @@ static int due_views(uint64_t now)
         for (byval_reg_view_t *x = w.head; x && !v; x = x->next) {
             if (!x->held)
                 continue;
-            if (x->due_ns <= now) {
-                v = x;
-                v->refs++;
-            } else {
+            if (x->due_ns <= now)
+                (v = x)->refs++;
+            else {
                 int ms = (int)((x->due_ns - now) / 1000000u) + 1;
                 timeout = timeout < 0 || ms < timeout ? ms : timeout;
             }
@@ -325,10 +324,8 @@ static int live_views(uint64_t now)
         byval_reg_view_t *v = NULL;
         byval_lock(&w.lock);
         for (byval_reg_view_t *x = w.head; x && !v; x = x->next)
-            if (x->live_pid > 0 && x->live_round != round) {
-                v = x;
-                v->refs++;
-            }
+            if (x->live_pid > 0 && x->live_round != round)
+                (v = x)->refs++;
         byval_unlock(&w.lock);
         if (!v)
             break;
@@ -387,18 +384,16 @@ static void *watch_main(void *arg)
         uint64_t now = mono_ns();
         for (int i = 0; i < n; i++) {
             int kind = *(int *)ev[i].data.ptr;
-            if (kind == WATCH_KICK) {
-                uint64_t k;
-                /* ours alone; set before its first event (atomic: TSan
-                 * does not see epoll order them) */
-                (void)!read(__atomic_load_n(&w.kick_fd, __ATOMIC_ACQUIRE), &k, sizeof(k));
-                continue;
-            }
-            if (kind == WATCH_VIEW) {
-                on_view(ev[i].data.ptr, ev[i].events, now);
-                continue;
-            }
             pidfd_watch_t *pw = ev[i].data.ptr;
+            uint64_t k;
+            /* The kick: ours alone; set before its first event (atomic:
+             * TSan does not see epoll order them). */
+            if (kind == WATCH_KICK)
+                (void)!read(__atomic_load_n(&w.kick_fd, __ATOMIC_ACQUIRE), &k, sizeof(k));
+            if (kind == WATCH_VIEW)
+                on_view(ev[i].data.ptr, ev[i].events, now);
+            if (kind != WATCH_PIDFD)
+                continue;
             byval_lock(&w.lock);
             for (pidfd_watch_t **pp = &w.pidfds; *pp; pp = &(*pp)->next)
                 if (*pp == pw) {
@@ -414,10 +409,8 @@ static void *watch_main(void *arg)
         /* Between batches only: a batch's events may name a view. */
         evict_views();
         now = mono_ns();
-        timeout = due_views(now);
-        int live = live_views(now);
-        if (live >= 0 && (timeout < 0 || live < timeout))
-            timeout = live;
+        int due = due_views(now), live = live_views(now); /* live: >= 0 */
+        timeout = due >= 0 && due < live ? due : live;
     }
 }
 

@@ -98,7 +98,6 @@ static int self_compute(byval_self_t *s)
             return 0;
         }
     }
-    s->id_flags = 0;
     return byval_proc_start_time((pid_t)s->pid, &s->identity) == 0 ? 0 : -1;
 }
 
@@ -186,10 +185,8 @@ byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
     case EBADF:
         /* Older kernels say EBADF, not ESRCH, for an exiting process whose
          * fd table is already gone: the pidfd tells the two apart. */
-        if (byval_pidfd_exited(pidfd)) {
-            *note_p = byval_gone_note;
-            return BYVAL_E_GONE;
-        }
+        if (byval_pidfd_exited(pidfd))
+            return err_status(ESRCH, note_p);
         /* No such fd in that process: closed since, or never there. */
         *note_p = " (the exporter has no such fd now: closed since, or a stale or forged "
                   "handle)";
