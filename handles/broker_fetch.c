@@ -292,7 +292,6 @@ static const route_t routes[] = {
     {BYVAL_VIA_SOCKET, 0, NULL, connect_abstract}, /* first: never asked if usable */
     {BYVAL_VIA_RENDEZVOUS, 1, byval_rendezvous_enabled, connect_dir},
 };
-#define ABSTRACT (&routes[0])
 
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
@@ -388,19 +387,6 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
     else
         byval_close_fd(&pidfd);
     return st;
-}
-
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
-{
-    return fetch(rec, ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd == rec->fd ? rec->tag : 0, fd_p,
-                 pidfd_p, msg, msglen);
-}
-
-byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                  int *fd_p, char *msg, size_t msglen)
-{
-    return byval_broker_fetch_pidfd(rec, fd, fd_ino, fd_p, NULL, msg, msglen);
 }
 
 /* Every route in turn: a squatter at the abstract name (any process of

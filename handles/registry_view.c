@@ -267,27 +267,25 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
         if (v) {
             v->live_pid = pid;
             v->live_fd = rfd;
-        }
-        if (v)
             v = byval_reg_publish(v, msg, msglen);
+        }
         if (!v)
             *st_p = BYVAL_E_FDKIND;
         return v;
     }
-    *st_p = e == EACCES || e == EPERM               ? BYVAL_E_PERM
-        : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
-                                                    : BYVAL_E_FDKIND;
-    if (*st_p == BYVAL_E_NOFD)
-        byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid,
-                  strerror(e));
-    else if (*st_p == BYVAL_E_PERM)
-        byval_msg(
-            msg, msglen,
+    if (e == EMFILE || e == ENFILE || e == ENOMEM)
+        *st_p =
+            byval_fail(BYVAL_E_NOFD, msg, msglen,
+                       "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid, strerror(e));
+    else if (e == EACCES || e == EPERM)
+        *st_p = byval_fail(
+            BYVAL_E_PERM, msg, msglen,
             "reading pid %u's /proc/PID/fd for its registry: Operation not permitted (hint: ptrace "
             "access denied: it needs the exporter's uid or CAP_SYS_PTRACE, as pidfd_getfd does)",
             rec->pid);
     else
-        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see", rec->pid);
+        *st_p = byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                           "pid %u publishes no registry that this process can see", rec->pid);
     return NULL;
 }
 
