@@ -244,8 +244,7 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
  * deadline (name: as shown), and whether only a pidfs proof of the
  * listener holds there (nothing else does across namespaces). */
 typedef struct route {
-    int via; /* byval_via_t */
-    int strict;
+    int via, strict; /* via: byval_via_t */
     int (*usable)(void);
     byval_status_t (*connect)(int s, const byval_record_t *rec, int64_t deadline, char *name,
                               size_t namelen, char *msg, size_t msglen);

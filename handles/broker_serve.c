@@ -159,22 +159,21 @@ uint64_t byval_broker_untagged(void)
 
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
-    int fd;           /* -1: free slot */
-    uint64_t peer;    /* the peer process (peer_key) */
-    uint32_t gen;     /* tells a reused slot from the one an event named */
-    uint32_t have;    /* request bytes received */
+    int fd;        /* -1: free slot */
+    uint64_t peer; /* the peer process (peer_key) */
+    /* gen tells a reused slot from the one an event named; have: request
+     * bytes received; via_dir: accepted on the directory's socket;
+     * own_uid: of the uid served, not only of the directory's group. */
+    uint32_t gen, have;
     int64_t deadline; /* ms, CLOCK_MONOTONIC */
-    uint8_t via_dir;  /* accepted on the directory's socket */
-    uint8_t own_uid;  /* of the uid served, not only of the directory's group */
+    uint8_t via_dir, own_uid;
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
 static struct {
     byval_lock_t lock;
-    int listen_fd; /* -1 when not serving */
-    int rdv_fd;    /* the directory's listening socket, or -1 */
-    int epoll_fd;
-    conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
+    int listen_fd, rdv_fd, epoll_fd; /* -1: not serving; rdv_fd: the directory's listener */
+    conn_t conns[BROKER_MAX_CONNS];  /* the server thread's, under lock for fork */
 } br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE),
         .listen_fd = -1,
         .rdv_fd = -1,

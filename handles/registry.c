@@ -26,19 +26,18 @@
 
 static struct {
     byval_lock_t lock;
-    int tried;      /* creation attempted (once per process image or fork) */
-    int offered;    /* its fds were handed out to be offered (once per registry) */
-    int page_fd;    /* a read-only open file of the sealed page: what peers get */
-    dev_t page_dev; /* the page's inode, to re-prove page_fd before serving it */
+    /* tried: creation attempted (once per process image or fork); offered:
+     * its fds were handed out to be offered (once per registry); page_fd:
+     * a read-only open file of the sealed page, what peers get, and its
+     * inode, to re-prove it before serving it; pipe_rd: the read end peers
+     * get, never read here (see above); pipe_wr, drain_rd: ours alone. */
+    int tried, offered, page_fd, pipe_rd, pipe_wr, drain_rd;
+    dev_t page_dev;
     ino_t page_ino;
-    int pipe_rd;             /* the read end peers get: never read here (see above) */
-    int pipe_wr, drain_rd;   /* ours alone */
-    byval_reg_header_t *hdr; /* the shared page: written, never read */
-    byval_reg_slot_t *slot;
-    byval_reg_slot_t *mine; /* the truth: BYVAL_REG_SLOTS private slots */
-    uint32_t high;
+    byval_reg_header_t *hdr;       /* the shared page: written, never read */
+    byval_reg_slot_t *slot, *mine; /* mine: the truth, BYVAL_REG_SLOTS private slots */
+    uint32_t high, live;
     uint64_t seq, next_serial;
-    uint32_t live;
 } reg = {
     .lock = BYVAL_LOCK_INIT(REGISTRY), .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1, .drain_rd = -1};
 

@@ -15,14 +15,15 @@ struct byval_reg_view {
     int kind; /* WATCH_VIEW */
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
-    int gone;
-    int pipe_fd;   /* the pipe's read end: watched, never read (registry_watch.c) */
+    /* pipe_fd: the pipe's read end, watched, never read (registry_watch.c) */
+    int gone, pipe_fd;
     uint64_t used; /* LRU tick (w.lock) */
-    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS), and the
-     * exporter's seq when the last scan began (set at attach). */
+    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS), the
+     * exporter's seq when the last scan began (set at attach); held:
+     * disarmed until due_ns; idle: wake-ups without a new seq since the
+     * last scan or arm. */
     uint64_t last_ns, due_ns, seen;
-    int held; /* disarmed until due_ns */
-    int idle; /* wake-ups without a new seq since the last scan or arm */
+    int held, idle;
     uint32_t pidns, pid;
     uint64_t identity;
     /* Where the exporter holds its registry, for the watcher's liveness

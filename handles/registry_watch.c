@@ -50,31 +50,25 @@
 #define VIEW_EVENTS (EPOLLIN | EPOLLET | EPOLLRDHUP)
 
 typedef struct pidfd_watch {
-    int kind; /* WATCH_PIDFD */
-    int fd;
+    int kind, fd; /* kind: WATCH_PIDFD */
     void (*fn)(void *arg);
     void *arg;
     struct pidfd_watch *next; /* w.pidfds, under w.lock */
 } pidfd_watch_t;
 
-/* The list of views and the watcher's state. */
-struct byval_reg_watch {
+/* The list of views and the watcher's state. kick_fd: our eventfd (views
+ * to evict); started: the thread (atomic: read unlocked by
+ * byval_reg_watch_need); on_demand: byval_reg_watch_on_demand. */
+static struct {
     byval_lock_t lock;
     byval_reg_view_t *head;
     pidfd_watch_t *pidfds;
     unsigned count;
     uint64_t tick; /* LRU clock */
-    int epfd;
-    int kick_fd; /* our eventfd: views to evict */
-    int kick_kind;
-    int started;         /* the thread (atomic: read unlocked by byval_reg_watch_need) */
+    int epfd, kick_fd, kick_kind, started, on_demand;
     uint32_t live_round; /* the watcher's liveness passes (the watcher's alone) */
-    int on_demand;       /* byval_reg_watch_on_demand */
     byval_reg_event_fn on_event;
-};
-
-static struct byval_reg_watch w = {
-    .lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1, .kick_fd = -1, .kick_kind = WATCH_KICK};
+} w = {.lock = BYVAL_LOCK_INIT(REGISTRY_WATCH), .epfd = -1, .kick_fd = -1, .kick_kind = WATCH_KICK};
 BYVAL_LOCK_STATIC(registry_watch, &w.lock);
 
 void byval_reg_on_event(byval_reg_event_fn fn)

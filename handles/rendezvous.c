@@ -25,8 +25,9 @@
 #include "handles/broker_internal.h"
 
 static struct {
-    int dirfd;     /* O_PATH, the checked directory; -1: none */
-    int via_proc;  /* bind/connect through /proc/self/fd/DIRFD/NAME */
+    /* dirfd: O_PATH, the checked directory (-1: none); via_proc:
+     * bind/connect through /proc/self/fd/DIRFD/NAME. */
+    int dirfd, via_proc;
     long gid;      /* BYVAL_RENDEZVOUS_NO_GID or the trusted group */
     char dir[200]; /* as configured, for messages and the fallback path */
 } rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};

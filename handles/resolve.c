@@ -55,8 +55,9 @@ typedef struct byval_want {
 /* The exporter as this process reaches it. */
 typedef struct byval_exporter {
     uint32_t pid; /* in our pid namespace; 0: not known yet */
-    int pidfd;    /* identified (step 2), or -1 */
-    int owned;    /* pidfd opened by this resolution (else the caller's) */
+    /* pidfd: identified (step 2), or -1; owned: opened by this resolution
+     * (else the caller's). */
+    int pidfd, owned;
 } byval_exporter_t;
 
 /* What auto learnt per exporter (pidns, pid, identity: never a later
@@ -405,19 +406,16 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
     /* Fields a decoded record always has in range; a hand-made one may not,
      * and pid_t/int casts must not turn them into -1 or 0. */
     if (rec->pid == 0 || rec->pid > INT32_MAX || rec->fd > INT32_MAX || rec->kind < 1 ||
-        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK)) {
+        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK))
         return byval_fail(BYVAL_E_INVALID, msg, msglen,
                           "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
                           rec->pid, rec->fd, rec->kind, rec->flags);
-    }
     byval_want_t w = {rec,     rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
                       rec->tag};
     byval_exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
-    if (x.owned && (st != BYVAL_OK || !pidfd_p)) {
-        close(x.pidfd);
-        x.pidfd = -1;
-    }
+    if (x.owned && (st != BYVAL_OK || !pidfd_p))
+        byval_close_fd(&x.pidfd);
     if (pidfd_p) /* ours to keep, or the caller's lent back */
         *pidfd_p = x.owned || kept >= 0 ? x.pidfd : -1;
     return st;
