@@ -118,8 +118,7 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
         char buf[CMSG_SPACE(sizeof(int) * BROKER_RECV_FDS)];
         struct cmsghdr align;
     } cbuf;
-    int fds[BROKER_RECV_FDS];
-    int nfds = 0, ctrunc = 0, err = 0;
+    int fds[BROKER_RECV_FDS], nfds = 0, ctrunc = 0, err = 0;
     size_t have = 0;
     ssize_t n = 0;
     *got_p = -1;

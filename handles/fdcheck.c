@@ -360,8 +360,7 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
     if (obj == BYVAL_OBJ_MANIFEST) {
         /* Sealed by its exporter against writes and resizing: what we
          * read is what the handle was made from, however long we take. */
-        int seals = fcntl(dup, F_GET_SEALS);
-        int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+        int seals = fcntl(dup, F_GET_SEALS), need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
         if (seals < 0 || (seals & need) != need)
             return byval_fail(BYVAL_E_FDKIND, msg, msglen,
                               "fd %u from pid %u is a memfd without the manifest's seals (0x%x): "

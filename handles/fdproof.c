@@ -30,7 +30,7 @@ static int fd_stat(int fd, struct stat *st)
 #ifdef SYS_fstat
     return byval_sys_ret(byval_sys3(SYS_fstat, fd, (long)st, 0));
 #else
-    return byval_sys_ret(byval_sys4(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH));
+    return byval_sys_ret(byval_sys6(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH, 0, 0));
 #endif
 }
 
@@ -41,7 +41,7 @@ static int fd_ctl(int fd, int cmd, long arg)
 
 static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-    return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
+    return byval_sys_ret(byval_sys6(SYS_epoll_ctl, epfd, op, fd, (long)ev, 0, 0));
 }
 
 static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)

@@ -102,42 +102,20 @@ static inline void byval_close_fd(int *fd_p)
     *fd_p = -1;
 }
 
-/* snprintf into msg when the caller asked for a message (msg may be NULL);
- * _fail returns rc (a status, or an int), _fail_null NULL, for the one
- * line a failing step writes. */
-static inline void byval_vmsg(char *msg, size_t msglen, const char *fmt, va_list ap)
-{
-    if (msg && msglen)
-        vsnprintf(msg, msglen, fmt, ap);
-}
-
-__attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,
-                                                                   const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    byval_vmsg(msg, msglen, fmt, ap);
-    va_end(ap);
-}
-
+/* snprintf into msg when the caller asked for a message (msg may be NULL)
+ * and return rc (a status, or an int): the one line a failing step
+ * writes. _msg writes it only, _fail_null returns NULL. */
 __attribute__((format(printf, 4, 5))) static inline int byval_fail(int rc, char *msg, size_t msglen,
                                                                    const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    byval_vmsg(msg, msglen, fmt, ap);
+    if (msg && msglen)
+        vsnprintf(msg, msglen, fmt, ap);
     va_end(ap);
     return rc;
 }
-
-__attribute__((format(printf, 3, 4))) static inline void *byval_fail_null(char *msg, size_t msglen,
-                                                                          const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    byval_vmsg(msg, msglen, fmt, ap);
-    va_end(ap);
-    return NULL;
-}
+#define byval_msg(msg, msglen, ...) ((void)byval_fail(0, msg, msglen, __VA_ARGS__))
+#define byval_fail_null(msg, msglen, ...) (byval_fail(0, msg, msglen, __VA_ARGS__), NULL)
 
 #endif
