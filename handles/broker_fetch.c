@@ -100,13 +100,6 @@ static int take_fds(struct msghdr *mh, int *fds, int max)
     return n;
 }
 
-/* What a peer sent and we do not keep: closed without waiting on it. */
-static void close_fds(const int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        byval_fd_release(fds[i]);
-}
-
 /* Receive the answer; *got_p is the attached fd (or -1). An answer with
  * any other number of fds than its status allows (one with status 0, none
  * otherwise) is refused, and every fd it carried is closed. */
@@ -179,9 +172,9 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
     else if (nfds == 0)
         st = byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",
                         rec->pid);
-    if (st != BYVAL_OK)
-        close_fds(fds, nfds);
-    else
+    for (int i = 0; st != BYVAL_OK && i < nfds; i++)
+        byval_fd_release(fds[i]); /* what we do not keep: closed without waiting on it */
+    if (st == BYVAL_OK)
         *got_p = fds[0];
     return st;
 }

@@ -97,13 +97,6 @@ static uint64_t own_dev(int pipe)
 /* The dma-buf pseudo file system's device, from the first proven dma-buf. */
 static uint64_t dmabuf_dev;
 
-/* 1 if the fdinfo file at path has a line "exp_name:" (only a dma-buf's). */
-static int fdinfo_is_dmabuf(const char *path)
-{
-    char buf[1024];
-    return byval_read_file(path, buf, sizeof(buf)) > 0 && strstr(buf, "\nexp_name:") != NULL;
-}
-
 static int starts(const char *s, const char *prefix)
 {
     return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -141,7 +134,10 @@ static int byval_fdk_classify(const struct statx *stx, const char *link, const c
         return kind;
     if (!strcmp(link, "anon_inode:dmabuf"))
         return FDK_DMABUF_ANON;
-    if (starts(link, "/dmabuf:") && fdinfo_is_dmabuf(fdinfo)) {
+    /* Its fdinfo has a line "exp_name:" (only a dma-buf's). */
+    char buf[1024];
+    if (starts(link, "/dmabuf:") && byval_read_file(fdinfo, buf, sizeof(buf)) > 0 &&
+        strstr(buf, "\nexp_name:")) {
         __atomic_store_n(&dmabuf_dev, byval_fdk_dev(stx), __ATOMIC_RELAXED);
         return FDK_DMABUF;
     }

@@ -244,33 +244,30 @@ out:
     return rc;
 }
 
-/* Wake every importer: the seq, then a byte into the pipe; a full pipe is
- * emptied through our own open file and written once more, never waited on. */
-static void wake_locked(void)
-{
-    static const char b = 'f';
-    __atomic_store_n(&reg.hdr->seq, ++reg.seq, __ATOMIC_RELEASE);
-    if (write(reg.pipe_wr, &b, 1) == 1 || errno != EAGAIN || reg.drain_rd < 0)
-        return;
-    char sink[256];
-    for (int n = 0; n < 1024 && read(reg.drain_rd, sink, sizeof(sink)) > 0; n++)
-        ;
-    (void)!write(reg.pipe_wr, &b, 1);
-}
-
 void byval_reg_remove(uint64_t key, uint32_t ino)
 {
     if (!__atomic_load_n(&reg.live, __ATOMIC_RELAXED))
         return;
     byval_lock(&reg.lock);
+    int any = 0;
     if (reg.hdr) {
-        int any = 0;
         for (int i; (i = find_locked(key, ino, 0)) >= 0; any = 1) {
             set_serial_locked((uint32_t)i, 0);
             __atomic_sub_fetch(&reg.live, 1, __ATOMIC_RELAXED);
         }
-        if (any)
-            wake_locked();
+    }
+    /* Wake every importer: the seq, then a byte into the pipe; a full pipe
+     * is emptied through our own open file and written once more, never
+     * waited on. */
+    static const char b = 'f';
+    char sink[256];
+    if (any) {
+        __atomic_store_n(&reg.hdr->seq, ++reg.seq, __ATOMIC_RELEASE);
+        if (write(reg.pipe_wr, &b, 1) != 1 && errno == EAGAIN && reg.drain_rd >= 0) {
+            for (int n = 0; n < 1024 && read(reg.drain_rd, sink, sizeof(sink)) > 0; n++)
+                ;
+            (void)!write(reg.pipe_wr, &b, 1);
+        }
     }
     byval_unlock(&reg.lock);
 }

@@ -371,17 +371,6 @@ static void done(byval_proof_t *proof)
 
 const byval_prover_t byval_reg_prover = {prove, done};
 
-/* The pid namespace (its inode) of the process pidfd refers to, or 0
- * when the kernel does not say. */
-static uint32_t pidns_of(int pidfd)
-{
-    struct stat st;
-    int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
-    uint32_t ino = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
-    byval_close_fd(&ns);
-    return ino;
-}
-
 /* A short record (wire.h) carries the exporter's pid, its identity's low
  * 32 bits and a guard of its host and pid namespace. From another pid
  * namespace its pid names nothing here; the directory's socket names carry
@@ -409,7 +398,11 @@ static int dir_candidate(const char *name, uint32_t boot, uint64_t id, void *arg
     int pidfd = byval_broker_dir_pidfd(&rec, a->deadline);
     if (pidfd < 0)
         return 0;
-    rec.pidns = pidns_of(pidfd);
+    /* Its pid namespace, where the kernel says (0: it does not). */
+    struct stat st;
+    int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
+    rec.pidns = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
+    byval_close_fd(&ns);
     if (rec.pidns && byval_short_guard(a->boot, rec.pidns) != a->s->guard) {
         close(pidfd);
         return 0;

@@ -289,18 +289,6 @@ static int due_views(uint64_t now)
     }
 }
 
-/* 1 when v's exporter no longer holds the registry it had at attach (the
- * number closed by exit or exec, or another file there); else no answer. */
-static int view_dropped(const byval_reg_view_t *v)
-{
-    char path[64];
-    struct stat st;
-    snprintf(path, sizeof(path), "/proc/%d/fd/%u", v->live_pid, v->live_fd);
-    if (stat(path, &st) != 0)
-        return errno == ENOENT;
-    return (uint64_t)st.st_dev != v->page_dev || (uint64_t)st.st_ino != v->page_ino;
-}
-
 /* The liveness pass, once per BYVAL_REG_LIVE_NS: each view whose exporter
  * we see in /proc must still hold its registry (views of exporters
  * outside our pid namespace have their pidfd and pipe only). The time
@@ -324,7 +312,15 @@ static int live_views(uint64_t now)
         if (!v)
             break;
         v->live_round = round;
-        if (!byval_reg_view_gone(v) && view_dropped(v))
+        /* Dropped: the number closed by exit or exec, or another file
+         * there (else no answer). */
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof(path), "/proc/%d/fd/%u", v->live_pid, v->live_fd);
+        if (!byval_reg_view_gone(v) &&
+            (stat(path, &st) != 0
+                 ? errno == ENOENT
+                 : (uint64_t)st.st_dev != v->page_dev || (uint64_t)st.st_ino != v->page_ino))
             image_gone(v);
         byval_reg_view_put(v);
     }

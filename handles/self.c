@@ -69,15 +69,6 @@ int byval_pidfd_is_pidfs(int pidfd)
     return fstatfs(pidfd, &sfs) == 0 && (uint32_t)sfs.f_type == BYVAL_PIDFS_MAGIC;
 }
 
-static int self_boot_hash(uint32_t *boot_p)
-{
-    char boot[64];
-    if (byval_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) < 36)
-        return -1; /* a UUID in text form */
-    *boot_p = byval_fnv1a32(boot, 36);
-    return 0;
-}
-
 static int self_compute(byval_self_t *s)
 {
     struct stat st;
@@ -86,8 +77,10 @@ static int self_compute(byval_self_t *s)
     if (stat("/proc/self/ns/pid", &st) != 0)
         return -1;
     s->pidns = (uint32_t)st.st_ino;
-    if (self_boot_hash(&s->boot) != 0)
+    char boot[64]; /* a UUID in text form */
+    if (byval_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) < 36)
         return -1;
+    s->boot = byval_fnv1a32(boot, 36);
     int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd >= 0) {
         int pidfs = byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0;
@@ -301,16 +294,6 @@ struct byval_pidfd_info {
 _Static_assert(sizeof(struct byval_pidfd_info) == 64, "PIDFD_INFO_SIZE_VER0");
 #define BYVAL_PIDFD_GET_INFO _IOWR(0xFF, 11, struct byval_pidfd_info)
 
-/* The fdinfo's "Pid:" line (every kernel with pidfds). */
-static int pid_from_fdinfo(int pidfd)
-{
-    char path[48], buf[1024];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    const char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nPid:") : NULL;
-    int pid;
-    return p && sscanf(p + 5, "%d", &pid) == 1 ? pid : -2;
-}
-
 int byval_pidfd_pid(int pidfd)
 {
     /* PIDFD_GET_INFO (6.13) answers in 0.3 us, the fdinfo in 9; its ESRCH
@@ -319,7 +302,12 @@ int byval_pidfd_pid(int pidfd)
     if (pidfd >= 0 && byval_sys3(SYS_ioctl, pidfd, (long)BYVAL_PIDFD_GET_INFO, (long)&info) == 0 &&
         (info.mask & BYVAL_PIDFD_INFO_PID) && info.pid > 0 && info.pid <= INT32_MAX)
         return (int)info.pid;
-    return pid_from_fdinfo(pidfd);
+    /* The fdinfo's "Pid:" line (every kernel with pidfds). */
+    char path[48], buf[1024];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+    const char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nPid:") : NULL;
+    int pid;
+    return p && sscanf(p + 5, "%d", &pid) == 1 ? pid : -2;
 }
 
 int byval_pidfd_exited(int pidfd)
