@@ -223,35 +223,6 @@ static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, c
     return st;
 }
 
-/* ---- 3. prove the export -------------------------------------------- */
-
-static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t *x,
-                                   byval_proof_t *proof, byval_fd_seen_t *seen, char *msg,
-                                   size_t msglen)
-{
-    const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
-    memset(proof, 0, sizeof(*proof));
-    memset(seen, 0, sizeof(*seen));
-    if (p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST))
-        return p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, proof, msg, msglen);
-    return byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, seen, msg, msglen);
-}
-
-/* ---- 4. duplicate: the routes ---------------------------------------- */
-
-/* pidfd_getfd(pidfd, fd) into *dup_p (the kernel sets O_CLOEXEC). */
-static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p,
-                                char *msg, size_t msglen)
-{
-    if ((*dup_p = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0)) >= 0)
-        return BYVAL_OK;
-    int err = errno;
-    const char *note;
-    byval_status_t st = byval_getfd_status(err, x->pidfd, &note);
-    return byval_fail(st, msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd,
-                      strerror(err), note);
-}
-
 /* ---- 5. prove the object -------------------------------------------- */
 
 static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t *x,
@@ -275,16 +246,26 @@ static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t
 static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t *x, int *fd_p,
                                    char *msg, size_t msglen)
 {
-    byval_proof_t proof;
-    byval_fd_seen_t seen;
-    int dup = -1;
-    byval_status_t st = prove_export(w, x, &proof, &seen, msg, msglen);
-    if (st == BYVAL_OK)
-        st = dup_pidfd(w, x, &dup, msg, msglen);
+    const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
+    byval_proof_t proof = {0};
+    byval_fd_seen_t seen = {0};
+    int dup = -1, err;
+    const char *note;
+    /* 3: the installed prover for a record's memory, else /proc shows the kind. */
+    byval_status_t st = p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST)
+        ? p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, &proof, msg, msglen)
+        : byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, &seen, msg, msglen);
+    /* 4: pidfd_getfd (the kernel sets O_CLOEXEC). */
+    if (st == BYVAL_OK && (dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0)) < 0) {
+        err = errno;
+        st = byval_getfd_status(err, x->pidfd, &note);
+        byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd,
+                  strerror(err), note);
+    }
     if (st == BYVAL_OK)
         st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
     if (proof.word) /* what the prover holds */
-        __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
+        p->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
         byval_fd_release(dup); /* maybe not what we asked for: never block on it */
     else if (st == BYVAL_OK)
