@@ -371,13 +371,9 @@ static int expire(void)
     int64_t now = byval_broker_now_ms(), next = -1;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
         conn_t *c = &br.conns[i];
-        if (c->fd < 0)
-            continue;
-        if (c->deadline <= now) {
+        if (c->fd >= 0 && c->deadline <= now)
             conn_drop(i, 0); /* it never sent a whole request: nothing to say */
-            continue;
-        }
-        if (next < 0 || c->deadline - now < next)
+        else if (c->fd >= 0 && (next < 0 || c->deadline - now < next))
             next = c->deadline - now;
     }
     return (int)next;

@@ -441,27 +441,6 @@ static byval_status_t find_short_dir(const byval_short_t *s, const byval_self_t 
     return BYVAL_OK;
 }
 
-static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *id_p, char *msg,
-                                  size_t msglen)
-{
-    if (s->flags & BYVAL_FLAG_ID_PIDFS) {
-        struct stat st;
-        if (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0)
-            return byval_fail(
-                BYVAL_E_IDENTITY, msg, msglen,
-                "cannot read pid %u's pidfs identity here (the handle names it by it)", s->pid);
-        *id_p = (uint64_t)st.st_ino;
-        return BYVAL_OK;
-    }
-    int e = byval_proc_start_time((pid_t)s->pid, id_p);
-    if (e == ENOENT || e == ESRCH)
-        return byval_fail(BYVAL_E_GONE, msg, msglen, "exporter pid %u has exited", s->pid);
-    if (e)
-        return byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read pid %u's start time: %s", s->pid,
-                          strerror(e));
-    return BYVAL_OK;
-}
-
 /* In our pid namespace: a listed view (*v_p), else a pidfd of s's pid
  * proven to be its exporter. */
 static byval_status_t find_short(const byval_short_t *s, const byval_self_t *self,
@@ -487,14 +466,28 @@ static byval_status_t find_short(const byval_short_t *s, const byval_self_t *sel
             : (e == EMFILE || e == ENFILE) ? BYVAL_E_NOFD
                                            : BYVAL_E_SYS;
     }
-    byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
-    if (st == BYVAL_OK && (uint32_t)identity != s->id32)
-        st = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+    /* Its identity, as the handle names it. */
+    struct stat st;
+    int pidfs = s->flags & BYVAL_FLAG_ID_PIDFS, e = 0;
+    byval_status_t rc = BYVAL_OK;
+    if (pidfs && (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0))
+        rc = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                        "cannot read pid %u's pidfs identity here (the handle names it by it)",
+                        s->pid);
+    else if (pidfs)
+        identity = (uint64_t)st.st_ino;
+    else if ((e = byval_proc_start_time((pid_t)s->pid, &identity)) == ENOENT || e == ESRCH)
+        rc = byval_fail(BYVAL_E_GONE, msg, msglen, "exporter pid %u has exited", s->pid);
+    else if (e)
+        rc = byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read pid %u's start time: %s", s->pid,
+                        strerror(e));
+    if (rc == BYVAL_OK && (uint32_t)identity != s->id32)
+        rc = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
                         "pid %u is not the exporter any more (identity %llu does not end in %u): "
                         "the exporter exited and its pid was reused",
                         s->pid, (unsigned long long)identity, s->id32);
     rec_p->identity = identity;
-    return st == BYVAL_OK ? byval_check_identity(rec_p, pidfd, msg, msglen) : st;
+    return rc == BYVAL_OK ? byval_check_identity(rec_p, pidfd, msg, msglen) : rc;
 }
 
 byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
