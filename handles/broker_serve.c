@@ -290,12 +290,10 @@ static int conn_slot(uint64_t peer)
 {
     int free_i = -1, mine = 0, victim = -1, victim_n = 0;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
-        if (br.conns[i].fd < 0) {
-            if (free_i < 0)
-                free_i = i;
-        } else {
+        if (br.conns[i].fd < 0 && free_i < 0)
+            free_i = i;
+        else if (br.conns[i].fd >= 0)
             mine += br.conns[i].peer == peer;
-        }
     }
     if (mine >= BROKER_PEER_CONNS)
         return -1;

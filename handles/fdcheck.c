@@ -162,6 +162,16 @@ static int byval_fdk_allowed(int kind, byval_obj_t obj)
     return (objs[obj].kinds >> kind) & 1;
 }
 
+/* The kind of our own fd from its /proc/self links, the link text in link
+ * (formatted only here: a cold open's duplicate is proven by statx alone). */
+static int classify_self(const struct statx *stx, int fd, char *link, size_t len)
+{
+    char self_link[64], self_info[64];
+    snprintf(self_link, sizeof(self_link), "/proc/self/fd/%d", fd);
+    snprintf(self_info, sizeof(self_info), "/proc/self/fdinfo/%d", fd);
+    return byval_fdk_classify(stx, byval_fdk_link(self_link, link, len), self_info);
+}
+
 #define RELEASE_THREADS_MAX 8
 static int release_threads;
 
@@ -175,15 +185,12 @@ static void *release_thread(void *arg)
 int byval_fd_release(int fd)
 {
     struct statx stx;
-    char link[64], info[64], text[256] = "";
+    char text[256] = "";
     if (fd < 0)
         return 0;
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
     if (byval_fdk_stat(fd, "", AT_EMPTY_PATH, &stx) == 0 &&
         (byval_fdk_classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) ||
-         S_ISFIFO(stx.stx_mode) ||
-         byval_fdk_classify(&stx, byval_fdk_link(link, text, sizeof(text)), info) != FDK_NONE ||
+         S_ISFIFO(stx.stx_mode) || classify_self(&stx, fd, text, sizeof(text)) != FDK_NONE ||
          !starts(text, "/"))) {
         close(fd); /* a kind whose close answers at once */
         return 0;
@@ -312,22 +319,12 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     return BYVAL_OK;
 }
 
-/* The kind of our own fd dup from its /proc/self links (formatted only
- * here: a cold open's duplicate is proven by statx alone). */
-static int classify_self(const struct statx *stx, int dup, char self_link[64], char self_info[64],
-                         char *link, size_t len)
-{
-    snprintf(self_link, 64, "/proc/self/fd/%d", dup);
-    snprintf(self_info, 64, "/proc/self/fdinfo/%d", dup);
-    return byval_fdk_classify(stx, byval_fdk_link(self_link, link, len), self_info);
-}
-
 byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                    uint64_t size, byval_obj_t obj, const byval_fd_seen_t *seen,
                                    char *msg, size_t msglen)
 {
     struct statx stx;
-    char self_link[64], self_info[64], link[256] = "";
+    char link[256] = "";
     if (byval_fdk_stat(dup, "", AT_EMPTY_PATH, &stx) != 0)
         return byval_fail(BYVAL_E_SYS, msg, msglen,
                           "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd, pid,
@@ -342,9 +339,9 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
                 fd, pid);
         kind = seen->kind;
         if (kind == FDK_DMABUF_ANON) /* one anon inode for all: its name again */
-            kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
+            kind = classify_self(&stx, dup, link, sizeof(link));
     } else if ((kind = byval_fdk_classify_fast(&stx)) == FDK_NONE) {
-        kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
+        kind = classify_self(&stx, dup, link, sizeof(link));
     }
     if (!byval_fdk_allowed(kind, obj))
         return byval_fail(BYVAL_E_FDKIND, msg, msglen,

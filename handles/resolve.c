@@ -93,13 +93,12 @@ static peer_t *peer_find_locked(const byval_record_t *rec)
 
 static peer_t peer_get(const byval_record_t *rec)
 {
-    peer_t found = {0};
+    peer_t found = {0}, *p;
     /* Nothing learnt yet (one namespace, pidfd allowed): no lock, no scan. */
     if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
         return found;
     byval_lock(&mem.lock);
-    peer_t *p = peer_find_locked(rec);
-    if (p)
+    if ((p = peer_find_locked(rec)) != NULL)
         found = *p;
     byval_unlock(&mem.lock);
     return found;
