@@ -1,17 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * broker.h - the socket fallback: where pidfd_getfd is not allowed (Yama
- * ptrace_scope 1 between siblings, seccomp profiles, gVisor) the importer
- * asks the exporter's broker for the fd and receives it with SCM_RIGHTS.
- *
- * Two socket routes lead to a broker, tried in this order: its abstract
- * name, made of the exporter's identity (the handle needs no extra
- * bytes), in the exporter's network namespace; and its socket in the
- * rendezvous directory (rendezvous.h), across namespaces. The exporter
- * serves only what it offered, only to peers of one uid (or of the
- * directory's group, who must show the tag), from one thread started at
- * the first offer. The importer sends nothing before the listener proved
- * to be the exporter (SO_PEERPIDFD against the record's pidfs identity).
+ * broker.h - the socket fallback: where pidfd_getfd is not allowed (Yama,
+ * seccomp, gVisor) the importer asks the exporter's broker for the fd, at
+ * its abstract name or its socket in the rendezvous directory, and
+ * receives it with SCM_RIGHTS (broker_serve.c, broker_fetch.c).
  */
 #ifndef BYVAL_HANDLES_BROKER_H
 #define BYVAL_HANDLES_BROKER_H

@@ -3,7 +3,10 @@
  * rendezvous.c - the rendezvous directory (rendezvous.h): its checks, the
  * importer's connect, and the exporter's listening socket and peer rule.
  * State is written once by byval_rendezvous_setup (the shim's init) and
- * only read afterwards.
+ * only read afterwards. The directory is opened once, no symlink followed,
+ * and used through that fd; it must be owned by us, root or the group and
+ * not writable by others, and a socket there is used only when it is one
+ * of our uid (or of that group).
  *
  * A name in the directory is always a listening socket until its process
  * dies: bound and listening under a temporary name first, then renamed
