@@ -162,9 +162,10 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
             BYVAL_E_SYS, msg, msglen,
             "exporter pid %u answered with %d%s fds attached, not %d: all closed, answer refused",
             rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
-    else if (rsp.status != 0)
-        st = (*busy_p = rsp.status == -EAGAIN, refused(rec, fd, fd_ino, rsp.status, msg, msglen));
-    else if (nfds == 0 && ctrunc) /* attached, but the kernel could not install it */
+    else if (rsp.status != 0) {
+        *busy_p = rsp.status == -EAGAIN;
+        st = refused(rec, fd, fd_ino, rsp.status, msg, msglen);
+    } else if (nfds == 0 && ctrunc) /* attached, but the kernel could not install it */
         st = byval_fail(BYVAL_E_NOFD, msg, msglen,
                         "fd %u from exporter pid %u was dropped on receipt: this process is out of "
                         "file descriptors",

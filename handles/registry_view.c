@@ -391,7 +391,8 @@ static int dir_candidate(const char *name, uint32_t boot, uint64_t id, void *arg
     dir_short_t *a = arg;
     if (boot != a->boot || (uint32_t)id != a->s->id32)
         return 0;
-    if (a->n++, byval_broker_now_ms() >= a->deadline)
+    a->n++;
+    if (byval_broker_now_ms() >= a->deadline)
         return 1;
     byval_record_t rec = {
         .pid = a->s->pid, .boot = a->boot, .identity = id, .flags = BYVAL_FLAG_ID_PIDFS};
