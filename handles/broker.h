@@ -1,24 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * broker.h - the socket fallback: where pidfd_getfd is not allowed (Yama
- * ptrace_scope 1 between siblings, seccomp profiles, gVisor) the importer
- * asks the exporter's broker for the fd and receives it with SCM_RIGHTS.
- *
- * Two socket routes lead to a broker, tried in this order: its abstract
- * name, made of the exporter's identity (the handle needs no extra
- * bytes), in the exporter's network namespace; and its socket in the
- * rendezvous directory (rendezvous.h), across namespaces. The exporter
- * serves only what it offered, only to peers of one uid (or of the
- * directory's group, who must show the tag), from one thread started at
- * the first offer. The importer sends nothing before the listener proved
- * to be the exporter (SO_PEERPIDFD against the record's pidfs identity).
+ * broker.h - the socket fallback: where pidfd_getfd is not allowed (Yama,
+ * seccomp, gVisor) the importer asks the exporter's broker for the fd, at
+ * its abstract name or its socket in the rendezvous directory, and
+ * receives it with SCM_RIGHTS (broker_serve.c, broker_fetch.c).
  */
 #ifndef BYVAL_HANDLES_BROKER_H
 #define BYVAL_HANDLES_BROKER_H
-
-#include <stddef.h>
-#include <stdint.h>
-#include <sys/types.h>
 
 #include "handles/self.h"
 
@@ -40,18 +28,11 @@ void byval_broker_withdraw(int fd);
 /* Exporter: the one uid served (default: our effective uid). */
 void byval_broker_set_allowed_uid(uid_t uid);
 
-/* Importer: fetch fd (checked against fd_ino) at the exporter's abstract
- * name, showing rec->tag when fd is rec->fd. Bounded by a 2 s deadline.
- * *pidfd_p (may be NULL): the exporter's pidfd when SO_PEERPIDFD proved
- * the identity, else -1. */
-byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                  int *fd_p, char *msg, size_t msglen);
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen);
-
-/* Importer, every socket route in turn (the directory's when nobody, or
- * an impostor, answers at the abstract name): fd with tag; *via_p the
- * route that answered (transport.h's byval_via_t). */
+/* Importer: fd (checked against fd_ino), showing tag, from every socket
+ * route in turn (the directory's when nobody, or an impostor, answers at
+ * the abstract name), each bounded by a 2 s deadline. *pidfd_p (may be
+ * NULL): the exporter's pidfd when SO_PEERPIDFD proved the identity, else
+ * -1; *via_p (may be NULL): the route that answered (byval_via_t). */
 byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
                                          uint64_t tag, int *fd_p, int *pidfd_p, int *via_p,
                                          char *msg, size_t msglen);

@@ -15,16 +15,10 @@
  * cannot see is accepted on the abstract route (the fd-kind check on
  * what comes back still applies), never in the directory.
  */
-#include "handles/broker.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "handles/broker_internal.h"
 #include "handles/fdcheck.h"
@@ -38,50 +32,44 @@ static byval_status_t refused(const byval_record_t *rec, uint32_t fd, uint32_t f
 {
     switch (status) {
     case -EAGAIN:
-        byval_msg(msg, msglen,
-                  "exporter pid %u kept telling us to retry for %d ms: it holds as many pending "
-                  "socket connections from this process (8) or from all peers (64) as it "
-                  "serves at once",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
+        return byval_fail(
+            BYVAL_E_SYS, msg, msglen,
+            "exporter pid %u kept telling us to retry for %d ms: it holds as many pending socket "
+            "connections from this process (8) or from all peers (64) as it serves at once",
+            rec->pid, BROKER_FETCH_MS);
     case -EPERM:
-        byval_msg(msg, msglen,
-                  "exporter pid %u refused the socket fallback: it serves one uid (its own "
-                  "unless set), and ours is %u (SO_PEERCRED)",
-                  rec->pid, (unsigned)geteuid());
-        return BYVAL_E_PERM;
+        return byval_fail(BYVAL_E_PERM, msg, msglen,
+                          "exporter pid %u refused the socket fallback: it serves one uid (its own "
+                          "unless set), and ours is %u (SO_PEERCRED)",
+                          rec->pid, (unsigned)geteuid());
     case -EACCES:
-        byval_msg(msg, msglen,
-                  "exporter pid %u refused fd %u to our uid %u: a peer of another uid than the "
-                  "exporter's (its rendezvous directory's group) must show the tag the handle "
-                  "carries, and this one was missing or wrong (a handle not made by the exporter, "
-                  "or altered)",
-                  rec->pid, fd, (unsigned)geteuid());
-        return BYVAL_E_PERM;
+        return byval_fail(
+            BYVAL_E_PERM, msg, msglen,
+            "exporter pid %u refused fd %u to our uid %u: a peer of another uid than the "
+            "exporter's (its rendezvous directory's group) must show the tag the handle carries, "
+            "and this one was missing or wrong (a handle not made by the exporter, or altered)",
+            rec->pid, fd, (unsigned)geteuid());
     case -EBADF:
-        byval_msg(msg, msglen,
-                  "exporter pid %u does not serve fd %u over the socket fallback (not exported, "
-                  "or withdrawn and closed)",
-                  rec->pid, fd);
-        return BYVAL_E_BADFD;
+        return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                          "exporter pid %u does not serve fd %u over the socket fallback (not "
+                          "exported, or withdrawn and closed)",
+                          rec->pid, fd);
     case -ESTALE:
         if (fd_ino == 0) { /* a rescue: the registry's proof failed */
-            byval_msg(msg, msglen,
-                      "exporter pid %u no longer holds the open file it exported as fd %u "
-                      "(closed, or the number reused since)",
-                      rec->pid, fd);
-            return BYVAL_E_FDKIND;
+            return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                              "exporter pid %u no longer holds the open file it exported as fd %u "
+                              "(closed, or the number reused since)",
+                              rec->pid, fd);
         }
-        byval_msg(msg, msglen,
-                  "exporter pid %u serves fd %u, but it holds another object than the handle "
-                  "describes (inode low bits != %u): a stale or forged handle",
-                  rec->pid, fd, fd_ino);
-        return BYVAL_E_FDKIND;
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "exporter pid %u serves fd %u, but it holds another object than the "
+                          "handle describes (inode low bits != %u): a stale or forged handle",
+                          rec->pid, fd, fd_ino);
     default:
-        byval_msg(msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
-                  rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
-                  status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
-        return BYVAL_E_SYS;
+        return byval_fail(
+            BYVAL_E_SYS, msg, msglen, "exporter pid %u could not serve fd %u over the socket: %s%s",
+            rec->pid, fd, strerror(status < 0 ? -status : EPROTO),
+            status == -EMFILE || status == -ENFILE ? " (the exporter is out of fds)" : "");
     }
 }
 
@@ -112,13 +100,6 @@ static int take_fds(struct msghdr *mh, int *fds, int max)
     return n;
 }
 
-/* What a peer sent and we do not keep: closed without waiting on it. */
-static void close_fds(const int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        byval_fd_release(fds[i]);
-}
-
 /* Receive the answer; *got_p is the attached fd (or -1). An answer with
  * any other number of fds than its status allows (one with status 0, none
  * otherwise) is refused, and every fd it carried is closed. */
@@ -130,8 +111,7 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
         char buf[CMSG_SPACE(sizeof(int) * BROKER_RECV_FDS)];
         struct cmsghdr align;
     } cbuf;
-    int fds[BROKER_RECV_FDS];
-    int nfds = 0, ctrunc = 0, err = 0;
+    int fds[BROKER_RECV_FDS], nfds = 0, ctrunc = 0, err = 0;
     size_t have = 0;
     ssize_t n = 0;
     *got_p = -1;
@@ -160,70 +140,53 @@ static byval_status_t receive(int s, int64_t deadline, const byval_record_t *rec
             err = EAGAIN; /* the deadline passed while we were interrupted */
         break;
     }
-    if (have > 0 && have < sizeof(rsp) && n == 0)
-        n = (ssize_t)have; /* a short answer, then end of file */
-    else if (have == sizeof(rsp))
-        n = (ssize_t)have;
-    if (n < 0)
-        close_fds(fds, nfds); /* a part of an answer, then nothing */
-    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-        byval_msg(msg, msglen, "exporter pid %u gave no answer over the socket within %d ms",
-                  rec->pid, BROKER_FETCH_MS);
-        return BYVAL_E_SYS;
-    }
-    if (n <= 0) {
-        /* Also what a just-forked child of the exporter causes: it held
-         * the listening socket for a moment, then closed it (broker_serve.c). */
-        byval_msg(msg, msglen,
-                  "exporter pid %u closed the connection without an answer (%s): it exited or "
-                  "stopped serving meanwhile",
-                  rec->pid, n < 0 ? strerror(err) : "end of file");
-        return BYVAL_E_SYS;
-    }
-    if (n != (ssize_t)sizeof(rsp) || rsp.magic != BROKER_MAGIC) {
-        close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered in another protocol over the socket (another "
-                  "ipcbyval version?)",
-                  rec->pid);
-        return BYVAL_E_SYS;
-    }
-    if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0)) {
-        close_fds(fds, nfds);
-        byval_msg(msg, msglen,
-                  "exporter pid %u answered with %d%s fds attached, not %d: all closed, "
-                  "answer refused",
-                  rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
-        return BYVAL_E_SYS;
-    }
-    *busy_p = rsp.status == -EAGAIN;
-    if (rsp.status != 0)
-        return refused(rec, fd, fd_ino, rsp.status, msg, msglen);
-    if (nfds == 0 && ctrunc) {
-        /* Nothing installed, yet something was attached: the kernel could
-         * not give us a descriptor (EMFILE/ENFILE on receipt). */
-        byval_msg(msg, msglen,
-                  "fd %u from exporter pid %u was dropped on receipt: this process is out of "
-                  "file descriptors",
-                  fd, rec->pid);
-        return BYVAL_E_NOFD;
-    }
-    if (nfds == 0) {
-        byval_msg(msg, msglen, "exporter pid %u answered without the fd", rec->pid);
-        return BYVAL_E_SYS;
-    }
-    *got_p = fds[0];
-    return BYVAL_OK;
+    byval_status_t st = BYVAL_OK;
+    if (have < sizeof(rsp) && (n < 0 || have == 0))
+        /* (Also what a just-forked child of the exporter causes: it held
+         * the listening socket for a moment, then closed it.) */
+        st = n < 0 && (err == EAGAIN || err == EWOULDBLOCK)
+            ? byval_fail(BYVAL_E_SYS, msg, msglen,
+                         "exporter pid %u gave no answer over the socket within %d ms", rec->pid,
+                         BROKER_FETCH_MS)
+            : byval_fail(BYVAL_E_SYS, msg, msglen,
+                         "exporter pid %u closed the connection without an answer (%s): it exited "
+                         "or stopped serving meanwhile",
+                         rec->pid, n < 0 ? strerror(err) : "end of file");
+    else if (have != sizeof(rsp) || rsp.magic != BROKER_MAGIC) /* maybe short, then end of file */
+        st = byval_fail(BYVAL_E_SYS, msg, msglen,
+                        "exporter pid %u answered in another protocol over the socket (another "
+                        "ipcbyval version?)",
+                        rec->pid);
+    else if (nfds > (rsp.status == 0) || (ctrunc && nfds > 0))
+        st = byval_fail(
+            BYVAL_E_SYS, msg, msglen,
+            "exporter pid %u answered with %d%s fds attached, not %d: all closed, answer refused",
+            rec->pid, nfds, ctrunc ? " or more" : "", rsp.status == 0);
+    else if (rsp.status != 0) {
+        *busy_p = rsp.status == -EAGAIN;
+        st = refused(rec, fd, fd_ino, rsp.status, msg, msglen);
+    } else if (nfds == 0 && ctrunc) /* attached, but the kernel could not install it */
+        st = byval_fail(BYVAL_E_NOFD, msg, msglen,
+                        "fd %u from exporter pid %u was dropped on receipt: this process is out of "
+                        "file descriptors",
+                        fd, rec->pid);
+    else if (nfds == 0)
+        st = byval_fail(BYVAL_E_SYS, msg, msglen, "exporter pid %u answered without the fd",
+                        rec->pid);
+    for (int i = 0; st != BYVAL_OK && i < nfds; i++)
+        byval_fd_release(fds[i]); /* what we do not keep: closed without waiting on it */
+    if (st == BYVAL_OK)
+        *got_p = fds[0];
+    return st;
 }
 
 static byval_status_t impostor(const byval_record_t *rec, const char *name, const char *what,
                                unsigned long long got, char *msg, size_t msglen)
 {
-    byval_msg(msg, msglen,
-              "the socket %s of exporter pid %u is held by another process (%s %llu, the "
-              "exporter's is %llu): nothing asked of it",
-              name, rec->pid, what, got, (unsigned long long)rec->identity);
-    return BYVAL_E_IDENTITY;
+    return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                      "the socket %s of exporter pid %u is held by another process (%s %llu, the "
+                      "exporter's is %llu): nothing asked of it",
+                      name, rec->pid, what, got, (unsigned long long)rec->identity);
 }
 
 /* Is the listener on s the exporter rec describes? On BYVAL_OK, *pidfd_p
@@ -237,26 +200,24 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
     *pidfd_p = -1;
     if (SO_PEERPIDFD < 0 || getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
         pidfd = -1;
-    if ((rec->flags & BYVAL_FLAG_ID_PIDFS) && pidfd >= 0 && byval_pidfd_is_pidfs(pidfd) &&
-        fstat(pidfd, &st) == 0) {
-        if ((uint64_t)st.st_ino != rec->identity) {
-            close(pidfd);
-            return impostor(rec, name, "pidfs inode", (unsigned long long)st.st_ino, msg, msglen);
-        }
+    int proven = (rec->flags & BYVAL_FLAG_ID_PIDFS) && pidfd >= 0 && byval_pidfd_is_pidfs(pidfd) &&
+        fstat(pidfd, &st) == 0;
+    if (proven && (uint64_t)st.st_ino == rec->identity) {
         *pidfd_p = pidfd;
         return BYVAL_OK;
     }
     if (pidfd >= 0)
         close(pidfd); /* not a proof of anything: do not hand it out */
-    if (strict) {     /* the directory: nothing else holds across namespaces */
-        byval_msg(msg, msglen,
-                  "the listener on exporter pid %u's socket in the rendezvous directory could "
-                  "not be proven to be it (%s): nothing asked of it",
-                  rec->pid,
-                  pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
-                            : "no pidfs identity to compare");
-        return BYVAL_E_IDENTITY;
-    }
+    if (proven)
+        return impostor(rec, name, "pidfs inode", (unsigned long long)st.st_ino, msg, msglen);
+    /* The directory: nothing else holds across namespaces. */
+    if (strict)
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "the listener on exporter pid %u's socket in the rendezvous directory "
+                          "could not be proven to be it (%s): nothing asked of it",
+                          rec->pid,
+                          pidfd < 0 ? "the kernel gave no SO_PEERPIDFD (Linux 6.5+)"
+                                    : "no pidfs identity to compare");
     struct ucred cred;
     byval_self_t self;
     len = sizeof(cred);
@@ -276,17 +237,11 @@ static byval_status_t check_listener(int s, const byval_record_t *rec, const cha
  * deadline (name: as shown), and whether only a pidfs proof of the
  * listener holds there (nothing else does across namespaces). */
 typedef struct route {
-    int via; /* byval_via_t */
-    int strict;
+    int via, strict; /* via: byval_via_t */
     int (*usable)(void);
     byval_status_t (*connect)(int s, const byval_record_t *rec, int64_t deadline, char *name,
                               size_t namelen, char *msg, size_t msglen);
 } route_t;
-
-static int always(void)
-{
-    return 1;
-}
 
 /* Its abstract name, in our network namespace. */
 static byval_status_t connect_abstract(int s, const byval_record_t *rec, int64_t deadline,
@@ -304,17 +259,15 @@ static byval_status_t connect_abstract(int s, const byval_record_t *rec, int64_t
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc == 0 || err == EISCONN)
         return BYVAL_OK;
-    if (err == ECONNREFUSED || err == ENOENT) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u serves no fds over the socket fallback (is it running "
-                  "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
-                  "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
-                  rec->pid);
-        return BYVAL_E_GONE;
-    }
-    byval_msg(msg, msglen, "connect to %s (exporter pid %u) failed: %s%s", name, rec->pid,
-              strerror(err), err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
-    return BYVAL_E_SYS;
+    if (err == ECONNREFUSED || err == ENOENT)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "exporter pid %u serves no fds over the socket fallback (is it running "
+                          "ipcbyval with IPCBYVAL_TRANSPORT=auto|socket, in our network namespace? "
+                          "Across network namespaces set IPCBYVAL_RENDEZVOUS_DIR on both sides)",
+                          rec->pid);
+    return byval_fail(BYVAL_E_SYS, msg, msglen, "connect to %s (exporter pid %u) failed: %s%s",
+                      name, rec->pid, strerror(err),
+                      err == EAGAIN ? " (its backlog stayed full for 2 s)" : "");
 }
 
 /* Its socket in the rendezvous directory. */
@@ -328,11 +281,9 @@ static byval_status_t connect_dir(int s, const byval_record_t *rec, int64_t dead
 }
 
 static const route_t routes[] = {
-    {BYVAL_VIA_SOCKET, 0, always, connect_abstract},
+    {BYVAL_VIA_SOCKET, 0, NULL, connect_abstract}, /* first: never asked if usable */
     {BYVAL_VIA_RENDEZVOUS, 1, byval_rendezvous_enabled, connect_dir},
 };
-#define ABSTRACT (&routes[0])
-#define DIRECTORY (&routes[1])
 
 /* One connection: connect, check the listener, ask, receive. *busy_p: the
  * exporter said to retry (it holds as many connections as it serves). */
@@ -346,8 +297,8 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) {
         err = errno;
-        byval_msg(msg, msglen, "socket() for the fallback failed: %s", strerror(err));
-        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+        return byval_fail(err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS, msg, msglen,
+                          "socket() for the fallback failed: %s", strerror(err));
     }
     char name[300]; /* as shown: "@abstract", or the rendezvous path */
     st = r->connect(s, rec, deadline, name, sizeof(name), msg, msglen);
@@ -360,26 +311,21 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     int send_err = 0;
     while (sent < sizeof(req)) {
         ssize_t w = send(s, (char *)&req + sent, sizeof(req) - sent, MSG_NOSIGNAL);
-        if (w > 0) {
-            sent += (size_t)w;
-            continue;
-        }
-        send_err = w < 0 ? errno : EPIPE;
-        if (w < 0 && send_err == EINTR && byval_broker_now_ms() < deadline) {
+        send_err = w < 0 ? errno : w == 0 ? EPIPE : 0;
+        if (send_err && (send_err != EINTR || byval_broker_now_ms() >= deadline))
+            break;
+        if (send_err)
             byval_broker_until(s, SO_SNDTIMEO, deadline);
-            continue;
-        }
-        break;
+        else
+            sent += (size_t)w;
     }
     /* Even when the send failed, read: an exporter that refuses our uid
      * (or tells us to retry) answers before reading and may have closed
      * already (EPIPE), and its answer still waits in our queue. */
     st = receive(s, deadline, rec, fd, fd_ino, &got, busy_p, msg, msglen);
-    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p))) {
-        byval_msg(msg, msglen, "send to %s (exporter pid %u) failed: %s", name, rec->pid,
-                  send_err ? strerror(send_err) : "short write");
-        st = BYVAL_E_SYS;
-    }
+    if (sent != sizeof(req) && (st == BYVAL_OK || (st == BYVAL_E_SYS && !*busy_p)))
+        st = byval_fail(BYVAL_E_SYS, msg, msglen, "send to %s (exporter pid %u) failed: %s", name,
+                        rec->pid, send_err ? strerror(send_err) : "short write");
     if (st != BYVAL_OK)
         goto err_got;
     /* From the cached attributes: a hostile exporter may send a file whose
@@ -389,11 +335,10 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
     if (magic == BROKER_MAGIC &&
         (statx(got, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &sst) != 0 ||
          (uint32_t)sst.stx_ino != fd_ino)) {
-        byval_msg(msg, msglen,
-                  "fd %u from exporter pid %u over the socket is another object than the handle "
-                  "describes (inode low bits != %u), not used",
-                  fd, rec->pid, fd_ino);
-        st = BYVAL_E_FDKIND;
+        st = byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                        "fd %u from exporter pid %u over the socket is another object than the "
+                        "handle describes (inode low bits != %u), not used",
+                        fd, rec->pid, fd_ino);
         goto err_got;
     }
     *got_p = got;
@@ -404,8 +349,7 @@ static byval_status_t attempt(const byval_record_t *rec, const route_t *r, uint3
 err_got:
     if (got >= 0)
         byval_fd_release(got);
-    if (pidfd >= 0)
-        close(pidfd);
+    byval_close_fd(&pidfd);
 err_sock:
     close(s);
     return st;
@@ -417,10 +361,7 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
 {
     int pidfd = -1, busy;
     *fd_p = -1;
-    if (pidfd_p)
-        *pidfd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
     int64_t deadline = byval_broker_now_ms() + BROKER_FETCH_MS;
     byval_status_t st;
     /* Told to retry: the exporter holds its bound of pending connections
@@ -433,26 +374,11 @@ static byval_status_t fetch(const byval_record_t *rec, const route_t *r, uint32_
             break;
         poll(NULL, 0, (int)(left < wait_ms ? left : wait_ms)); /* a signal only shortens it */
     }
-    if (st != BYVAL_OK)
-        return st;
-    if (pidfd_p)
+    if (pidfd_p) /* -1 on failure */
         *pidfd_p = pidfd;
-    else if (pidfd >= 0)
-        close(pidfd);
-    return BYVAL_OK;
-}
-
-byval_status_t byval_broker_fetch_pidfd(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                        int *fd_p, int *pidfd_p, char *msg, size_t msglen)
-{
-    return fetch(rec, ABSTRACT, BROKER_MAGIC, fd, fd_ino, fd == rec->fd ? rec->tag : 0, fd_p,
-                 pidfd_p, msg, msglen);
-}
-
-byval_status_t byval_broker_fetch(const byval_record_t *rec, uint32_t fd, uint32_t fd_ino,
-                                  int *fd_p, char *msg, size_t msglen)
-{
-    return byval_broker_fetch_pidfd(rec, fd, fd_ino, fd_p, NULL, msg, msglen);
+    else
+        byval_close_fd(&pidfd);
+    return st;
 }
 
 /* Every route in turn: a squatter at the abstract name (any process of
@@ -486,14 +412,6 @@ byval_status_t byval_broker_fetch_routes(const byval_record_t *rec, uint32_t fd,
                                          char *msg, size_t msglen)
 {
     return fetch_routes(rec, BROKER_MAGIC, fd, fd_ino, tag, fd_p, pidfd_p, via_p, msg, msglen);
-}
-
-/* The fd the process rec names registered as exported under that number,
- * for a pidfd_getfd the kernel refused (rescue.h). */
-static byval_status_t rescue(const byval_record_t *rec, uint32_t fd, int *fd_p, char *msg,
-                             size_t msglen)
-{
-    return fetch_routes(rec, BROKER_MAGIC_RESCUE, fd, 0, 0, fd_p, NULL, NULL, msg, msglen);
 }
 
 byval_status_t byval_broker_registry(const byval_record_t *rec, int *mfd_p, char *msg,
@@ -533,34 +451,25 @@ byval_status_t byval_rescue_getfd(int pidfd, int fd, int *fd_p, uint32_t *pid_p,
     byval_record_t rec;
     *fd_p = -1;
     *pid_p = 0;
-    if (fd < 0) {
-        byval_msg(msg, msglen, "fd %d is no fd number", fd);
-        return BYVAL_E_BADFD;
-    }
+    if (fd < 0)
+        return byval_fail(BYVAL_E_BADFD, msg, msglen, "fd %d is no fd number", fd);
     int pid = byval_pidfd_pid(pidfd);
-    if (pid == -2) {
-        byval_msg(msg, msglen, "fd %d is not a pidfd", pidfd);
-        return BYVAL_E_SYS;
-    }
-    if (pid == -1) {
-        byval_msg(msg, msglen, "the process of pidfd %d exited", pidfd);
-        return BYVAL_E_GONE;
-    }
-    if (pid == 0) {
-        byval_msg(msg, msglen,
-                  "the process of pidfd %d is outside our pid namespace: its broker is not "
-                  "reachable by name from here",
-                  pidfd);
-        return BYVAL_E_GONE;
-    }
+    if (pid == -2)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "fd %d is not a pidfd", pidfd);
+    if (pid == -1)
+        return byval_fail(BYVAL_E_GONE, msg, msglen, "the process of pidfd %d exited", pidfd);
+    if (pid == 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "the process of pidfd %d is outside our pid namespace: its broker is not "
+                          "reachable by name from here",
+                          pidfd);
     *pid_p = (uint32_t)pid;
-    if (byval_self_get(&self) != 0) {
-        byval_msg(msg, msglen, "cannot read this process's own identity");
-        return BYVAL_E_SYS;
-    }
-    if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0) {
-        byval_msg(msg, msglen, "pid %d exited while we read its start time", pid);
-        return BYVAL_E_GONE;
-    }
-    return rescue(&rec, (uint32_t)fd, fd_p, msg, msglen);
+    if (byval_self_get(&self) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read this process's own identity");
+    if (byval_pidfd_record(pidfd, (uint32_t)pid, &self, &rec) != 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen, "pid %d exited while we read its start time",
+                          pid);
+    /* What it registered as exported under that number (rescue.h). */
+    return fetch_routes(&rec, BROKER_MAGIC_RESCUE, (uint32_t)fd, 0, 0, fd_p, NULL, NULL, msg,
+                        msglen);
 }

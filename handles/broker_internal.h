@@ -4,14 +4,10 @@
 #ifndef BYVAL_HANDLES_BROKER_INTERNAL_H
 #define BYVAL_HANDLES_BROKER_INTERNAL_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/types.h>
 #include <sys/un.h>
 
 /* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have

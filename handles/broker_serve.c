@@ -24,22 +24,11 @@
  * (it would keep the parent's names bound); its own first export starts
  * its own server.
  */
-#include "handles/broker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/bgthread.h"
@@ -65,11 +54,6 @@ static void offers_fork_child(void)
 }
 BYVAL_FORK_CHILD(broker_offers, offers_fork_child);
 
-static void of_lock(void)
-{
-    byval_lock(&of.lock);
-}
-
 int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_p)
 {
     int32_t status = -EBADF;
@@ -80,7 +64,7 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
      * member of the directory's group could never have made. */
     if (req->magic == BROKER_MAGIC_RESCUE)
         return own_uid ? byval_reg_dup_fd((int)req->fd, dup_p) : -EPERM;
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = req->fd <= INT32_MAX ? byval_fdtab_find(&of.t, (int)req->fd) : NULL;
     if (x && (uint32_t)x->ino != req->fd_ino) {
         status = -ESTALE; /* not the object offered under that number */
@@ -95,29 +79,21 @@ int32_t byval_broker_lookup(const struct broker_req *req, int own_uid, int *dup_
     return status;
 }
 
-/* Is a peer of uid served? (_allowed counts a refusal.) */
-static int byval_broker_uid_served(uid_t uid)
+/* Is a peer of uid served? count: a refusal is counted. */
+static int uid_served(uid_t uid, int count)
 {
-    of_lock();
+    byval_lock(&of.lock);
     int served = uid == (of.uid_set ? of.uid : geteuid());
+    of.refused += count && !served;
     byval_unlock(&of.lock);
     return served;
-}
-
-static int byval_broker_uid_allowed(uid_t uid)
-{
-    of_lock();
-    int allowed = uid == (of.uid_set ? of.uid : geteuid());
-    of.refused += !allowed;
-    byval_unlock(&of.lock);
-    return allowed;
 }
 
 static int offer(int fd, int open)
 {
     if (byval_broker_serve() != 0)
         return -1;
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = byval_fdtab_add(&of.t, fd);
     int err = x ? 0 : errno; /* ENOSPC is said, not silently left unserved */
     if (x)
@@ -139,7 +115,7 @@ int byval_broker_offer_open(int fd)
 
 void byval_broker_withdraw(int fd)
 {
-    of_lock();
+    byval_lock(&of.lock);
     byval_fdproof_t *x = byval_fdtab_find(&of.t, fd);
     if (x)
         byval_fdtab_drop(&of.t, x);
@@ -148,7 +124,7 @@ void byval_broker_withdraw(int fd)
 
 void byval_broker_set_allowed_uid(uid_t uid)
 {
-    of_lock();
+    byval_lock(&of.lock);
     of.uid = uid;
     of.uid_set = 1;
     byval_unlock(&of.lock);
@@ -156,7 +132,7 @@ void byval_broker_set_allowed_uid(uid_t uid)
 
 void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
 {
-    of_lock();
+    byval_lock(&of.lock);
     *served_p = of.served;
     *refused_p = of.refused;
     byval_unlock(&of.lock);
@@ -164,7 +140,7 @@ void byval_broker_counts(uint64_t *served_p, uint64_t *refused_p)
 
 uint64_t byval_broker_untagged(void)
 {
-    of_lock();
+    byval_lock(&of.lock);
     uint64_t n = of.untagged;
     byval_unlock(&of.lock);
     return n;
@@ -183,55 +159,37 @@ uint64_t byval_broker_untagged(void)
 
 /* One connection whose request has not arrived whole yet. */
 typedef struct conn {
-    int fd;           /* -1: free slot */
-    uint64_t peer;    /* the peer process (peer_key) */
-    uint32_t gen;     /* tells a reused slot from the one an event named */
-    uint32_t have;    /* request bytes received */
+    int fd;        /* -1: free slot */
+    uint64_t peer; /* the peer process (peer_key) */
+    /* gen tells a reused slot from the one an event named; have: request
+     * bytes received; via_dir: accepted on the directory's socket;
+     * own_uid: of the uid served, not only of the directory's group. */
+    uint32_t gen, have;
     int64_t deadline; /* ms, CLOCK_MONOTONIC */
-    uint8_t via_dir;  /* accepted on the directory's socket */
-    uint8_t own_uid;  /* of the uid served, not only of the directory's group */
+    uint8_t via_dir, own_uid;
     uint8_t buf[sizeof(struct broker_req)];
 } conn_t;
 
 static struct {
     byval_lock_t lock;
-    int listen_fd; /* -1 when not serving */
-    int rdv_fd;    /* the directory's listening socket, or -1 */
-    int epoll_fd;
-    int ready;                      /* conns initialised (broker_once) */
-    conn_t conns[BROKER_MAX_CONNS]; /* the server thread's, under lock for fork */
-} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE), .listen_fd = -1, .rdv_fd = -1, .epoll_fd = -1};
-static byval_once_t br_once = BYVAL_ONCE_INIT;
+    int listen_fd, rdv_fd, epoll_fd; /* -1: not serving; rdv_fd: the directory's listener */
+    conn_t conns[BROKER_MAX_CONNS];  /* the server thread's, under lock for fork */
+} br = {.lock = BYVAL_LOCK_INIT(BROKER_SERVE),
+        .listen_fd = -1,
+        .rdv_fd = -1,
+        .epoll_fd = -1,
+        .conns = {[0 ... BROKER_MAX_CONNS - 1] = {.fd = -1}}};
 BYVAL_LOCK_STATIC(broker_serve, &br.lock);
 
 static void fork_child(void)
 {
-    if (!br.ready)
-        return; /* never served: nothing inherited */
-    if (br.listen_fd >= 0)
-        close(br.listen_fd);
-    if (br.epoll_fd >= 0)
-        close(br.epoll_fd);
-    if (br.rdv_fd >= 0) /* the parent's name, not ours */
-        close(br.rdv_fd);
-    br.rdv_fd = -1;
-    for (int i = 0; i < BROKER_MAX_CONNS; i++) {
-        if (br.conns[i].fd >= 0)
-            close(br.conns[i].fd); /* the parent's peers, not ours */
-        br.conns[i].fd = -1;
-    }
-    br.listen_fd = br.epoll_fd = -1;
+    byval_close_fd(&br.listen_fd);
+    byval_close_fd(&br.epoll_fd);
+    byval_close_fd(&br.rdv_fd); /* the parent's name, not ours */
+    for (int i = 0; i < BROKER_MAX_CONNS; i++)
+        byval_close_fd(&br.conns[i].fd); /* the parent's peers, not ours */
 }
 BYVAL_FORK_CHILD(broker_serve, fork_child);
-
-static void broker_once(void)
-{
-    byval_lock(&br.lock);
-    for (int i = 0; i < BROKER_MAX_CONNS; i++)
-        br.conns[i].fd = -1;
-    br.ready = 1;
-    byval_unlock(&br.lock);
-}
 
 /* Answer on a connection that has never been written to: its send buffer
  * is empty, so 8 bytes and one fd fit and MSG_DONTWAIT never waits. What
@@ -256,8 +214,7 @@ static void answer(int fd, int32_t status, int dup)
         memcpy(CMSG_DATA(c), &dup, sizeof(int));
     }
     (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (dup >= 0)
-        close(dup);
+    byval_close_fd(&dup);
 }
 
 /* Release slot i (server thread). status != 0: say it first (-EAGAIN:
@@ -286,25 +243,19 @@ static void conn_read(int i)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return; /* the rest later (or never: its deadline) */
-        if (r <= 0) {
-            conn_drop(i, 0); /* the peer closed or reset: nobody to answer */
-            return;
-        }
-        c->have += (uint32_t)r;
+        /* r <= 0: the peer closed or reset, nobody to answer. */
         struct broker_req req;
-        byval_broker_parse_t p = byval_broker_req_parse(c->buf, c->have, &req);
-        if (p == BYVAL_BROKER_MORE)
+        byval_broker_parse_t p = BYVAL_BROKER_BAD;
+        if (r > 0 &&
+            (p = byval_broker_req_parse(c->buf, c->have += (uint32_t)r, &req)) == BYVAL_BROKER_MORE)
             continue;
-        if (p == BYVAL_BROKER_BAD) {
-            conn_drop(i, -EPROTO);
-            return;
-        }
         int dup = -1;
-        int32_t status = byval_broker_lookup(&req, c->own_uid, &dup);
-        if (status == 0 && c->via_dir)
+        int32_t status = p == BYVAL_BROKER_READY ? byval_broker_lookup(&req, c->own_uid, &dup) : 0;
+        if (status == 0 && p == BYVAL_BROKER_READY && c->via_dir)
             byval_rendezvous_served(); /* stats: served to another pod */
-        answer(c->fd, status, dup);
-        conn_drop(i, 0);
+        if (p == BYVAL_BROKER_READY)
+            answer(c->fd, status, dup);
+        conn_drop(i, r > 0 && p == BYVAL_BROKER_BAD ? -EPROTO : 0);
         return;
     }
 }
@@ -339,12 +290,10 @@ static int conn_slot(uint64_t peer)
 {
     int free_i = -1, mine = 0, victim = -1, victim_n = 0;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
-        if (br.conns[i].fd < 0) {
-            if (free_i < 0)
-                free_i = i;
-        } else {
+        if (br.conns[i].fd < 0 && free_i < 0)
+            free_i = i;
+        else if (br.conns[i].fd >= 0)
             mine += br.conns[i].peer == peer;
-        }
     }
     if (mine >= BROKER_PEER_CONNS)
         return -1;
@@ -380,21 +329,16 @@ static void accept_some(int lfd, int efd, int via_dir)
         }
         struct ucred cred;
         socklen_t len = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            close(fd);
-            continue;
-        }
+        int i = -1, known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
         /* the directory's peers may also be of its group */
-        if (!((via_dir && byval_rendezvous_group_peer(fd, &cred)) ||
-              byval_broker_uid_allowed(cred.uid))) {
-            answer(fd, -EPERM, -1); /* said before reading: the peer learns nothing else */
-            close(fd);
-            continue;
-        }
-        uint64_t peer = peer_key(fd, &cred);
-        int i = conn_slot(peer);
-        if (i < 0) {
-            answer(fd, -EAGAIN, -1); /* over its bound: the peer retries */
+        int allowed = known &&
+            ((via_dir && byval_rendezvous_group_peer(fd, &cred)) || uid_served(cred.uid, 1));
+        uint64_t peer = allowed ? peer_key(fd, &cred) : 0;
+        if (!allowed || (i = conn_slot(peer)) < 0) {
+            /* Said before reading: the peer learns nothing else; over its
+             * bound, it retries. */
+            if (known)
+                answer(fd, allowed ? -EAGAIN : -EPERM, -1);
             close(fd);
             continue;
         }
@@ -403,7 +347,7 @@ static void accept_some(int lfd, int efd, int via_dir)
         c->fd = fd;
         c->peer = peer;
         c->via_dir = (uint8_t)via_dir;
-        c->own_uid = (uint8_t)(!via_dir || byval_broker_uid_served(cred.uid));
+        c->own_uid = (uint8_t)(!via_dir || uid_served(cred.uid, 0));
         c->have = 0;
         c->deadline = byval_broker_now_ms() + BROKER_CONN_MS;
         byval_unlock(&br.lock);
@@ -425,13 +369,9 @@ static int expire(void)
     int64_t now = byval_broker_now_ms(), next = -1;
     for (int i = 0; i < BROKER_MAX_CONNS; i++) {
         conn_t *c = &br.conns[i];
-        if (c->fd < 0)
-            continue;
-        if (c->deadline <= now) {
+        if (c->fd >= 0 && c->deadline <= now)
             conn_drop(i, 0); /* it never sent a whole request: nothing to say */
-            continue;
-        }
-        if (next < 0 || c->deadline - now < next)
+        else if (c->fd >= 0 && (next < 0 || c->deadline - now < next))
             next = c->deadline - now;
     }
     return (int)next;
@@ -455,19 +395,13 @@ static void *broker_thread(void *arg)
         byval_locks_test_point("broker");
         for (int k = 0; k < n; k++) {
             uint64_t d = evs[k].data.u64;
-            if (d == BROKER_TAG_LISTEN) {
-                if (evs[k].events & (EPOLLERR | EPOLLHUP))
-                    return NULL; /* the listening socket is gone */
-                accept_some(lfd, efd, 0);
-                continue;
-            }
-            if (d == BROKER_TAG_RENDEZVOUS) {
-                accept_some(rfd, efd, 1);
-                continue;
-            }
-            int i = (int)(uint32_t)d;
-            if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 &&
-                br.conns[i].gen == (uint32_t)(d >> 32))
+            int i = (int)(uint32_t)d, dir = d == BROKER_TAG_RENDEZVOUS;
+            if (d == BROKER_TAG_LISTEN && (evs[k].events & (EPOLLERR | EPOLLHUP)))
+                return NULL; /* the listening socket is gone */
+            if (d == BROKER_TAG_LISTEN || dir)
+                accept_some(dir ? rfd : lfd, efd, dir);
+            else if (i < BROKER_MAX_CONNS && br.conns[i].fd >= 0 &&
+                     br.conns[i].gen == (uint32_t)(d >> 32))
                 conn_read(i);
         }
     }
@@ -480,12 +414,9 @@ static int broker_start_locked(void)
     struct sockaddr_un a;
     if (byval_self_get(&self) != 0)
         return -1;
-    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd < 0) {
-        byval_rendezvous_start_failed(errno);
-        return -1;
-    }
-    int efd = -1;
+    int efd = -1, lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (lfd < 0)
+        goto err_sock;
     socklen_t alen = byval_broker_addr(&a, self.boot, self.pidns, self.pid, self.identity);
     if (bind(lfd, (struct sockaddr *)&a, alen) != 0 || listen(lfd, 64) != 0)
         goto err_sock;
@@ -508,24 +439,17 @@ err_sock:;
     int err = errno;
     byval_rendezvous_start_failed(err); /* said once by the shim, at warning level */
     br.epoll_fd = -1;
-    if (efd >= 0)
-        close(efd);
-    if (br.rdv_fd >= 0)
-        close(br.rdv_fd);
-    br.rdv_fd = -1;
-    close(lfd);
+    byval_close_fd(&efd);
+    byval_close_fd(&br.rdv_fd);
+    byval_close_fd(&lfd);
     errno = err;
     return -1;
 }
 
 int byval_broker_serve(void)
 {
-    int rc = 0;
-    byval_once(&br_once, broker_once);
     byval_lock(&br.lock);
-    if (br.listen_fd < 0 && broker_start_locked() != 0)
-        rc = -1;
-    int err = errno;
+    int rc = br.listen_fd < 0 ? broker_start_locked() : 0, err = errno;
     byval_unlock(&br.lock);
     errno = err;
     return rc;

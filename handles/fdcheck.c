@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sysmacros.h>
-#include <unistd.h>
 
 #include "handles/bgthread.h"
 
@@ -90,29 +89,13 @@ static uint64_t own_dev(int pipe)
     if (byval_fdk_stat(p[0], "", AT_EMPTY_PATH, &stx) == 0)
         d = byval_fdk_dev(&stx);
     close(p[0]);
-    if (p[1] >= 0)
-        close(p[1]);
+    byval_close_fd(&p[1]);
     __atomic_store_n(&dev[pipe], d, __ATOMIC_RELAXED);
     return d;
 }
 
 /* The dma-buf pseudo file system's device, from the first proven dma-buf. */
 static uint64_t dmabuf_dev;
-
-/* 1 if the fdinfo file at path has a line "exp_name:" (only a dma-buf's). */
-static int fdinfo_is_dmabuf(const char *path)
-{
-    char buf[1024];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return strstr(buf, "\nexp_name:") != NULL;
-}
 
 static int starts(const char *s, const char *prefix)
 {
@@ -151,31 +134,42 @@ static int byval_fdk_classify(const struct statx *stx, const char *link, const c
         return kind;
     if (!strcmp(link, "anon_inode:dmabuf"))
         return FDK_DMABUF_ANON;
-    if (starts(link, "/dmabuf:") && fdinfo_is_dmabuf(fdinfo)) {
+    /* Its fdinfo has a line "exp_name:" (only a dma-buf's). */
+    char buf[1024];
+    if (starts(link, "/dmabuf:") && byval_read_file(fdinfo, buf, sizeof(buf)) > 0 &&
+        strstr(buf, "\nexp_name:")) {
         __atomic_store_n(&dmabuf_dev, byval_fdk_dev(stx), __ATOMIC_RELAXED);
         return FDK_DMABUF;
     }
     return FDK_NONE;
 }
 
+/* Per object kind: the fd kinds it may be (bit FDK_*), and what it must be. */
+static const struct {
+    unsigned kinds;
+    const char *what;
+} objs[] = {
+    [BYVAL_OBJ_MEMORY] = {1u << FDK_SHMEM | 1u << FDK_DMABUF | 1u << FDK_DMABUF_ANON |
+                              1u << FDK_NVIDIA,
+                          "GPU memory (a dma-buf, an NVIDIA device file or a memfd)"},
+    [BYVAL_OBJ_MANIFEST] = {1u << FDK_SHMEM, "ipcbyval's manifest (a sealed memfd)"},
+    [BYVAL_OBJ_REGISTRY] = {1u << FDK_SHMEM, "ipcbyval's registry (a memfd)"},
+    [BYVAL_OBJ_WAKE_PIPE] = {1u << FDK_PIPE, "ipcbyval's wake-up pipe"},
+};
+
 static int byval_fdk_allowed(int kind, byval_obj_t obj)
 {
-    switch (obj) {
-    case BYVAL_OBJ_MANIFEST:
-    case BYVAL_OBJ_REGISTRY: return kind == FDK_SHMEM;
-    case BYVAL_OBJ_WAKE_PIPE: return kind == FDK_PIPE;
-    default: return kind != FDK_NONE && kind != FDK_PIPE;
-    }
+    return (objs[obj].kinds >> kind) & 1;
 }
 
-static const char *byval_fdk_expected(byval_obj_t obj)
+/* The kind of our own fd from its /proc/self links, the link text in link
+ * (formatted only here: a cold open's duplicate is proven by statx alone). */
+static int classify_self(const struct statx *stx, int fd, char *link, size_t len)
 {
-    switch (obj) {
-    case BYVAL_OBJ_MANIFEST: return "ipcbyval's manifest (a sealed memfd)";
-    case BYVAL_OBJ_REGISTRY: return "ipcbyval's registry (a memfd)";
-    case BYVAL_OBJ_WAKE_PIPE: return "ipcbyval's wake-up pipe";
-    default: return "GPU memory (a dma-buf, an NVIDIA device file or a memfd)";
-    }
+    char self_link[64], self_info[64];
+    snprintf(self_link, sizeof(self_link), "/proc/self/fd/%d", fd);
+    snprintf(self_info, sizeof(self_info), "/proc/self/fdinfo/%d", fd);
+    return byval_fdk_classify(stx, byval_fdk_link(self_link, link, len), self_info);
 }
 
 #define RELEASE_THREADS_MAX 8
@@ -191,15 +185,12 @@ static void *release_thread(void *arg)
 int byval_fd_release(int fd)
 {
     struct statx stx;
-    char link[64], info[64], text[256] = "";
+    char text[256] = "";
     if (fd < 0)
         return 0;
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
     if (byval_fdk_stat(fd, "", AT_EMPTY_PATH, &stx) == 0 &&
         (byval_fdk_classify_fast(&stx) != FDK_NONE || S_ISSOCK(stx.stx_mode) ||
-         S_ISFIFO(stx.stx_mode) ||
-         byval_fdk_classify(&stx, byval_fdk_link(link, text, sizeof(text)), info) != FDK_NONE ||
+         S_ISFIFO(stx.stx_mode) || classify_self(&stx, fd, text, sizeof(text)) != FDK_NONE ||
          !starts(text, "/"))) {
         close(fd); /* a kind whose close answers at once */
         return 0;
@@ -246,23 +237,19 @@ static byval_status_t same_object(uint32_t pid, uint32_t fd, uint32_t fd_ino, ui
                                   uint64_t ino, int64_t bytes, const char *what, char *msg,
                                   size_t msglen)
 {
-    if ((uint32_t)ino != fd_ino) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u holds another object than the handle describes (inode low "
-                  "bits %u, the handle's %u): a stale or forged handle, %s",
-                  fd, pid, (unsigned)(uint32_t)ino, fd_ino, what);
-        return BYVAL_E_FDKIND;
-    }
+    if ((uint32_t)ino != fd_ino)
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u in pid %u holds another object than the handle describes (inode "
+                          "low bits %u, the handle's %u): a stale or forged handle, %s",
+                          fd, pid, (unsigned)(uint32_t)ino, fd_ino, what);
     if (!size || bytes < 0)
         return BYVAL_OK;
-    if (pages_of((uint64_t)bytes) != pages_of(size)) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u holds an object of %llu pages, the handle describes %llu: a "
-                  "stale or forged handle (or an object resized since), %s",
-                  fd, pid, (unsigned long long)pages_of((uint64_t)bytes),
-                  (unsigned long long)pages_of(size), what);
-        return BYVAL_E_FDKIND;
-    }
+    if (pages_of((uint64_t)bytes) != pages_of(size))
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u in pid %u holds an object of %llu pages, the handle describes "
+                          "%llu: a stale or forged handle (or an object resized since), %s",
+                          fd, pid, (unsigned long long)pages_of((uint64_t)bytes),
+                          (unsigned long long)pages_of(size), what);
     return BYVAL_OK;
 }
 
@@ -278,13 +265,11 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     char path[64], info[64], link[256];
     struct statx stx;
     memset(seen, 0, sizeof(*seen));
-    if (!byval_proc_is_ours()) {
-        byval_msg(msg, msglen,
-                  "cannot check fd %u of pid %u before duplicating it: /proc is not this pid "
-                  "namespace's (mount a /proc of our own), so it is not duplicated",
-                  fd, pid);
-        return BYVAL_E_PERM;
-    }
+    if (!byval_proc_is_ours())
+        return byval_fail(BYVAL_E_PERM, msg, msglen,
+                          "cannot check fd %u of pid %u before duplicating it: /proc is not this "
+                          "pid namespace's (mount a /proc of our own), so it is not duplicated",
+                          fd, pid);
     snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, fd);
     snprintf(info, sizeof(info), "/proc/%u/fdinfo/%u", pid, fd);
     /* statx follows the magic link (opening nothing); the link text is
@@ -294,44 +279,35 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
         int err = errno;
         char piddir[32];
         snprintf(piddir, sizeof(piddir), "/proc/%u", pid);
-        if (byval_pidfd_exited(pidfd)) {
-            byval_msg(msg, msglen, "read %s failed: %s (exporter exited)", path, strerror(err));
-            return BYVAL_E_GONE;
-        }
-        if (err == ENOENT && access(piddir, F_OK) == 0) {
-            byval_msg(msg, msglen,
-                      "fd %u is not open in pid %u (%s: no such file): closed since, or a stale "
-                      "or forged handle",
-                      fd, pid, path);
-            return BYVAL_E_BADFD;
-        }
-        if (err == ENOENT) {
-            byval_msg(msg, msglen,
-                      "cannot check fd %u of pid %u before duplicating it: this /proc does not "
-                      "show pid %u, so it is not duplicated",
-                      fd, pid, pid);
-            return BYVAL_E_PERM;
-        }
-        if (err == EACCES || err == EPERM) {
-            byval_msg(msg, msglen, "read %s failed: %s%s", path, strerror(err), perm_hint);
-            return BYVAL_E_PERM;
-        }
-        byval_msg(msg, msglen, "read %s failed: %s", path, strerror(err));
-        return err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS;
+        if (byval_pidfd_exited(pidfd))
+            return byval_fail(BYVAL_E_GONE, msg, msglen, "read %s failed: %s (exporter exited)",
+                              path, strerror(err));
+        if (err == ENOENT && access(piddir, F_OK) == 0)
+            return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                              "fd %u is not open in pid %u (%s: no such file): closed since, or a "
+                              "stale or forged handle",
+                              fd, pid, path);
+        if (err == ENOENT)
+            return byval_fail(BYVAL_E_PERM, msg, msglen,
+                              "cannot check fd %u of pid %u before duplicating it: this /proc does "
+                              "not show pid %u, so it is not duplicated",
+                              fd, pid, pid);
+        if (err == EACCES || err == EPERM)
+            return byval_fail(BYVAL_E_PERM, msg, msglen, "read %s failed: %s%s", path,
+                              strerror(err), perm_hint);
+        return byval_fail(err == EMFILE || err == ENFILE ? BYVAL_E_NOFD : BYVAL_E_SYS, msg, msglen,
+                          "read %s failed: %s", path, strerror(err));
     }
     int kind = byval_fdk_classify_fast(&stx);
     if (kind == FDK_NONE || !byval_fdk_allowed(kind, obj))
         kind = byval_fdk_classify(&stx, byval_fdk_link(path, link, sizeof(link)), info);
     else
         link[0] = '\0';
-    if (!byval_fdk_allowed(kind, obj)) {
-        byval_msg(msg, msglen,
-                  "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, "
-                  "not duplicated",
-                  fd, pid, kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "",
-                  byval_fdk_expected(obj));
-        return BYVAL_E_FDKIND;
-    }
+    if (!byval_fdk_allowed(kind, obj))
+        return byval_fail(
+            BYVAL_E_FDKIND, msg, msglen,
+            "fd %u in pid %u is %s%s%s, not %s: a forged or stale handle, not duplicated", fd, pid,
+            kind ? byval_fdk_name[kind] : link, kind ? " " : "", kind ? link : "", objs[obj].what);
     int64_t bytes = kind == FDK_NVIDIA || stx.stx_size == 0 ? -1 : (int64_t)stx.stx_size;
     byval_status_t st =
         same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not duplicated", msg, msglen);
@@ -343,63 +319,46 @@ byval_status_t byval_fd_precheck(int pidfd, uint32_t pid, uint32_t fd, uint32_t 
     return BYVAL_OK;
 }
 
-/* The kind of our own fd dup from its /proc/self links (formatted only
- * here: a cold open's duplicate is proven by statx alone). */
-static int classify_self(const struct statx *stx, int dup, char self_link[64], char self_info[64],
-                         char *link, size_t len)
-{
-    snprintf(self_link, 64, "/proc/self/fd/%d", dup);
-    snprintf(self_info, 64, "/proc/self/fdinfo/%d", dup);
-    return byval_fdk_classify(stx, byval_fdk_link(self_link, link, len), self_info);
-}
-
 byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t fd_ino,
                                    uint64_t size, byval_obj_t obj, const byval_fd_seen_t *seen,
                                    char *msg, size_t msglen)
 {
     struct statx stx;
-    char self_link[64], self_info[64], link[256] = "";
-    if (byval_fdk_stat(dup, "", AT_EMPTY_PATH, &stx) != 0) {
-        byval_msg(msg, msglen, "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd,
-                  pid, strerror(errno));
-        return BYVAL_E_SYS;
-    }
+    char link[256] = "";
+    if (byval_fdk_stat(dup, "", AT_EMPTY_PATH, &stx) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "statx(fd %d, duplicate of fd %u in pid %u) failed: %s", dup, fd, pid,
+                          strerror(errno));
     int kind;
     if (seen && seen->kind) {
         /* The object checked before pidfd_getfd, or another one? */
-        if (byval_fdk_dev(&stx) != seen->dev || stx.stx_ino != seen->ino) {
-            byval_msg(msg, msglen,
-                      "fd %u in pid %u became another object between its check and "
-                      "pidfd_getfd: not used",
-                      fd, pid);
-            return BYVAL_E_FDKIND;
-        }
+        if (byval_fdk_dev(&stx) != seen->dev || stx.stx_ino != seen->ino)
+            return byval_fail(
+                BYVAL_E_FDKIND, msg, msglen,
+                "fd %u in pid %u became another object between its check and pidfd_getfd: not used",
+                fd, pid);
         kind = seen->kind;
         if (kind == FDK_DMABUF_ANON) /* one anon inode for all: its name again */
-            kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
+            kind = classify_self(&stx, dup, link, sizeof(link));
     } else if ((kind = byval_fdk_classify_fast(&stx)) == FDK_NONE) {
-        kind = classify_self(&stx, dup, self_link, self_info, link, sizeof(link));
+        kind = classify_self(&stx, dup, link, sizeof(link));
     }
-    if (!byval_fdk_allowed(kind, obj)) {
-        byval_msg(msg, msglen, "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
-                  kind          ? byval_fdk_name[kind]
-                      : link[0] ? link
-                                : "of an unknown kind",
-                  kind ? " " : "", kind ? link : "", byval_fdk_expected(obj));
-        return BYVAL_E_FDKIND;
-    }
+    if (!byval_fdk_allowed(kind, obj))
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u from pid %u is %s%s%s, not %s: not used", fd, pid,
+                          kind          ? byval_fdk_name[kind]
+                              : link[0] ? link
+                                        : "of an unknown kind",
+                          kind ? " " : "", kind ? link : "", objs[obj].what);
     if (obj == BYVAL_OBJ_MANIFEST) {
         /* Sealed by its exporter against writes and resizing: what we
          * read is what the handle was made from, however long we take. */
-        int seals = fcntl(dup, F_GET_SEALS);
-        int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
-        if (seals < 0 || (seals & need) != need) {
-            byval_msg(msg, msglen,
-                      "fd %u from pid %u is a memfd without the manifest's seals (0x%x): not "
-                      "ipcbyval's manifest, not used",
-                      fd, pid, seals < 0 ? 0 : seals);
-            return BYVAL_E_FDKIND;
-        }
+        int seals = fcntl(dup, F_GET_SEALS), need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+        if (seals < 0 || (seals & need) != need)
+            return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                              "fd %u from pid %u is a memfd without the manifest's seals (0x%x): "
+                              "not ipcbyval's manifest, not used",
+                              fd, pid, seals < 0 ? 0 : seals);
     }
     int64_t bytes = -1;
     if (kind == FDK_SHMEM || ((kind == FDK_DMABUF || kind == FDK_DMABUF_ANON) && stx.stx_size))
@@ -408,17 +367,14 @@ byval_status_t byval_check_fd_kind(int dup, uint32_t pid, uint32_t fd, uint32_t 
         /* A proven dma-buf whose inode has no size (before 5.3): its llseek
          * answers SEEK_END and never writes the file position. */
         bytes = (int64_t)lseek(dup, 0, SEEK_END);
-    else if (size) {
-        byval_msg(msg, msglen,
-                  "fd %u from pid %u is %s, which has no size to compare with the "
-                  "handle's: not used",
-                  fd, pid, byval_fdk_name[kind]);
-        return BYVAL_E_FDKIND;
-    }
-    if (size && bytes < 0) {
-        byval_msg(msg, msglen, "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s",
-                  dup, fd, pid, strerror(errno));
-        return BYVAL_E_FDKIND;
-    }
+    else if (size)
+        return byval_fail(
+            BYVAL_E_FDKIND, msg, msglen,
+            "fd %u from pid %u is %s, which has no size to compare with the handle's: not used", fd,
+            pid, byval_fdk_name[kind]);
+    if (size && bytes < 0)
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "lseek(fd %d, duplicate of fd %u in pid %u, SEEK_END) failed: %s", dup,
+                          fd, pid, strerror(errno));
     return same_object(pid, fd, fd_ino, size, stx.stx_ino, bytes, "not used", msg, msglen);
 }

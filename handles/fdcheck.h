@@ -5,8 +5,6 @@
 #ifndef BYVAL_HANDLES_FDCHECK_H
 #define BYVAL_HANDLES_FDCHECK_H
 
-#include <stddef.h>
-#include <stdint.h>
 #include <sys/stat.h>
 
 #include "handles/self.h"

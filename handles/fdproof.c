@@ -17,14 +17,12 @@
  */
 #include "handles/fdproof.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "handles/self.h"
 #include "handles/sys.h"
 
 static int fd_stat(int fd, struct stat *st)
@@ -32,7 +30,7 @@ static int fd_stat(int fd, struct stat *st)
 #ifdef SYS_fstat
     return byval_sys_ret(byval_sys3(SYS_fstat, fd, (long)st, 0));
 #else
-    return byval_sys_ret(byval_sys4(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH));
+    return byval_sys_ret(byval_sys6(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH, 0, 0));
 #endif
 }
 
@@ -43,28 +41,7 @@ static int fd_ctl(int fd, int cmd, long arg)
 
 static int ep_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-    return byval_sys_ret(byval_sys4(SYS_epoll_ctl, epfd, op, fd, (long)ev));
-}
-
-static int byval_fdproof_take(int epfd, int fd, byval_fdproof_t *p)
-{
-    struct stat st;
-    int fl;
-    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0) {
-        errno = EBADF;
-        return -1;
-    }
-    *p = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
-    struct epoll_event ev = {.events = 0, .data.fd = fd};
-    if (ep_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
-        p->kind = BYVAL_PROOF_EPOLL;
-    else if (errno == EPERM && S_ISREG(st.st_mode))
-        p->kind = BYVAL_PROOF_INODE; /* does not poll, and its inode is the object */
-    else {
-        errno = errno == EPERM ? ENOTSUP : errno; /* cannot be proven later */
-        return -1;
-    }
-    return 0;
+    return byval_sys_ret(byval_sys6(SYS_epoll_ctl, epfd, op, fd, (long)ev, 0, 0));
 }
 
 static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
@@ -80,28 +57,6 @@ static int byval_fdproof_same(int epfd, const byval_fdproof_t *p)
     return fl >= 0 && (fl & O_ACCMODE) == p->accmode;
 }
 
-static int byval_fdproof_dup(int epfd, const byval_fdproof_t *p, int *dup_p)
-{
-    *dup_p = -1;
-    if (!byval_fdproof_same(epfd, p))
-        return -ESTALE; /* closed, or its number reused */
-    int d = fd_ctl(p->fd, F_DUPFD_CLOEXEC, 0);
-    if (d < 0)
-        return -errno;
-    if (!byval_fdproof_same(epfd, p)) {
-        close(d); /* changed under us: what we hold may be the new file */
-        return -ESTALE;
-    }
-    *dup_p = d;
-    return 0;
-}
-
-static void byval_fdproof_drop(int epfd, const byval_fdproof_t *p)
-{
-    if (p->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(epfd, p))
-        (void)ep_ctl(epfd, EPOLL_CTL_DEL, p->fd, NULL);
-}
-
 byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd)
 {
     for (uint32_t i = 0; i < t->n; i++)
@@ -112,7 +67,8 @@ byval_fdproof_t *byval_fdtab_find(byval_fdtab_t *t, int fd)
 
 void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x)
 {
-    byval_fdproof_drop(t->epfd, x);
+    if (x->kind == BYVAL_PROOF_EPOLL && byval_fdproof_same(t->epfd, x))
+        (void)ep_ctl(t->epfd, EPOLL_CTL_DEL, x->fd, NULL);
     *x = t->e[--t->n];
 }
 
@@ -143,25 +99,47 @@ byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd)
         errno = ENOSPC;
         return NULL;
     }
+    struct stat st;
+    int fl;
+    if (fd < 0 || fd_stat(fd, &st) != 0 || (fl = fd_ctl(fd, F_GETFL, 0)) < 0) {
+        errno = EBADF;
+        return NULL;
+    }
     x = &t->e[t->n];
-    if (byval_fdproof_take(t->epfd, fd, x) != 0)
-        return NULL; /* cannot be proven later */
+    *x = (byval_fdproof_t){.fd = fd, .accmode = fl & O_ACCMODE, .dev = st.st_dev, .ino = st.st_ino};
+    struct epoll_event ev = {.events = 0, .data.fd = fd};
+    if (ep_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
+        x->kind = BYVAL_PROOF_EPOLL;
+    else if (errno == EPERM && S_ISREG(st.st_mode))
+        x->kind = BYVAL_PROOF_INODE; /* does not poll, and its inode is the object */
+    else {
+        errno = errno == EPERM ? ENOTSUP : errno; /* cannot be proven later */
+        return NULL;
+    }
     t->n++;
     return x;
 }
 
 int byval_fdtab_dup(byval_fdtab_t *t, byval_fdproof_t *x, int *dup_p)
 {
-    int status = byval_fdproof_dup(t->epfd, x, dup_p);
-    if (status == -ESTALE)
-        byval_fdtab_drop(t, x); /* closed or reused: never again */
-    return status;
+    /* Before and after: what we hold may be a file that took the number
+     * meanwhile. Closed or reused: never again. */
+    int d = -1;
+    *dup_p = -1;
+    if (byval_fdproof_same(t->epfd, x) && (d = fd_ctl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return -errno;
+    if (d < 0 || !byval_fdproof_same(t->epfd, x)) {
+        if (d >= 0)
+            close(d);
+        byval_fdtab_drop(t, x);
+        return -ESTALE;
+    }
+    *dup_p = d;
+    return 0;
 }
 
 void byval_fdtab_forget(byval_fdtab_t *t)
 {
-    if (t->epfd >= 0)
-        close(t->epfd);
-    t->epfd = -1;
+    byval_close_fd(&t->epfd);
     t->n = 0;
 }

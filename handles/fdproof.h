@@ -41,7 +41,8 @@ byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd);
 void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x);
 void byval_fdtab_sweep(byval_fdtab_t *t);
 
-/* byval_fdproof_dup of x, dropped when stale. */
+/* A duplicate of x proven before and after (0), or -errno; -ESTALE
+ * (closed or reused since) drops x. */
 int byval_fdtab_dup(byval_fdtab_t *t, byval_fdproof_t *x, int *dup_p);
 
 /* A fork child: the parent's epoll instance is shared through the

@@ -14,10 +14,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "handles/self.h"
-#include "handles/wire.h"
 
 static uint64_t pages(uint64_t bytes)
 {
@@ -43,14 +41,12 @@ static int chunks_ok(const byval_manifest_t *m, uint32_t pid, char *msg, size_t 
             why = "carries a tag no export can have";
         else if (c->id == 0 || c->id > BYVAL_WIRE_MAX_ALLOC_ID)
             why = "has an id no export can have";
-        if (why) {
-            byval_msg(msg, msglen,
-                      "manifest from pid %u: chunk %u (offset %llu, size %llu, fd %u) %s "
-                      "(reservation of %llu bytes)",
-                      pid, i, (unsigned long long)c->offset, (unsigned long long)c->size, c->fd,
-                      why, (unsigned long long)m->reserve_size);
-            return 0;
-        }
+        if (why)
+            return byval_fail(0, msg, msglen,
+                              "manifest from pid %u: chunk %u (offset %llu, size %llu, fd %u) %s "
+                              "(reservation of %llu bytes)",
+                              pid, i, (unsigned long long)c->offset, (unsigned long long)c->size,
+                              c->fd, why, (unsigned long long)m->reserve_size);
         end = c->offset + c->size;
     }
     return 1;
@@ -60,47 +56,38 @@ byval_manifest_t *byval_manifest_parse(const void *buf, size_t len, uint64_t rec
                                        char *msg, size_t msglen)
 {
     byval_manifest_t hdr;
-    if (len < sizeof(hdr)) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, shorter than its %zu-byte "
-                  "header",
-                  pid, len, sizeof(hdr));
-        return NULL;
-    }
+    if (len < sizeof(hdr))
+        return byval_fail_null(
+            msg, msglen, "manifest from pid %u is %zu bytes long, shorter than its %zu-byte header",
+            pid, len, sizeof(hdr));
     memcpy(&hdr, buf, sizeof(hdr));
-    if (hdr.magic != BYVAL_MANIFEST_MAGIC || hdr.version != BYVAL_MANIFEST_VERSION) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest "
-                  "of version %u",
-                  pid, hdr.magic, hdr.version, BYVAL_MANIFEST_VERSION);
-        return NULL;
-    }
-    if (hdr.nchunks == 0 || hdr.nchunks > BYVAL_MANIFEST_MAX_CHUNKS) {
-        byval_msg(msg, msglen, "manifest from pid %u lists %u chunks (1 to %u allowed)", pid,
-                  hdr.nchunks, BYVAL_MANIFEST_MAX_CHUNKS);
-        return NULL;
-    }
+    if (hdr.magic != BYVAL_MANIFEST_MAGIC || hdr.version != BYVAL_MANIFEST_VERSION)
+        return byval_fail_null(
+            msg, msglen,
+            "manifest from pid %u has magic 0x%08x version %u, not an ipcbyval manifest of "
+            "version %u",
+            pid, hdr.magic, hdr.version, BYVAL_MANIFEST_VERSION);
+    if (hdr.nchunks == 0 || hdr.nchunks > BYVAL_MANIFEST_MAX_CHUNKS)
+        return byval_fail_null(msg, msglen,
+                               "manifest from pid %u lists %u chunks (1 to %u allowed)", pid,
+                               hdr.nchunks, BYVAL_MANIFEST_MAX_CHUNKS);
     size_t need = BYVAL_MANIFEST_LEN(hdr.nchunks); /* <= 40 MiB: no overflow */
-    if (len != need) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu "
-                  "bytes)",
-                  pid, len, hdr.nchunks, need);
-        return NULL;
-    }
-    if (pages(need) != pages(rec_size)) {
-        byval_msg(msg, msglen,
-                  "manifest from pid %u is %zu bytes long, but the handle records %llu bytes "
-                  "(%llu pages, not %llu)",
-                  pid, need, (unsigned long long)rec_size, (unsigned long long)pages(rec_size),
-                  (unsigned long long)pages(need));
-        return NULL;
-    }
+    if (len != need)
+        return byval_fail_null(
+            msg, msglen,
+            "manifest from pid %u is %zu bytes long, but its header lists %u chunks (%zu bytes)",
+            pid, len, hdr.nchunks, need);
+    if (pages(need) != pages(rec_size))
+        return byval_fail_null(
+            msg, msglen,
+            "manifest from pid %u is %zu bytes long, but the handle records %llu bytes (%llu "
+            "pages, not %llu)",
+            pid, need, (unsigned long long)rec_size, (unsigned long long)pages(rec_size),
+            (unsigned long long)pages(need));
     byval_manifest_t *m = malloc(need);
-    if (!m) {
-        byval_msg(msg, msglen, "manifest from pid %u: out of memory for %zu bytes", pid, need);
-        return NULL;
-    }
+    if (!m)
+        return byval_fail_null(msg, msglen, "manifest from pid %u: out of memory for %zu bytes",
+                               pid, need);
     memcpy(m, buf, need);
     if (!chunks_ok(m, pid, msg, msglen)) {
         free(m);
@@ -114,44 +101,36 @@ byval_manifest_t *byval_manifest_read(int fd, uint64_t rec_size, uint32_t pid, c
 {
     /* The record's size bounds what we read, and the chunk bound bounds
      * the record's size. */
-    if (rec_size < BYVAL_MANIFEST_LEN(1) || pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN)) {
-        byval_msg(msg, msglen,
-                  "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)", pid,
-                  (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
-                  (unsigned long long)pages(BYVAL_MANIFEST_MAX_LEN) * BYVAL_WIRE_PAGE);
-        return NULL;
-    }
+    if (rec_size < BYVAL_MANIFEST_LEN(1) || pages(rec_size) > pages(BYVAL_MANIFEST_MAX_LEN))
+        return byval_fail_null(
+            msg, msglen,
+            "handle from pid %u records a manifest of %llu bytes (%zu to %llu possible)", pid,
+            (unsigned long long)rec_size, BYVAL_MANIFEST_LEN(1),
+            (unsigned long long)pages(BYVAL_MANIFEST_MAX_LEN) * BYVAL_WIRE_PAGE);
     /* One byte more than the record covers, so that a longer file is seen
      * as longer rather than cut to a plausible length. */
     size_t cap = (size_t)rec_size + 1;
     uint8_t *buf = malloc(cap);
-    if (!buf) {
-        byval_msg(msg, msglen, "manifest from pid %u: out of memory for %zu bytes", pid, cap);
-        return NULL;
-    }
+    if (!buf)
+        return byval_fail_null(msg, msglen, "manifest from pid %u: out of memory for %zu bytes",
+                               pid, cap);
     size_t len = 0;
-    while (len < cap) {
-        ssize_t n = pread(fd, buf + len, cap - len, (off_t)len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            byval_msg(msg, msglen, "pread(manifest fd %d of pid %u) failed: %s", fd, pid,
-                      strerror(errno));
-            free(buf);
-            return NULL;
-        }
-        if (n == 0)
+    ssize_t n = 1;
+    while (len < cap && (n = pread(fd, buf + len, cap - len, (off_t)len)) != 0)
+        if (n > 0)
+            len += (size_t)n;
+        else if (errno != EINTR)
             break;
-        len += (size_t)n;
-    }
-    if (len == cap) {
+    byval_manifest_t *m = NULL;
+    if (n < 0)
+        byval_msg(msg, msglen, "pread(manifest fd %d of pid %u) failed: %s", fd, pid,
+                  strerror(errno));
+    else if (len == cap)
         byval_msg(msg, msglen,
                   "manifest from pid %u is longer than the %llu bytes its handle records", pid,
                   (unsigned long long)rec_size);
-        free(buf);
-        return NULL;
-    }
-    byval_manifest_t *m = byval_manifest_parse(buf, len, rec_size, pid, msg, msglen);
+    else
+        m = byval_manifest_parse(buf, len, rec_size, pid, msg, msglen);
     free(buf);
     return m;
 }

@@ -18,33 +18,26 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/registry_internal.h"
-#include "handles/resolve.h"
 
 static struct {
     byval_lock_t lock;
-    int tried;      /* creation attempted (once per process image or fork) */
-    int offered;    /* its fds were handed out to be offered (once per registry) */
-    int page_fd;    /* a read-only open file of the sealed page: what peers get */
-    dev_t page_dev; /* the page's inode, to re-prove page_fd before serving it */
+    /* tried: creation attempted (once per process image or fork); offered:
+     * its fds were handed out to be offered (once per registry); page_fd:
+     * a read-only open file of the sealed page, what peers get, and its
+     * inode, to re-prove it before serving it; pipe_rd: the read end peers
+     * get, never read here (see above); pipe_wr, drain_rd: ours alone. */
+    int tried, offered, page_fd, pipe_rd, pipe_wr, drain_rd;
+    dev_t page_dev;
     ino_t page_ino;
-    int pipe_rd;             /* the read end peers get: never read here (see above) */
-    int pipe_wr, drain_rd;   /* ours alone */
-    byval_reg_header_t *hdr; /* the shared page: written, never read */
-    byval_reg_slot_t *slot;
-    byval_reg_slot_t *mine; /* the truth: BYVAL_REG_SLOTS private slots */
-    uint32_t high;
+    byval_reg_header_t *hdr;       /* the shared page: written, never read */
+    byval_reg_slot_t *slot, *mine; /* mine: the truth, BYVAL_REG_SLOTS private slots */
+    uint32_t high, live;
     uint64_t seq, next_serial;
-    uint32_t live;
 } reg = {
     .lock = BYVAL_LOCK_INIT(REGISTRY), .page_fd = -1, .pipe_rd = -1, .pipe_wr = -1, .drain_rd = -1};
 
@@ -58,13 +51,6 @@ uint64_t byval_reg_key_bytes(const void *bytes, size_t len)
     return h | UINT64_C(1) << 63; /* never a BYVAL_REG_KEY of a kind < 128 */
 }
 
-static void close_fd(int *fd_p)
-{
-    if (*fd_p >= 0)
-        close(*fd_p);
-    *fd_p = -1;
-}
-
 static void destroy_locked(void)
 {
     if (reg.hdr)
@@ -72,10 +58,10 @@ static void destroy_locked(void)
     /* `mine` stays for the next registry (a fork child's): no free() in a
      * fork child, whose allocator a sanitizer may have left locked. Only
      * [0, high) of it is ever read. */
-    close_fd(&reg.page_fd);
-    close_fd(&reg.pipe_rd);
-    close_fd(&reg.pipe_wr);
-    close_fd(&reg.drain_rd);
+    byval_close_fd(&reg.page_fd);
+    byval_close_fd(&reg.pipe_rd);
+    byval_close_fd(&reg.pipe_wr);
+    byval_close_fd(&reg.drain_rd);
     reg.hdr = NULL;
     reg.slot = NULL;
     reg.high = 0;
@@ -135,13 +121,8 @@ static int page_create_locked(void)
             MAP_FAILED ||
         /* Our mapping exists: nobody can write the page any other way
          * from now on (Linux 5.1+), nor seal it further. */
-        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) !=
-            0) {
-        if (m != MAP_FAILED)
-            munmap(m, BYVAL_REG_BYTES);
-        close(mfd);
-        return -1;
-    }
+        fcntl(mfd, F_ADD_SEALS, (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) != 0)
+        goto fail;
     /* What stays in our table is read-only (without /proc: sealed). */
     int ro = byval_reg_reopen(mfd, O_RDONLY);
     if (ro >= 0) {
@@ -155,17 +136,19 @@ static int page_create_locked(void)
         mfd = hinted;
     }
     struct stat st;
-    if (fstat(mfd, &st) != 0) {
-        munmap(m, BYVAL_REG_BYTES);
-        close(mfd);
-        return -1;
-    }
+    if (fstat(mfd, &st) != 0)
+        goto fail;
     reg.page_dev = st.st_dev;
     reg.page_ino = st.st_ino;
     reg.page_fd = mfd;
     reg.hdr = m;
     reg.slot = (byval_reg_slot_t *)(reg.hdr + 1);
     return 0;
+fail:
+    if (m != MAP_FAILED)
+        munmap(m, BYVAL_REG_BYTES);
+    close(mfd);
+    return -1;
 }
 
 static int create_locked(void)
@@ -210,11 +193,6 @@ static int find_locked(uint64_t key, uint32_t ino, uint32_t fd)
     return -1;
 }
 
-static void reg_lock(void)
-{
-    byval_lock(&reg.lock);
-}
-
 /* Slot i's new serial (0: freed) into our copy and the page's. */
 static void set_serial_locked(uint32_t i, uint64_t serial)
 {
@@ -230,7 +208,7 @@ int byval_reg_add(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size)
 int byval_reg_add_serial(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size, uint64_t *serial_p)
 {
     int rc = -1;
-    reg_lock();
+    byval_lock(&reg.lock);
     if (create_locked() != 0)
         goto out;
     int live = find_locked(key, ino, fd);
@@ -266,33 +244,30 @@ out:
     return rc;
 }
 
-/* Wake every importer: the seq, then a byte into the pipe; a full pipe is
- * emptied through our own open file and written once more, never waited on. */
-static void wake_locked(void)
-{
-    static const char b = 'f';
-    __atomic_store_n(&reg.hdr->seq, ++reg.seq, __ATOMIC_RELEASE);
-    if (write(reg.pipe_wr, &b, 1) == 1 || errno != EAGAIN || reg.drain_rd < 0)
-        return;
-    char sink[256];
-    for (int n = 0; n < 1024 && read(reg.drain_rd, sink, sizeof(sink)) > 0; n++)
-        ;
-    (void)!write(reg.pipe_wr, &b, 1);
-}
-
 void byval_reg_remove(uint64_t key, uint32_t ino)
 {
     if (!__atomic_load_n(&reg.live, __ATOMIC_RELAXED))
         return;
-    reg_lock();
+    byval_lock(&reg.lock);
+    int any = 0;
     if (reg.hdr) {
-        int any = 0;
         for (int i; (i = find_locked(key, ino, 0)) >= 0; any = 1) {
             set_serial_locked((uint32_t)i, 0);
             __atomic_sub_fetch(&reg.live, 1, __ATOMIC_RELAXED);
         }
-        if (any)
-            wake_locked();
+    }
+    /* Wake every importer: the seq, then a byte into the pipe; a full pipe
+     * is emptied through our own open file and written once more, never
+     * waited on. */
+    static const char b = 'f';
+    char sink[256];
+    if (any) {
+        __atomic_store_n(&reg.hdr->seq, ++reg.seq, __ATOMIC_RELEASE);
+        if (write(reg.pipe_wr, &b, 1) != 1 && errno == EAGAIN && reg.drain_rd >= 0) {
+            for (int n = 0; n < 1024 && read(reg.drain_rd, sink, sizeof(sink)) > 0; n++)
+                ;
+            (void)!write(reg.pipe_wr, &b, 1);
+        }
     }
     byval_unlock(&reg.lock);
 }
@@ -305,7 +280,7 @@ int32_t byval_reg_dup_page(int *dup_p)
     int want =
         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (byval_reg_page_seals() & F_SEAL_FUTURE_WRITE);
     *dup_p = -1;
-    reg_lock();
+    byval_lock(&reg.lock);
     int32_t rc = reg.hdr && reg.page_fd >= 0 ? 0 : -EBADF;
     int dup = rc == 0 ? fcntl(reg.page_fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (rc == 0 && dup < 0)
@@ -326,7 +301,7 @@ int byval_reg_fds_to_offer(int *page_fd_p, int *pipe_rd_p)
 {
     if (__atomic_load_n(&reg.offered, __ATOMIC_ACQUIRE))
         return -1; /* the common case: no lock */
-    reg_lock();
+    byval_lock(&reg.lock);
     int rc = -1;
     if (reg.hdr && !reg.offered) {
         *page_fd_p = reg.page_fd;

@@ -23,9 +23,6 @@
 #ifndef BYVAL_HANDLES_REGISTRY_H
 #define BYVAL_HANDLES_REGISTRY_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "handles/wire.h"
 
 #define BYVAL_REG_MAGIC UINT64_C(0x3167657279627969) /* "iybyreg1" */

@@ -31,18 +31,13 @@ static void fork_child(void)
 }
 BYVAL_FORK_CHILD(registry_fds, fork_child);
 
-static void rf_lock(void)
-{
-    byval_lock(&rf.lock);
-}
-
 int byval_reg_add_fd(int fd)
 {
     if (fd < 0) {
         errno = EBADF;
         return -1;
     }
-    rf_lock();
+    byval_lock(&rf.lock);
     /* Entries whose fd was closed or reused go when the table doubled
      * since the last sweep (amortised), or when it is full. */
     if (rf.t.n >= rf.sweep_at || rf.t.n == rf.t.max) {
@@ -57,7 +52,7 @@ int byval_reg_add_fd(int fd)
 
 void byval_reg_drop_fd(int fd)
 {
-    rf_lock();
+    byval_lock(&rf.lock);
     byval_fdproof_t *x = byval_fdtab_find(&rf.t, fd);
     if (x)
         byval_fdtab_drop(&rf.t, x);
@@ -67,7 +62,7 @@ void byval_reg_drop_fd(int fd)
 int byval_reg_dup_fd(int fd, int *dup_p)
 {
     *dup_p = -1;
-    rf_lock();
+    byval_lock(&rf.lock);
     byval_fdproof_t *x = byval_fdtab_find(&rf.t, fd);
     int status = x ? byval_fdtab_dup(&rf.t, x, dup_p) : -EBADF;
     rf.served += status == 0;
@@ -78,7 +73,7 @@ int byval_reg_dup_fd(int fd, int *dup_p)
 
 unsigned byval_reg_fds_live(void)
 {
-    rf_lock();
+    byval_lock(&rf.lock);
     unsigned n = rf.t.n;
     byval_unlock(&rf.lock);
     return n;
@@ -86,7 +81,7 @@ unsigned byval_reg_fds_live(void)
 
 void byval_reg_fd_counts(uint64_t *served_p, uint64_t *refused_p)
 {
-    rf_lock();
+    byval_lock(&rf.lock);
     *served_p = rf.served;
     *refused_p = rf.refused;
     byval_unlock(&rf.lock);

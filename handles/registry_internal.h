@@ -15,14 +15,15 @@ struct byval_reg_view {
     int kind; /* WATCH_VIEW */
     struct byval_reg_view *next;
     unsigned refs; /* the list's one while listed, plus one per user */
-    int gone;
-    int pipe_fd;   /* the pipe's read end: watched, never read (registry_watch.c) */
+    /* pipe_fd: the pipe's read end, watched, never read (registry_watch.c) */
+    int gone, pipe_fd;
     uint64_t used; /* LRU tick (w.lock) */
-    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS), and the
-     * exporter's seq when the last scan began (set at attach). */
+    /* The watcher's alone: the rate limit (BYVAL_REG_RESCAN_NS), the
+     * exporter's seq when the last scan began (set at attach); held:
+     * disarmed until due_ns; idle: wake-ups without a new seq since the
+     * last scan or arm. */
     uint64_t last_ns, due_ns, seen;
-    int held; /* disarmed until due_ns */
-    int idle; /* wake-ups without a new seq since the last scan or arm */
+    int held, idle;
     uint32_t pidns, pid;
     uint64_t identity;
     /* Where the exporter holds its registry, for the watcher's liveness
@@ -49,13 +50,9 @@ int byval_reg_page_seals(void);
  * makes it, byval_reg_publish lists and watches it. */
 void byval_reg_view_free(byval_reg_view_t *v);
 
-/* The listed view of (pidns, pid, identity) not gone, referenced, or NULL. */
-byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity);
-
-/* A listed view (not gone) of the exporter (pidns, pid) whose identity's
- * low 32 bits are id32, referenced, with its full identity; or NULL. */
-byval_reg_view_t *byval_reg_lookup_id32(uint32_t pidns, uint32_t pid, uint32_t id32,
-                                        uint64_t *identity_p);
+/* The listed view of (pidns, pid) whose identity matches under mask
+ * (UINT32_MAX: a short record's id32), not gone, referenced; or NULL. */
+byval_reg_view_t *byval_reg_lookup(uint32_t pidns, uint32_t pid, uint64_t identity, uint64_t mask);
 
 /* List v and watch it (starting the watcher), or use a twin another
  * thread listed meanwhile (v is freed then). The result is referenced for

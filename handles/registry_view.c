@@ -12,23 +12,15 @@
  * what we fetch next (checked again), slots are only compared.
  */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "handles/broker.h"
 #include "handles/broker_internal.h"
-#include "handles/fdcheck.h"
 #include "handles/registry_internal.h"
 #include "handles/sys.h"
 #include "handles/rendezvous.h"
-#include "handles/resolve.h"
 #include "handles/transport.h"
 
 #ifndef PIDFD_GET_PID_NAMESPACE
@@ -160,32 +152,24 @@ typedef struct rec_fetch {
 
 /* The short way on the pidfd route for what needs no proof of export: the
  * registry proven at its hint, or the pipe its header names (the
- * exporter's own word). pidfd_getfd, then the check after it. -1: not
- * taken (the full pipeline runs, and says why when it fails). */
-static int fetch_short(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj, int *fd_p,
-                       byval_status_t *st_p, char *msg, size_t msglen)
-{
-    if (f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
-        (obj == BYVAL_OBJ_REGISTRY && !f->seen))
-        return -1;
-    int dup = byval_pidfd_getfd(f->pidfd, (int)fd, 0);
-    if (dup < 0)
-        return -1;
-    *st_p = byval_check_fd_kind(dup, f->pid, fd, ino, 0, obj, f->seen, msg, msglen);
-    if (*st_p == BYVAL_OK)
-        *fd_p = dup;
-    else
-        byval_fd_release(dup);
-    return 0;
-}
-
+ * exporter's own word): pidfd_getfd, then the check after it. Where not
+ * taken, the full pipeline (which says why when it fails). */
 static byval_status_t fetch_rec(const rec_fetch_t *f, uint32_t fd, uint32_t ino, byval_obj_t obj,
                                 int *fd_p, char *msg, size_t msglen)
 {
-    byval_status_t st;
-    if (fetch_short(f, fd, ino, obj, fd_p, &st, msg, msglen) == 0)
-        return st;
-    return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg, msglen);
+    int dup = f->mode == BYVAL_MODE_SOCKET || f->pidfd < 0 || !f->pid ||
+            (obj == BYVAL_OBJ_REGISTRY && !f->seen)
+        ? -1
+        : byval_pidfd_getfd(f->pidfd, (int)fd, 0);
+    if (dup < 0)
+        return byval_transport_fetch_obj(f->rec, f->mode, f->pidfd, fd, ino, 0, obj, fd_p, msg,
+                                         msglen);
+    byval_status_t st = byval_check_fd_kind(dup, f->pid, fd, ino, 0, obj, f->seen, msg, msglen);
+    if (st == BYVAL_OK)
+        *fd_p = dup;
+    else
+        byval_fd_release(dup);
+    return st;
 }
 
 /* Map the registry behind mfd (closed here), check that it describes f's
@@ -207,10 +191,9 @@ static byval_reg_view_t *view_map(int mfd, rec_fetch_t *f, char *msg, size_t msg
     }
     void *m = mmap(NULL, BYVAL_REG_BYTES, PROT_READ, MAP_SHARED, mfd, 0);
     close(mfd);
-    if (m == MAP_FAILED) {
-        byval_msg(msg, msglen, "mmap of pid %u's registry failed: %s", pid, strerror(errno));
-        return NULL;
-    }
+    if (m == MAP_FAILED)
+        return byval_fail_null(msg, msglen, "mmap of pid %u's registry failed: %s", pid,
+                               strerror(errno));
     const byval_reg_header_t *h = m;
     int pfd = -1;
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != BYVAL_REG_MAGIC ||
@@ -228,17 +211,17 @@ static byval_reg_view_t *view_map(int mfd, rec_fetch_t *f, char *msg, size_t msg
     }
     /* The shared open file: we never read it, so no peer's O_NONBLOCK
      * or F_SETPIPE_SZ matters to us (registry_watch.c). */
-    v->pipe_fd = pfd;
-    v->seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-    v->pidns = f->rec->pidns;
-    v->pid = pid;
-    v->identity = h->identity;
-    v->hdr = h;
-    v->page_dev = (uint64_t)st.st_dev;
-    v->page_ino = (uint64_t)st.st_ino;
-    v->slot = (const byval_reg_slot_t *)(h + 1);
-    v->kind = WATCH_VIEW;
-    v->refs = 1; /* the list's */
+    *v = (byval_reg_view_t){.kind = WATCH_VIEW,
+                            .refs = 1 /* the list's */,
+                            .pipe_fd = pfd,
+                            .seen = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE),
+                            .pidns = f->rec->pidns,
+                            .pid = pid,
+                            .identity = h->identity,
+                            .page_dev = (uint64_t)st.st_dev,
+                            .page_ino = (uint64_t)st.st_ino,
+                            .hdr = h,
+                            .slot = (const byval_reg_slot_t *)(h + 1)};
     return v;
 fail:
     munmap(m, BYVAL_REG_BYTES);
@@ -249,7 +232,7 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
                                    byval_status_t *st_p, char *msg, size_t msglen)
 {
     *st_p = BYVAL_OK;
-    byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity);
+    byval_reg_view_t *v = byval_reg_lookup(rec->pidns, rec->pid, rec->identity, UINT64_MAX);
     if (v)
         return v;
     /* Unlocked from here: fetching fds may wait on the exporter's socket. */
@@ -284,27 +267,25 @@ static byval_reg_view_t *attach_st(const byval_record_t *rec, int mode, int pidf
         if (v) {
             v->live_pid = pid;
             v->live_fd = rfd;
-        }
-        if (v)
             v = byval_reg_publish(v, msg, msglen);
+        }
         if (!v)
             *st_p = BYVAL_E_FDKIND;
         return v;
     }
-    *st_p = e == EACCES || e == EPERM               ? BYVAL_E_PERM
-        : e == EMFILE || e == ENFILE || e == ENOMEM ? BYVAL_E_NOFD
-                                                    : BYVAL_E_FDKIND;
-    if (*st_p == BYVAL_E_NOFD)
-        byval_msg(msg, msglen, "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid,
-                  strerror(e));
-    else if (*st_p == BYVAL_E_PERM)
-        byval_msg(msg, msglen,
-                  "reading pid %u's /proc/PID/fd for its registry: Operation not permitted "
-                  "(hint: ptrace access denied: it needs the exporter's uid or "
-                  "CAP_SYS_PTRACE, as pidfd_getfd does)",
-                  rec->pid);
+    if (e == EMFILE || e == ENFILE || e == ENOMEM)
+        *st_p =
+            byval_fail(BYVAL_E_NOFD, msg, msglen,
+                       "reading pid %u's /proc/PID/fd for its registry: %s", rec->pid, strerror(e));
+    else if (e == EACCES || e == EPERM)
+        *st_p = byval_fail(
+            BYVAL_E_PERM, msg, msglen,
+            "reading pid %u's /proc/PID/fd for its registry: Operation not permitted (hint: ptrace "
+            "access denied: it needs the exporter's uid or CAP_SYS_PTRACE, as pidfd_getfd does)",
+            rec->pid);
     else
-        byval_msg(msg, msglen, "pid %u publishes no registry that this process can see", rec->pid);
+        *st_p = byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                           "pid %u publishes no registry that this process can see", rec->pid);
     return NULL;
 }
 
@@ -323,10 +304,8 @@ byval_reg_view_t *byval_reg_attach_pid(uint32_t pid, char *msg, size_t msglen)
     if (!pid || byval_self_get(&self) != 0)
         return NULL;
     int pidfd = byval_pidfd_open((pid_t)pid, 0);
-    if (pidfd < 0) {
-        byval_msg(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
-        return NULL;
-    }
+    if (pidfd < 0)
+        return byval_fail_null(msg, msglen, "pidfd_open(%u) failed: %s", pid, strerror(errno));
     /* The registry must describe the process behind our pidfd. */
     byval_reg_view_t *v = byval_pidfd_record(pidfd, pid, &self, &rec) == 0
         ? attach_st(&rec, BYVAL_MODE_PIDFD, pidfd, &st, msg, msglen)
@@ -362,23 +341,20 @@ static byval_status_t prove(const byval_record_t *rec, int pidfd, uint32_t pid, 
     byval_reg_view_t *v = attach_st(rec, BYVAL_MODE_PIDFD, pidfd, &st, why, sizeof(why));
     if (!v) {
         /* Refused as pidfd_getfd would be: the caller's policy decides. */
-        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD) {
-            byval_msg(msg, msglen, "%s", why);
-            return st;
-        }
-        byval_msg(msg, msglen, "fd %u of pid %u is not proven exported (%s): not duplicated", fd,
-                  pid, why);
-        return BYVAL_E_FDKIND;
+        if (st == BYVAL_E_PERM || st == BYVAL_E_NOSYS || st == BYVAL_E_GONE || st == BYVAL_E_NOFD)
+            return byval_fail(st, msg, msglen, "%s", why);
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "fd %u of pid %u is not proven exported (%s): not duplicated", fd, pid,
+                          why);
     }
     uint64_t serial = 0;
     const uint64_t *word = byval_reg_find_fd(v, key, fd, ino, &serial);
     if (!word) {
         byval_reg_view_put(v);
-        byval_msg(msg, msglen,
-                  "pid %u's registry does not list fd %u (inode %u) as the export the handle "
-                  "names: freed since, or a stale or forged handle, not duplicated",
-                  pid, fd, ino);
-        return BYVAL_E_FDKIND;
+        return byval_fail(BYVAL_E_FDKIND, msg, msglen,
+                          "pid %u's registry does not list fd %u (inode %u) as the export the "
+                          "handle names: freed since, or a stale or forged handle, not duplicated",
+                          pid, fd, ino);
     }
     proof->word = word;
     proof->serial = serial;
@@ -395,18 +371,6 @@ static void done(byval_proof_t *proof)
 
 const byval_prover_t byval_reg_prover = {prove, done};
 
-/* The pid namespace (its inode) of the process pidfd refers to, or 0
- * when the kernel does not say. */
-static uint32_t pidns_of(int pidfd)
-{
-    struct stat st;
-    int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
-    uint32_t ino = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
-    if (ns >= 0)
-        close(ns);
-    return ino;
-}
-
 /* A short record (wire.h) carries the exporter's pid, its identity's low
  * 32 bits and a guard of its host and pid namespace. From another pid
  * namespace its pid names nothing here; the directory's socket names carry
@@ -419,12 +383,15 @@ typedef struct dir_short {
     uint32_t boot;
     int64_t deadline;
     byval_record_t rec;
-    int pidfd;
+    int pidfd, n;
 } dir_short_t;
 
-static int dir_candidate(uint64_t id, void *arg)
+static int dir_candidate(const char *name, uint32_t boot, uint64_t id, void *arg)
 {
     dir_short_t *a = arg;
+    if (boot != a->boot || (uint32_t)id != a->s->id32)
+        return 0;
+    a->n++;
     if (byval_broker_now_ms() >= a->deadline)
         return 1;
     byval_record_t rec = {
@@ -432,7 +399,11 @@ static int dir_candidate(uint64_t id, void *arg)
     int pidfd = byval_broker_dir_pidfd(&rec, a->deadline);
     if (pidfd < 0)
         return 0;
-    rec.pidns = pidns_of(pidfd);
+    /* Its pid namespace, where the kernel says (0: it does not). */
+    struct stat st;
+    int ns = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
+    rec.pidns = ns >= 0 && fstat(ns, &st) == 0 ? (uint32_t)st.st_ino : 0;
+    byval_close_fd(&ns);
     if (rec.pidns && byval_short_guard(a->boot, rec.pidns) != a->s->guard) {
         close(pidfd);
         return 0;
@@ -442,95 +413,51 @@ static int dir_candidate(uint64_t id, void *arg)
     return 1;
 }
 
-static byval_status_t attach_short_dir(const byval_short_t *s, const byval_self_t *self, int mode,
-                                       byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
-                                       char *msg, size_t msglen)
+static byval_status_t find_short_dir(const byval_short_t *s, const byval_self_t *self,
+                                     byval_record_t *rec_p, int *pidfd_p, char *msg, size_t msglen)
 {
-    if (!byval_rendezvous_enabled()) {
-        byval_msg(msg, msglen,
-                  "handle of pid %u comes from another host, boot or pid namespace: "
-                  "short by-value handles (event pools) resolve within one pid namespace",
-                  s->pid);
-        return BYVAL_E_FOREIGN_NS;
-    }
-    if (!(s->flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "event pool of pid %u: its exporter has no pidfs identity (kernel before 6.9): "
-                  "the rendezvous directory cannot find it",
-                  s->pid);
-        return BYVAL_E_IDENTITY;
-    }
-    dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1};
-    int n = byval_rendezvous_each(self->boot, s->id32, dir_candidate, &a);
-    if (a.pidfd < 0) {
-        byval_msg(msg, msglen,
-                  "event pool of pid %u comes from another pid namespace and no exporter in the "
-                  "rendezvous directory %s proves to be it (%d named with its identity): it does "
-                  "not share the directory, or it exited",
-                  s->pid, byval_rendezvous_dir(), n);
-        return BYVAL_E_GONE;
-    }
+    if (!byval_rendezvous_enabled())
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "handle of pid %u comes from another host, boot or pid namespace: short "
+                          "by-value handles (event pools) resolve within one pid namespace",
+                          s->pid);
+    if (!(s->flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "event pool of pid %u: its exporter has no pidfs identity (kernel before "
+                          "6.9): the rendezvous directory cannot find it",
+                          s->pid);
+    dir_short_t a = {s, self->boot, byval_broker_now_ms() + BROKER_FETCH_MS, {0}, -1, 0};
+    byval_rendezvous_each(dir_candidate, &a);
+    if (a.pidfd < 0)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "event pool of pid %u comes from another pid namespace and no exporter "
+                          "in the rendezvous directory %s proves to be it (%d named with its "
+                          "identity): it does not share the directory, or it exited",
+                          s->pid, byval_rendezvous_dir(), a.n);
     /* Its pid names nothing here: the registry's pipe and the pool's fd
      * come through the socket, never pidfd_getfd with that pid. */
     byval_transport_remember_socket(&a.rec);
-    byval_reg_view_t *v = byval_reg_attach(&a.rec, mode, a.pidfd, msg, msglen);
-    if (!v) {
-        close(a.pidfd);
-        return BYVAL_E_GONE;
-    }
     *rec_p = a.rec;
-    *v_p = v;
     *pidfd_p = a.pidfd;
     return BYVAL_OK;
 }
 
-static byval_status_t identity_of(const byval_short_t *s, int pidfd, uint64_t *id_p, char *msg,
-                                  size_t msglen)
+/* In our pid namespace: a listed view (*v_p), else a pidfd of s's pid
+ * proven to be its exporter. */
+static byval_status_t find_short(const byval_short_t *s, const byval_self_t *self,
+                                 byval_record_t *rec_p, byval_reg_view_t **v_p, int *pidfd_p,
+                                 char *msg, size_t msglen)
 {
-    if (s->flags & BYVAL_FLAG_ID_PIDFS) {
-        struct stat st;
-        if (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0) {
-            byval_msg(msg, msglen,
-                      "cannot read pid %u's pidfs identity here (the handle names it by it)",
-                      s->pid);
-            return BYVAL_E_IDENTITY;
-        }
-        *id_p = (uint64_t)st.st_ino;
-        return BYVAL_OK;
-    }
-    int e = byval_proc_start_time((pid_t)s->pid, id_p);
-    if (e == ENOENT || e == ESRCH) {
-        byval_msg(msg, msglen, "exporter pid %u has exited", s->pid);
-        return BYVAL_E_GONE;
-    }
-    if (e) {
-        byval_msg(msg, msglen, "cannot read pid %u's start time: %s", s->pid, strerror(e));
-        return BYVAL_E_SYS;
-    }
-    return BYVAL_OK;
-}
-
-byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
-                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
-                                      char *msg, size_t msglen)
-{
-    *v_p = NULL;
-    *pidfd_p = -1;
-    memset(rec_p, 0, sizeof(*rec_p));
-    if (s->guard != byval_short_guard(self->boot, self->pidns))
-        return attach_short_dir(s, self, mode, v_p, rec_p, pidfd_p, msg, msglen);
+    uint64_t identity = 0;
     rec_p->pid = s->pid;
     rec_p->pidns = self->pidns;
     rec_p->boot = self->boot;
     rec_p->flags = s->flags;
-    uint64_t identity = 0;
-    byval_reg_view_t *v = byval_reg_lookup_id32(self->pidns, s->pid, s->id32, &identity);
-    if (v) {
-        rec_p->identity = identity;
-        *v_p = v;
+    if ((*v_p = byval_reg_lookup(self->pidns, s->pid, s->id32, UINT32_MAX)) != NULL) {
+        rec_p->identity = (*v_p)->identity;
         return BYVAL_OK;
     }
-    int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
+    int pidfd = *pidfd_p = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd < 0) {
         int e = errno;
         byval_msg(msg, msglen, "pidfd_open(%u) failed: %s%s", s->pid, strerror(e),
@@ -540,28 +467,46 @@ byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t
             : (e == EMFILE || e == ENFILE) ? BYVAL_E_NOFD
                                            : BYVAL_E_SYS;
     }
-    byval_status_t st = identity_of(s, pidfd, &identity, msg, msglen);
-    if (st == BYVAL_OK && (uint32_t)identity != s->id32) {
-        byval_msg(msg, msglen,
-                  "pid %u is not the exporter any more (identity %llu does not end in %u): "
-                  "the exporter exited and its pid was reused",
-                  s->pid, (unsigned long long)identity, s->id32);
-        st = BYVAL_E_IDENTITY;
-    }
-    if (st == BYVAL_OK) {
-        rec_p->identity = identity;
-        st = byval_check_identity(rec_p, pidfd, msg, msglen);
-    }
-    if (st == BYVAL_OK) {
-        v = byval_reg_attach(rec_p, mode, pidfd, msg, msglen);
-        if (!v)
-            st = BYVAL_E_GONE;
-    }
-    if (st != BYVAL_OK) {
-        close(pidfd);
-        return st;
-    }
-    *v_p = v;
-    *pidfd_p = pidfd;
-    return BYVAL_OK;
+    /* Its identity, as the handle names it. */
+    struct stat st;
+    int pidfs = s->flags & BYVAL_FLAG_ID_PIDFS, e = 0;
+    byval_status_t rc = BYVAL_OK;
+    if (pidfs && (!byval_pidfd_is_pidfs(pidfd) || fstat(pidfd, &st) != 0))
+        rc = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                        "cannot read pid %u's pidfs identity here (the handle names it by it)",
+                        s->pid);
+    else if (pidfs)
+        identity = (uint64_t)st.st_ino;
+    else if ((e = byval_proc_start_time((pid_t)s->pid, &identity)) == ENOENT || e == ESRCH)
+        rc = byval_fail(BYVAL_E_GONE, msg, msglen, "exporter pid %u has exited", s->pid);
+    else if (e)
+        rc = byval_fail(BYVAL_E_SYS, msg, msglen, "cannot read pid %u's start time: %s", s->pid,
+                        strerror(e));
+    if (rc == BYVAL_OK && (uint32_t)identity != s->id32)
+        rc = byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                        "pid %u is not the exporter any more (identity %llu does not end in %u): "
+                        "the exporter exited and its pid was reused",
+                        s->pid, (unsigned long long)identity, s->id32);
+    rec_p->identity = identity;
+    return rc == BYVAL_OK ? byval_check_identity(rec_p, pidfd, msg, msglen) : rc;
+}
+
+byval_status_t byval_reg_attach_short(const byval_short_t *s, const byval_self_t *self, int mode,
+                                      byval_reg_view_t **v_p, byval_record_t *rec_p, int *pidfd_p,
+                                      char *msg, size_t msglen)
+{
+    int pidfd = -1;
+    *v_p = NULL;
+    *pidfd_p = -1;
+    memset(rec_p, 0, sizeof(*rec_p));
+    byval_status_t st = s->guard != byval_short_guard(self->boot, self->pidns)
+        ? find_short_dir(s, self, rec_p, &pidfd, msg, msglen)
+        : find_short(s, self, rec_p, v_p, &pidfd, msg, msglen);
+    if (st == BYVAL_OK && !*v_p && !(*v_p = byval_reg_attach(rec_p, mode, pidfd, msg, msglen)))
+        st = BYVAL_E_GONE;
+    if (st != BYVAL_OK)
+        byval_close_fd(&pidfd);
+    else
+        *pidfd_p = pidfd;
+    return st;
 }

@@ -5,12 +5,8 @@
 #ifndef BYVAL_HANDLES_REGISTRY_VIEW_H
 #define BYVAL_HANDLES_REGISTRY_VIEW_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "handles/registry.h"
 #include "handles/resolve.h"
-#include "handles/wire.h"
 
 typedef struct byval_reg_view byval_reg_view_t;
 

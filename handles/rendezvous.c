@@ -3,7 +3,10 @@
  * rendezvous.c - the rendezvous directory (rendezvous.h): its checks, the
  * importer's connect, and the exporter's listening socket and peer rule.
  * State is written once by byval_rendezvous_setup (the shim's init) and
- * only read afterwards.
+ * only read afterwards. The directory is opened once, no symlink followed,
+ * and used through that fd; it must be owned by us, root or the group and
+ * not writable by others, and a socket there is used only when it is one
+ * of our uid (or of that group).
  *
  * A name in the directory is always a listening socket until its process
  * dies: bound and listening under a temporary name first, then renamed
@@ -18,23 +21,19 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "handles/broker_internal.h"
 
 static struct {
-    int dirfd;     /* O_PATH, the checked directory; -1: none */
-    int via_proc;  /* bind/connect through /proc/self/fd/DIRFD/NAME */
+    /* dirfd: O_PATH, the checked directory (-1: none); via_proc:
+     * bind/connect through /proc/self/fd/DIRFD/NAME. */
+    int dirfd, via_proc;
     long gid;      /* BYVAL_RENDEZVOUS_NO_GID or the trusted group */
     char dir[200]; /* as configured, for messages and the fallback path */
-} byval_rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
+} rdv = {.dirfd = -1, .gid = BYVAL_RENDEZVOUS_NO_GID};
 
 void byval_rendezvous_name(char *buf, size_t len, uint32_t boot, uint64_t identity)
 {
@@ -46,17 +45,10 @@ static int byval_rdv_addr(struct sockaddr_un *a, const char *name)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    int n = byval_rdv.via_proc
-        ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", byval_rdv.dirfd, name)
-        : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", byval_rdv.dir, name);
+    int n = rdv.via_proc
+        ? snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", rdv.dirfd, name)
+        : snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", rdv.dir, name);
     return n > 0 && (size_t)n < sizeof(a->sun_path) ? 0 : -1;
-}
-
-static int byval_rdv_trusted_owner(const struct stat *st)
-{
-    if (st->st_uid == geteuid())
-        return 1;
-    return byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)byval_rdv.gid;
 }
 
 /* Is the directory (fstat'ed) one whose entries we may trust? Only its
@@ -64,84 +56,70 @@ static int byval_rdv_trusted_owner(const struct stat *st)
  * told to trust can have put anything there. */
 static int dir_ok(const struct stat *st, const char *dir, char *msg, size_t msglen)
 {
-    long gid = byval_rdv.gid;
-    if (!S_ISDIR(st->st_mode)) {
-        byval_msg(msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s is not a directory: not used", dir);
-        return 0;
-    }
-    if (st->st_mode & S_IWOTH) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is world-writable (mode %04o): any user could plant "
-                  "sockets there, not used (chmod o-w it; share it with a group through "
-                  "IPCBYVAL_RENDEZVOUS_GID)",
-                  dir, (unsigned)(st->st_mode & 07777));
-        return 0;
-    }
+    long gid = rdv.gid;
+    if (!S_ISDIR(st->st_mode))
+        return byval_fail(0, msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s is not a directory: not used",
+                          dir);
+    if (st->st_mode & S_IWOTH)
+        return byval_fail(0, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR %s is world-writable (mode %04o): any user "
+                          "could plant sockets there, not used (chmod o-w it; share it with a "
+                          "group through IPCBYVAL_RENDEZVOUS_GID)",
+                          dir, (unsigned)(st->st_mode & 07777));
     int owner = st->st_uid == geteuid() || st->st_uid == 0 ||
         (gid != BYVAL_RENDEZVOUS_NO_GID && st->st_gid == (gid_t)gid);
-    if (!owner) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: "
-                  "not used",
-                  dir, (unsigned)st->st_uid, (unsigned)geteuid(),
-                  gid != BYVAL_RENDEZVOUS_NO_GID ? " or the rendezvous group" : "");
-        return 0;
-    }
-    if ((st->st_mode & S_IWGRP) && (gid == BYVAL_RENDEZVOUS_NO_GID || st->st_gid != (gid_t)gid)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s is writable by group %u, which is not "
-                  "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if that "
-                  "group is trusted, or chmod g-w it)",
-                  dir, (unsigned)st->st_gid, (unsigned)st->st_gid);
-        return 0;
-    }
+    if (!owner)
+        return byval_fail(
+            0, msg, msglen,
+            "IPCBYVAL_RENDEZVOUS_DIR %s is owned by uid %u, not by us (uid %u) or root%s: not used",
+            dir, (unsigned)st->st_uid, (unsigned)geteuid(),
+            gid != BYVAL_RENDEZVOUS_NO_GID ? " or the rendezvous group" : "");
+    if ((st->st_mode & S_IWGRP) && (gid == BYVAL_RENDEZVOUS_NO_GID || st->st_gid != (gid_t)gid))
+        return byval_fail(0, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR %s is writable by group %u, which is not "
+                          "IPCBYVAL_RENDEZVOUS_GID: not used (set IPCBYVAL_RENDEZVOUS_GID=%u if "
+                          "that group is trusted, or chmod g-w it)",
+                          dir, (unsigned)st->st_gid, (unsigned)st->st_gid);
     return 1;
 }
 
 int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
 {
     struct stat st;
-    if (msg && msglen)
-        msg[0] = '\0';
-    if (byval_rdv.dirfd >= 0)
-        close(byval_rdv.dirfd);
-    byval_rdv.dirfd = -1;
-    byval_rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
+    byval_close_fd(&rdv.dirfd);
+    rdv.gid = BYVAL_RENDEZVOUS_NO_GID;
     if (!dir || !*dir)
         return 0;
-    if (dir[0] != '/' || strlen(dir) >= sizeof(byval_rdv.dir)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: "
-                  "not used",
-                  sizeof(byval_rdv.dir));
-        return -1;
-    }
-    byval_rdv.gid = gid;
+    if (dir[0] != '/' || strlen(dir) >= sizeof(rdv.dir))
+        return byval_fail(
+            -1, msg, msglen,
+            "IPCBYVAL_RENDEZVOUS_DIR must be an absolute path shorter than %zu bytes: not used",
+            sizeof(rdv.dir));
+    rdv.gid = gid;
     /* The last component must not be a symlink; the fd is then the
      * directory we checked, whatever is renamed over its path later. */
     int fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        byval_msg(msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s: %s: not used", dir,
-                  errno == ELOOP || errno == ENOTDIR ? "a symlink or not a directory"
-                                                     : strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return byval_fail(-1, msg, msglen, "IPCBYVAL_RENDEZVOUS_DIR %s: %s: not used", dir,
+                          errno == ELOOP || errno == ENOTDIR ? "a symlink or not a directory"
+                                                             : strerror(errno));
     if (fstat(fd, &st) != 0 || !dir_ok(&st, dir, msg, msglen)) {
         close(fd);
         return -1;
     }
-    snprintf(byval_rdv.dir, sizeof(byval_rdv.dir), "%s", dir);
-    byval_rdv.dirfd = fd;
-    byval_rdv.via_proc = access("/proc/self/fd", X_OK) == 0;
+    snprintf(rdv.dir, sizeof(rdv.dir), "%s", dir);
+    rdv.dirfd = fd;
+    rdv.via_proc = access("/proc/self/fd", X_OK) == 0;
     struct sockaddr_un a;
     char name[64];
     byval_rendezvous_name(name, sizeof(name), 0, 0);
     if (byval_rdv_addr(&a, name) != 0) {
         byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR %s: no /proc here and the path is too long for a "
-                  "socket address: not used",
+                  "IPCBYVAL_RENDEZVOUS_DIR %s: no /proc here and the path is too long for a socket "
+                  "address: not used",
                   dir);
-        byval_rdv.dirfd = -1;
+        rdv.dirfd = -1;
         close(fd);
         return -1;
     }
@@ -150,12 +128,12 @@ int byval_rendezvous_setup(const char *dir, long gid, char *msg, size_t msglen)
 
 int byval_rendezvous_enabled(void)
 {
-    return byval_rdv.dirfd >= 0;
+    return rdv.dirfd >= 0;
 }
 
 const char *byval_rendezvous_dir(void)
 {
-    return byval_rdv.dirfd >= 0 ? byval_rdv.dir : "";
+    return rdv.dirfd >= 0 ? rdv.dir : "";
 }
 
 /* Is gid among the supplementary groups of conn's peer? However many it
@@ -176,7 +154,7 @@ static int peer_in_group(int conn, gid_t gid)
 
 int byval_rendezvous_group_peer(int conn, const struct ucred *cred)
 {
-    long gid = byval_rdv.gid;
+    long gid = rdv.gid;
     return gid != BYVAL_RENDEZVOUS_NO_GID && cred->uid != geteuid() &&
         (cred->gid == (gid_t)gid || peer_in_group(conn, (gid_t)gid));
 }
@@ -189,37 +167,32 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
     struct sockaddr_un a;
     if (!byval_rendezvous_enabled())
         return BYVAL_E_GONE;
-    if (!(rec->flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u has no pidfs identity (kernel before Linux 6.9): nothing "
-                  "proves a process across pid namespaces there, so the rendezvous directory "
-                  "is not used",
-                  rec->pid);
-        return BYVAL_E_IDENTITY;
-    }
+    if (!(rec->flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "exporter pid %u has no pidfs identity (kernel before Linux 6.9): nothing proves a "
+            "process across pid namespaces there, so the rendezvous directory is not used",
+            rec->pid);
     byval_rendezvous_name(name, sizeof(name), rec->boot, rec->identity);
-    if (fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         int err = errno;
-        byval_msg(msg, msglen,
-                  "exporter pid %u has no socket in the rendezvous directory %s (%s): it does "
-                  "not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen there "
-                  "(its log says why), or it exited",
-                  rec->pid, byval_rdv.dir, strerror(err));
-        return err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS;
+        return byval_fail(err == ENOENT ? BYVAL_E_GONE : BYVAL_E_SYS, msg, msglen,
+                          "exporter pid %u has no socket in the rendezvous directory %s (%s): it "
+                          "does not run with the same IPCBYVAL_RENDEZVOUS_DIR, it could not listen "
+                          "there (its log says why), or it exited",
+                          rec->pid, rdv.dir, strerror(err));
     }
-    if (!S_ISSOCK(st.st_mode) || !byval_rdv_trusted_owner(&st)) {
-        byval_msg(msg, msglen,
-                  "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: planted "
-                  "by someone else, not used",
-                  byval_rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
-                  (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
-                  byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group" : "");
-        return BYVAL_E_IDENTITY;
-    }
-    if (byval_rdv_addr(&a, name) != 0) {
-        byval_msg(msg, msglen, "socket path for %s too long", name);
-        return BYVAL_E_SYS;
-    }
+    if (!S_ISSOCK(st.st_mode) ||
+        (st.st_uid != geteuid() &&
+         (rdv.gid == BYVAL_RENDEZVOUS_NO_GID || st.st_gid != (gid_t)rdv.gid)))
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "%s/%s is %s owned by uid %u gid %u, not a socket of our uid (%u)%s: "
+                          "planted by someone else, not used",
+                          rdv.dir, name, S_ISSOCK(st.st_mode) ? "a socket" : "not a socket",
+                          (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
+                          rdv.gid != BYVAL_RENDEZVOUS_NO_GID ? " or of the rendezvous group" : "");
+    if (byval_rdv_addr(&a, name) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen, "socket path for %s too long", name);
     int rc, err = 0;
     byval_broker_until(s, SO_SNDTIMEO, deadline);
     /* As for the abstract name: an interrupted connect left s unconnected. */
@@ -228,14 +201,13 @@ byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_
         byval_broker_until(s, SO_SNDTIMEO, deadline);
     if (rc == 0 || err == EISCONN)
         return BYVAL_OK;
-    if (err == ECONNREFUSED) {
-        byval_msg(msg, msglen, "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
-                  byval_rdv.dir, name, rec->pid);
-        return BYVAL_E_GONE;
-    }
-    byval_msg(msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s", byval_rdv.dir, name,
-              rec->pid, strerror(err), err == EAGAIN ? " (its backlog stayed full)" : "");
-    return BYVAL_E_SYS;
+    if (err == ECONNREFUSED)
+        return byval_fail(BYVAL_E_GONE, msg, msglen,
+                          "%s/%s is stale (nobody listens: exporter pid %u exited): ignored",
+                          rdv.dir, name, rec->pid);
+    return byval_fail(BYVAL_E_SYS, msg, msglen, "connect to %s/%s (exporter pid %u) failed: %s%s",
+                      rdv.dir, name, rec->pid, strerror(err),
+                      err == EAGAIN ? " (its backlog stayed full)" : "");
 }
 
 #define SWEEP_MAX 4096 /* entries looked at per start: bounded work */
@@ -246,15 +218,14 @@ static struct {
     char name[64];
 } mine;
 
-/* Call fn(name, boot, identity, arg) for each socket name of ours among
- * the directory's first max entries, until it returns non-zero. */
-static void each_name(int max, int (*fn)(const char *, uint32_t, uint64_t, void *), void *arg)
+/* fn(name, boot, identity, arg) for each socket name of ours among the
+ * directory's first max entries, until it returns non-zero. */
+static void each_name(int max, byval_rdv_each_fn fn, void *arg)
 {
-    int fd = openat(byval_rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = openat(rdv.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        if (fd >= 0)
-            close(fd);
+        byval_close_fd(&fd);
         return;
     }
     struct dirent *e;
@@ -269,30 +240,10 @@ static void each_name(int max, int (*fn)(const char *, uint32_t, uint64_t, void 
     closedir(d);
 }
 
-typedef struct each_arg {
-    uint32_t boot, id32;
-    int (*fn)(uint64_t identity, void *arg);
-    void *arg;
-    int n;
-} each_arg_t;
-
-static int each_id32(const char *name, uint32_t boot, uint64_t id, void *arg)
+void byval_rendezvous_each(byval_rdv_each_fn fn, void *arg)
 {
-    each_arg_t *a = arg;
-    (void)name;
-    if (boot != a->boot || (uint32_t)id != a->id32)
-        return 0;
-    a->n++;
-    return a->fn(id, a->arg);
-}
-
-int byval_rendezvous_each(uint32_t boot, uint32_t id32, int (*fn)(uint64_t identity, void *arg),
-                          void *arg)
-{
-    each_arg_t a = {boot, id32, fn, arg, 0};
     if (byval_rendezvous_enabled())
-        each_name(INT32_MAX, each_id32, &a);
-    return a.n;
+        each_name(INT32_MAX, fn, arg);
 }
 
 /* Remove name when it is a stale socket of our uid (a killed exporter's). */
@@ -301,9 +252,8 @@ static int sweep_one(const char *name, uint32_t b, uint64_t id, void *arg)
     struct stat st;
     uint32_t boot = *(uint32_t *)arg;
     (void)id;
-    if (strcmp(name, mine.name) == 0 ||
-        fstatat(byval_rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode) ||
-        st.st_uid != geteuid())
+    if (strcmp(name, mine.name) == 0 || fstatat(rdv.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
         return 0;         /* not ours to judge: importers refuse or ignore it */
     int dead = b != boot; /* a previous boot's */
     struct sockaddr_un a;
@@ -317,7 +267,7 @@ static int sweep_one(const char *name, uint32_t b, uint64_t id, void *arg)
         close(s);
     }
     if (dead)
-        unlinkat(byval_rdv.dirfd, name, 0);
+        unlinkat(rdv.dirfd, name, 0);
     return 0;
 }
 
@@ -329,12 +279,10 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
     int err;
     if (!byval_rendezvous_enabled())
         return -1;
-    if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS)) {
-        byval_msg(msg, msglen,
-                  "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and prove "
-                  "this process across pid namespaces: not listening there");
-        return -1;
-    }
+    if (!(self->id_flags & BYVAL_FLAG_ID_PIDFS))
+        return byval_fail(-1, msg, msglen,
+                          "IPCBYVAL_RENDEZVOUS_DIR needs pidfs (Linux 6.9 or later) to name and "
+                          "prove this process across pid namespaces: not listening there");
     byval_rendezvous_name(mine.name, sizeof(mine.name), self->boot, self->identity);
     uint32_t boot = self->boot;
     each_name(SWEEP_MAX, sweep_one, &boot);
@@ -342,19 +290,17 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0 || byval_rdv_addr(&a, tmp) != 0)
         goto err;
-    unlinkat(byval_rdv.dirfd, tmp, 0); /* a previous process's, same pid: ours to reuse */
+    unlinkat(rdv.dirfd, tmp, 0); /* a previous process's, same pid: ours to reuse */
     if (bind(s, (struct sockaddr *)&a, sizeof(a)) != 0)
         goto err;
     /* connect() needs write permission on the socket file: our uid only,
      * or the group's too (which must then own it). */
-    int group = byval_rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
-    if ((group &&
-         fchownat(byval_rdv.dirfd, tmp, (uid_t)-1, (gid_t)byval_rdv.gid, AT_SYMLINK_NOFOLLOW) !=
-             0) ||
-        fchmodat(byval_rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
-        listen(s, 64) != 0 || renameat(byval_rdv.dirfd, tmp, byval_rdv.dirfd, mine.name) != 0)
+    int group = rdv.gid != BYVAL_RENDEZVOUS_NO_GID;
+    if ((group && fchownat(rdv.dirfd, tmp, (uid_t)-1, (gid_t)rdv.gid, AT_SYMLINK_NOFOLLOW) != 0) ||
+        fchmodat(rdv.dirfd, tmp, group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0 ||
+        listen(s, 64) != 0 || renameat(rdv.dirfd, tmp, rdv.dirfd, mine.name) != 0)
         goto err_bound;
-    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (fstatat(rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         mine.ino = st.st_ino;
         mine.owner = getpid();
     }
@@ -362,14 +308,13 @@ int byval_rendezvous_listen(const byval_self_t *self, char *msg, size_t msglen)
 
 err_bound:
     err = errno;
-    unlinkat(byval_rdv.dirfd, tmp, 0);
+    unlinkat(rdv.dirfd, tmp, 0);
     errno = err;
 err:
     err = errno;
-    byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", byval_rdv.dir,
+    byval_msg(msg, msglen, "cannot listen in the rendezvous directory %s: %s%s", rdv.dir,
               strerror(err), err == EPERM ? " (the group: are we a member?)" : "");
-    if (s >= 0)
-        close(s);
+    byval_close_fd(&s);
     errno = err;
     return -1;
 }
@@ -382,39 +327,35 @@ static int failed_unsaid;
 void byval_rendezvous_serve(const byval_self_t *self, int efd, uint64_t tag, int *fd_p)
 {
     char msg[512];
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
     *fd_p = -1;
     if (!byval_rendezvous_enabled())
         return;
     int s = byval_rendezvous_listen(self, msg, sizeof(msg));
-    if (s >= 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
-        if (epoll_ctl(efd, EPOLL_CTL_ADD, s, &ev) == 0) {
-            *fd_p = s;
-            return;
-        }
+    if (s >= 0 && epoll_ctl(efd, EPOLL_CTL_ADD, s, &ev) == 0) {
+        *fd_p = s;
+        return;
+    }
+    if (s >= 0)
         byval_msg(msg, sizeof(msg), "cannot serve the rendezvous socket: epoll_ctl: %s",
                   strerror(errno));
-        close(s);
+    byval_close_fd(&s);
+    if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE)) {
+        memcpy(failed, msg, sizeof(failed));
+        __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
     }
-    if (__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE))
-        return;
-    memcpy(failed, msg, sizeof(failed));
-    __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
 
 void byval_rendezvous_start_failed(int err)
 {
     static int said; /* every export tries the start again: once is enough */
-    char msg[512];
     if (!byval_rendezvous_enabled() || __atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
         __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
         return;
-    byval_msg(msg, sizeof(msg),
-              "cannot listen in the rendezvous directory %s: the socket fallback did not "
-              "start: %s%s",
-              byval_rdv.dir, strerror(err),
-              err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
-    memcpy(failed, msg, sizeof(failed));
+    byval_msg(
+        failed, sizeof(failed),
+        "cannot listen in the rendezvous directory %s: the socket fallback did not start: %s%s",
+        rdv.dir, strerror(err), err == EMFILE ? " (raise the open-file limit, ulimit -n)" : "");
     __atomic_store_n(&failed_unsaid, 1, __ATOMIC_RELEASE);
 }
 
@@ -423,8 +364,7 @@ int byval_rendezvous_take_error(char *msg, size_t msglen)
     if (!__atomic_load_n(&failed_unsaid, __ATOMIC_ACQUIRE) ||
         !__atomic_exchange_n(&failed_unsaid, 0, __ATOMIC_ACQ_REL))
         return 0;
-    byval_msg(msg, msglen, "%s", failed);
-    return 1;
+    return byval_fail(1, msg, msglen, "%s", failed);
 }
 
 /* At exit the socket goes with its process; only that one removes it,
@@ -432,10 +372,10 @@ int byval_rendezvous_take_error(char *msg, size_t msglen)
 __attribute__((destructor)) static void rendezvous_exit(void)
 {
     struct stat st;
-    if (mine.owner != getpid() || byval_rdv.dirfd < 0)
+    if (mine.owner != getpid() || rdv.dirfd < 0)
         return;
-    if (fstatat(byval_rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == mine.ino)
-        unlinkat(byval_rdv.dirfd, mine.name, 0);
+    if (fstatat(rdv.dirfd, mine.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == mine.ino)
+        unlinkat(rdv.dirfd, mine.name, 0);
 }
 
 static uint64_t served;

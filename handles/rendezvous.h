@@ -1,26 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rendezvous.h - the socket fallback through a directory both sides can
- * reach (IPCBYVAL_RENDEZVOUS_DIR), for exporter and importer in separate
- * pid, network and mount namespaces that share only a volume: the
- * exporter's broker also listens on DIR/ipcbyval-<boot>-<pidfs inode>.sock,
- * named by the identity a handle carries, and the importer accepts the
- * listener only when SO_PEERPIDFD's pidfs inode is that identity (no
- * pidfs, before Linux 6.9: the directory is not used).
- *
- * The directory is opened once without following a symlink and used
- * through that fd only; it must be owned by us or root (or group
- * IPCBYVAL_RENDEZVOUS_GID) and not writable by others. A socket there is
- * used only when it is a socket of our uid (or of that group). No
- * configuration parsing here: the shim passes the values.
+ * reach (IPCBYVAL_RENDEZVOUS_DIR), across pid, network and mount
+ * namespaces: the broker also listens on DIR/ipcbyval-<boot>-<pidfs
+ * inode>.sock, proven by SO_PEERPIDFD (rendezvous.c says how it is
+ * trusted). The shim passes the configuration.
  */
 #ifndef BYVAL_HANDLES_RENDEZVOUS_H
 #define BYVAL_HANDLES_RENDEZVOUS_H
 
-#include <stddef.h>
-#include <stdint.h>
 #include <sys/socket.h>
-#include <sys/types.h>
 
 #include "handles/self.h"
 
@@ -66,9 +55,9 @@ uint64_t byval_rendezvous_served_count(void);
 byval_status_t byval_rendezvous_connect(int s, const byval_record_t *rec, int64_t deadline,
                                         char *msg, size_t msglen);
 
-/* Importer: fn(identity, arg) for each socket named with boot and these
- * low 32 bits of an identity, until it returns non-zero; how many. */
-int byval_rendezvous_each(uint32_t boot, uint32_t id32, int (*fn)(uint64_t identity, void *arg),
-                          void *arg);
+/* Importer: fn(name, boot, identity, arg) for each exporter's socket in
+ * the directory, until it returns non-zero. */
+typedef int (*byval_rdv_each_fn)(const char *name, uint32_t boot, uint64_t identity, void *arg);
+void byval_rendezvous_each(byval_rdv_each_fn fn, void *arg);
 
 #endif

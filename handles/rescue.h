@@ -6,9 +6,6 @@
 #ifndef BYVAL_HANDLES_RESCUE_H
 #define BYVAL_HANDLES_RESCUE_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "handles/self.h"
 
 /* A new fd (O_CLOEXEC) for fd of pidfd's process, found by the pid the

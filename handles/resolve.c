@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * resolve.c - from a record to a local duplicate of one of its exporter's
- * fds: the whole resolution, in one sequence (pipeline() below).
+ * fds: the whole resolution, in one sequence (resolve() below).
  *
  *   1. translate   the record's pid is its exporter's in ITS namespace:
  *                  find its pid in ours (remembered, the pidfd's word, or
@@ -29,14 +29,10 @@
  */
 #include "handles/resolve.h"
 
-#include <errno.h>
 #include <ctype.h>
 #include <dirent.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cache/locks.h"
 #include "handles/broker.h"
@@ -59,8 +55,9 @@ typedef struct byval_want {
 /* The exporter as this process reaches it. */
 typedef struct byval_exporter {
     uint32_t pid; /* in our pid namespace; 0: not known yet */
-    int pidfd;    /* identified (step 2), or -1 */
-    int owned;    /* pidfd opened by this resolution (else the caller's) */
+    /* pidfd: identified (step 2), or -1; owned: opened by this resolution
+     * (else the caller's). */
+    int pidfd, owned;
 } byval_exporter_t;
 
 /* What auto learnt per exporter (pidns, pid, identity: never a later
@@ -96,13 +93,12 @@ static peer_t *peer_find_locked(const byval_record_t *rec)
 
 static peer_t peer_get(const byval_record_t *rec)
 {
-    peer_t found = {0};
+    peer_t found = {0}, *p;
     /* Nothing learnt yet (one namespace, pidfd allowed): no lock, no scan. */
     if (!__atomic_load_n(&mem.next, __ATOMIC_ACQUIRE))
         return found;
     byval_lock(&mem.lock);
-    peer_t *p = peer_find_locked(rec);
-    if (p)
+    if ((p = peer_find_locked(rec)) != NULL)
         found = *p;
     byval_unlock(&mem.lock);
     return found;
@@ -129,22 +125,17 @@ void byval_transport_remember_socket(const byval_record_t *rec)
 /* Last field of the NSpid line of /proc/<dir>/status, or 0. */
 static uint32_t innermost_pid(const char *dir)
 {
-    char path[300], line[512]; /* NSpid: up to 32 levels of 10 digits */
+    char path[300], buf[4096]; /* NSpid: up to 32 levels of 10 digits */
     snprintf(path, sizeof(path), "/proc/%s/status", dir);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
+    char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nNSpid:") : NULL;
     uint32_t last = 0;
-    while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "NSpid:", 6) != 0)
-            continue;
-        char *save = NULL;
-        for (char *tok = strtok_r(line + 6, " \t\n", &save); tok;
-             tok = strtok_r(NULL, " \t\n", &save))
-            last = (uint32_t)strtoul(tok, NULL, 10);
-        break;
+    char *end;
+    for (p = p ? p + 7 : NULL; p; p = end) {
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p)
+            break;
+        last = (uint32_t)v;
     }
-    fclose(f);
     return last;
 }
 
@@ -153,20 +144,16 @@ byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid
 {
     /* The pids read off /proc must be pids of OUR namespace, or pidfd_open
      * would reach whatever holds that number here. */
-    if (!byval_proc_is_ours()) {
-        byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], not below ours as far as "
-                  "we can tell: this /proc belongs to another pid namespace (mount one for "
-                  "ours to translate pids)",
-                  rec->pid, rec->pidns);
-        return BYVAL_E_FOREIGN_NS;
-    }
+    if (!byval_proc_is_ours())
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "exporter pid %u lives in pid namespace pid:[%u], not below ours as far "
+                          "as we can tell: this /proc belongs to another pid namespace (mount one "
+                          "for ours to translate pids)",
+                          rec->pid, rec->pidns);
     DIR *d = opendir("/proc");
-    if (!d) {
-        byval_msg(msg, msglen, "cannot read /proc to find pid %u of pid:[%u]", rec->pid,
-                  rec->pidns);
-        return BYVAL_E_FOREIGN_NS;
-    }
+    if (!d)
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "cannot read /proc to find pid %u of pid:[%u]", rec->pid, rec->pidns);
     struct dirent *e;
     byval_status_t st = BYVAL_E_FOREIGN_NS;
     while ((e = readdir(d))) {
@@ -184,8 +171,8 @@ byval_status_t byval_ns_translate(const byval_record_t *rec, uint32_t *local_pid
     closedir(d);
     if (st != BYVAL_OK)
         byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: "
-                  "not visible from here",
+                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours: not "
+                  "visible from here",
                   rec->pid, rec->pidns);
     return st;
 }
@@ -208,24 +195,12 @@ static byval_obj_t byval_record_obj(const byval_record_t *rec, uint32_t fd)
 static byval_status_t translate(const byval_record_t *rec, const byval_self_t *self,
                                 byval_exporter_t *x, char *msg, size_t msglen)
 {
-    if (x->pid)
-        return BYVAL_OK;
-    if (rec->pidns == self->pidns) {
-        x->pid = rec->pid;
-        return BYVAL_OK;
-    }
     /* Not remembered: an identified pidfd has the kernel's word for it. */
-    uint32_t local = 0;
-    int kernel;
-    if (x->pidfd >= 0 && (kernel = byval_pidfd_pid(x->pidfd)) > 0)
-        local = (uint32_t)kernel;
-    if (!local) {
-        byval_status_t st = byval_ns_translate(rec, &local, msg, msglen);
-        if (st != BYVAL_OK)
-            return st;
-    }
-    x->pid = local;
-    return BYVAL_OK;
+    int kernel =
+        x->pid || rec->pidns == self->pidns || x->pidfd < 0 ? 0 : byval_pidfd_pid(x->pidfd);
+    if (!x->pid)
+        x->pid = rec->pidns == self->pidns ? rec->pid : kernel > 0 ? (uint32_t)kernel : 0;
+    return x->pid ? BYVAL_OK : byval_ns_translate(rec, &x->pid, msg, msglen);
 }
 
 /* ---- 2. identify ---------------------------------------------------- */
@@ -236,48 +211,14 @@ static byval_status_t identify(const byval_record_t *rec, byval_exporter_t *x, c
     if (x->pidfd >= 0)
         return BYVAL_OK;
     byval_status_t st = byval_open_exporter(rec, x->pid, &x->pidfd, msg, msglen);
+    x->owned = st == BYVAL_OK;
+    /* Translated through a /proc that is another namespace's (not
+     * remounted for ours): the process it shows is not ours to reach. */
     if (st == BYVAL_E_GONE && x->pid != rec->pid)
-        /* Translated through a /proc that is another namespace's (not
-         * remounted for ours): the process it shows is not ours to reach. */
-        byval_msg(msg, msglen,
-                  "exporter pid %u lives in pid namespace pid:[%u], which is not below ours "
-                  "(found as pid %u in this /proc, not visible to us)",
-                  rec->pid, rec->pidns, x->pid);
-    if (st == BYVAL_OK)
-        x->owned = 1;
-    return st == BYVAL_E_GONE && x->pid != rec->pid ? BYVAL_E_FOREIGN_NS : st;
-}
-
-/* ---- 3. prove the export -------------------------------------------- */
-
-static byval_status_t prove_export(const byval_want_t *w, const byval_exporter_t *x,
-                                   byval_proof_t *proof, byval_fd_seen_t *seen, char *msg,
-                                   size_t msglen)
-{
-    const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
-    memset(proof, 0, sizeof(*proof));
-    memset(seen, 0, sizeof(*seen));
-    if (p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST))
-        return p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, proof, msg, msglen);
-    return byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, seen, msg, msglen);
-}
-
-/* ---- 4. duplicate: the routes ---------------------------------------- */
-
-/* pidfd_getfd(pidfd, fd) into *dup_p (the kernel sets O_CLOEXEC). */
-static byval_status_t dup_pidfd(const byval_want_t *w, const byval_exporter_t *x, int *dup_p,
-                                char *msg, size_t msglen)
-{
-    int dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0);
-    if (dup >= 0) {
-        *dup_p = dup;
-        return BYVAL_OK;
-    }
-    int err = errno;
-    const char *note;
-    byval_status_t st = byval_getfd_status(err, x->pidfd, &note);
-    byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd, strerror(err),
-              note);
+        return byval_fail(BYVAL_E_FOREIGN_NS, msg, msglen,
+                          "exporter pid %u lives in pid namespace pid:[%u], which is not below "
+                          "ours (found as pid %u in this /proc, not visible to us)",
+                          rec->pid, rec->pidns, x->pid);
     return st;
 }
 
@@ -287,15 +228,13 @@ static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t
                                    const byval_proof_t *proof, const byval_fd_seen_t *seen, int dup,
                                    char *msg, size_t msglen)
 {
-    if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial) {
-        /* Withdrawn between the proof and the duplicate: the number may
-         * hold anything now, so the duplicate is not even looked at. */
-        byval_msg(msg, msglen,
-                  "fd %u of pid %u was withdrawn from its registry while it was duplicated "
-                  "(freed, and the number possibly reused): not used",
-                  w->fd, x->pid);
-        return BYVAL_E_BADFD;
-    }
+    /* Withdrawn between the proof and the duplicate: the number may
+     * hold anything now, so the duplicate is not even looked at. */
+    if (proof->word && __atomic_load_n(proof->word, __ATOMIC_ACQUIRE) != proof->serial)
+        return byval_fail(BYVAL_E_BADFD, msg, msglen,
+                          "fd %u of pid %u was withdrawn from its registry while it was duplicated "
+                          "(freed, and the number possibly reused): not used",
+                          w->fd, x->pid);
     return byval_check_fd_kind(dup, x->pid, w->fd, w->ino, w->size, w->obj,
                                seen->kind ? seen : NULL, msg, msglen);
 }
@@ -306,16 +245,26 @@ static byval_status_t prove_object(const byval_want_t *w, const byval_exporter_t
 static byval_status_t fetch_proven(const byval_want_t *w, const byval_exporter_t *x, int *fd_p,
                                    char *msg, size_t msglen)
 {
-    byval_proof_t proof;
-    byval_fd_seen_t seen;
-    int dup = -1;
-    byval_status_t st = prove_export(w, x, &proof, &seen, msg, msglen);
-    if (st == BYVAL_OK)
-        st = dup_pidfd(w, x, &dup, msg, msglen);
+    const byval_prover_t *p = __atomic_load_n(&prover, __ATOMIC_ACQUIRE);
+    byval_proof_t proof = {0};
+    byval_fd_seen_t seen = {0};
+    int dup = -1, err;
+    const char *note;
+    /* 3: the installed prover for a record's memory, else /proc shows the kind. */
+    byval_status_t st = p && w->rec && (w->obj == BYVAL_OBJ_MEMORY || w->obj == BYVAL_OBJ_MANIFEST)
+        ? p->prove(w->rec, x->pidfd, x->pid, w->fd, w->ino, &proof, msg, msglen)
+        : byval_fd_precheck(x->pidfd, x->pid, w->fd, w->ino, w->size, w->obj, &seen, msg, msglen);
+    /* 4: pidfd_getfd (the kernel sets O_CLOEXEC). */
+    if (st == BYVAL_OK && (dup = byval_pidfd_getfd(x->pidfd, (int)w->fd, 0)) < 0) {
+        err = errno;
+        st = byval_getfd_status(err, x->pidfd, &note);
+        byval_msg(msg, msglen, "pidfd_getfd(pid %u, fd %u) failed: %s%s", x->pid, w->fd,
+                  strerror(err), note);
+    }
     if (st == BYVAL_OK)
         st = prove_object(w, x, &proof, &seen, dup, msg, msglen);
     if (proof.word) /* what the prover holds */
-        __atomic_load_n(&prover, __ATOMIC_ACQUIRE)->done(&proof);
+        p->done(&proof);
     if (st != BYVAL_OK && dup >= 0)
         byval_fd_release(dup); /* maybe not what we asked for: never block on it */
     else if (st == BYVAL_OK)
@@ -348,20 +297,6 @@ static byval_status_t fetch_socket(const byval_want_t *w, byval_exporter_t *x, i
     return st;
 }
 
-/* Steps 1-5 on the pidfd route. On success *fd_p is the duplicate; x
- * keeps the exporter's pid and pidfd either way (the caller closes an
- * owned one). */
-static byval_status_t pipeline(const byval_want_t *w, const byval_self_t *self, byval_exporter_t *x,
-                               int *fd_p, char *msg, size_t msglen)
-{
-    byval_status_t st = translate(w->rec, self, x, msg, msglen);
-    if (st == BYVAL_OK)
-        st = identify(w->rec, x, msg, msglen);
-    if (st == BYVAL_OK)
-        st = fetch_proven(w, x, fd_p, msg, msglen);
-    return st;
-}
-
 /* The policy over the routes: what mode asks, what auto learnt about
  * this exporter before (one read of its memory), and what it learns now (at
  * most one write). */
@@ -370,14 +305,12 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
                               size_t msglen)
 {
     *fd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
-    if (w->rec->boot != self->boot) {
-        byval_msg(msg, msglen,
-                  "handle was exported on another host or boot (boot id 0x%08x != local 0x%08x)",
-                  w->rec->boot, self->boot);
-        return BYVAL_E_FOREIGN_HOST;
-    }
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
+    if (w->rec->boot != self->boot)
+        return byval_fail(
+            BYVAL_E_FOREIGN_HOST, msg, msglen,
+            "handle was exported on another host or boot (boot id 0x%08x != local 0x%08x)",
+            w->rec->boot, self->boot);
     peer_t known = peer_get(w->rec);
     if (mode == BYVAL_MODE_SOCKET || (mode == BYVAL_MODE_AUTO && known.via == BYVAL_VIA_SOCKET)) {
         info->via = BYVAL_VIA_SOCKET;
@@ -385,7 +318,13 @@ static byval_status_t resolve(const byval_want_t *w, const byval_self_t *self, i
     }
     if (known.via == BYVAL_VIA_XLATED && !x->pid)
         x->pid = known.local_pid;
-    byval_status_t st = pipeline(w, self, x, fd_p, msg, msglen);
+    /* Steps 1-5 on the pidfd route; x keeps the exporter's pid and pidfd
+     * either way. */
+    byval_status_t st = translate(w->rec, self, x, msg, msglen);
+    if (st == BYVAL_OK)
+        st = identify(w->rec, x, msg, msglen);
+    if (st == BYVAL_OK)
+        st = fetch_proven(w, x, fd_p, msg, msglen);
     info->via = x->pid == w->rec->pid ? BYVAL_VIA_PIDFD : BYVAL_VIA_XLATED;
     info->local_pid = x->pid;
     if (mode != BYVAL_MODE_AUTO ||
@@ -441,26 +380,22 @@ byval_status_t byval_transport_fetch(const byval_record_t *rec, const byval_self
         *fd_p = -1;
     if (pidfd_p)
         *pidfd_p = -1;
-    if (!rec || !self || !fd_p) {
-        byval_msg(msg, msglen, "byval_resolve_fd: invalid arguments (NULL record, self or fd_p)");
-        return BYVAL_E_INVALID;
-    }
+    if (!rec || !self || !fd_p)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_resolve_fd: invalid arguments (NULL record, self or fd_p)");
     /* Fields a decoded record always has in range; a hand-made one may not,
      * and pid_t/int casts must not turn them into -1 or 0. */
     if (rec->pid == 0 || rec->pid > INT32_MAX || rec->fd > INT32_MAX || rec->kind < 1 ||
-        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK)) {
-        byval_msg(msg, msglen, "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
-                  rec->pid, rec->fd, rec->kind, rec->flags);
-        return BYVAL_E_INVALID;
-    }
+        rec->kind > BYVAL_KIND_MAX_ || (rec->flags & ~BYVAL_FLAG_MASK))
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "invalid record: pid %u, fd %u, kind %u, flags 0x%x out of range",
+                          rec->pid, rec->fd, rec->kind, rec->flags);
     byval_want_t w = {rec,     rec->fd, rec->fd_ino, rec->size, byval_record_obj(rec, rec->fd),
                       rec->tag};
     byval_exporter_t x = {.pidfd = kept};
     byval_status_t st = resolve(&w, self, mode, &x, fd_p, info, msg, msglen);
-    if (x.owned && (st != BYVAL_OK || !pidfd_p)) {
-        close(x.pidfd);
-        x.pidfd = -1;
-    }
+    if (x.owned && (st != BYVAL_OK || !pidfd_p))
+        byval_close_fd(&x.pidfd);
     if (pidfd_p) /* ours to keep, or the caller's lent back */
         *pidfd_p = x.owned || kept >= 0 ? x.pidfd : -1;
     return st;
@@ -480,10 +415,9 @@ byval_status_t byval_transport_fetch_obj(const byval_record_t *rec, int mode, in
     byval_fetch_info_t info = {0};
     if (fd_p)
         *fd_p = -1;
-    if (!rec || !fd_p || fd > INT32_MAX || byval_self_get(&self) != 0) {
-        byval_msg(msg, msglen, "byval_transport_fetch_obj: invalid arguments");
-        return BYVAL_E_INVALID;
-    }
+    if (!rec || !fd_p || fd > INT32_MAX || byval_self_get(&self) != 0)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_transport_fetch_obj: invalid arguments");
     /* A record's own fd shows the record's tag (a manifest's chunk comes
      * as a record of its own, its tag from the manifest). */
     byval_want_t w = {rec, fd, fd_ino, size, obj, fd == rec->fd ? rec->tag : 0};
@@ -512,13 +446,11 @@ byval_status_t byval_getfd_obj(int pidfd, uint32_t pid, uint32_t fd, uint32_t fd
 {
     if (fd_p)
         *fd_p = -1;
-    if (msg && msglen)
-        msg[0] = '\0';
-    if (!fd_p || pidfd < 0 || fd > INT32_MAX) {
-        byval_msg(msg, msglen, "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)",
-                  pidfd, pid, fd);
-        return BYVAL_E_INVALID;
-    }
+    byval_msg(msg, msglen, "%s", ""); /* no failure yet */
+    if (!fd_p || pidfd < 0 || fd > INT32_MAX)
+        return byval_fail(BYVAL_E_INVALID, msg, msglen,
+                          "byval_getfd_obj: invalid arguments (pidfd %d, pid %u, fd %u)", pidfd,
+                          pid, fd);
     /* No record: nothing a registry could list, so /proc proves the kind;
      * pid is ours (the caller's pidfd was opened on it). */
     byval_want_t w = {NULL, fd, fd_ino, size, obj, 0};

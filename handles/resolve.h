@@ -4,10 +4,6 @@
 #ifndef BYVAL_HANDLES_RESOLVE_H
 #define BYVAL_HANDLES_RESOLVE_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <sys/types.h>
-
 #include "handles/self.h"
 
 /* The pid here of rec->pid of pid namespace rec->pidns (a descendant of

@@ -13,16 +13,12 @@
  * after pidfd_open shows another start time; one reused later makes
  * pidfd_getfd fail with ESRCH). man/ipcbyval.7 (SECURITY) says more.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <unistd.h>
 
 #include "handles/self.h"
 #include "handles/sys.h"
@@ -33,35 +29,35 @@ enum { SELF_EMPTY, SELF_BUSY, SELF_READY };
 static int self_state;
 static byval_self_t self_cached;
 
+int byval_read_file(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n;
+    while ((n = read(fd, buf, len - 1)) < 0 && errno == EINTR)
+        ;
+    int err = errno;
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n < 0 ? -err : (int)n;
+}
+
 int byval_proc_start_time(pid_t pid, uint64_t *start_p)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    int err = n < 0 ? errno : 0;
-    close(fd);
+    int n = byval_read_file(path, buf, sizeof(buf));
     if (n < 0)
-        return err;
-    buf[n] = '\0';
+        return -n;
     /* comm may contain spaces and ')': the fields resume after the last
-     * ')'. starttime is field 22; field 3 (state) follows ") ". */
+     * ')'; starttime is the 20th after it (field 22). */
     char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return EIO;
-    p += 2;
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p)
-            return EIO;
-        p++;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long start = strtoull(p, &end, 10);
-    if (end == p || errno || (*end != ' ' && *end != '\n' && *end != '\0'))
+    unsigned long long start;
+    if (!p ||
+        sscanf(p + 1,
+               " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+               &start) != 1)
         return EIO;
     *start_p = start;
     return 0;
@@ -73,20 +69,6 @@ int byval_pidfd_is_pidfs(int pidfd)
     return fstatfs(pidfd, &sfs) == 0 && (uint32_t)sfs.f_type == BYVAL_PIDFS_MAGIC;
 }
 
-static int self_boot_hash(uint32_t *boot_p)
-{
-    char boot[64];
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, boot, sizeof(boot));
-    close(fd);
-    if (n < 36) /* a UUID in text form */
-        return -1;
-    *boot_p = byval_fnv1a32(boot, 36);
-    return 0;
-}
-
 static int self_compute(byval_self_t *s)
 {
     struct stat st;
@@ -95,8 +77,10 @@ static int self_compute(byval_self_t *s)
     if (stat("/proc/self/ns/pid", &st) != 0)
         return -1;
     s->pidns = (uint32_t)st.st_ino;
-    if (self_boot_hash(&s->boot) != 0)
+    char boot[64]; /* a UUID in text form */
+    if (byval_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) < 36)
         return -1;
+    s->boot = byval_fnv1a32(boot, 36);
     int pidfd = byval_pidfd_open((pid_t)s->pid, 0);
     if (pidfd >= 0) {
         int pidfs = byval_pidfd_is_pidfs(pidfd) && fstat(pidfd, &st) == 0;
@@ -107,7 +91,6 @@ static int self_compute(byval_self_t *s)
             return 0;
         }
     }
-    s->id_flags = 0;
     return byval_proc_start_time((pid_t)s->pid, &s->identity) == 0 ? 0 : -1;
 }
 
@@ -195,10 +178,8 @@ byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p)
     case EBADF:
         /* Older kernels say EBADF, not ESRCH, for an exiting process whose
          * fd table is already gone: the pidfd tells the two apart. */
-        if (byval_pidfd_exited(pidfd)) {
-            *note_p = byval_gone_note;
-            return BYVAL_E_GONE;
-        }
+        if (byval_pidfd_exited(pidfd))
+            return err_status(ESRCH, note_p);
         /* No such fd in that process: closed since, or never there. */
         *note_p = " (the exporter has no such fd now: closed since, or a stale or forged "
                   "handle)";
@@ -218,27 +199,22 @@ static byval_status_t check_start_time(const byval_record_t *rec, uint32_t pid, 
     int err = byval_proc_start_time((pid_t)pid, &start);
     if (err == 0 && start == rec->identity)
         return BYVAL_OK;
-    if (err == 0) {
-        byval_msg(msg, msglen,
-                  "pid %u is another process than the handle's exporter of fd %u (start time "
-                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
-                  "or forged handle",
-                  pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
-        return BYVAL_E_IDENTITY;
-    }
-    if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd)) {
-        /* Our pidfd's process holds the pid, yet /proc does not show it. */
-        byval_msg(msg, msglen,
-                  "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
-                  "exporter's identity (/proc hides the pid or is another namespace's)",
-                  pid, rec->fd, strerror(err));
-        return BYVAL_E_IDENTITY;
-    }
+    if (err == 0)
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "pid %u is another process than the handle's exporter of fd %u (start time %llu, the "
+            "handle's %llu): pid reused after the exporter exited, or a stale or forged handle",
+            pid, rec->fd, (unsigned long long)start, (unsigned long long)rec->identity);
+    /* Our pidfd's process holds the pid, yet /proc does not show it. */
+    if ((err == ENOENT || err == ESRCH) && !byval_pidfd_exited(pidfd))
+        return byval_fail(BYVAL_E_IDENTITY, msg, msglen,
+                          "read /proc/%u/stat (exporter of fd %u) failed: %s: cannot verify the "
+                          "exporter's identity (/proc hides the pid or is another namespace's)",
+                          pid, rec->fd, strerror(err));
     const char *note; /* EACCES: hidepid=noaccess */
     byval_status_t st = err_status(err == ENOENT ? ESRCH : err, &note);
-    byval_msg(msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid, rec->fd,
-              strerror(err), note);
-    return st;
+    return byval_fail(st, msg, msglen, "read /proc/%u/stat (exporter of fd %u) failed: %s%s", pid,
+                      rec->fd, strerror(err), note);
 }
 
 /* Is the process behind pidfd (pid: its pid here) the one rec names? */
@@ -253,35 +229,30 @@ static byval_status_t identify(const byval_record_t *rec, uint32_t pid, int pidf
     static uint64_t pidfs_dev; /* 0: not seen yet */
     struct statfs sfs;
     struct stat st;
-    if (fstat(pidfd, &st) != 0) {
-        byval_msg(msg, msglen, "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid, rec->fd,
-                  strerror(errno));
-        return BYVAL_E_SYS;
-    }
+    if (fstat(pidfd, &st) != 0)
+        return byval_fail(BYVAL_E_SYS, msg, msglen,
+                          "fstat(pidfd of pid %u, exporter of fd %u) failed: %s", pid, rec->fd,
+                          strerror(errno));
     uint64_t known = __atomic_load_n(&pidfs_dev, __ATOMIC_RELAXED);
     if (known == 0 || (uint64_t)st.st_dev != known) {
-        if (fstatfs(pidfd, &sfs) != 0) {
-            byval_msg(msg, msglen, "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
-                      rec->fd, strerror(errno));
-            return BYVAL_E_SYS;
-        }
-        if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC) {
-            byval_msg(msg, msglen,
-                      "cannot verify that pid %u is the exporter of fd %u: the handle names it "
-                      "by its pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
-                      pid, rec->fd, (unsigned long)sfs.f_type);
-            return BYVAL_E_IDENTITY;
-        }
+        if (fstatfs(pidfd, &sfs) != 0)
+            return byval_fail(BYVAL_E_SYS, msg, msglen,
+                              "fstatfs(pidfd of pid %u, exporter of fd %u) failed: %s", pid,
+                              rec->fd, strerror(errno));
+        if ((uint32_t)sfs.f_type != BYVAL_PIDFS_MAGIC)
+            return byval_fail(
+                BYVAL_E_IDENTITY, msg, msglen,
+                "cannot verify that pid %u is the exporter of fd %u: the handle names it by its "
+                "pidfs inode, but this pidfd is not on pidfs (f_type 0x%lx)",
+                pid, rec->fd, (unsigned long)sfs.f_type);
         __atomic_store_n(&pidfs_dev, (uint64_t)st.st_dev, __ATOMIC_RELAXED);
     }
-    if ((uint64_t)st.st_ino != rec->identity) {
-        byval_msg(msg, msglen,
-                  "pid %u is another process than the handle's exporter of fd %u (pidfs inode "
-                  "%llu, the handle's %llu): pid reused after the exporter exited, or a stale "
-                  "or forged handle",
-                  pid, rec->fd, (unsigned long long)st.st_ino, (unsigned long long)rec->identity);
-        return BYVAL_E_IDENTITY;
-    }
+    if ((uint64_t)st.st_ino != rec->identity)
+        return byval_fail(
+            BYVAL_E_IDENTITY, msg, msglen,
+            "pid %u is another process than the handle's exporter of fd %u (pidfs inode %llu, the "
+            "handle's %llu): pid reused after the exporter exited, or a stale or forged handle",
+            pid, rec->fd, (unsigned long long)st.st_ino, (unsigned long long)rec->identity);
     return BYVAL_OK;
 }
 
@@ -301,9 +272,8 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
         byval_status_t st = err == ENOSYS
             ? BYVAL_E_NOSYS
             : err_status(err == EINVAL || err == ENOENT ? ESRCH : err, &note);
-        byval_msg(msg, msglen, "pidfd_open(pid %u) for fd %u failed: %s%s", pid, rec->fd,
-                  strerror(err), note);
-        return st;
+        return byval_fail(st, msg, msglen, "pidfd_open(pid %u) for fd %u failed: %s%s", pid,
+                          rec->fd, strerror(err), note);
     }
     byval_status_t st = identify(rec, pid, pidfd, msg, msglen);
     if (st != BYVAL_OK) {
@@ -324,29 +294,6 @@ struct byval_pidfd_info {
 _Static_assert(sizeof(struct byval_pidfd_info) == 64, "PIDFD_INFO_SIZE_VER0");
 #define BYVAL_PIDFD_GET_INFO _IOWR(0xFF, 11, struct byval_pidfd_info)
 
-/* The fdinfo's "Pid:" line (every kernel with pidfds). */
-static int pid_from_fdinfo(int pidfd)
-{
-    char path[48], buf[1024];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    int f = open(path, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-        return -2;
-    ssize_t n;
-    do
-        n = read(f, buf, sizeof(buf) - 1);
-    while (n < 0 && errno == EINTR);
-    close(f);
-    if (n <= 0)
-        return -2;
-    buf[n] = '\0';
-    const char *p = strstr(buf, "\nPid:");
-    int pid;
-    if (!p || sscanf(p + 5, "%d", &pid) != 1)
-        return -2;
-    return pid;
-}
-
 int byval_pidfd_pid(int pidfd)
 {
     /* PIDFD_GET_INFO (6.13) answers in 0.3 us, the fdinfo in 9; its ESRCH
@@ -355,7 +302,12 @@ int byval_pidfd_pid(int pidfd)
     if (pidfd >= 0 && byval_sys3(SYS_ioctl, pidfd, (long)BYVAL_PIDFD_GET_INFO, (long)&info) == 0 &&
         (info.mask & BYVAL_PIDFD_INFO_PID) && info.pid > 0 && info.pid <= INT32_MAX)
         return (int)info.pid;
-    return pid_from_fdinfo(pidfd);
+    /* The fdinfo's "Pid:" line (every kernel with pidfds). */
+    char path[48], buf[1024];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+    const char *p = byval_read_file(path, buf, sizeof(buf)) > 0 ? strstr(buf, "\nPid:") : NULL;
+    int pid;
+    return p && sscanf(p + 5, "%d", &pid) == 1 ? pid : -2;
 }
 
 int byval_pidfd_exited(int pidfd)

@@ -9,10 +9,9 @@
 #define BYVAL_HANDLES_SELF_H
 
 #include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "handles/wire.h"
 
@@ -65,6 +64,10 @@ void byval_record_set_exporter(byval_record_t *rec, const byval_self_t *self);
 uint64_t byval_fd_inode(int fd);
 int64_t byval_fd_size(int fd);
 
+/* Up to len - 1 bytes of path into buf, NUL-terminated: how many, or
+ * -errno. */
+int byval_read_file(const char *path, char *buf, size_t len);
+
 /* Start time of pid (field 22 of /proc/<pid>/stat) into *start_p: 0, or
  * an errno value (EIO: unparsable). */
 int byval_proc_start_time(pid_t pid, uint64_t *start_p);
@@ -91,16 +94,28 @@ byval_status_t byval_open_exporter(const byval_record_t *rec, uint32_t pid, int 
 /* Status and explanation (*note_p) of a failed pidfd_getfd. */
 byval_status_t byval_getfd_status(int err, int pidfd, const char **note_p);
 
-/* snprintf into msg when the caller asked for a message (msg may be NULL). */
-__attribute__((format(printf, 3, 4))) static inline void byval_msg(char *msg, size_t msglen,
+/* Close *fd_p if open, and mark it closed (-1). */
+static inline void byval_close_fd(int *fd_p)
+{
+    if (*fd_p >= 0)
+        close(*fd_p);
+    *fd_p = -1;
+}
+
+/* snprintf into msg when the caller asked for a message (msg may be NULL)
+ * and return rc (a status, or an int): the one line a failing step
+ * writes. _msg writes it only, _fail_null returns NULL. */
+__attribute__((format(printf, 4, 5))) static inline int byval_fail(int rc, char *msg, size_t msglen,
                                                                    const char *fmt, ...)
 {
-    if (!msg || !msglen)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, msglen, fmt, ap);
+    if (msg && msglen)
+        vsnprintf(msg, msglen, fmt, ap);
     va_end(ap);
+    return rc;
 }
+#define byval_msg(msg, msglen, ...) ((void)byval_fail(0, msg, msglen, __VA_ARGS__))
+#define byval_fail_null(msg, msglen, ...) (byval_fail(0, msg, msglen, __VA_ARGS__), NULL)
 
 #endif

@@ -70,15 +70,8 @@ static inline long byval_sys6(long nr, long a, long b, long c, long d, long e, l
 }
 #endif
 
-static inline long byval_sys4(long nr, long a, long b, long c, long d)
-{
-    return byval_sys6(nr, a, b, c, d, 0, 0);
-}
-
-static inline long byval_sys3(long nr, long a, long b, long c)
-{
-    return byval_sys4(nr, a, b, c, 0);
-}
+/* With three arguments. */
+#define byval_sys3(nr, a, b, c) byval_sys6(nr, a, b, c, 0, 0, 0)
 
 /* The kernel's -errno into the C library's convention. */
 static inline int byval_sys_ret(long r)

@@ -5,10 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
-#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
+#include <sched.h>
 
 #include "cache/locks.h"
 
@@ -71,33 +70,22 @@ static void fork_child(void)
 }
 BYVAL_FORK_CHILD(tag_key, fork_child);
 
+/* getrandom, else /dev/urandom (the pool not initialised yet). */
 static int fill_random(uint8_t *p, size_t n)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(p + got, n - got, GRND_NONBLOCK);
-        if (r > 0) {
-            got += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        break;
-    }
-    if (got == n)
-        return 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r <= 0 && !(r < 0 && errno == EINTR))
-            break;
+    int fd = -1, rc = 0;
+    for (size_t got = 0; got < n && rc == 0;) {
+        ssize_t r =
+            fd < 0 ? getrandom(p + got, n - got, GRND_NONBLOCK) : read(fd, p + got, n - got);
         if (r > 0)
             got += (size_t)r;
+        else if (!(r < 0 && errno == EINTR) &&
+                 (fd >= 0 || (fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)) < 0))
+            rc = -1;
     }
-    close(fd);
-    return got == n ? 0 : -1;
+    if (fd >= 0)
+        close(fd);
+    return rc;
 }
 
 static const uint8_t *key(void)
@@ -108,17 +96,12 @@ static const uint8_t *key(void)
             return tk.key;
         if (s == 0 &&
             __atomic_compare_exchange_n(&tk.state, &s, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-            uint8_t k[16];
-            int rc = fill_random(k, sizeof(k));
-            int err = errno;
-            if (rc == 0)
-                memcpy(tk.key, k, sizeof(k));
+            errno = 0;
+            int rc = fill_random(tk.key, sizeof(tk.key)); /* read by nobody until state 2 */
+            if (rc != 0 && !errno)
+                errno = EIO;
             __atomic_store_n(&tk.state, rc == 0 ? 2 : 0, __ATOMIC_RELEASE);
-            if (rc != 0) {
-                errno = err ? err : EIO;
-                return NULL;
-            }
-            return tk.key;
+            return rc == 0 ? tk.key : NULL;
         }
         if (s == 1)
             sched_yield(); /* another thread is making it */

@@ -6,9 +6,6 @@
 #ifndef BYVAL_HANDLES_TAG_H
 #define BYVAL_HANDLES_TAG_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "handles/wire.h"
 
 /* The tag of (fd, ino) into *tag_p (1..2^40-1): 0, or -1 with errno

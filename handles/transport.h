@@ -7,9 +7,6 @@
 #ifndef BYVAL_HANDLES_TRANSPORT_H
 #define BYVAL_HANDLES_TRANSPORT_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "handles/self.h"
 
 /* Modes: the values of IPCBYVAL_TRANSPORT (shim/config.h's enum). */

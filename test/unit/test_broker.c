@@ -66,7 +66,8 @@ static byval_record_t rec_of(const byval_self_t *self, int fd)
 
 static byval_status_t fetch(const byval_record_t *rec, int *fd_p, char *msg, size_t len)
 {
-    return byval_broker_fetch(rec, rec->fd, rec->fd_ino, fd_p, msg, len);
+    return byval_broker_fetch_routes(rec, rec->fd, rec->fd_ino, rec->tag, fd_p, NULL, NULL, msg,
+                                     len);
 }
 
 static void test_roundtrip_and_pidfd(void **state)
@@ -77,8 +78,8 @@ static void test_roundtrip_and_pidfd(void **state)
     uint64_t served0, served1, refused;
     byval_broker_counts(&served0, &refused);
     char msg[512];
-    assert_int_equal(byval_broker_fetch_pidfd(&rec, rec.fd, rec.fd_ino, &got, &pidfd, msg,
-                                              sizeof(msg)),
+    assert_int_equal(byval_broker_fetch_routes(&rec, rec.fd, rec.fd_ino, rec.tag, &got, &pidfd,
+                                               NULL, msg, sizeof(msg)),
                      BYVAL_OK);
     assert_int_not_equal(got, fd); /* a new fd for the same object */
     assert_int_equal(byval_fd_inode(got), byval_fd_inode(fd));
