@@ -20,7 +20,6 @@
 #include "shim/stats.h"
 #include "cache/transport.h"
 #include "shim/ze.h"
-#include "shim/ze_short.h"
 
 /* A get: the pool, the driver's fd and its inode; the serial handed. */
 typedef struct pool_call {

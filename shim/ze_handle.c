@@ -19,7 +19,7 @@
 #include "shim/log.h"
 #include "shim/stats.h"
 #include "cache/transport.h"
-#include "shim/ze_short.h"
+#include "shim/ze.h"
 
 uint64_t byval_ze_handle_fd(const void *handle64)
 {
@@ -97,18 +97,31 @@ void byval_ze_pass(const uint8_t *h, int pool)
         byval_export_register_fd((int)fd);
 }
 
+#define RESERVED_OFF 30 /* both opaque layouts: reservedHandleData[32] @30-61 */
+#define RESERVED_LEN 32
+
+/* An opaque handle a short record can describe: the rendezvous directory
+ * in use, the reserved bytes left zero, handle type fd. */
+static int describable(const void *handle64, int pool)
+{
+    const uint8_t *h = handle64;
+    for (int i = RESERVED_OFF; i < RESERVED_OFF + RESERVED_LEN; i++)
+        if (h[i]) /* fabric data, the driver's */
+            return 0;
+    /* memory: handle type @20 (0: fd); pools carry theirs @29 */
+    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
+        (pool ? h[29] : h[20]) == 0;
+}
+
 int byval_ze_layout(uint8_t *h, int pool)
 {
     if (byval_ze_pattern(h, pool ? BYVAL_ZE_POOL_RECORD_OFF : BYVAL_ZE_RECORD_OFF, 0))
         return 0;
-    if (layout_is_opaque(h, pool) && byval_ze_opaque_describable(h, pool))
+    if (layout_is_opaque(h, pool) && describable(h, pool))
         return 1;
     byval_ze_pass(h, pool);
     return -1;
 }
-
-#define RESERVED_OFF 30 /* both opaque layouts: reservedHandleData[32] @30-61 */
-#define RESERVED_LEN 32
 
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
 {
@@ -119,106 +132,6 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
     byval_short_t s = {self.id_flags, self.pid, (uint32_t)self.identity,
                        byval_short_guard(self.boot, self.pidns), (uint32_t)serial};
     return byval_short_encode(&s, h, off, h + off) == BYVAL_WIRE_OK ? 0 : -1;
-}
-
-ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char *msg)
-{
-    /* One error line per kind of failure and API (shim/log.h): memory, pools. */
-    static int seen[2][BYVAL_E_SYS + 2];
-    BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen[strstr(api, "EventPool") != NULL], BYVAL_E_SYS + 2, (int)st, api,
-                            "%s", msg);
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
-}
-
-ze_result_t byval_ze_short_imported(const char *api, ze_result_t r, int fd,
-                                    const byval_record_t *rec, byval_reg_view_t *v, uint64_t t0)
-{
-    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
-    close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec->pid,
-                 rec->fd, (unsigned)r);
-        byval_ze_short_refuse(api, BYVAL_E_SYS, msg);
-        byval_reg_view_put(v);
-    }
-    return r;
-}
-
-ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const void *handle64,
-                                 uint8_t kind, byval_record_t *rec, byval_reg_view_t **v_p,
-                                 const uint64_t **w_p, byval_reg_slot_t *slot)
-{
-    char msg[512] = "";
-    int pidfd = -1;
-    byval_self_t self;
-    if (byval_self_get(&self) != 0)
-        return ZE_RESULT_ERROR_UNKNOWN;
-    byval_status_t st =
-        byval_reg_attach_short(s, &self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
-    if (st != BYVAL_OK)
-        return byval_ze_short_refuse(api, st, msg);
-    if (pidfd >= 0) /* verified for this exporter: kept for the fetch */
-        byval_fetch_done(rec, pidfd);
-    uint64_t fd = byval_ze_handle_fd(handle64);
-    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
-    if (!*w_p || slot->key >> 56 != kind || slot->fd != fd) {
-        byval_reg_view_put(*v_p);
-        *v_p = NULL;
-        snprintf(msg, sizeof(msg),
-                 "pid %u exports no %s under serial %u with fd %llu (%s, or the handle was "
-                 "altered)",
-                 s->pid, kind == BYVAL_KIND_ZE_EVENT_POOL ? "event pool" : "memory", s->serial,
-                 (unsigned long long)fd, kind == BYVAL_KIND_ZE_EVENT_POOL ? "destroyed" : "freed");
-        return byval_ze_short_refuse(api, BYVAL_E_BADFD, msg);
-    }
-    rec->kind = kind;
-    rec->fd = slot->fd;
-    rec->fd_ino = slot->ino;
-    rec->size = slot->size;
-    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
-    return ZE_RESULT_SUCCESS;
-}
-
-int byval_ze_short_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return memcmp(((const byval_ze_short_import_t *)a)->handle,
-                  ((const byval_ze_short_import_t *)b)->handle, ZE_MAX_IPC_HANDLE_SIZE) == 0;
-}
-
-byval_ze_short_import_t *byval_ze_short_get(byval_imports_t *c, const void *key,
-                                            const void *handle64, byval_lru_ref_t *ref_p)
-{
-    byval_ze_short_import_t *m = (byval_ze_short_import_t *)byval_imports_get(c, key, ref_p);
-    if (m && memcmp(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE) != 0) {
-        byval_imports_unget(c, *ref_p); /* same key, another handle: resolve it */
-        m = NULL;
-    }
-    return m;
-}
-
-void byval_ze_short_fill(byval_ze_short_import_t *m, const void *handle64,
-                         const byval_record_t *rec, const uint64_t *w, uint64_t serial, void *v)
-{
-    memcpy(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE);
-    m->base.bytes = rec->size;
-    m->base.pidns = rec->pidns;
-    m->base.pid = rec->pid;
-    m->base.identity = rec->identity;
-    byval_import_track(&m->base, w, serial, v);
-}
-
-int byval_ze_opaque_describable(const void *handle64, int pool)
-{
-    const uint8_t *h = handle64;
-    for (int i = RESERVED_OFF; i < RESERVED_OFF + RESERVED_LEN; i++)
-        if (h[i]) /* fabric data, the driver's */
-            return 0;
-    /* memory: handle type @20 (0: fd); pools carry theirs @29 */
-    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
-        (pool ? h[29] : h[20]) == 0;
 }
 
 int byval_ze_opaque_write(void *handle64, uint64_t serial)

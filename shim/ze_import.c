@@ -4,7 +4,7 @@
  *  - memory handles with a record (bytes 17-63), keyed by exporter,
  *    allocation id, flags, pool offset, context and device;
  *  - opaque-layout memory handles and event pools with a short record
- *    (ze_short.c): it names an entry of the exporter's registry, which
+ *    (ze_handle.c): it names an entry of the exporter's registry, which
  *    gives the fd and the liveness, keyed by that entry, context (and
  *    flags, pool offset, device);
  * and zeContextDestroy, whose mappings are released first. A miss writes
@@ -19,11 +19,13 @@
 
 #include "cache/exporters.h"
 #include "cache/imports.h"
+#include "cache/transport.h"
 #include "shim/config.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/ze_short.h"
+#include "handles/registry_view.h"
+#include "shim/ze.h"
 
 #define POOL_TAG (UINT64_C(1) << 63)
 #define HANDLE_LEN ZE_MAX_IPC_HANDLE_SIZE
@@ -161,6 +163,10 @@ ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
     return byval_ze_resolve_as(mem.api, rec, fd_p);
 }
 
+/* A refused open, counted and logged once per kind of failure. */
+#define REFUSE(b, st, ...) \
+    (BYVAL_STAT_INC(open_errors), byval_import_refuse((b), (b)->api, (st), __VA_ARGS__))
+
 /* The driver's import of rec's exporter's fd, written into a copy of the
  * handle (opaque: as a plain fd); *out the mapping or the pool. */
 static ze_result_t driver_import(byval_backend_import_t *b, ze_req_t *q, int opaque_layout,
@@ -186,11 +192,9 @@ static ze_result_t driver_import(byval_backend_import_t *b, ze_req_t *q, int opa
     byval_leave();
     BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        BYVAL_STAT_INC(open_errors);
-        byval_import_refuse(b, b->api, BYVAL_E_SYS, "the driver refused fd %d (pid %u fd %u): 0x%x",
-                            fd, q->rec.pid, q->rec.fd, (unsigned)r);
-    }
+    if (r != ZE_RESULT_SUCCESS)
+        REFUSE(b, BYVAL_E_SYS, "the driver refused fd %d (pid %u fd %u): 0x%x", fd, q->rec.pid,
+               q->rec.fd, (unsigned)r);
     return r;
 }
 
@@ -232,6 +236,43 @@ static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p)
     return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(&mem, req, p, NULL, 0, NULL, m_p);
 }
 
+/* The exporter's live registry entry the short record names for the fd
+ * in bytes 0-7: *v_p (a view reference), *w_p, *slot, and in q->rec the
+ * record to fetch it. Else the refusal's code, logged. */
+static ze_result_t short_entry(byval_backend_import_t *b, ze_req_t *q, byval_reg_view_t **v_p,
+                               const uint64_t **w_p, byval_reg_slot_t *slot)
+{
+    char msg[512] = "";
+    int pidfd = -1;
+    byval_self_t self;
+    uint8_t kind = q->pool ? BYVAL_KIND_ZE_EVENT_POOL : BYVAL_KIND_ZE_MEM;
+    if (byval_self_get(&self) != 0)
+        return ZE_RESULT_ERROR_UNKNOWN;
+    byval_status_t st = byval_reg_attach_short(&q->s, &self, byval_cfg.transport, v_p, &q->rec,
+                                               &pidfd, msg, sizeof(msg));
+    if (st != BYVAL_OK)
+        return REFUSE(b, st, "%s", msg);
+    if (pidfd >= 0) /* verified for this exporter: kept for the fetch */
+        byval_fetch_done(&q->rec, pidfd);
+    uint64_t fd = byval_ze_handle_fd(q->handle);
+    *w_p = byval_reg_find_serial(*v_p, q->s.serial, slot);
+    if (!*w_p || slot->key >> 56 != kind || slot->fd != fd) {
+        byval_reg_view_put(*v_p);
+        *v_p = NULL;
+        return REFUSE(b, BYVAL_E_BADFD,
+                      "pid %u exports no %s under serial %u with fd %llu (%s, or the handle was "
+                      "altered)",
+                      q->s.pid, q->pool ? "event pool" : "memory", q->s.serial,
+                      (unsigned long long)fd, q->pool ? "destroyed" : "freed");
+    }
+    q->rec.kind = kind;
+    q->rec.fd = slot->fd;
+    q->rec.fd_ino = slot->ino;
+    q->rec.size = slot->size;
+    q->rec.alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
+    return ZE_RESULT_SUCCESS;
+}
+
 /* The exporter's live registry entry the short record names gives the fd. */
 static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
@@ -242,9 +283,7 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
     byval_reg_slot_t slot;
     void *p = NULL;
     (void)had;
-    ze_result_t r = byval_ze_short_entry(b->api, &q->s, q->handle,
-                                         q->pool ? BYVAL_KIND_ZE_EVENT_POOL : BYVAL_KIND_ZE_MEM,
-                                         &q->rec, &v, &w, &slot);
+    ze_result_t r = short_entry(b, q, &v, &w, &slot);
     if (r == ZE_RESULT_SUCCESS &&
         (r = driver_import(b, q, !q->pool || q->layout == 2, &p)) != ZE_RESULT_SUCCESS)
         byval_reg_view_put(v);
