@@ -2,11 +2,10 @@
 /*
  * cu.h - internal interface of the CUDA part of the shim.
  *
- * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
- * cu_real.c    the real libcuda entry points, found at run time
+ * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint,
+ *              the real libcuda entry points, context ends
  * cu_export.c  by-value export: VMM memory (pools of chunks, extents), legacy
  * cu_import.c  the VMM and legacy import backends, cuIpcOpen/CloseMemHandle
- * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
 #define BYVAL_SHIM_CU_H
@@ -93,7 +92,7 @@ const char *byval_cu_err(CUresult r);
 
 /* Offsets of the CUDA handle: bytes 0-7 carry the offset of the pointer's
  * chunk in the exporter's reservation, 8-15 the exporter's pool id (the
- * mirror an importer maps it into: cu_import.c); the record sits where
+ * mirror an importer maps it into); the record sits where
  * Level Zero's does. */
 #define BYVAL_CU_OFF_CHUNK 0
 #define BYVAL_CU_OFF_POOL 8
@@ -134,11 +133,6 @@ int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdevice
 void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
 void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
 void byval_cu_export_mapped(void);
-
-/* A context is about to be destroyed or reset (cuCtxDestroy, the primary
- * context's reset or last release): end the exports of its memory and
- * release its mappings first (cu_ctx.c). */
-void byval_cu_context_dying(CUcontext ctx);
 
 /* Legacy exports (cu_export.c): ptr is being freed. */
 void byval_cu_legacy_freed(CUdeviceptr ptr);

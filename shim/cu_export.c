@@ -14,7 +14,7 @@
  * Legacy (cuMemAlloc) memory: the driver's handle is by value already and
  * passes through; one export per allocation start publishes it (keyed by
  * a hash of the handle bytes) so that importers release their closed
- * mappings of it when it is freed or its context goes (cu_ctx.c).
+ * mappings of it when it is freed or its context goes (cu_entry.c).
  */
 #include <fcntl.h>
 #include <stdlib.h>
