@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze.h - internal interface of the Level Zero part of the shim: routes
- * (ze_entry.c), the memory export (ze_export.c, zex: ze_zex.c, fd
- * conversions: ze_fdconv.c), the event-pool export (ze_event.c), the
- * import backends (ze_import.c) and what a handle's bytes say (ze_handle.c).
+ * (ze_entry.c), the memory export (ze_export.c), the event-pool export
+ * (ze_event.c), the import backends (ze_import.c), fd conversions
+ * (ze_fdconv.c) and what a handle's bytes say (ze_handle.c).
  */
 #ifndef BYVAL_SHIM_ZE_H
 #define BYVAL_SHIM_ZE_H

@@ -294,6 +294,31 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
     return next ? get_ipc(&c, handle) : ZE_RESULT_ERROR_UNINITIALIZED;
 }
 
+/* Intel's zexMemGetIpcHandles (a handle per tile of an implicitly scaled
+ * allocation): each classic-layout handle is made by value. The driver
+ * keeps these exports itself (no put: their end is the free). */
+ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_t ctx, void *ptr,
+                               uint32_t *count, ze_ipc_mem_handle_t *handles)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!count || !handles || !*count || !byval_init() || !byval_cfg.ze)
+        return next(ctx, ptr, count, handles);
+    uint32_t n = *count;
+    for (uint32_t i = 0; i < n; i++)
+        byval_ze_pattern_fill((uint8_t *)handles[i].data);
+    byval_enter();
+    ze_result_t r = next(ctx, ptr, count, handles);
+    byval_leave();
+    uint64_t id;
+    ze_device_handle_t dev = NULL;
+    if (r != ZE_RESULT_SUCCESS || byval_ze_alloc_props(ctx, ptr, &id, &dev) != 0)
+        return r;
+    for (uint32_t i = 0; i < *count && i < n; i++)
+        byval_ze_describe((uint8_t *)handles[i].data, ctx, ptr, id, dev, i);
+    return r;
+}
+
 /* ze_ipc_mem_handle_type_ext_desc_t (1.15; not in the 1.4 headers). */
 #define STYPE_IPC_MEM_HANDLE_TYPE_EXT_DESC 0x0002003Du
 #define IPC_MEM_HANDLE_TYPE_FLAG_DEFAULT 1u

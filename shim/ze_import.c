@@ -7,7 +7,8 @@
  *    (ze_handle.c): it names an entry of the exporter's registry, which
  *    gives the fd and the liveness, keyed by that entry, context (and
  *    flags, pool offset, device);
- * and zeContextDestroy, whose mappings are released first. A miss writes
+ * zexMemOpenIpcHandles, and zeContextDestroy, whose mappings are
+ * released first. A miss writes
  * the fetched local fd into a copy of the handle for the driver's import.
  * An event pool's open pointer is its handle tagged with bit 63 (no
  * user-space address has it); pools do not die with their context (its
@@ -362,9 +363,8 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     if (!q.layout || byval_self_get(&self) != 0)
         ;
     else if (q.layout == 2 && byval_ze_opaque_whose(&q.s) != 2)
-        byval_ze_opaque_strip(handle.data); /* our pid namespace's: the driver's import */
-    else if (!(q.s.pid == self.pid && q.s.id32 == (uint32_t)self.identity &&
-               q.s.guard == byval_short_guard(self.boot, self.pidns))) {
+        byval_ze_opaque_strip(handle.data);      /* our pid namespace's: the driver's import */
+    else if (byval_ze_opaque_whose(&q.s) != 0) { /* not our own */
         BYVAL_STAT_INC(pool_opens);
         r = ze_open(&pool, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial, 0, &out);
     }
@@ -393,6 +393,52 @@ ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next, ze_eve
         return ZE_RESULT_ERROR_UNINITIALIZED;
     if (!p || !byval_init() || !byval_cfg.ze || !byval_ze_pool_close_import(p, &r))
         return next(p);
+    return r;
+}
+
+/* Intel's zexMemOpenIpcHandles: every handle's fd resolved; the rare
+ * multi-handle open is not cached. */
+#define ZEX_MAX_HANDLES 16
+
+ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handle_t ctx,
+                                ze_device_handle_t dev, uint32_t count,
+                                ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
+                                void **pptr)
+{
+    byval_self_t self;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!handles || !count || count > ZEX_MAX_HANDLES || !byval_init() || !byval_cfg.ze ||
+        byval_self_get(&self) != 0)
+        return next(ctx, dev, count, handles, flags, pptr);
+    ze_ipc_mem_handle_t local[ZEX_MAX_HANDLES];
+    int fds[ZEX_MAX_HANDLES], ours = 0;
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    uint32_t i;
+    for (i = 0; i < count && r == ZE_RESULT_SUCCESS; i++) {
+        byval_record_t rec;
+        local[i] = handles[i];
+        fds[i] = -1;
+        if (!byval_ze_decode(handles[i].data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
+            !byval_import_foreign(&rec))
+            continue;
+        r = byval_ze_resolve(&rec, &fds[i]);
+        uint64_t fd64 = (uint64_t)fds[i];
+        memcpy(local[i].data, &fd64, sizeof(fd64));
+        ours = 1;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        if (ours)
+            BYVAL_STAT_INC(opens);
+        else
+            BYVAL_STAT_INC(open_passthrough);
+        byval_enter();
+        r = next(ctx, dev, count, local, flags, pptr);
+        byval_leave();
+    }
+    while (i--)
+        if (fds[i] >= 0)
+            close(fds[i]);
     return r;
 }
 
