@@ -123,15 +123,32 @@ static inline void *byval_cu_room(void *arr, size_t *cap_p, size_t n, size_t ele
     return a;
 }
 
+/* Index of the first of n chunks ending after off: chunks sorted by
+ * offset, stride bytes apart, each starting with its uint64_t offset and
+ * size. */
+static inline size_t byval_cu_chunk_at(const void *chunks, size_t n, size_t stride, uint64_t off)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const uint64_t *c = (const uint64_t *)((const char *)chunks + mid * stride);
+        if (c[0] + c[1] <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* A pointer attribute read into a zeroed 8-byte slot (some are 4 bytes). */
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
                       uint64_t *out);
 
-/* Exporter side: chunks in the range are unmapped (cuMemUnmap, cuMemFree)
- * or the allocation released (cuMemRelease): the exports naming them end.
- * A chunk was mapped (cuMemMap): remembered handles are checked again. */
-void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
-void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
+/* Exporter side: chunks in [ptr, ptr + size) are unmapped (cuMemUnmap,
+ * cuMemFree), or allocation gh (!= 0) is released (cuMemRelease): the
+ * exports naming them end. A chunk was mapped (cuMemMap): remembered
+ * handles are checked again. */
+void byval_cu_export_forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh);
 void byval_cu_export_mapped(void);
 
 /* Legacy exports (cu_export.c): ptr is being freed. */

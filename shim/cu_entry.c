@@ -269,7 +269,7 @@ CTX_ENTRY(cuCtxDestroy, ctx_destroy, CUcontext, ctx_destroy)
 static void freed(CUdeviceptr ptr)
 {
     if (active()) {
-        byval_cu_export_forget_range(ptr, 1);
+        byval_cu_export_forget(ptr, 1, 0);
         byval_cu_legacy_freed(ptr);
     }
 }
@@ -277,15 +277,15 @@ static void freed(CUdeviceptr ptr)
 
 static CUresult mem_release(byval_cu_release_fn real, CUmemGenericAllocationHandle handle)
 {
-    if (active())
-        byval_cu_export_forget_handle(handle);
+    if (active() && handle)
+        byval_cu_export_forget(0, 0, handle);
     return real(handle);
 }
 
 static CUresult mem_unmap(byval_cu_unmap_fn real, CUdeviceptr ptr, size_t size)
 {
     if (active())
-        byval_cu_export_forget_range(ptr, size);
+        byval_cu_export_forget(ptr, size, 0);
     return real(ptr, size);
 }
 

@@ -237,15 +237,7 @@ typedef struct vmm_req {
  * another chunk holds the place of (-1: the exporter mapped anew there). */
 static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, size_t *at_p)
 {
-    size_t lo = 0, hi = m->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->chunks[mid].off + m->chunks[mid].size <= c->offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *at_p = lo;
+    size_t lo = *at_p = byval_cu_chunk_at(m->chunks, m->n, sizeof(m->chunks[0]), c->offset);
     if (lo == m->n || m->chunks[lo].off >= c->offset + c->size)
         return 1;
     const mirror_chunk_t *h = &m->chunks[lo];

@@ -106,7 +106,6 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
  * record, -1 neither (passed through: byval_ze_pass). pass: counted, and
  * an opaque handle's fd registered for other libraries' pidfd_getfd. */
 int byval_ze_pattern(uint8_t *handle64, size_t off, int fill);
-void byval_ze_pattern_fill(uint8_t *handle64);
 int byval_ze_layout(uint8_t *handle64, int pool);
 void byval_ze_pass(const uint8_t *handle64, int pool);
 /* 1 when the driver wrote the classic layout, the record was added and
@@ -121,13 +120,12 @@ void byval_ze_exports_ctx_gone(ze_context_handle_t ctx);
 /* Allocation id and device of ptr; -1 if the driver does not know it. */
 int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
                          ze_device_handle_t *dev_p);
-/* Resolve a by-value handle into a local fd (import path); 0 with *fd_p
- * set, or a ze_result_t error already logged. */
-ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p);
-int byval_ze_decode(const void *handle64, byval_record_t *rec_p);
-/* The same without the checksum (byval_wire_parse): only for a cache
- * lookup whose hit compares the whole record with a decoded one. */
-int byval_ze_parse(const void *handle64, byval_record_t *rec_p);
+/* 1 when the handle carries a record of its fd @0 in *rec_p; checked:
+ * with its checksum (byval_wire_decode), else parsed only, for a cache
+ * lookup whose hit compares the whole record with a checked one. */
+int byval_ze_read(const void *handle64, byval_record_t *rec_p, int checked);
+/* 1 when the handle is another process's by-value memory handle (*rec_p). */
+int byval_ze_foreign(const void *handle64, byval_record_t *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
 
 /* ---- fd <-> IPC handle (ze_fdconv.c) ---------------------------------- */
@@ -196,7 +194,8 @@ int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p);
 int byval_ze_opaque_whose(const byval_short_t *s);
 void byval_ze_opaque_strip(void *handle64);
 void byval_ze_opaque_local(void *handle64, int fd, int pool);
-/* Resolve rec into a local fd, failures logged under `api`. */
+/* Resolve rec into a local fd (import path): 0 with *fd_p set, or a
+ * ze_result_t error already logged under `api`. */
 ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p);
 
 #endif

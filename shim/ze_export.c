@@ -146,7 +146,7 @@ static byval_export_t *export_make(void *arg)
     byval_record_t rec = {0};
     if (c->plain || c->props) {
         byval_ptracer_allow();
-        byval_ze_pattern_fill(c->h);
+        byval_ze_pattern(c->h, BYVAL_ZE_RECORD_OFF, 1);
         byval_enter();
         c->r = call_get(c, (ze_ipc_mem_handle_t *)c->h);
         byval_leave();
@@ -306,7 +306,7 @@ ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_
         return next(ctx, ptr, count, handles);
     uint32_t n = *count;
     for (uint32_t i = 0; i < n; i++)
-        byval_ze_pattern_fill((uint8_t *)handles[i].data);
+        byval_ze_pattern((uint8_t *)handles[i].data, BYVAL_ZE_RECORD_OFF, 1);
     byval_enter();
     ze_result_t r = next(ctx, ptr, count, handles);
     byval_leave();
@@ -388,7 +388,7 @@ ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     byval_short_t s;
     if (!byval_init() || !byval_cfg.ze ||
-        (!byval_ze_decode(handle.data, &rec) &&
+        (!byval_ze_read(handle.data, &rec, 1) &&
          !(byval_ze_opaque_decode(handle.data, &s) && byval_ze_opaque_whose(&s) == 0)))
         return next(ctx, handle);
     /* Ours: the export cache owns the driver's handle until free/evict. */

@@ -86,13 +86,6 @@ static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle
     byval_unlock(&dups.lock);
 }
 
-/* A by-value memory handle of another process: 1 with *rec_p. */
-static int foreign(const ze_ipc_mem_handle_t *handle, byval_record_t *rec_p)
-{
-    return byval_ze_decode(handle->data, rec_p) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
-        byval_import_foreign(rec_p);
-}
-
 ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,
                                  ze_ipc_mem_handle_t handle, uint64_t *fd_p)
 {
@@ -101,7 +94,7 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     if (!fd_p || !byval_init() || !byval_cfg.ze)
         return next(ctx, handle, fd_p);
-    if (!foreign(&handle, &rec)) {
+    if (!byval_ze_foreign(handle.data, &rec)) {
         ze_result_t r = next(ctx, handle, fd_p);
         /* The caller may hand this fd to a peer by number (its own
          * pidfd_getfd): the rescue may serve it (shim/syscall.c). */
@@ -134,7 +127,7 @@ ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle
     if (dup_find(NULL, (int)fd, handle) >= 0)
         return ZE_RESULT_SUCCESS;
     /* The driver's own export (else its error, as natively). */
-    byval_ze_pattern_fill((uint8_t *)handle->data);
+    byval_ze_pattern((uint8_t *)handle->data, BYVAL_ZE_RECORD_OFF, 1);
     byval_enter();
     ze_result_t r = next(ctx, fd, handle);
     byval_leave();

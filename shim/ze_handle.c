@@ -28,7 +28,7 @@ uint64_t byval_ze_handle_fd(const void *handle64)
     return fd;
 }
 
-static int ze_read(const void *handle64, byval_record_t *rec_p, int checked)
+int byval_ze_read(const void *handle64, byval_record_t *rec_p, int checked)
 {
     const uint8_t *h = handle64;
     if (!byval_wire_is_candidate(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN))
@@ -39,16 +39,6 @@ static int ze_read(const void *handle64, byval_record_t *rec_p, int checked)
     /* A program that passes the fd itself (SCM_RIGHTS) overwrites bytes
      * 0-3 with its local fd: then the driver must see its handle. */
     return st == BYVAL_WIRE_OK && byval_ze_handle_fd(h) == rec_p->fd;
-}
-
-int byval_ze_decode(const void *handle64, byval_record_t *rec_p)
-{
-    return ze_read(handle64, rec_p, 1);
-}
-
-int byval_ze_parse(const void *handle64, byval_record_t *rec_p)
-{
-    return ze_read(handle64, rec_p, 0);
 }
 
 int byval_ze_pattern(uint8_t *h, size_t off, int fill)
@@ -63,11 +53,6 @@ int byval_ze_pattern(uint8_t *h, size_t off, int fill)
             return 0;
     }
     return 1;
-}
-
-void byval_ze_pattern_fill(uint8_t *h)
-{
-    byval_ze_pattern(h, BYVAL_ZE_RECORD_OFF, 1);
 }
 
 /* The opaque layouts (driver 25.35+): memory's exporter pid @16, fd copy

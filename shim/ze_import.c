@@ -111,8 +111,7 @@ static void mem_track(byval_import_t *b)
 static int mem_check(void *req)
 {
     ze_req_t *q = req;
-    return byval_ze_decode(q->handle, &q->rec) && byval_import_foreign(&q->rec) ? 0
-                                                                                : BYVAL_IMPORT_PASS;
+    return byval_ze_foreign(q->handle, &q->rec) ? 0 : BYVAL_IMPORT_PASS;
 }
 
 static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p);
@@ -159,9 +158,10 @@ ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int 
     return r;
 }
 
-ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
+int byval_ze_foreign(const void *handle64, byval_record_t *rec_p)
 {
-    return byval_ze_resolve_as(mem.api, rec, fd_p);
+    return byval_ze_read(handle64, rec_p, 1) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
+        byval_import_foreign(rec_p);
 }
 
 /* A refused open, counted and logged once per kind of failure. */
@@ -322,7 +322,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
                         flags, &out);
         else /* ours, or our pid namespace's: the driver's own pidfd import */
             byval_ze_opaque_strip(handle.data);
-    } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
+    } else if (pptr && byval_ze_read(handle.data, &q.rec, 0) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
         uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
         r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
     }
@@ -419,10 +419,9 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
         byval_record_t rec;
         local[i] = handles[i];
         fds[i] = -1;
-        if (!byval_ze_decode(handles[i].data, &rec) || rec.kind != BYVAL_KIND_ZE_MEM ||
-            !byval_import_foreign(&rec))
+        if (!byval_ze_foreign(handles[i].data, &rec))
             continue;
-        r = byval_ze_resolve(&rec, &fds[i]);
+        r = byval_ze_resolve_as(mem.api, &rec, &fds[i]);
         uint64_t fd64 = (uint64_t)fds[i];
         memcpy(local[i].data, &fd64, sizeof(fd64));
         ours = 1;
