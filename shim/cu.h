@@ -40,10 +40,6 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 typedef CUresult (*byval_cu_get_fn)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*byval_cu_open_fn)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 typedef CUresult (*byval_cu_close_fn)(CUdeviceptr);
-typedef CUresult (*byval_cu_free_fn)(CUdeviceptr);
-typedef CUresult (*byval_cu_free_v1_fn)(unsigned int);
-typedef CUresult (*byval_cu_release_fn)(CUmemGenericAllocationHandle);
-typedef CUresult (*byval_cu_unmap_fn)(CUdeviceptr, size_t);
 
 /* The libcuda functions ipcbyval itself calls. */
 typedef struct byval_cu_real {
@@ -67,10 +63,10 @@ typedef struct byval_cu_real {
     byval_cu_open_fn ipc_open_v2;
     byval_cu_open_fn ipc_open;
     byval_cu_close_fn ipc_close;
-    byval_cu_free_fn mem_free_v2;
-    byval_cu_free_v1_fn mem_free;
-    byval_cu_release_fn mem_release;
-    byval_cu_unmap_fn mem_unmap;
+    CUresult (*mem_free_v2)(CUdeviceptr);
+    CUresult (*mem_free)(unsigned int);
+    CUresult (*mem_release)(CUmemGenericAllocationHandle);
+    CUresult (*mem_unmap)(CUdeviceptr, size_t);
     CUresult (*ctx_destroy_v2)(CUcontext);
     CUresult (*ctx_destroy)(CUcontext);
     CUresult (*primary_retain)(CUcontext *, CUdevice);

@@ -275,14 +275,14 @@ static void freed(CUdeviceptr ptr)
 }
 #define MEM_FREE(real, ptr) (freed(ptr), real(ptr))
 
-static CUresult mem_release(byval_cu_release_fn real, CUmemGenericAllocationHandle handle)
+static CUresult mem_release(__typeof__(&cuMemRelease) real, CUmemGenericAllocationHandle handle)
 {
     if (active() && handle)
         byval_cu_export_forget(0, 0, handle);
     return real(handle);
 }
 
-static CUresult mem_unmap(byval_cu_unmap_fn real, CUdeviceptr ptr, size_t size)
+static CUresult mem_unmap(__typeof__(&cuMemUnmap) real, CUdeviceptr ptr, size_t size)
 {
     if (active())
         byval_cu_export_forget(ptr, size, 0);

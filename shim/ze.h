@@ -117,9 +117,6 @@ int byval_ze_describe(uint8_t *handle64, ze_context_handle_t ctx, const void *pt
 /* zeContextDestroy: every export of ctx ends first (a driver may close
  * the context's exported fds with it). */
 void byval_ze_exports_ctx_gone(ze_context_handle_t ctx);
-/* Allocation id and device of ptr; -1 if the driver does not know it. */
-int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
-                         ze_device_handle_t *dev_p);
 /* 1 when the handle carries a record of its fd @0 in *rec_p; checked:
  * with its checksum (byval_wire_decode), else parsed only, for a cache
  * lookup whose hit compares the whole record with a checked one. */
@@ -182,14 +179,13 @@ void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
 /* The short record of our export `serial` at handle64 + off, its checksum
  * over bytes 0..off: 0, or -1. The opaque layouts (across pid
- * namespaces) carry one in reservedHandleData @30. write: that of our
- * export `serial` (0, or -1). decode: 1 when h carries one bound to its
+ * namespaces) carry one in reservedHandleData @BYVAL_ZE_OPAQUE_OFF. decode: 1 when h carries one bound to its
  * driver bytes 0-29. whose: its exporter is us (0), another process of
  * our pid namespace (1) or in another host, boot or pid namespace (2).
  * strip: the reserved bytes zero again, as the driver wrote them. local:
  * the handle our driver imports fd from, as a plain fd (fd @0, copy -1). */
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial);
-int byval_ze_opaque_write(void *handle64, uint64_t serial);
+#define BYVAL_ZE_OPAQUE_OFF 30 /* reservedHandleData[32] @30-61 */
 int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p);
 int byval_ze_opaque_whose(const byval_short_t *s);
 void byval_ze_opaque_strip(void *handle64);

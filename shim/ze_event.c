@@ -137,7 +137,7 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         fresh = byval_exports_obtain(pools, &pool, &c) == 0;
     }
     uint64_t serial = c.serial;
-    if (layout == 1 && (!serial || byval_ze_opaque_write(h, serial) != 0)) {
+    if (layout == 1 && (!serial || byval_ze_short_write(h, BYVAL_ZE_OPAQUE_OFF, serial) != 0)) {
         byval_ze_pass(h, 1);
         return r;
     }

@@ -195,7 +195,7 @@ static int export_write(byval_export_t *core, void *arg)
 {
     ze_call_t *c = arg;
     ze_export_t *e = (ze_export_t *)core;
-    if (c->layout && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)
+    if (c->layout && byval_ze_short_write(e->handle.data, BYVAL_ZE_OPAQUE_OFF, e->item.serial) != 0)
         return -1;
     memcpy(c->h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
     return 0;
@@ -252,8 +252,9 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
     return described(&c, byval_exports_add(exports, &key, export_make(&c), &c));
 }
 
-int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
-                         ze_device_handle_t *dev_p)
+/* Allocation id and device of ptr; -1 if the driver does not know it. */
+static int alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
+                       ze_device_handle_t *dev_p)
 {
     byval_once(&export_once, export_init);
     if (!real_get_props)
@@ -276,7 +277,7 @@ static ze_result_t get_ipc(ze_call_t *c, ze_ipc_mem_handle_t *handle)
         return call_get(c, handle);
     byval_once(&export_once, export_init);
     c->h = (uint8_t *)handle->data;
-    if (!exports || !real_get_props || byval_ze_alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
+    if (!exports || !real_get_props || alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
         return call_get(c, handle); /* the driver reports the error */
     ze_export_key_t key = {(uintptr_t)c->ctx, (uintptr_t)c->ptr, 0};
     int rc = byval_exports_obtain(exports, &key, c);
@@ -312,7 +313,7 @@ ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_
     byval_leave();
     uint64_t id;
     ze_device_handle_t dev = NULL;
-    if (r != ZE_RESULT_SUCCESS || byval_ze_alloc_props(ctx, ptr, &id, &dev) != 0)
+    if (r != ZE_RESULT_SUCCESS || alloc_props(ctx, ptr, &id, &dev) != 0)
         return r;
     for (uint32_t i = 0; i < *count && i < n; i++)
         byval_ze_describe((uint8_t *)handles[i].data, ctx, ptr, id, dev, i);
@@ -450,7 +451,7 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
      * registry entries is held. */
     ze_device_handle_t dev = NULL;
     uint64_t reg;
-    if (!byval_exports_live(x) || byval_ze_alloc_props(ctx, ptr, &a.id, &dev) != 0 ||
+    if (!byval_exports_live(x) || alloc_props(ctx, ptr, &a.id, &dev) != 0 ||
         !byval_exports_key_held(reg = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, a.id)))
         return;
     a.base = alloc_base(ctx, ptr);

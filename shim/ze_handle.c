@@ -82,7 +82,6 @@ void byval_ze_pass(const uint8_t *h, int pool)
         byval_export_register_fd((int)fd);
 }
 
-#define RESERVED_OFF 30 /* both opaque layouts: reservedHandleData[32] @30-61 */
 #define RESERVED_LEN 32
 
 /* An opaque handle a short record can describe: the rendezvous directory
@@ -90,7 +89,7 @@ void byval_ze_pass(const uint8_t *h, int pool)
 static int describable(const void *handle64, int pool)
 {
     const uint8_t *h = handle64;
-    for (int i = RESERVED_OFF; i < RESERVED_OFF + RESERVED_LEN; i++)
+    for (int i = BYVAL_ZE_OPAQUE_OFF; i < BYVAL_ZE_OPAQUE_OFF + RESERVED_LEN; i++)
         if (h[i]) /* fabric data, the driver's */
             return 0;
     /* memory: handle type @20 (0: fd); pools carry theirs @29 */
@@ -119,15 +118,11 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
     return byval_short_encode(&s, h, off, h + off) == BYVAL_WIRE_OK ? 0 : -1;
 }
 
-int byval_ze_opaque_write(void *handle64, uint64_t serial)
-{
-    return byval_ze_short_write(handle64, RESERVED_OFF, serial);
-}
-
 int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p)
 {
     const uint8_t *h = handle64;
-    return byval_short_decode(h + RESERVED_OFF, h, RESERVED_OFF, s_p) == BYVAL_WIRE_OK;
+    return byval_short_decode(h + BYVAL_ZE_OPAQUE_OFF, h, BYVAL_ZE_OPAQUE_OFF, s_p) ==
+        BYVAL_WIRE_OK;
 }
 
 int byval_ze_opaque_whose(const byval_short_t *s)
@@ -140,7 +135,7 @@ int byval_ze_opaque_whose(const byval_short_t *s)
 
 void byval_ze_opaque_strip(void *handle64)
 {
-    memset((uint8_t *)handle64 + RESERVED_OFF, 0, RESERVED_LEN);
+    memset((uint8_t *)handle64 + BYVAL_ZE_OPAQUE_OFF, 0, RESERVED_LEN);
 }
 
 void byval_ze_opaque_local(void *handle64, int fd, int pool)

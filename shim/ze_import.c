@@ -117,37 +117,28 @@ static int mem_check(void *req)
 static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p);
 static int short_import(void *req, byval_import_t *had, byval_import_t **m_p);
 
-#define ZE_BACKEND(nm, api_, close_, what_, kept_, key)                         \
-    .name = nm, .api = api_, .close_api = close_, .what = what_, .kept = kept_, \
-    .key_len = sizeof(key), .nomem = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,        \
-    .invalid = ZE_RESULT_ERROR_INVALID_ARGUMENT
+#define ZE_BACKEND(nm, api_, close_, what_, kept_)                                           \
+    .name = nm, .api = api_, .close_api = close_, .what = what_, .kept = kept_,              \
+    .key_len = sizeof(ze_key_t), .nomem = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,                \
+    .invalid = ZE_RESULT_ERROR_INVALID_ARGUMENT, .serves = ze_serves, .release = ze_release, \
+    .same = ze_same
 #define MEM_KEPT "closed (the mapping stays cached until its exporter frees it)"
 
 static byval_backend_import_t mem = {
-    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, ze_key_t),
+    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT),
     .check = mem_check,
-    .serves = ze_serves,
     .import = mem_import,
-    .release = ze_release,
-    .same = ze_same,
     .track = mem_track,
 };
 /* Tracked at import already: the registry entry the record names. */
 static byval_backend_import_t opaque = {
-    ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT,
-               ze_key_t),
-    .serves = ze_serves,
+    ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT),
     .import = short_import,
-    .release = ze_release,
-    .same = ze_same,
 };
 static byval_backend_import_t pool = {
     ZE_BACKEND("ze pool import", "zeEventPoolOpenIpcHandle", "zeEventPoolCloseIpcHandle",
-               "event pool ", "closed (kept until its exporter destroys it)", ze_key_t),
-    .serves = ze_serves,
+               "event pool ", "closed (kept until its exporter destroys it)"),
     .import = short_import,
-    .release = ze_release,
-    .same = ze_same,
 };
 
 ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
