@@ -86,7 +86,6 @@ typedef struct byval_backend_export {
      * NULL: free(e). */
     void (*end)(byval_export_t *e);
 } byval_backend_export_t;
-typedef byval_backend_export_t byval_exports_ops_t;
 
 /* A backend's export of size bytes (byval_export_t first), zeroed, its
  * nitems items after it. NULL on ENOMEM. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze.h - internal interface of the Level Zero part of the shim: routes
- * (ze_entry.c), the memory export (ze_export.c), the event-pool export
- * (ze_event.c), the import backends (ze_import.c), fd conversions
- * (ze_fdconv.c) and what a handle's bytes say (ze_handle.c).
+ * (ze_entry.c), the memory export and fd conversions (ze_export.c), the
+ * event-pool export (ze_event.c), the import backends (ze_import.c) and
+ * what a handle's bytes say (ze_handle.c).
  */
 #ifndef BYVAL_SHIM_ZE_H
 #define BYVAL_SHIM_ZE_H
@@ -108,12 +108,6 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
 int byval_ze_pattern(uint8_t *handle64, size_t off, int fill);
 int byval_ze_layout(uint8_t *handle64, int pool);
 void byval_ze_pass(const uint8_t *handle64, int pool);
-/* 1 when the driver wrote the classic layout, the record was added and
- * the export started (cache/exports.h; kept until the allocation is freed,
- * its context destroyed or the table needs room). index: the handle's
- * place among zexMemGetIpcHandles'; ptr NULL: a handle made from the fd. */
-int byval_ze_describe(uint8_t *handle64, ze_context_handle_t ctx, const void *ptr,
-                      uint64_t alloc_id, ze_device_handle_t dev, unsigned index);
 /* zeContextDestroy: every export of ctx ends first (a driver may close
  * the context's exported fds with it). */
 void byval_ze_exports_ctx_gone(ze_context_handle_t ctx);
@@ -125,7 +119,7 @@ int byval_ze_read(const void *handle64, byval_record_t *rec_p, int checked);
 int byval_ze_foreign(const void *handle64, byval_record_t *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
 
-/* ---- fd <-> IPC handle (ze_fdconv.c) ---------------------------------- */
+/* ---- fd <-> IPC handle (ze_export.c) ---------------------------------- */
 
 /* zeMemGetFileDescriptorFromIpcHandleExp: for another process's by-value
  * handle, a local duplicate (the caller's to close; the same one while it
@@ -136,11 +130,6 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
  * duplicate we handed out; the export's for the driver's own fd). */
 ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx, uint64_t fd,
                                  ze_ipc_mem_handle_t *handle);
-/* The by-value handle the export cache holds for the driver's fd. */
-int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle);
-/* Allocation ids of handles made from an fd (allocation unknown): this
- * bit and the fd's inode; never a driver's (counters, user addresses). */
-#define BYVAL_ZE_FD_ALLOC_BIT (UINT64_C(1) << 47)
 
 /* ---- event pools ------------------------------------------------------- */
 
