@@ -506,7 +506,7 @@ static int in_flight(uintptr_t ctx, int dead)
     return n;
 }
 
-static size_t purge_ctx(uintptr_t ctx, int dead)
+size_t byval_imports_purge(uintptr_t ctx, int dead)
 {
     uintptr_t match[2] = {ctx, (uintptr_t)dead};
     size_t n = 0;
@@ -537,14 +537,4 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
         pthread_cond_wait(&g.released, &g.lock.m);
     byval_unlock(&g.lock);
     return n;
-}
-
-size_t byval_imports_purge_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 0);
-}
-
-size_t byval_imports_forget_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 1);
 }

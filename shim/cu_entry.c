@@ -173,7 +173,7 @@ static void context_dying(CUcontext ctx)
     if (!ctx || !active())
         return;
     size_t ended = byval_cu_legacy_ctx_gone(ctx);
-    size_t n = byval_imports_purge_ctx((uintptr_t)ctx);
+    size_t n = byval_imports_purge((uintptr_t)ctx, 0);
     if (ended || n)
         BYVAL_LOG_DEBUG("context %p: ended %zu export%s and released %zu mapping%s of it before "
                         "the driver destroys it",
@@ -200,7 +200,7 @@ static void released(const byval_cu_real_t *rl, CUdevice dev, CUcontext ctx, int
     byval_leave();
     if (ok && !on) { /* too late to end them first: at least now */
         byval_cu_legacy_ctx_gone(ctx);
-        byval_imports_forget_ctx((uintptr_t)ctx);
+        byval_imports_purge((uintptr_t)ctx, 1);
     }
 }
 

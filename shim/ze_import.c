@@ -151,8 +151,10 @@ ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int 
 
 int byval_ze_foreign(const void *handle64, byval_record_t *rec_p)
 {
+    byval_self_t self; /* our own handles are the driver's business */
     return byval_ze_read(handle64, rec_p, 1) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
-        byval_import_foreign(rec_p);
+        byval_self_get(&self) == 0 &&
+        !(rec_p->pid == self.pid && rec_p->pidns == self.pidns && rec_p->identity == self.identity);
 }
 
 /* A refused open, counted and logged once per kind of failure. */
@@ -450,7 +452,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
             : 0;
         /* The driver would close our mappings of ctx with it: closing
          * them later with a dead (or reused) handle must not happen. */
-        size_t k = byval_imports_purge_ctx((uintptr_t)ctx);
+        size_t k = byval_imports_purge((uintptr_t)ctx, 0);
         if (n || k)
             BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s and %zu closed event "
                             "pool%s of it first",
