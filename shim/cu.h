@@ -152,7 +152,8 @@ void byval_cu_legacy_freed(CUdeviceptr ptr);
 /* ctx's memory goes with it: end its legacy exports. Returns how many. */
 size_t byval_cu_legacy_ctx_gone(CUcontext ctx);
 
-/* Make ctx current around a driver call from a cache callback. */
+/* Make ctx current around a driver call from a cache callback, inside
+ * byval_enter() .. byval_leave(). */
 CUcontext byval_cu_ctx_push(CUcontext ctx);
 void byval_cu_ctx_pop(CUcontext saved);
 

@@ -95,6 +95,7 @@ CUcontext byval_cu_ctx_push(CUcontext ctx)
 {
     CUcontext saved = NULL;
     const byval_cu_real_t *rl = byval_cu_real();
+    byval_enter();
     if (!rl || !rl->ctx_get_current || !rl->ctx_set_current)
         return NULL;
     rl->ctx_get_current(&saved);
@@ -110,6 +111,7 @@ void byval_cu_ctx_pop(CUcontext saved)
     if (rl && rl->ctx_get_current && rl->ctx_set_current && rl->ctx_get_current(&cur) == 0 &&
         cur != saved)
         rl->ctx_set_current(saved);
+    byval_leave();
 }
 
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,

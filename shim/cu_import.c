@@ -96,7 +96,6 @@ static void mirror_unmap(cu_mirror_t *m)
 {
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && m->base && !__atomic_load_n(&m->core.dead, __ATOMIC_RELAXED)) {
-        byval_enter();
         /* From the watcher thread too: the context the mapping was made
          * in, which a purge keeps alive until this returns. */
         CUcontext saved = byval_cu_ctx_push(m->ctx);
@@ -104,7 +103,6 @@ static void mirror_unmap(cu_mirror_t *m)
             rl->mem_unmap(m->base + m->chunks[i].off, m->chunks[i].size);
         rl->address_free(m->base, m->size);
         byval_cu_ctx_pop(saved);
-        byval_leave();
     }
     free(m->chunks);
 }
@@ -151,15 +149,12 @@ static void mirror_prune(void *arg)
             m->chunks[kept++] = *c;
             continue;
         }
-        if (!dropped++) {
-            byval_enter();
+        if (!dropped++)
             saved = byval_cu_ctx_push(m->ctx);
-        }
         rl->mem_unmap(m->base + c->off, c->size);
     }
     if (dropped) {
         byval_cu_ctx_pop(saved);
-        byval_leave();
         BYVAL_LOG_DEBUG("open mirror of pid %u: %zu chunk%s no open needs given back", m->core.pid,
                         dropped, dropped == 1 ? "" : "s");
     }
@@ -554,11 +549,9 @@ static void legacy_release(byval_import_t *b)
     cu_legacy_t *e = (cu_legacy_t *)b;
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
-        byval_enter();
         CUcontext saved = byval_cu_ctx_push(e->ctx);
         CUresult r = rl->ipc_close(e->ptr);
         byval_cu_ctx_pop(saved);
-        byval_leave();
         if (r != CUDA_SUCCESS)
             BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
                             (unsigned long long)e->ptr, byval_cu_err(r));
