@@ -50,7 +50,7 @@ typedef struct byval_export {
     uint32_t withdrawn, handed;
 } byval_export_t;
 
-/* The mechanisms of each stage (shim/transport.c). publish returns the
+/* The mechanisms of each stage (cache/transport.c). publish returns the
  * registry serial (0: not published); offer and enlist 0 or -1. */
 typedef struct byval_exports_sink {
     uint64_t (*publish)(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);

@@ -17,7 +17,7 @@
 /* Like byval_resolve_fd, through the configured transport
  * (handles/transport.h; byval_import_fetch sets the prover first). An
  * exporter met before lends its kept pidfd
- * (shim/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
+ * (cache/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
  * no identity check. *pidfd_p is the exporter's pidfd (from the socket too
  * where the kernel gives one, SO_PEERPIDFD), or -1; whatever it is, the
  * caller hands it to byval_fetch_done once done with it, success or not. */

@@ -166,7 +166,6 @@ static void mirror_prune(void *arg)
  * give back what no open needs now, without waiting for a close. */
 static void prune_dead(void *arg)
 {
-    (void)arg;
     byval_lock(&mirrors_lock);
     for (cu_mirror_t *m = mirrors; m; m = m->next)
         if (!byval_import_alive(&m->core))
@@ -575,7 +574,6 @@ static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
     const byval_cu_real_t *rl = byval_cu_real();
     CUdeviceptr p = 0, base = 0;
     size_t size = 0;
-    (void)had;
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
     CUresult r = q->next(&p, *q->h, q->flags);

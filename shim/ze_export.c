@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_export.c - the Level Zero memory export backend (zeMemGetIpcHandle,
- * Put, Free). A classic handle gets our record after the driver's bytes;
+ * Put, Free, zexMemGetIpcHandles, the fd conversions). A classic handle gets our record after the driver's bytes;
  * an opaque one (newer drivers, which resolve pids themselves) a short
  * record where the rendezvous directory is used; other layouts pass
  * through. One export per (context, pointer, route), validated by the

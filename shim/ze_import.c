@@ -8,8 +8,8 @@
  *    gives the fd and the liveness, keyed by that entry, context (and
  *    flags, pool offset, device);
  * zexMemOpenIpcHandles, and zeContextDestroy, whose mappings are
- * released first. A miss writes
- * the fetched local fd into a copy of the handle for the driver's import.
+ * released first. A miss writes the fetched local fd into a copy of the
+ * handle for the driver's import.
  * An event pool's open pointer is its handle tagged with bit 63 (no
  * user-space address has it); pools do not die with their context (its
  * destroy releases the closed ones; open ones are the application's).
@@ -226,7 +226,6 @@ static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
     void *p = NULL;
     ze_result_t r = driver_import(&mem, req, 0, &p);
-    (void)had;
     return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(&mem, req, p, NULL, 0, NULL, m_p);
 }
 
@@ -276,7 +275,6 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
     void *p = NULL;
-    (void)had;
     ze_result_t r = short_entry(b, q, &v, &w, &slot);
     if (r == ZE_RESULT_SUCCESS &&
         (r = driver_import(b, q, !q->pool || q->layout == 2, &p)) != ZE_RESULT_SUCCESS)
