@@ -7,7 +7,6 @@
 
 #include <errno.h>
 
-#include "cache/locks.h"
 #include "handles/broker.h"
 #include "handles/registry_view.h"
 #include "handles/tag.h"

@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cache/lru.h"
 #include "handles/registry.h"
 
 /* The header maps these names to their newest versions; we wrap every

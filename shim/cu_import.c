@@ -63,7 +63,7 @@ typedef struct mirror_chunk {
 typedef struct cu_mirror {
     byval_import_t core; /* the lifecycle core's part (cache/imports.h) */
     CUdeviceptr base;
-    uint64_t size, pool_id;
+    uint64_t size;
     CUcontext ctx;
     uint32_t nrecs;   /* records served, published with a release */
     uint32_t forgot;  /* served more than it remembers: what opens need is unknown */
@@ -341,7 +341,6 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
-    m->pool_id = man->pool_id;
     m->ctx = q->ctx;
     CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {

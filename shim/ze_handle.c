@@ -9,7 +9,6 @@
  * (@30), which an importer resolves to the live entry of the exporter's
  * registry it names, and from that to the fd to fetch.
  */
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
