@@ -209,13 +209,11 @@ static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p,
     m->ptr = p;
     m->ctx = q->ctx;
     m->base = (byval_import_t){.bytes = q->rec.size,
+                               .ctx = q->pool ? 0 : (uintptr_t)q->ctx, /* memory dies with it */
+                               .addr = q->pool ? 0 : (uintptr_t)p,
                                .pidns = q->rec.pidns,
                                .pid = q->rec.pid,
                                .identity = q->rec.identity};
-    if (!q->pool) { /* memory dies with its context */
-        m->base.ctx = (uintptr_t)q->ctx;
-        m->base.addr = (uintptr_t)p;
-    }
     if (v)
         byval_import_track(&m->base, w, serial, v);
     *m_p = &m->base;
