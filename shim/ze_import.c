@@ -21,11 +21,11 @@
 #include "cache/exporters.h"
 #include "cache/imports.h"
 #include "cache/transport.h"
+#include "handles/registry_view.h"
 #include "shim/config.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "handles/registry_view.h"
 #include "shim/ze.h"
 
 #define POOL_TAG (UINT64_C(1) << 63)
