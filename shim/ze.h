@@ -96,14 +96,15 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
                                 ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
                                 void **pptr);
 
-/* The classic layout: the driver's fd in bytes 0-7 (a uint64); a handle
- * is ours when bytes 17..63 decode as a record of that fd (an
- * application that replaced bytes 0-3 with its own SCM_RIGHTS fd gets the
- * driver's behaviour). Handle layouts (ze_handle.c). pattern: fill bytes off..63 with it, or
- * (fill 0) 1 when the driver left it: the classic layout. layout: after
- * the driver's get, 0 classic, 1 opaque and describable by a short
- * record, -1 neither (passed through: byval_ze_pass). pass: counted, and
- * an opaque handle's fd registered for other libraries' pidfd_getfd. */
+/* Handle layouts (ze_handle.c). The classic one: the driver's fd in bytes
+ * 0-7 (a uint64); a handle is ours when bytes 17..63 decode as a record
+ * of that fd (an application that replaced bytes 0-3 with its own
+ * SCM_RIGHTS fd gets the driver's behaviour). pattern: fill bytes off..63
+ * with it, or (fill 0) 1 when the driver left it: the classic layout.
+ * layout: after the driver's get, 0 classic, 1 opaque and describable by
+ * a short record, -1 neither (passed through: byval_ze_pass). pass:
+ * counted, and an opaque handle's fd registered for other libraries'
+ * pidfd_getfd. */
 int byval_ze_pattern(uint8_t *handle64, size_t off, int fill);
 int byval_ze_layout(uint8_t *handle64, int pool);
 void byval_ze_pass(const uint8_t *handle64, int pool);
