@@ -22,7 +22,6 @@
 /* An importer talks to its peers on one node: a few hundred at most. */
 #define EXPORTERS_MAX 1024
 #define EXPORTERS_DRAIN 64
-#define EXPORTERS_HANDLERS 4
 #define EXPORTERS_POLL_NS 1000000LL
 
 typedef struct kept {
@@ -37,7 +36,7 @@ static struct {
     kept_t k[EXPORTERS_MAX];
     unsigned ndrain;
     kept_t drain[EXPORTERS_DRAIN]; /* exited, loans out: id unused */
-    byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
+    byval_exporter_exit_fn handler;
     int64_t last_poll_ns;
 } ex = {.lock = BYVAL_LOCK_INIT(EXPORTERS)};
 
@@ -61,13 +60,7 @@ BYVAL_FORK_CHILD(exporters, fork_child);
 
 void byval_exporters_on_exit(byval_exporter_exit_fn fn)
 {
-    byval_lock(&ex.lock);
-    int i = 0;
-    while (i < EXPORTERS_HANDLERS - 1 && ex.handlers[i] && ex.handlers[i] != fn)
-        i++;
-    if (!ex.handlers[i])
-        ex.handlers[i] = fn;
-    byval_unlock(&ex.lock);
+    __atomic_store_n(&ex.handler, fn, __ATOMIC_RELEASE);
 }
 
 /* (locked) The kept entry of id, or NULL. */
@@ -143,7 +136,7 @@ static void poll_now(int64_t now)
     byval_exporter_id_t gone[64];
     int to_close[64];
     unsigned ngone = 0, nclose = 0;
-    byval_exporter_exit_fn handlers[EXPORTERS_HANDLERS];
+    byval_exporter_exit_fn handler = __atomic_load_n(&ex.handler, __ATOMIC_ACQUIRE);
     byval_lock(&ex.lock);
     __atomic_store_n(&ex.last_poll_ns, now, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < ex.count && ngone < 64;) {
@@ -161,15 +154,14 @@ static void poll_now(int64_t now)
         __atomic_store_n(&ex.count, ex.count - 1, __ATOMIC_RELAXED);
         *k = ex.k[ex.count];
     }
-    memcpy(handlers, ex.handlers, sizeof(handlers));
     byval_unlock(&ex.lock);
     for (unsigned c = 0; c < nclose; c++)
         close(to_close[c]);
     for (unsigned g = 0; g < ngone; g++) {
         BYVAL_STAT_INC(exporter_exits);
         BYVAL_LOG_INFO("exporter pid %u exited: releasing its cached mappings", gone[g].pid);
-        for (int h = 0; h < EXPORTERS_HANDLERS && handlers[h]; h++)
-            handlers[h](&gone[g]);
+        if (handler)
+            handler(&gone[g]);
     }
 }
 

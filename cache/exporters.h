@@ -19,7 +19,7 @@ typedef struct byval_exporter_id {
 /* Called for each exporter seen exiting (outside any lock). */
 typedef void (*byval_exporter_exit_fn)(const byval_exporter_id_t *id);
 
-/* Register a handler (one per API family). */
+/* Set the handler (the import flow's). */
 void byval_exporters_on_exit(byval_exporter_exit_fn fn);
 
 /* The kept pidfd of exporter id, lent to the caller (it stays open until

@@ -50,7 +50,7 @@ typedef struct byval_export {
     uint32_t withdrawn, handed;
 } byval_export_t;
 
-/* The mechanisms of each stage (shim/transport.c). publish returns the
+/* The mechanisms of each stage (cache/transport.c). publish returns the
  * registry serial (0: not published); offer and enlist 0 or -1. */
 typedef struct byval_exports_sink {
     uint64_t (*publish)(uint64_t key, uint32_t ino, uint32_t fd, uint64_t size);
@@ -86,7 +86,6 @@ typedef struct byval_backend_export {
      * NULL: free(e). */
     void (*end)(byval_export_t *e);
 } byval_backend_export_t;
-typedef byval_backend_export_t byval_exports_ops_t;
 
 /* A backend's export of size bytes (byval_export_t first), zeroed, its
  * nitems items after it. NULL on ENOMEM. */

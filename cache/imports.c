@@ -66,7 +66,7 @@ static struct {
        .released = PTHREAD_COND_INITIALIZER,
        .budget = UINT64_MAX};
 
-/* An acquire load (LD, in lru_internal.h, is a relaxed one). */
+/* An acquire load. */
 #define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
 int byval_import_alive(const byval_import_t *m)
@@ -165,8 +165,6 @@ static int open_shared(const byval_import_t *m)
 
 static void evicted(void *ctx, const void *key, void *value)
 {
-    (void)ctx;
-    (void)key;
     release(value);
 }
 
@@ -356,7 +354,6 @@ static int shed_pred(void *ctx, const void *key, void *value)
 {
     uint64_t *excess = ctx;
     const byval_import_t *m = value;
-    (void)key;
     if (!*excess)
         return -1;
     if (!LD_ACQ(&m->counted))
@@ -467,7 +464,6 @@ typedef struct pred_adapter {
 static int adapt(void *ctx, const void *key, void *value)
 {
     const pred_adapter_t *a = ctx;
-    (void)key;
     return a->pred(a->ctx, value) && !open_shared(value);
 }
 
@@ -486,7 +482,6 @@ static int of_ctx(void *arg, const void *key, void *value)
 {
     const uintptr_t *c = arg;
     byval_import_t *m = value;
-    (void)key;
     if (m->ctx == c[0] && c[1])
         __atomic_store_n(&m->dead, 1, __ATOMIC_RELAXED);
     return m->ctx == c[0];
@@ -506,7 +501,7 @@ static int in_flight(uintptr_t ctx, int dead)
     return n;
 }
 
-static size_t purge_ctx(uintptr_t ctx, int dead)
+size_t byval_imports_purge(uintptr_t ctx, int dead)
 {
     uintptr_t match[2] = {ctx, (uintptr_t)dead};
     size_t n = 0;
@@ -537,14 +532,4 @@ static size_t purge_ctx(uintptr_t ctx, int dead)
         pthread_cond_wait(&g.released, &g.lock.m);
     byval_unlock(&g.lock);
     return n;
-}
-
-size_t byval_imports_purge_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 0);
-}
-
-size_t byval_imports_forget_ctx(uintptr_t ctx)
-{
-    return purge_ctx(ctx, 1);
 }

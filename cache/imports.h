@@ -106,10 +106,6 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
  * pointer open no more, or PASS. */
 int byval_import_close(const byval_backend_import_t *b, uintptr_t ptr, const void *shown);
 
-/* 1 when rec names another process than this one (known): an import;
- * our own handles are the driver's business. */
-int byval_import_foreign(const struct byval_record *rec);
-
 /* rec's exporter's fd in *fd_p (b->seen logs a failure under api).
  * pidfd_p NULL: the exporter's pidfd is given back at once. */
 int byval_import_fetch(byval_backend_import_t *b, const char *api, const struct byval_record *rec,
@@ -179,11 +175,10 @@ void byval_imports_gated(void (*fn)(void *arg), void *arg);
 /* The application closes ptr (any cache). */
 int byval_imports_close(uintptr_t ptr);
 
-/* Release every mapping of ctx now, open or not (ctx is being
- * destroyed); returns when no release of ctx runs on any thread. */
-size_t byval_imports_purge_ctx(uintptr_t ctx);
-/* The same for a context already gone: releases skip the driver. */
-size_t byval_imports_forget_ctx(uintptr_t ctx);
+/* Release every mapping of ctx now, open or not (ctx is being destroyed;
+ * dead: gone already, releases skip the driver); returns when no release
+ * of ctx runs on any thread. */
+size_t byval_imports_purge(uintptr_t ctx, int dead);
 /* Take out of the caches every mapping pred(ctx, m) holds for (open
  * ones are released at their last close). */
 size_t byval_imports_remove_if(int (*pred)(void *ctx, const byval_import_t *m), void *ctx);

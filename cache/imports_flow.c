@@ -34,13 +34,6 @@ int byval_import_refuse(byval_backend_import_t *b, const char *api, int st, cons
     return st == BYVAL_E_NOFD ? b->nomem : b->invalid;
 }
 
-int byval_import_foreign(const byval_record_t *rec)
-{
-    byval_self_t self;
-    return byval_self_get(&self) == 0 &&
-        !(rec->pid == self.pid && rec->pidns == self.pidns && rec->identity == self.identity);
-}
-
 int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_record_t *rec,
                        int *fd_p, int *pidfd_p)
 {

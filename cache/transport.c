@@ -7,7 +7,6 @@
 
 #include <errno.h>
 
-#include "cache/locks.h"
 #include "handles/broker.h"
 #include "handles/registry_view.h"
 #include "handles/tag.h"
@@ -101,7 +100,7 @@ static int sink_offer(int fd, int open)
     return -1;
 }
 
-static int enlist(int fd)
+int byval_export_register_fd(int fd)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no broker: nothing will ever be served */
@@ -156,11 +155,11 @@ static const byval_exports_sink_t sink = {
     .unpublish = byval_reg_remove,
     .offer = sink_offer,
     .withdraw = byval_broker_withdraw,
-    .enlist = enlist,
+    .enlist = byval_export_register_fd,
     .delist = byval_reg_drop_fd,
 };
 
-byval_exports_t *byval_export_table(const byval_exports_ops_t *ops)
+byval_exports_t *byval_export_table(const byval_backend_export_t *ops)
 {
     byval_exports_set_sink(&sink);
     byval_exports_t *x = byval_exports_create(ops, byval_cfg.export_cache_size);
@@ -169,9 +168,4 @@ byval_exports_t *byval_export_table(const byval_exports_ops_t *ops)
     else
         BYVAL_LOG_ERROR("cannot allocate the %s cache: those exports pass through", ops->name);
     return x;
-}
-
-void byval_export_register_fd(int fd)
-{
-    (void)enlist(fd);
 }

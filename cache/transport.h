@@ -17,7 +17,7 @@
 /* Like byval_resolve_fd, through the configured transport
  * (handles/transport.h; byval_import_fetch sets the prover first). An
  * exporter met before lends its kept pidfd
- * (shim/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
+ * (cache/exporters.h): one pidfd_getfd and the fd check, no pidfd_open and
  * no identity check. *pidfd_p is the exporter's pidfd (from the socket too
  * where the kernel gives one, SO_PEERPIDFD), or -1; whatever it is, the
  * caller hands it to byval_fetch_done once done with it, success or not. */
@@ -36,7 +36,7 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd);
  * transport (the pidfd-only transport offers and registers nothing),
  * IPCBYVAL_EXPORT_CACHE_SIZE exports at most, in the statistics under
  * ops->name. NULL when it cannot be allocated (logged). */
-byval_exports_t *byval_export_table(const byval_exports_ops_t *ops);
+byval_exports_t *byval_export_table(const byval_backend_export_t *ops);
 
 /* Exporter side: the tag a handle carries for exported fd (inode low 32
  * bits ino), handles/tag.h; 0 when no key could be made (logged once:
@@ -48,7 +48,7 @@ uint64_t byval_export_tag(uint32_t fd, uint32_t ino);
  * whose own pidfd_getfd the kernel refuses may get it from our broker
  * while it stays the same open file (the pidfd_getfd rescue,
  * handles/registry_fds.c). Starts the broker. Its close is the
- * application's: the proof drops the registration then. */
-void byval_export_register_fd(int fd);
+ * application's: the proof drops the registration then. 0, or -1. */
+int byval_export_register_fd(int fd);
 
 #endif

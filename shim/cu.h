@@ -2,11 +2,10 @@
 /*
  * cu.h - internal interface of the CUDA part of the shim.
  *
- * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint
- * cu_real.c    the real libcuda entry points, found at run time
+ * cu_entry.c   exported wrappers, cuGetProcAddress / cudaGetDriverEntryPoint,
+ *              the real libcuda entry points, context ends
  * cu_export.c  by-value export: VMM memory (pools of chunks, extents), legacy
  * cu_import.c  the VMM and legacy import backends, cuIpcOpen/CloseMemHandle
- * cu_ctx.c     context destruction: release the mappings kept in it first
  */
 #ifndef BYVAL_SHIM_CU_H
 #define BYVAL_SHIM_CU_H
@@ -16,7 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cache/lru.h"
 #include "handles/registry.h"
 
 /* The header maps these names to their newest versions; we wrap every
@@ -41,10 +39,6 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 typedef CUresult (*byval_cu_get_fn)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*byval_cu_open_fn)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 typedef CUresult (*byval_cu_close_fn)(CUdeviceptr);
-typedef CUresult (*byval_cu_free_fn)(CUdeviceptr);
-typedef CUresult (*byval_cu_free_v1_fn)(unsigned int);
-typedef CUresult (*byval_cu_release_fn)(CUmemGenericAllocationHandle);
-typedef CUresult (*byval_cu_unmap_fn)(CUdeviceptr, size_t);
 
 /* The libcuda functions ipcbyval itself calls. */
 typedef struct byval_cu_real {
@@ -68,10 +62,10 @@ typedef struct byval_cu_real {
     byval_cu_open_fn ipc_open_v2;
     byval_cu_open_fn ipc_open;
     byval_cu_close_fn ipc_close;
-    byval_cu_free_fn mem_free_v2;
-    byval_cu_free_v1_fn mem_free;
-    byval_cu_release_fn mem_release;
-    byval_cu_unmap_fn mem_unmap;
+    CUresult (*mem_free_v2)(CUdeviceptr);
+    CUresult (*mem_free)(unsigned int);
+    CUresult (*mem_release)(CUmemGenericAllocationHandle);
+    CUresult (*mem_unmap)(CUdeviceptr, size_t);
     CUresult (*ctx_destroy_v2)(CUcontext);
     CUresult (*ctx_destroy)(CUcontext);
     CUresult (*primary_retain)(CUcontext *, CUdevice);
@@ -93,7 +87,7 @@ const char *byval_cu_err(CUresult r);
 
 /* Offsets of the CUDA handle: bytes 0-7 carry the offset of the pointer's
  * chunk in the exporter's reservation, 8-15 the exporter's pool id (the
- * mirror an importer maps it into: cu_import.c); the record sits where
+ * mirror an importer maps it into); the record sits where
  * Level Zero's does. */
 #define BYVAL_CU_OFF_CHUNK 0
 #define BYVAL_CU_OFF_POOL 8
@@ -124,28 +118,41 @@ static inline void *byval_cu_room(void *arr, size_t *cap_p, size_t n, size_t ele
     return a;
 }
 
+/* Index of the first of n chunks ending after off: chunks sorted by
+ * offset, stride bytes apart, each starting with its uint64_t offset and
+ * size. */
+static inline size_t byval_cu_chunk_at(const void *chunks, size_t n, size_t stride, uint64_t off)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const uint64_t *c = (const uint64_t *)((const char *)chunks + mid * stride);
+        if (c[0] + c[1] <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* A pointer attribute read into a zeroed 8-byte slot (some are 4 bytes). */
 int byval_cu_attr_u64(const byval_cu_real_t *rl, CUpointer_attribute a, CUdeviceptr p,
                       uint64_t *out);
 
-/* Exporter side: chunks in the range are unmapped (cuMemUnmap, cuMemFree)
- * or the allocation released (cuMemRelease): the exports naming them end.
- * A chunk was mapped (cuMemMap): remembered handles are checked again. */
-void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size);
-void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h);
+/* Exporter side: chunks in [ptr, ptr + size) are unmapped (cuMemUnmap,
+ * cuMemFree), or allocation gh (!= 0) is released (cuMemRelease): the
+ * exports naming them end. A chunk was mapped (cuMemMap): remembered
+ * handles are checked again. */
+void byval_cu_export_forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh);
 void byval_cu_export_mapped(void);
-
-/* A context is about to be destroyed or reset (cuCtxDestroy, the primary
- * context's reset or last release): end the exports of its memory and
- * release its mappings first (cu_ctx.c). */
-void byval_cu_context_dying(CUcontext ctx);
 
 /* Legacy exports (cu_export.c): ptr is being freed. */
 void byval_cu_legacy_freed(CUdeviceptr ptr);
 /* ctx's memory goes with it: end its legacy exports. Returns how many. */
 size_t byval_cu_legacy_ctx_gone(CUcontext ctx);
 
-/* Make ctx current around a driver call from a cache callback. */
+/* Make ctx current around a driver call from a cache callback, inside
+ * byval_enter() .. byval_leave(). */
 CUcontext byval_cu_ctx_push(CUcontext ctx);
 void byval_cu_ctx_pop(CUcontext saved);
 

@@ -14,7 +14,7 @@
  * Legacy (cuMemAlloc) memory: the driver's handle is by value already and
  * passes through; one export per allocation start publishes it (keyed by
  * a hash of the handle bytes) so that importers release their closed
- * mappings of it when it is freed or its context goes (cu_ctx.c).
+ * mappings of it when it is freed or its context goes (cu_entry.c).
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -227,15 +227,7 @@ static void pool_free(cu_pool_t *p)
 /* Index of the first chunk of p ending after off. */
 static size_t chunk_at(const cu_pool_t *p, uint64_t off)
 {
-    size_t lo = 0, hi = p->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->chunks[mid].off + p->chunks[mid].size <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return byval_cu_chunk_at(p->chunks, p->n, sizeof(p->chunks[0]), off);
 }
 
 /* 1: p holds the chunk mapped now as `now` says; 0: nothing there; -1: another
@@ -668,9 +660,7 @@ CUresult byval_cu_ipc_get(byval_cu_get_fn next, CUipcMemHandle *h, CUdeviceptr p
 
 /* ---- unmap, release, map ------------------------------------------------- */
 
-/* End what names chunks of every pool in [ptr, ptr + size), or the chunk
- * of allocation gh (gh != 0). */
-static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh)
+void byval_cu_export_forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh)
 {
     if (!__atomic_load_n(&npools, __ATOMIC_RELAXED)) /* chunks kept with no export live too */
         return;
@@ -698,17 +688,6 @@ static void forget(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle gh
     BYVAL_STAT_ADD(frees, n);
     if (n)
         byval_log_export("", 1, (const void *)(uintptr_t)ptr, -1);
-}
-
-void byval_cu_export_forget_range(CUdeviceptr ptr, size_t size)
-{
-    forget(ptr, size, 0);
-}
-
-void byval_cu_export_forget_handle(CUmemGenericAllocationHandle h)
-{
-    if (h)
-        forget(0, 0, h);
 }
 
 void byval_cu_export_mapped(void)

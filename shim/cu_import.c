@@ -63,7 +63,7 @@ typedef struct mirror_chunk {
 typedef struct cu_mirror {
     byval_import_t core; /* the lifecycle core's part (cache/imports.h) */
     CUdeviceptr base;
-    uint64_t size, pool_id;
+    uint64_t size;
     CUcontext ctx;
     uint32_t nrecs;   /* records served, published with a release */
     uint32_t forgot;  /* served more than it remembers: what opens need is unknown */
@@ -96,7 +96,6 @@ static void mirror_unmap(cu_mirror_t *m)
 {
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && m->base && !__atomic_load_n(&m->core.dead, __ATOMIC_RELAXED)) {
-        byval_enter();
         /* From the watcher thread too: the context the mapping was made
          * in, which a purge keeps alive until this returns. */
         CUcontext saved = byval_cu_ctx_push(m->ctx);
@@ -104,7 +103,6 @@ static void mirror_unmap(cu_mirror_t *m)
             rl->mem_unmap(m->base + m->chunks[i].off, m->chunks[i].size);
         rl->address_free(m->base, m->size);
         byval_cu_ctx_pop(saved);
-        byval_leave();
     }
     free(m->chunks);
 }
@@ -151,15 +149,12 @@ static void mirror_prune(void *arg)
             m->chunks[kept++] = *c;
             continue;
         }
-        if (!dropped++) {
-            byval_enter();
+        if (!dropped++)
             saved = byval_cu_ctx_push(m->ctx);
-        }
         rl->mem_unmap(m->base + c->off, c->size);
     }
     if (dropped) {
         byval_cu_ctx_pop(saved);
-        byval_leave();
         BYVAL_LOG_DEBUG("open mirror of pid %u: %zu chunk%s no open needs given back", m->core.pid,
                         dropped, dropped == 1 ? "" : "s");
     }
@@ -171,7 +166,6 @@ static void mirror_prune(void *arg)
  * give back what no open needs now, without waiting for a close. */
 static void prune_dead(void *arg)
 {
-    (void)arg;
     byval_lock(&mirrors_lock);
     for (cu_mirror_t *m = mirrors; m; m = m->next)
         if (!byval_import_alive(&m->core))
@@ -237,15 +231,7 @@ typedef struct vmm_req {
  * another chunk holds the place of (-1: the exporter mapped anew there). */
 static int chunk_need(const cu_mirror_t *m, const byval_manifest_chunk_t *c, size_t *at_p)
 {
-    size_t lo = 0, hi = m->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->chunks[mid].off + m->chunks[mid].size <= c->offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *at_p = lo;
+    size_t lo = *at_p = byval_cu_chunk_at(m->chunks, m->n, sizeof(m->chunks[0]), c->offset);
     if (lo == m->n || m->chunks[lo].off >= c->offset + c->size)
         return 1;
     const mirror_chunk_t *h = &m->chunks[lo];
@@ -355,7 +341,6 @@ static CUresult mirror_new(const vmm_req_t *q, cu_mirror_t **m_p)
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->size = man->reserve_size;
-    m->pool_id = man->pool_id;
     m->ctx = q->ctx;
     CUresult r = rl->address_reserve(&m->base, m->size, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
@@ -562,11 +547,9 @@ static void legacy_release(byval_import_t *b)
     cu_legacy_t *e = (cu_legacy_t *)b;
     const byval_cu_real_t *rl = byval_cu_real();
     if (rl && !__atomic_load_n(&b->dead, __ATOMIC_RELAXED)) {
-        byval_enter();
         CUcontext saved = byval_cu_ctx_push(e->ctx);
         CUresult r = rl->ipc_close(e->ptr);
         byval_cu_ctx_pop(saved);
-        byval_leave();
         if (r != CUDA_SUCCESS)
             BYVAL_LOG_DEBUG("cuIpcCloseMemHandle(0x%llx) on release: %s",
                             (unsigned long long)e->ptr, byval_cu_err(r));
@@ -590,7 +573,6 @@ static int legacy_import(void *req, byval_import_t *had, byval_import_t **m_p)
     const byval_cu_real_t *rl = byval_cu_real();
     CUdeviceptr p = 0, base = 0;
     size_t size = 0;
-    (void)had;
     uint64_t t0 = byval_stats_now_ns();
     byval_enter();
     CUresult r = q->next(&p, *q->h, q->flags);

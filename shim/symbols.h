@@ -3,7 +3,7 @@
  * symbols.h - the one table of interposed entry points (X-macros). From it
  * come the exported wrappers and the DDI-table and extension wrappers
  * (ze_entry.c), the cuGetProcAddress routes and libcuda's entry points
- * (cu_entry.c, cu_real.c), the table dlsym() hands wrappers out from
+ * (cu_entry.c), the table dlsym() hands wrappers out from
  * (dlsym.c) and the export map (the Makefile preprocesses this file with
  * BYVAL_EXPORT_MAP). test_symbols.sh checks the library exports exactly it.
  */
@@ -124,7 +124,7 @@
     X(cuGetProcAddress, cuGetProcAddress, 0, get_proc_address, ROUTED, \
       (const char *s, void **pfn, int v, cuuint64_t f), (s, pfn, v, f))
 
-/* Context ends (wrappers in cu_ctx.c): X(name, asked as, from, field). */
+/* Context ends (wrappers in cu_entry.c): X(name, asked as, from, field). */
 #define BYVAL_CU_CTX_SYMBOLS(X) \
     X(cuCtxDestroy_v2, cuCtxDestroy, 4000, ctx_destroy_v2) \
     X(cuCtxDestroy, cuCtxDestroy, 0, ctx_destroy) \

@@ -1,15 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ze.h - internal interface of the Level Zero part of the shim.
- *
- * ze_entry.c  exported symbols, DDI-table and extension wrappers (routing)
- * ze_export.c zeMemGetIpcHandle/Put/Free: the memory export backend
- * ze_handle.c what a handle's bytes say (both ends), the short record
- * ze_import.c the import backends: memory, opaque memory, event pools
- * ze_event.c  zeEventPoolGetIpcHandle/Put/Destroy: the pool export backend
- * ze_entry_event.c   the event-pool routes (symbols, EventPool table)
- * ze_entry_newer.c   routes of the entry points newer than spec 1.4
- * ze_fdconv.c zeMemGetFileDescriptorFromIpcHandleExp and back
+ * ze.h - internal interface of the Level Zero part of the shim: routes
+ * (ze_entry.c), the memory export and fd conversions (ze_export.c), the
+ * event-pool export (ze_event.c), the import backends (ze_import.c) and
+ * what a handle's bytes say (ze_handle.c).
  */
 #ifndef BYVAL_SHIM_ZE_H
 #define BYVAL_SHIM_ZE_H
@@ -17,6 +11,8 @@
 #include <level_zero/ze_api.h>
 #include <level_zero/ze_ddi.h>
 #include <stdint.h>
+
+#include "handles/wire.h"
 
 /* Spec 1.6+ entry points, absent from the 1.8.12 headers we build with. */
 typedef ze_result_t (*byval_ze_mem_put_fn)(ze_context_handle_t, ze_ipc_mem_handle_t);
@@ -100,45 +96,30 @@ ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handl
                                 ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
                                 void **pptr);
 
-/*
- * Shared by export and import: the classic layout puts the driver's fd in
- * bytes 0-7 as a uint64; a handle is "ours" when bytes 17..63 decode as a
- * record whose fd equals those bytes (an application that replaced bytes
- * 0-3 with its own SCM_RIGHTS fd gets the driver's behaviour).
- */
-struct byval_record;
-
-/* Handle layouts (ze_handle.c). pattern: fill bytes off..63 with it, or
- * (fill 0) 1 when the driver left it: the classic layout. layout: after
- * the driver's get, 0 classic, 1 opaque and describable by a short
- * record, -1 neither (passed through: byval_ze_pass). pass: counted, and
- * an opaque handle's fd registered for other libraries' pidfd_getfd. */
+/* Handle layouts (ze_handle.c). The classic one: the driver's fd in bytes
+ * 0-7 (a uint64); a handle is ours when bytes 17..63 decode as a record
+ * of that fd (an application that replaced bytes 0-3 with its own
+ * SCM_RIGHTS fd gets the driver's behaviour). pattern: fill bytes off..63
+ * with it, or (fill 0) 1 when the driver left it: the classic layout.
+ * layout: after the driver's get, 0 classic, 1 opaque and describable by
+ * a short record, -1 neither (passed through: byval_ze_pass). pass:
+ * counted, and an opaque handle's fd registered for other libraries'
+ * pidfd_getfd. */
 int byval_ze_pattern(uint8_t *handle64, size_t off, int fill);
-void byval_ze_pattern_fill(uint8_t *handle64);
 int byval_ze_layout(uint8_t *handle64, int pool);
 void byval_ze_pass(const uint8_t *handle64, int pool);
-/* 1 when the driver wrote the classic layout, the record was added and
- * the export started (cache/exports.h; kept until the allocation is freed,
- * its context destroyed or the table needs room). index: the handle's
- * place among zexMemGetIpcHandles'; ptr NULL: a handle made from the fd. */
-int byval_ze_describe(uint8_t *handle64, ze_context_handle_t ctx, const void *ptr,
-                      uint64_t alloc_id, ze_device_handle_t dev, unsigned index);
 /* zeContextDestroy: every export of ctx ends first (a driver may close
  * the context's exported fds with it). */
 void byval_ze_exports_ctx_gone(ze_context_handle_t ctx);
-/* Allocation id and device of ptr; -1 if the driver does not know it. */
-int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
-                         ze_device_handle_t *dev_p);
-/* Resolve a by-value handle into a local fd (import path); 0 with *fd_p
- * set, or a ze_result_t error already logged. */
-ze_result_t byval_ze_resolve(const struct byval_record *rec, int *fd_p);
-int byval_ze_decode(const void *handle64, struct byval_record *rec_p);
-/* The same without the checksum (byval_wire_parse): only for a cache
- * lookup whose hit compares the whole record with a decoded one. */
-int byval_ze_parse(const void *handle64, struct byval_record *rec_p);
+/* 1 when the handle carries a record of its fd @0 in *rec_p; checked:
+ * with its checksum (byval_wire_decode), else parsed only, for a cache
+ * lookup whose hit compares the whole record with a checked one. */
+int byval_ze_read(const void *handle64, byval_record_t *rec_p, int checked);
+/* 1 when the handle is another process's by-value memory handle (*rec_p). */
+int byval_ze_foreign(const void *handle64, byval_record_t *rec_p);
 uint64_t byval_ze_handle_fd(const void *handle64);
 
-/* ---- fd <-> IPC handle (ze_fdconv.c) ---------------------------------- */
+/* ---- fd <-> IPC handle (ze_export.c) ---------------------------------- */
 
 /* zeMemGetFileDescriptorFromIpcHandleExp: for another process's by-value
  * handle, a local duplicate (the caller's to close; the same one while it
@@ -149,17 +130,6 @@ ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle
  * duplicate we handed out; the export's for the driver's own fd). */
 ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx, uint64_t fd,
                                  ze_ipc_mem_handle_t *handle);
-/* The by-value handle the export cache holds for the driver's fd. */
-int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle);
-/* Allocation ids of handles made from an fd (allocation unknown): this
- * bit and the fd's inode; never a driver's (counters, user addresses). */
-#define BYVAL_ZE_FD_ALLOC_BIT (UINT64_C(1) << 47)
-
-/* Routes of the newer entry points (ze_entry_newer.c): the Mem table's
- * 1.15 slot, and what zeDriverGetExtensionFunctionAddress hands out for
- * their names (NULL: not one of them). */
-void byval_ze_wrap_mem_newer(ze_api_version_t version, ze_mem_dditable_t *table);
-void *byval_ze_ext_wrapper(const char *name, void *pfn);
 
 /* ---- event pools ------------------------------------------------------- */
 
@@ -171,10 +141,9 @@ void *byval_ze_ext_wrapper(const char *name, void *pfn);
 #define BYVAL_ZE_POOL_DRIVER_LEN 40
 #define BYVAL_ZE_POOL_RECORD_OFF 40
 
-struct byval_short;
 /* 1 when the handle carries a short record bound to its driver bytes (a
  * classic one's @40), 2 an opaque one's (@30), else 0. */
-int byval_ze_pool_decode(const void *handle64, struct byval_short *s_p);
+int byval_ze_pool_decode(const void *handle64, byval_short_t *s_p);
 
 /* zeEventPoolCreate: an IPC pool's context is remembered for its export. */
 ze_result_t byval_ze_pool_create(ze_pfnEventPoolCreate_t next, ze_context_handle_t ctx,
@@ -197,22 +166,21 @@ int byval_ze_pool_close_import(ze_event_pool_handle_t pool, ze_result_t *r_p);
 /* zeContextDestroy: end the exports of ctx's event pools first. */
 void byval_ze_pool_exports_ctx_gone(ze_context_handle_t ctx);
 
-/* The opaque layouts across pid namespaces (ze_handle.c): a short record
- * in reservedHandleData @30. describable: the rendezvous directory is in
- * use and the driver left the reserved bytes zero, handle type fd (pool:
- * an event pool's handle). write: the record of our export `serial` (0,
- * or -1). decode: 1 when h carries one bound to its driver bytes 0-29.
- * whose: its exporter is us (0), another process of our pid namespace (1)
- * or in another host, boot or pid namespace (2). strip:
- * the reserved bytes zero again, as the driver wrote them. local: the
- * handle our driver imports fd from, as a plain fd (fd @0, its copy -1). */
-int byval_ze_opaque_describable(const void *handle64, int pool);
-int byval_ze_opaque_write(void *handle64, uint64_t serial);
-int byval_ze_opaque_decode(const void *handle64, struct byval_short *s_p);
-int byval_ze_opaque_whose(const struct byval_short *s);
+/* The short record of our export `serial` at handle64 + off, its checksum
+ * over bytes 0..off: 0, or -1. The opaque layouts (across pid
+ * namespaces) carry one in reservedHandleData @BYVAL_ZE_OPAQUE_OFF. decode: 1 when h carries one bound to its
+ * driver bytes 0-29. whose: its exporter is us (0), another process of
+ * our pid namespace (1) or in another host, boot or pid namespace (2).
+ * strip: the reserved bytes zero again, as the driver wrote them. local:
+ * the handle our driver imports fd from, as a plain fd (fd @0, copy -1). */
+int byval_ze_short_write(void *handle64, size_t off, uint64_t serial);
+#define BYVAL_ZE_OPAQUE_OFF 30 /* reservedHandleData[32] @30-61 */
+int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p);
+int byval_ze_opaque_whose(const byval_short_t *s);
 void byval_ze_opaque_strip(void *handle64);
 void byval_ze_opaque_local(void *handle64, int fd, int pool);
-/* Resolve rec into a local fd, failures logged under `api`. */
-ze_result_t byval_ze_resolve_as(const char *api, const struct byval_record *rec, int *fd_p);
+/* Resolve rec into a local fd (import path): 0 with *fd_p set, or a
+ * ze_result_t error already logged under `api`. */
+ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p);
 
 #endif

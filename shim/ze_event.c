@@ -20,7 +20,6 @@
 #include "shim/stats.h"
 #include "cache/transport.h"
 #include "shim/ze.h"
-#include "shim/ze_short.h"
 
 /* A get: the pool, the driver's fd and its inode; the serial handed. */
 typedef struct pool_call {
@@ -137,13 +136,13 @@ ze_result_t byval_ze_pool_get_ipc(ze_pfnEventPoolGetIpcHandle_t next, ze_event_p
         c.ino = (uint32_t)byval_fd_inode(c.fd);
         fresh = byval_exports_obtain(pools, &pool, &c) == 0;
     }
-    uint64_t serial = c.serial;
-    if (layout == 1 && (!serial || byval_ze_opaque_write(h, serial) != 0)) {
-        byval_ze_pass(h, 1);
-        return r;
-    }
-    if (layout == 0 && byval_ze_short_write(h, BYVAL_ZE_POOL_RECORD_OFF, serial) != 0) {
+    if (byval_ze_short_write(h, layout ? BYVAL_ZE_OPAQUE_OFF : BYVAL_ZE_POOL_RECORD_OFF,
+                             c.serial) != 0) {
         static int warned;
+        if (layout) { /* opaque: as the driver wrote it */
+            byval_ze_pass(h, 1);
+            return r;
+        }
         BYVAL_STAT_INC(export_passthrough);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             BYVAL_LOG_WARN("cannot publish event pool %p for by-value handles (registry "

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ze_export.c - the Level Zero memory export backend (zeMemGetIpcHandle,
- * Put, Free). A classic handle gets our record after the driver's bytes;
+ * Put, Free, zexMemGetIpcHandles, the fd conversions). A classic handle gets our record after the driver's bytes;
  * an opaque one (newer drivers, which resolve pids themselves) a short
  * record where the rendezvous directory is used; other layouts pass
  * through. One export per (context, pointer, route), validated by the
@@ -11,6 +11,7 @@
  * share its id and fd, so an allocation is told by its id and base, and a
  * free ends only that allocation's exports.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,7 +29,7 @@
 
 /* One export per (context, pointer, route): route 0 is zeMemGetIpcHandle,
  * 1 + i the i-th handle of zexMemGetIpcHandles, ZE_ROUTE_FD | fd a handle
- * made from the driver's fd (ze_fdconv.c). */
+ * made from the driver's fd (below). */
 typedef struct ze_export_key {
     uintptr_t ctx;
     uintptr_t ptr;
@@ -146,7 +147,7 @@ static byval_export_t *export_make(void *arg)
     byval_record_t rec = {0};
     if (c->plain || c->props) {
         byval_ptracer_allow();
-        byval_ze_pattern_fill(c->h);
+        byval_ze_pattern(c->h, BYVAL_ZE_RECORD_OFF, 1);
         byval_enter();
         c->r = call_get(c, (ze_ipc_mem_handle_t *)c->h);
         byval_leave();
@@ -195,7 +196,7 @@ static int export_write(byval_export_t *core, void *arg)
 {
     ze_call_t *c = arg;
     ze_export_t *e = (ze_export_t *)core;
-    if (c->layout && byval_ze_opaque_write(e->handle.data, e->item.serial) != 0)
+    if (c->layout && byval_ze_short_write(e->handle.data, BYVAL_ZE_OPAQUE_OFF, e->item.serial) != 0)
         return -1;
     memcpy(c->h, e->handle.data, ZE_MAX_IPC_HANDLE_SIZE);
     return 0;
@@ -242,8 +243,12 @@ static int described(const ze_call_t *c, int rc)
     return 0;
 }
 
-int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
-                      ze_device_handle_t dev, unsigned index)
+/* 1 when the driver wrote the classic layout, the record was added and
+ * the export started (kept until the allocation is freed, its context
+ * destroyed or the table needs room). index: the handle's place among
+ * zexMemGetIpcHandles'; ptr NULL: a handle made from the fd. */
+static int describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint64_t alloc_id,
+                    ze_device_handle_t dev, unsigned index)
 {
     byval_once(&export_once, export_init);
     ze_call_t c = {NULL, NULL, NULL, ctx, ptr, alloc_id, dev, h, UINT64_MAX, -2, 0, 0};
@@ -252,8 +257,9 @@ int byval_ze_describe(uint8_t *h, ze_context_handle_t ctx, const void *ptr, uint
     return described(&c, byval_exports_add(exports, &key, export_make(&c), &c));
 }
 
-int byval_ze_alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
-                         ze_device_handle_t *dev_p)
+/* Allocation id and device of ptr; -1 if the driver does not know it. */
+static int alloc_props(ze_context_handle_t ctx, const void *ptr, uint64_t *id_p,
+                       ze_device_handle_t *dev_p)
 {
     byval_once(&export_once, export_init);
     if (!real_get_props)
@@ -276,7 +282,7 @@ static ze_result_t get_ipc(ze_call_t *c, ze_ipc_mem_handle_t *handle)
         return call_get(c, handle);
     byval_once(&export_once, export_init);
     c->h = (uint8_t *)handle->data;
-    if (!exports || !real_get_props || byval_ze_alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
+    if (!exports || !real_get_props || alloc_props(c->ctx, c->ptr, &c->alloc_id, &c->dev))
         return call_get(c, handle); /* the driver reports the error */
     ze_export_key_t key = {(uintptr_t)c->ctx, (uintptr_t)c->ptr, 0};
     int rc = byval_exports_obtain(exports, &key, c);
@@ -292,6 +298,31 @@ ze_result_t byval_ze_get_ipc(ze_pfnMemGetIpcHandle_t next, ze_context_handle_t c
 {
     ze_call_t c = {next, NULL, NULL, ctx, ptr, 0, NULL, NULL, UINT64_MAX, -2, 1, 0};
     return next ? get_ipc(&c, handle) : ZE_RESULT_ERROR_UNINITIALIZED;
+}
+
+/* Intel's zexMemGetIpcHandles (a handle per tile of an implicitly scaled
+ * allocation): each classic-layout handle is made by value. The driver
+ * keeps these exports itself (no put: their end is the free). */
+ze_result_t byval_zex_get_ipcs(byval_zex_get_handles_fn next, ze_context_handle_t ctx, void *ptr,
+                               uint32_t *count, ze_ipc_mem_handle_t *handles)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!count || !handles || !*count || !byval_init() || !byval_cfg.ze)
+        return next(ctx, ptr, count, handles);
+    uint32_t n = *count;
+    for (uint32_t i = 0; i < n; i++)
+        byval_ze_pattern((uint8_t *)handles[i].data, BYVAL_ZE_RECORD_OFF, 1);
+    byval_enter();
+    ze_result_t r = next(ctx, ptr, count, handles);
+    byval_leave();
+    uint64_t id;
+    ze_device_handle_t dev = NULL;
+    if (r != ZE_RESULT_SUCCESS || alloc_props(ctx, ptr, &id, &dev) != 0)
+        return r;
+    for (uint32_t i = 0; i < *count && i < n; i++)
+        describe((uint8_t *)handles[i].data, ctx, ptr, id, dev, i);
+    return r;
 }
 
 /* ze_ipc_mem_handle_type_ext_desc_t (1.15; not in the 1.4 headers). */
@@ -344,7 +375,8 @@ static uint32_t by_fd_visit(void *arg, byval_export_t *core)
     return UINT32_MAX;
 }
 
-int byval_ze_export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
+/* The by-value handle the export cache holds for the driver's fd. */
+static int export_by_fd(int fd, ze_ipc_mem_handle_t *handle)
 {
     byval_once(&export_once, export_init);
     by_fd_t b = {.fd = (uint64_t)fd};
@@ -363,11 +395,147 @@ ze_result_t byval_ze_put_ipc(byval_ze_mem_put_fn next, ze_context_handle_t ctx,
         return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
     byval_short_t s;
     if (!byval_init() || !byval_cfg.ze ||
-        (!byval_ze_decode(handle.data, &rec) &&
+        (!byval_ze_read(handle.data, &rec, 1) &&
          !(byval_ze_opaque_decode(handle.data, &s) && byval_ze_opaque_whose(&s) == 0)))
         return next(ctx, handle);
     /* Ours: the export cache owns the driver's handle until free/evict. */
     return ZE_RESULT_SUCCESS;
+}
+
+/* ---- fd <-> IPC handle ---------------------------------------------------
+ * zeMemGetFileDescriptorFromIpcHandleExp and
+ * zeMemGetIpcHandleFromFileDescriptorExp (spec 1.6) with by-value handles.
+ * The driver answers both from its own table of exports
+ * (compute-runtime's Context::getFdFromIpcHandle / getIpcHandleFromFd
+ * look the handle's fd number up in its IPC map): in the exporting
+ * process they convert, anywhere else they fail, or worse, return an
+ * export of the importing process whose number happens to be the
+ * exporter's. So, for another process's by-value handle, the fd returned
+ * is a local duplicate of the exporter's object, fetched and checked as
+ * an open's is, and an fd built back into a handle gives the by-value
+ * handle it came from. The duplicate is the caller's to close: ipcbyval
+ * never closes an fd it handed out (it may be in use), and hands out the
+ * same one again while it stays open on the same object, so a caller that
+ * never closes it does not collect descriptors. In the exporting process
+ * both calls are the driver's, and the handle built from the driver's fd
+ * is the by-value handle the export cache holds for it.
+ */
+
+/* Allocation ids of handles made from an fd (allocation unknown): this
+ * bit and the fd's inode; never a driver's (counters, user addresses). */
+#define FD_ALLOC_BIT (UINT64_C(1) << 47)
+#define API_FD "zeMemGetFileDescriptorFromIpcHandleExp"
+#define DUPS 64
+
+/* Duplicates handed out: which by-value handle each came from. */
+static struct {
+    byval_lock_t lock;
+    struct dup {
+        int fd1; /* the fd + 1; 0: free */
+        uint32_t ino;
+        ze_ipc_mem_handle_t handle;
+    } d[DUPS];
+    unsigned next;
+} dups = {.lock = BYVAL_LOCK_INIT(ZE_FDCONV)};
+
+/* fork: the table stays right in the child (it inherits the duplicates,
+ * open); only the lock must not be inherited held. A leaf: nothing is
+ * taken or called out under it but fcntl and fstat. */
+BYVAL_LOCK_STATIC(ze_fdconv, &dups.lock);
+
+/* 1 while fd is open on the object whose inode's low bits are ino. */
+static int still_names(int fd, uint32_t ino)
+{
+    return fd >= 0 && fcntl(fd, F_GETFD) >= 0 && (uint32_t)byval_fd_inode(fd) == ino;
+}
+
+/* The duplicate handed out for handle (fd < 0), or fd as a duplicate
+ * (its handle in *out), while it names what it did: the fd, or -1. */
+static int dup_find(const ze_ipc_mem_handle_t *handle, int fd, ze_ipc_mem_handle_t *out)
+{
+    int found = -1;
+    byval_lock(&dups.lock);
+    for (int i = 0; i < DUPS && found < 0; i++)
+        if (dups.d[i].fd1 &&
+            (fd < 0 ? !memcmp(&dups.d[i].handle, handle, sizeof(*handle))
+                    : dups.d[i].fd1 == fd + 1) &&
+            still_names(dups.d[i].fd1 - 1, dups.d[i].ino)) {
+            found = dups.d[i].fd1 - 1;
+            if (out)
+                *out = dups.d[i].handle;
+        }
+    byval_unlock(&dups.lock);
+    return found;
+}
+
+static void dup_remember(int fd, uint32_t ino, const ze_ipc_mem_handle_t *handle)
+{
+    byval_lock(&dups.lock);
+    unsigned slot = DUPS;
+    for (unsigned i = 0; i < DUPS && slot == DUPS; i++)
+        if (dups.d[i].fd1 == fd + 1 || !dups.d[i].fd1) /* a number reused, or free */
+            slot = i;
+    if (slot == DUPS)
+        slot = dups.next++ % DUPS; /* forget the oldest (never closed: the caller's) */
+    dups.d[slot] = (struct dup){fd + 1, ino, *handle};
+    byval_unlock(&dups.lock);
+}
+
+ze_result_t byval_ze_fd_from_ipc(byval_ze_fd_from_ipc_fn next, ze_context_handle_t ctx,
+                                 ze_ipc_mem_handle_t handle, uint64_t *fd_p)
+{
+    byval_record_t rec;
+    if (!next)
+        return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    if (!fd_p || !byval_init() || !byval_cfg.ze)
+        return next(ctx, handle, fd_p);
+    if (!byval_ze_foreign(handle.data, &rec)) {
+        ze_result_t r = next(ctx, handle, fd_p);
+        /* The caller may hand this fd to a peer by number (its own
+         * pidfd_getfd): the rescue may serve it (shim/syscall.c). */
+        if (r == ZE_RESULT_SUCCESS && *fd_p <= INT32_MAX)
+            byval_export_register_fd((int)*fd_p);
+        return r;
+    }
+    int fd = dup_find(&handle, -1, NULL);
+    if (fd < 0) {
+        ze_result_t r = byval_ze_resolve_as(API_FD, &rec, &fd);
+        if (r != ZE_RESULT_SUCCESS)
+            return r;
+        dup_remember(fd, rec.fd_ino, &handle);
+        BYVAL_LOG_DEBUG(API_FD ": pid %u fd %u is fd %d here (the caller's to close)", rec.pid,
+                        rec.fd, fd);
+    }
+    *fd_p = (uint64_t)fd;
+    byval_export_register_fd(fd); /* as above: GPU memory the caller may pass on */
+    return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t byval_ze_ipc_from_fd(byval_ze_ipc_from_fd_fn next, ze_context_handle_t ctx, uint64_t fd,
+                                 ze_ipc_mem_handle_t *handle)
+{
+    if (!next)
+        return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+    if (!handle || fd > INT32_MAX || !byval_init() || !byval_cfg.ze)
+        return next(ctx, fd, handle);
+    /* One of our duplicates: the by-value handle it came from. */
+    if (dup_find(NULL, (int)fd, handle) >= 0)
+        return ZE_RESULT_SUCCESS;
+    /* The driver's own export (else its error, as natively). */
+    byval_ze_pattern((uint8_t *)handle->data, BYVAL_ZE_RECORD_OFF, 1);
+    byval_enter();
+    ze_result_t r = next(ctx, fd, handle);
+    byval_leave();
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    /* What zeMemGetIpcHandle handed out for it, record and all. */
+    if (export_by_fd((int)fd, handle))
+        return r;
+    /* Exported another way (the export cache full, zex): describe the
+     * object alone; importers then release their mapping at its close. */
+    uint64_t id = FD_ALLOC_BIT | (uint32_t)byval_fd_inode((int)fd);
+    describe((uint8_t *)handle->data, ctx, NULL, id, NULL, 0);
+    return r;
 }
 
 typedef struct alloc_ref {
@@ -425,7 +593,7 @@ static void export_forget(ze_context_handle_t ctx, const void *ptr)
      * registry entries is held. */
     ze_device_handle_t dev = NULL;
     uint64_t reg;
-    if (!byval_exports_live(x) || byval_ze_alloc_props(ctx, ptr, &a.id, &dev) != 0 ||
+    if (!byval_exports_live(x) || alloc_props(ctx, ptr, &a.id, &dev) != 0 ||
         !byval_exports_key_held(reg = BYVAL_REG_KEY(BYVAL_KIND_ZE_MEM, a.id)))
         return;
     a.base = alloc_base(ctx, ptr);

@@ -9,7 +9,6 @@
  * (@30), which an importer resolves to the live entry of the exporter's
  * registry it names, and from that to the fd to fetch.
  */
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,7 +18,7 @@
 #include "shim/log.h"
 #include "shim/stats.h"
 #include "cache/transport.h"
-#include "shim/ze_short.h"
+#include "shim/ze.h"
 
 uint64_t byval_ze_handle_fd(const void *handle64)
 {
@@ -28,7 +27,7 @@ uint64_t byval_ze_handle_fd(const void *handle64)
     return fd;
 }
 
-static int ze_read(const void *handle64, byval_record_t *rec_p, int checked)
+int byval_ze_read(const void *handle64, byval_record_t *rec_p, int checked)
 {
     const uint8_t *h = handle64;
     if (!byval_wire_is_candidate(h + BYVAL_ZE_RECORD_OFF, BYVAL_WIRE_LEN))
@@ -39,16 +38,6 @@ static int ze_read(const void *handle64, byval_record_t *rec_p, int checked)
     /* A program that passes the fd itself (SCM_RIGHTS) overwrites bytes
      * 0-3 with its local fd: then the driver must see its handle. */
     return st == BYVAL_WIRE_OK && byval_ze_handle_fd(h) == rec_p->fd;
-}
-
-int byval_ze_decode(const void *handle64, byval_record_t *rec_p)
-{
-    return ze_read(handle64, rec_p, 1);
-}
-
-int byval_ze_parse(const void *handle64, byval_record_t *rec_p)
-{
-    return ze_read(handle64, rec_p, 0);
 }
 
 int byval_ze_pattern(uint8_t *h, size_t off, int fill)
@@ -63,11 +52,6 @@ int byval_ze_pattern(uint8_t *h, size_t off, int fill)
             return 0;
     }
     return 1;
-}
-
-void byval_ze_pattern_fill(uint8_t *h)
-{
-    byval_ze_pattern(h, BYVAL_ZE_RECORD_OFF, 1);
 }
 
 /* The opaque layouts (driver 25.35+): memory's exporter pid @16, fd copy
@@ -97,18 +81,30 @@ void byval_ze_pass(const uint8_t *h, int pool)
         byval_export_register_fd((int)fd);
 }
 
+#define RESERVED_LEN 32
+
+/* An opaque handle a short record can describe: the rendezvous directory
+ * in use, the reserved bytes left zero, handle type fd. */
+static int describable(const void *handle64, int pool)
+{
+    const uint8_t *h = handle64;
+    for (int i = BYVAL_ZE_OPAQUE_OFF; i < BYVAL_ZE_OPAQUE_OFF + RESERVED_LEN; i++)
+        if (h[i]) /* fabric data, the driver's */
+            return 0;
+    /* memory: handle type @20 (0: fd); pools carry theirs @29 */
+    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
+        (pool ? h[29] : h[20]) == 0;
+}
+
 int byval_ze_layout(uint8_t *h, int pool)
 {
     if (byval_ze_pattern(h, pool ? BYVAL_ZE_POOL_RECORD_OFF : BYVAL_ZE_RECORD_OFF, 0))
         return 0;
-    if (layout_is_opaque(h, pool) && byval_ze_opaque_describable(h, pool))
+    if (layout_is_opaque(h, pool) && describable(h, pool))
         return 1;
     byval_ze_pass(h, pool);
     return -1;
 }
-
-#define RESERVED_OFF 30 /* both opaque layouts: reservedHandleData[32] @30-61 */
-#define RESERVED_LEN 32
 
 int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
 {
@@ -121,115 +117,11 @@ int byval_ze_short_write(void *handle64, size_t off, uint64_t serial)
     return byval_short_encode(&s, h, off, h + off) == BYVAL_WIRE_OK ? 0 : -1;
 }
 
-ze_result_t byval_ze_short_refuse(const char *api, byval_status_t st, const char *msg)
-{
-    /* One error line per kind of failure and API (shim/log.h): memory, pools. */
-    static int seen[2][BYVAL_E_SYS + 2];
-    BYVAL_STAT_INC(open_errors);
-    byval_log_once_per_kind(seen[strstr(api, "EventPool") != NULL], BYVAL_E_SYS + 2, (int)st, api,
-                            "%s", msg);
-    return st == BYVAL_E_NOFD ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                              : ZE_RESULT_ERROR_INVALID_ARGUMENT;
-}
-
-ze_result_t byval_ze_short_imported(const char *api, ze_result_t r, int fd,
-                                    const byval_record_t *rec, byval_reg_view_t *v, uint64_t t0)
-{
-    BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
-    close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the driver refused fd %d (pid %u fd %u): 0x%x", fd, rec->pid,
-                 rec->fd, (unsigned)r);
-        byval_ze_short_refuse(api, BYVAL_E_SYS, msg);
-        byval_reg_view_put(v);
-    }
-    return r;
-}
-
-ze_result_t byval_ze_short_entry(const char *api, const byval_short_t *s, const void *handle64,
-                                 uint8_t kind, byval_record_t *rec, byval_reg_view_t **v_p,
-                                 const uint64_t **w_p, byval_reg_slot_t *slot)
-{
-    char msg[512] = "";
-    int pidfd = -1;
-    byval_self_t self;
-    if (byval_self_get(&self) != 0)
-        return ZE_RESULT_ERROR_UNKNOWN;
-    byval_status_t st =
-        byval_reg_attach_short(s, &self, byval_cfg.transport, v_p, rec, &pidfd, msg, sizeof(msg));
-    if (st != BYVAL_OK)
-        return byval_ze_short_refuse(api, st, msg);
-    if (pidfd >= 0) /* verified for this exporter: kept for the fetch */
-        byval_fetch_done(rec, pidfd);
-    uint64_t fd = byval_ze_handle_fd(handle64);
-    *w_p = byval_reg_find_serial(*v_p, s->serial, slot);
-    if (!*w_p || slot->key >> 56 != kind || slot->fd != fd) {
-        byval_reg_view_put(*v_p);
-        *v_p = NULL;
-        snprintf(msg, sizeof(msg),
-                 "pid %u exports no %s under serial %u with fd %llu (%s, or the handle was "
-                 "altered)",
-                 s->pid, kind == BYVAL_KIND_ZE_EVENT_POOL ? "event pool" : "memory", s->serial,
-                 (unsigned long long)fd, kind == BYVAL_KIND_ZE_EVENT_POOL ? "destroyed" : "freed");
-        return byval_ze_short_refuse(api, BYVAL_E_BADFD, msg);
-    }
-    rec->kind = kind;
-    rec->fd = slot->fd;
-    rec->fd_ino = slot->ino;
-    rec->size = slot->size;
-    rec->alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
-    return ZE_RESULT_SUCCESS;
-}
-
-int byval_ze_short_same(const byval_import_t *a, const byval_import_t *b)
-{
-    return memcmp(((const byval_ze_short_import_t *)a)->handle,
-                  ((const byval_ze_short_import_t *)b)->handle, ZE_MAX_IPC_HANDLE_SIZE) == 0;
-}
-
-byval_ze_short_import_t *byval_ze_short_get(byval_imports_t *c, const void *key,
-                                            const void *handle64, byval_lru_ref_t *ref_p)
-{
-    byval_ze_short_import_t *m = (byval_ze_short_import_t *)byval_imports_get(c, key, ref_p);
-    if (m && memcmp(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE) != 0) {
-        byval_imports_unget(c, *ref_p); /* same key, another handle: resolve it */
-        m = NULL;
-    }
-    return m;
-}
-
-void byval_ze_short_fill(byval_ze_short_import_t *m, const void *handle64,
-                         const byval_record_t *rec, const uint64_t *w, uint64_t serial, void *v)
-{
-    memcpy(m->handle, handle64, ZE_MAX_IPC_HANDLE_SIZE);
-    m->base.bytes = rec->size;
-    m->base.pidns = rec->pidns;
-    m->base.pid = rec->pid;
-    m->base.identity = rec->identity;
-    byval_import_track(&m->base, w, serial, v);
-}
-
-int byval_ze_opaque_describable(const void *handle64, int pool)
-{
-    const uint8_t *h = handle64;
-    for (int i = RESERVED_OFF; i < RESERVED_OFF + RESERVED_LEN; i++)
-        if (h[i]) /* fabric data, the driver's */
-            return 0;
-    /* memory: handle type @20 (0: fd); pools carry theirs @29 */
-    return byval_rendezvous_enabled() && byval_cfg.transport != BYVAL_TRANSPORT_PIDFD &&
-        (pool ? h[29] : h[20]) == 0;
-}
-
-int byval_ze_opaque_write(void *handle64, uint64_t serial)
-{
-    return byval_ze_short_write(handle64, RESERVED_OFF, serial);
-}
-
 int byval_ze_opaque_decode(const void *handle64, byval_short_t *s_p)
 {
     const uint8_t *h = handle64;
-    return byval_short_decode(h + RESERVED_OFF, h, RESERVED_OFF, s_p) == BYVAL_WIRE_OK;
+    return byval_short_decode(h + BYVAL_ZE_OPAQUE_OFF, h, BYVAL_ZE_OPAQUE_OFF, s_p) ==
+        BYVAL_WIRE_OK;
 }
 
 int byval_ze_opaque_whose(const byval_short_t *s)
@@ -242,7 +134,7 @@ int byval_ze_opaque_whose(const byval_short_t *s)
 
 void byval_ze_opaque_strip(void *handle64)
 {
-    memset((uint8_t *)handle64 + RESERVED_OFF, 0, RESERVED_LEN);
+    memset((uint8_t *)handle64 + BYVAL_ZE_OPAQUE_OFF, 0, RESERVED_LEN);
 }
 
 void byval_ze_opaque_local(void *handle64, int fd, int pool)

@@ -4,11 +4,12 @@
  *  - memory handles with a record (bytes 17-63), keyed by exporter,
  *    allocation id, flags, pool offset, context and device;
  *  - opaque-layout memory handles and event pools with a short record
- *    (ze_short.c): it names an entry of the exporter's registry, which
+ *    (ze_handle.c): it names an entry of the exporter's registry, which
  *    gives the fd and the liveness, keyed by that entry, context (and
  *    flags, pool offset, device);
- * and zeContextDestroy, whose mappings are released first. A miss writes
- * the fetched local fd into a copy of the handle for the driver's import.
+ * zexMemOpenIpcHandles, and zeContextDestroy, whose mappings are
+ * released first. A miss writes the fetched local fd into a copy of the
+ * handle for the driver's import.
  * An event pool's open pointer is its handle tagged with bit 63 (no
  * user-space address has it); pools do not die with their context (its
  * destroy releases the closed ones; open ones are the application's).
@@ -19,11 +20,13 @@
 
 #include "cache/exporters.h"
 #include "cache/imports.h"
+#include "cache/transport.h"
+#include "handles/registry_view.h"
 #include "shim/config.h"
 #include "shim/init.h"
 #include "shim/log.h"
 #include "shim/stats.h"
-#include "shim/ze_short.h"
+#include "shim/ze.h"
 
 #define POOL_TAG (UINT64_C(1) << 63)
 #define HANDLE_LEN ZE_MAX_IPC_HANDLE_SIZE
@@ -108,44 +111,34 @@ static void mem_track(byval_import_t *b)
 static int mem_check(void *req)
 {
     ze_req_t *q = req;
-    return byval_ze_decode(q->handle, &q->rec) && byval_import_foreign(&q->rec) ? 0
-                                                                                : BYVAL_IMPORT_PASS;
+    return byval_ze_foreign(q->handle, &q->rec) ? 0 : BYVAL_IMPORT_PASS;
 }
 
 static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p);
 static int short_import(void *req, byval_import_t *had, byval_import_t **m_p);
 
-#define ZE_BACKEND(nm, api_, close_, what_, kept_, key)                         \
-    .name = nm, .api = api_, .close_api = close_, .what = what_, .kept = kept_, \
-    .key_len = sizeof(key), .nomem = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,        \
-    .invalid = ZE_RESULT_ERROR_INVALID_ARGUMENT
+#define ZE_BACKEND(nm, api_, close_, what_, kept_)                                           \
+    .name = nm, .api = api_, .close_api = close_, .what = what_, .kept = kept_,              \
+    .key_len = sizeof(ze_key_t), .nomem = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,                \
+    .invalid = ZE_RESULT_ERROR_INVALID_ARGUMENT, .serves = ze_serves, .release = ze_release, \
+    .same = ze_same
 #define MEM_KEPT "closed (the mapping stays cached until its exporter frees it)"
 
 static byval_backend_import_t mem = {
-    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT, ze_key_t),
+    ZE_BACKEND("ze import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT),
     .check = mem_check,
-    .serves = ze_serves,
     .import = mem_import,
-    .release = ze_release,
-    .same = ze_same,
     .track = mem_track,
 };
 /* Tracked at import already: the registry entry the record names. */
 static byval_backend_import_t opaque = {
-    ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT,
-               ze_key_t),
-    .serves = ze_serves,
+    ZE_BACKEND("ze opaque import", "zeMemOpenIpcHandle", "zeMemCloseIpcHandle", "", MEM_KEPT),
     .import = short_import,
-    .release = ze_release,
-    .same = ze_same,
 };
 static byval_backend_import_t pool = {
     ZE_BACKEND("ze pool import", "zeEventPoolOpenIpcHandle", "zeEventPoolCloseIpcHandle",
-               "event pool ", "closed (kept until its exporter destroys it)", ze_key_t),
-    .serves = ze_serves,
+               "event pool ", "closed (kept until its exporter destroys it)"),
     .import = short_import,
-    .release = ze_release,
-    .same = ze_same,
 };
 
 ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int *fd_p)
@@ -156,10 +149,17 @@ ze_result_t byval_ze_resolve_as(const char *api, const byval_record_t *rec, int 
     return r;
 }
 
-ze_result_t byval_ze_resolve(const byval_record_t *rec, int *fd_p)
+int byval_ze_foreign(const void *handle64, byval_record_t *rec_p)
 {
-    return byval_ze_resolve_as(mem.api, rec, fd_p);
+    byval_self_t self; /* our own handles are the driver's business */
+    return byval_ze_read(handle64, rec_p, 1) && rec_p->kind == BYVAL_KIND_ZE_MEM &&
+        byval_self_get(&self) == 0 &&
+        !(rec_p->pid == self.pid && rec_p->pidns == self.pidns && rec_p->identity == self.identity);
 }
+
+/* A refused open, counted and logged once per kind of failure. */
+#define REFUSE(b, st, ...) \
+    (BYVAL_STAT_INC(open_errors), byval_import_refuse((b), (b)->api, (st), __VA_ARGS__))
 
 /* The driver's import of rec's exporter's fd, written into a copy of the
  * handle (opaque: as a plain fd); *out the mapping or the pool. */
@@ -186,11 +186,9 @@ static ze_result_t driver_import(byval_backend_import_t *b, ze_req_t *q, int opa
     byval_leave();
     BYVAL_STAT_ADD(miss_import_ns, byval_stats_now_ns() - t0);
     close(fd); /* the driver holds its own reference once open */
-    if (r != ZE_RESULT_SUCCESS) {
-        BYVAL_STAT_INC(open_errors);
-        byval_import_refuse(b, b->api, BYVAL_E_SYS, "the driver refused fd %d (pid %u fd %u): 0x%x",
-                            fd, q->rec.pid, q->rec.fd, (unsigned)r);
-    }
+    if (r != ZE_RESULT_SUCCESS)
+        REFUSE(b, BYVAL_E_SYS, "the driver refused fd %d (pid %u fd %u): 0x%x", fd, q->rec.pid,
+               q->rec.fd, (unsigned)r);
     return r;
 }
 
@@ -211,13 +209,11 @@ static ze_result_t ze_new(byval_backend_import_t *b, const ze_req_t *q, void *p,
     m->ptr = p;
     m->ctx = q->ctx;
     m->base = (byval_import_t){.bytes = q->rec.size,
+                               .ctx = q->pool ? 0 : (uintptr_t)q->ctx, /* memory dies with it */
+                               .addr = q->pool ? 0 : (uintptr_t)p,
                                .pidns = q->rec.pidns,
                                .pid = q->rec.pid,
                                .identity = q->rec.identity};
-    if (!q->pool) { /* memory dies with its context */
-        m->base.ctx = (uintptr_t)q->ctx;
-        m->base.addr = (uintptr_t)p;
-    }
     if (v)
         byval_import_track(&m->base, w, serial, v);
     *m_p = &m->base;
@@ -228,8 +224,44 @@ static int mem_import(void *req, byval_import_t *had, byval_import_t **m_p)
 {
     void *p = NULL;
     ze_result_t r = driver_import(&mem, req, 0, &p);
-    (void)had;
     return r != ZE_RESULT_SUCCESS ? (int)r : (int)ze_new(&mem, req, p, NULL, 0, NULL, m_p);
+}
+
+/* The exporter's live registry entry the short record names for the fd
+ * in bytes 0-7: *v_p (a view reference), *w_p, *slot, and in q->rec the
+ * record to fetch it. Else the refusal's code, logged. */
+static ze_result_t short_entry(byval_backend_import_t *b, ze_req_t *q, byval_reg_view_t **v_p,
+                               const uint64_t **w_p, byval_reg_slot_t *slot)
+{
+    char msg[512] = "";
+    int pidfd = -1;
+    byval_self_t self;
+    uint8_t kind = q->pool ? BYVAL_KIND_ZE_EVENT_POOL : BYVAL_KIND_ZE_MEM;
+    if (byval_self_get(&self) != 0)
+        return ZE_RESULT_ERROR_UNKNOWN;
+    byval_status_t st = byval_reg_attach_short(&q->s, &self, byval_cfg.transport, v_p, &q->rec,
+                                               &pidfd, msg, sizeof(msg));
+    if (st != BYVAL_OK)
+        return REFUSE(b, st, "%s", msg);
+    if (pidfd >= 0) /* verified for this exporter: kept for the fetch */
+        byval_fetch_done(&q->rec, pidfd);
+    uint64_t fd = byval_ze_handle_fd(q->handle);
+    *w_p = byval_reg_find_serial(*v_p, q->s.serial, slot);
+    if (!*w_p || slot->key >> 56 != kind || slot->fd != fd) {
+        byval_reg_view_put(*v_p);
+        *v_p = NULL;
+        return REFUSE(b, BYVAL_E_BADFD,
+                      "pid %u exports no %s under serial %u with fd %llu (%s, or the handle was "
+                      "altered)",
+                      q->s.pid, q->pool ? "event pool" : "memory", q->s.serial,
+                      (unsigned long long)fd, q->pool ? "destroyed" : "freed");
+    }
+    q->rec.kind = kind;
+    q->rec.fd = slot->fd;
+    q->rec.fd_ino = slot->ino;
+    q->rec.size = slot->size;
+    q->rec.alloc_id = slot->key & BYVAL_WIRE_MAX_ALLOC_ID;
+    return ZE_RESULT_SUCCESS;
 }
 
 /* The exporter's live registry entry the short record names gives the fd. */
@@ -241,10 +273,7 @@ static int short_import(void *req, byval_import_t *had, byval_import_t **m_p)
     const uint64_t *w = NULL;
     byval_reg_slot_t slot;
     void *p = NULL;
-    (void)had;
-    ze_result_t r = byval_ze_short_entry(b->api, &q->s, q->handle,
-                                         q->pool ? BYVAL_KIND_ZE_EVENT_POOL : BYVAL_KIND_ZE_MEM,
-                                         &q->rec, &v, &w, &slot);
+    ze_result_t r = short_entry(b, q, &v, &w, &slot);
     if (r == ZE_RESULT_SUCCESS &&
         (r = driver_import(b, q, !q->pool || q->layout == 2, &p)) != ZE_RESULT_SUCCESS)
         byval_reg_view_put(v);
@@ -282,7 +311,7 @@ ze_result_t byval_ze_open_ipc(ze_pfnMemOpenIpcHandle_t next, ze_context_handle_t
                         flags, &out);
         else /* ours, or our pid namespace's: the driver's own pidfd import */
             byval_ze_opaque_strip(handle.data);
-    } else if (pptr && byval_ze_parse(handle.data, &q.rec) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
+    } else if (pptr && byval_ze_read(handle.data, &q.rec, 0) && q.rec.kind == BYVAL_KIND_ZE_MEM) {
         uint64_t alloc_flags = (q.rec.alloc_id & BYVAL_WIRE_MAX_ALLOC_ID) | (uint64_t)flags << 48;
         r = ze_open(&mem, &q, q.rec.pidns, q.rec.pid, q.rec.identity, alloc_flags, &out);
     }
@@ -323,9 +352,8 @@ ze_result_t byval_ze_pool_open_ipc(ze_pfnEventPoolOpenIpcHandle_t next, ze_conte
     if (!q.layout || byval_self_get(&self) != 0)
         ;
     else if (q.layout == 2 && byval_ze_opaque_whose(&q.s) != 2)
-        byval_ze_opaque_strip(handle.data); /* our pid namespace's: the driver's import */
-    else if (!(q.s.pid == self.pid && q.s.id32 == (uint32_t)self.identity &&
-               q.s.guard == byval_short_guard(self.boot, self.pidns))) {
+        byval_ze_opaque_strip(handle.data);      /* our pid namespace's: the driver's import */
+    else if (byval_ze_opaque_whose(&q.s) != 0) { /* not our own */
         BYVAL_STAT_INC(pool_opens);
         r = ze_open(&pool, &q, q.s.guard, q.s.pid, (uint64_t)q.s.id32 << 32 | q.s.serial, 0, &out);
     }
@@ -357,6 +385,51 @@ ze_result_t byval_ze_pool_close_ipc(ze_pfnEventPoolCloseIpcHandle_t next, ze_eve
     return r;
 }
 
+/* Intel's zexMemOpenIpcHandles: every handle's fd resolved; the rare
+ * multi-handle open is not cached. */
+#define ZEX_MAX_HANDLES 16
+
+ze_result_t byval_zex_open_ipcs(byval_zex_open_handles_fn next, ze_context_handle_t ctx,
+                                ze_device_handle_t dev, uint32_t count,
+                                ze_ipc_mem_handle_t *handles, ze_ipc_memory_flags_t flags,
+                                void **pptr)
+{
+    byval_self_t self;
+    if (!next)
+        return ZE_RESULT_ERROR_UNINITIALIZED;
+    if (!handles || !count || count > ZEX_MAX_HANDLES || !byval_init() || !byval_cfg.ze ||
+        byval_self_get(&self) != 0)
+        return next(ctx, dev, count, handles, flags, pptr);
+    ze_ipc_mem_handle_t local[ZEX_MAX_HANDLES];
+    int fds[ZEX_MAX_HANDLES], ours = 0;
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    uint32_t i;
+    for (i = 0; i < count && r == ZE_RESULT_SUCCESS; i++) {
+        byval_record_t rec;
+        local[i] = handles[i];
+        fds[i] = -1;
+        if (!byval_ze_foreign(handles[i].data, &rec))
+            continue;
+        r = byval_ze_resolve_as(mem.api, &rec, &fds[i]);
+        uint64_t fd64 = (uint64_t)fds[i];
+        memcpy(local[i].data, &fd64, sizeof(fd64));
+        ours = 1;
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+        if (ours)
+            BYVAL_STAT_INC(opens);
+        else
+            BYVAL_STAT_INC(open_passthrough);
+        byval_enter();
+        r = next(ctx, dev, count, local, flags, pptr);
+        byval_leave();
+    }
+    while (i--)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return r;
+}
+
 static int pool_of_ctx(void *ctx, const byval_import_t *b)
 {
     return b->home == pool.cache && ((const ze_import_t *)b)->ctx == ctx;
@@ -375,7 +448,7 @@ ze_result_t byval_ze_context_destroy(ze_pfnContextDestroy_t next, ze_context_han
             : 0;
         /* The driver would close our mappings of ctx with it: closing
          * them later with a dead (or reused) handle must not happen. */
-        size_t k = byval_imports_purge_ctx((uintptr_t)ctx);
+        size_t k = byval_imports_purge((uintptr_t)ctx, 0);
         if (n || k)
             BYVAL_LOG_DEBUG("zeContextDestroy(%p): released %zu mapping%s and %zu closed event "
                             "pool%s of it first",

@@ -206,7 +206,7 @@ static void test_context_purge_releases_open_and_closed(void **state)
     uintptr_t closed_one = open_key(c, 31, 1, 10, 0xc0);
     uintptr_t other = open_key(c, 32, 1, 10, 0xc1);
     byval_imports_close(closed_one);
-    assert_int_equal(byval_imports_purge_ctx(0xc0), 2);
+    assert_int_equal(byval_imports_purge(0xc0, 0), 2);
     assert_int_equal(released, 2);
     assert_int_equal(released_dead, 0); /* released through the driver */
     /* The application's close of a mapping of the dead context is the
@@ -217,7 +217,7 @@ static void test_context_purge_releases_open_and_closed(void **state)
     assert_int_not_equal(again, open_one);
     byval_imports_close(again);
     byval_imports_close(other);
-    assert_int_equal(byval_imports_forget_ctx(0xc1), 1);
+    assert_int_equal(byval_imports_purge(0xc1, 1), 1);
     assert_int_equal(released_dead, 1); /* gone already: no driver call */
 }
 
