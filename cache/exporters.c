@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
-#include "shim/log.h"
-#include "shim/stats.h"
 
 /* An importer talks to its peers on one node: a few hundred at most. */
 #define EXPORTERS_MAX 1024

@@ -7,14 +7,14 @@
  */
 #include <stdarg.h>
 
+#include "cache/config.h"
+#include "cache/exporters.h"
 #include "cache/imports.h"
 #include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "cache/transport.h"
 #include "handles/registry_view.h"
-#include "shim/config.h"
-#include "cache/exporters.h"
-#include "shim/log.h"
-#include "shim/stats.h"
 
 static void track_init(void);
 static void untrack(void *tracker);

@@ -18,8 +18,8 @@
 #include "cache/log.h"
 #include "cache/stats.h"
 #include "handles/registry_view.h"
+#include "handles/rendezvous.h"
 #include "handles/self.h"
-#include "shim/rendezvous.h"
 
 static byval_once_t init_once = BYVAL_ONCE_INIT;
 int byval_init_enabled_;
@@ -50,13 +50,37 @@ static void init_at_exit(void)
         byval_stats_write_file(byval_cfg.stats_dir);
 }
 
+/* IPCBYVAL_RENDEZVOUS_DIR and _GID: use the directory, or say once why not
+ * (then everything behaves as without it). */
+static void rendezvous_configure(void)
+{
+    char msg[512];
+    if (!byval_cfg.rendezvous_dir[0]) {
+        if (byval_cfg.rendezvous_gid >= 0)
+            BYVAL_LOG_WARN("IPCBYVAL_RENDEZVOUS_GID is set without IPCBYVAL_RENDEZVOUS_DIR: "
+                           "ignored");
+        return;
+    }
+    if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD) {
+        BYVAL_LOG_WARN("IPCBYVAL_RENDEZVOUS_DIR is ignored with IPCBYVAL_TRANSPORT=pidfd (the "
+                       "directory carries the socket fallback: use auto or socket)");
+        return;
+    }
+    long gid = byval_cfg.rendezvous_gid >= 0 ? byval_cfg.rendezvous_gid : BYVAL_RENDEZVOUS_NO_GID;
+    if (byval_rendezvous_setup(byval_cfg.rendezvous_dir, gid, msg, sizeof(msg)) != 0)
+        BYVAL_LOG_WARN("%s", msg);
+    else
+        BYVAL_LOG_INFO("rendezvous directory %s (peers of uid %u%s)", byval_cfg.rendezvous_dir,
+                       (unsigned)geteuid(), gid >= 0 ? " and of the group" : "");
+}
+
 static void init_run(void)
 {
     byval_init_depth_++;
     init_problems = byval_config_load();
     byval_init_enabled_ = byval_cfg.enable;
     if (byval_init_enabled_) {
-        byval_rendezvous_configure(); /* before any export */
+        rendezvous_configure(); /* before any export */
         /* The release watcher starts with the first closed mapping that
          * depends on an exporter's registry, not with the first open. */
         byval_reg_watch_on_demand(1);

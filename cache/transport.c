@@ -2,19 +2,19 @@
 /* transport.c - the IPCBYVAL_TRANSPORT policy (see transport.h): the
  * configured mode handed to the resolution (handles/resolve.c), the
  * exporter's kept pidfd lent to it, and the log line. */
-#include "cache/exporters.h"
 #include "cache/transport.h"
+#include "cache/exporters.h"
 
 #include <errno.h>
 
+#include "cache/config.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "handles/broker.h"
 #include "handles/registry_view.h"
+#include "handles/rendezvous.h"
 #include "handles/tag.h"
 #include "handles/transport.h"
-#include "shim/config.h"
-#include "shim/log.h"
-#include "shim/rendezvous.h"
-#include "shim/stats.h"
 
 _Static_assert(BYVAL_MODE_AUTO == BYVAL_TRANSPORT_AUTO &&
                    BYVAL_MODE_PIDFD == BYVAL_TRANSPORT_PIDFD &&
@@ -81,12 +81,23 @@ void byval_fetch_done(const byval_record_t *rec, int pidfd)
 
 /* ---- the export core's sink (cache/exports.h) -------------------------- */
 
+/* Why the exporter does not listen in the rendezvous directory, once;
+ * keeps errno. */
+static void rendezvous_report(void)
+{
+    char msg[512];
+    int err = errno;
+    if (byval_rendezvous_take_error(msg, sizeof(msg)))
+        BYVAL_LOG_WARN("%s", msg);
+    errno = err;
+}
+
 static int sink_offer(int fd, int open)
 {
     if (byval_cfg.transport == BYVAL_TRANSPORT_PIDFD)
         return -1; /* no socket route: nothing offered, nothing to withdraw */
     int rc = open ? byval_broker_offer_open(fd) : byval_broker_offer(fd);
-    byval_rendezvous_report(); /* why the directory is not listened on, once */
+    rendezvous_report(); /* why the directory is not listened on, once */
     if (rc == 0)
         return 0;
     /* Someone else bound our name first: importers that need the socket
@@ -114,7 +125,7 @@ int byval_export_register_fd(int fd)
     }
     if (byval_broker_serve() != 0)
         BYVAL_LOG_DEBUG("socket fallback unavailable for exported fd %d: %m", fd);
-    byval_rendezvous_report(); /* why the directory is not listened on, once */
+    rendezvous_report(); /* why the directory is not listened on, once */
     return 0;
 }
 

@@ -5,10 +5,10 @@
 #define BYVAL_HANDLES_BROKER_INTERNAL_H
 
 #include <string.h>
-#include <time.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 
 /* Linux 6.5+; the asm-generic number (alpha, mips, parisc and sparc have
  * their own tables: there we go without it and check SO_PEERCRED only). */

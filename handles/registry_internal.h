@@ -5,8 +5,8 @@
 #ifndef BYVAL_HANDLES_REGISTRY_INTERNAL_H
 #define BYVAL_HANDLES_REGISTRY_INTERNAL_H
 
-#include "handles/registry_view.h"
 #include "handles/fdcheck.h"
+#include "handles/registry_view.h"
 
 /* What a watcher's epoll event points at (the first int of each). */
 enum { WATCH_VIEW = 1, WATCH_PIDFD = 2, WATCH_KICK = 3 };

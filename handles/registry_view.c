@@ -19,8 +19,8 @@
 
 #include "handles/broker_internal.h"
 #include "handles/registry_internal.h"
-#include "handles/sys.h"
 #include "handles/rendezvous.h"
+#include "handles/sys.h"
 #include "handles/transport.h"
 
 #ifndef PIDFD_GET_PID_NAMESPACE

@@ -37,8 +37,8 @@
 #include "cache/locks.h"
 #include "handles/broker.h"
 #include "handles/fdcheck.h"
-#include "handles/transport.h"
 #include "handles/sys.h"
+#include "handles/transport.h"
 
 /* What the pipeline fetches: fd (inode low bits ino, size
  * bytes when != 0, 0: not checked) of the exporter rec names (NULL: a

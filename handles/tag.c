@@ -5,9 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
-#include <sched.h>
 
 #include "cache/locks.h"
 

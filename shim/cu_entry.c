@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/config.h"
 #include "cache/imports.h"
+#include "cache/init.h"
+#include "cache/log.h"
 #include "cache/transport.h"
-#include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/init.h"
-#include "shim/log.h"
 #include "shim/symbols.h"
 
 #define CU_EXPORT __attribute__((visibility("default")))

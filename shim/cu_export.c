@@ -22,17 +22,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache/config.h"
 #include "cache/exports.h"
+#include "cache/init.h"
 #include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
+#include "cache/transport.h"
 #include "handles/manifest.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
-#include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
-#include "cache/transport.h"
 
 /* A chunk's export, made once. */
 typedef struct cu_chunk {

@@ -21,20 +21,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/config.h"
 #include "cache/exporters.h"
 #include "cache/imports.h"
+#include "cache/init.h"
 #include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "cache/transport.h"
 #include "handles/manifest.h"
 #include "handles/registry.h"
 #include "handles/registry_view.h"
 #include "handles/resolve.h"
 #include "handles/transport.h"
-#include "shim/config.h"
 #include "shim/cu.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
 
 /* Records a mirror remembers (a hit); more are served as misses that
  * find their chunks mapped already. */

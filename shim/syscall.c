@@ -18,13 +18,13 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "handles/rescue.h"
-#include "handles/sys.h"
 #include "cache/config.h"
-#include "shim/dlsym_next.h"
 #include "cache/init.h"
 #include "cache/log.h"
 #include "cache/stats.h"
+#include "handles/rescue.h"
+#include "handles/sys.h"
+#include "shim/dlsym_next.h"
 
 static void *libc_syscall;
 

@@ -11,8 +11,8 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "shim/init.h"
-#include "shim/log.h"
+#include "cache/init.h"
+#include "cache/log.h"
 #include "shim/symbols.h"
 #include "shim/ze.h"
 

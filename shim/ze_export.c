@@ -16,15 +16,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/locks.h"
+#include "cache/config.h"
 #include "cache/exports.h"
+#include "cache/init.h"
+#include "cache/locks.h"
+#include "cache/log.h"
+#include "cache/stats.h"
+#include "cache/transport.h"
 #include "handles/registry.h"
 #include "handles/resolve.h"
-#include "shim/config.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
-#include "cache/transport.h"
 #include "shim/ze.h"
 
 /* One export per (context, pointer, route): route 0 is zeMemGetIpcHandle,

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/config.h"
+#include "cache/log.h"
+#include "cache/stats.h"
+#include "cache/transport.h"
 #include "handles/rendezvous.h"
 #include "handles/resolve.h"
-#include "shim/config.h"
-#include "shim/log.h"
-#include "shim/stats.h"
-#include "cache/transport.h"
 #include "shim/ze.h"
 
 uint64_t byval_ze_handle_fd(const void *handle64)

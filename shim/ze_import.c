@@ -18,14 +18,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/config.h"
 #include "cache/exporters.h"
 #include "cache/imports.h"
+#include "cache/init.h"
+#include "cache/log.h"
+#include "cache/stats.h"
 #include "cache/transport.h"
 #include "handles/registry_view.h"
-#include "shim/config.h"
-#include "shim/init.h"
-#include "shim/log.h"
-#include "shim/stats.h"
 #include "shim/ze.h"
 
 #define POOL_TAG (UINT64_C(1) << 63)

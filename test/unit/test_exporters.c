@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "cache/exporters.h"
-#include "shim/stats.h"
+#include "cache/stats.h"
 #include "test/unit/test_skip.h"
 
 /* ---- stubs for what exporters.c logs and counts ------------------------ */
