@@ -152,8 +152,9 @@ static void release(byval_import_t *m)
     ops->release(m);
     byval_rdunlock(&g.gate);
     byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
-    if (tracker && ops->untrack)
-        ops->untrack(tracker);
+    void (*fn)(void *) = __atomic_load_n(&ops->untrack, __ATOMIC_RELAXED);
+    if (tracker && fn)
+        fn(tracker);
     unlist(m);
     free(m);
 }
@@ -404,14 +405,15 @@ static int charge(byval_import_t *m, uint64_t delta, int first)
 static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, int left)
 {
     uint32_t zero = 0;
+    void (*watch)(byval_import_t *);
     if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return 0; /* another thread's close was first */
     if (c->ops->track && !LD_ACQ(&m->live))
         c->ops->track(m);
     if (!alive_tracked(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
-    else if (c->ops->watch && LD_ACQ(&m->live))
-        c->ops->watch(m);
+    else if (LD_ACQ(&m->live) && (watch = __atomic_load_n(&c->ops->watch, __ATOMIC_RELAXED)))
+        watch(m);
     return charge(m, 0, 1);
 }
 

@@ -53,6 +53,8 @@ int byval_import_fetch(byval_backend_import_t *b, const char *api, const byval_r
     return st == BYVAL_OK ? 0 : byval_import_refuse(b, api, st, "%s", msg);
 }
 
+/* b->cache, set once by cache_make (racing first opens): read atomically. */
+#define CACHE(b) __atomic_load_n(&(b)->cache, __ATOMIC_RELAXED)
 #define SERVES(b, m, req) ((b)->serves ? (b)->serves(m, req) : (m)->addr)
 
 /* Open p of m: 0, or the API's code (the reference dropped). */
@@ -61,10 +63,10 @@ static inline __attribute__((always_inline)) int hand_out(byval_backend_import_t
                                                           uintptr_t p, uintptr_t *ptr_p)
 {
     if (!p) {
-        byval_imports_unget(b->cache, ref);
+        byval_imports_unget(CACHE(b), ref);
         return b->invalid;
     }
-    if (byval_imports_open(b->cache, m, ref, p) < 0)
+    if (byval_imports_open(CACHE(b), m, ref, p) < 0)
         return b->nomem;
     *ptr_p = p;
     return 0;
@@ -75,8 +77,9 @@ static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_impor
 {
     byval_imports_t *c, *none = NULL;
     byval_once(&track_once, track_init);
-    b->untrack = untrack;
-    b->watch = byval_track_watch;
+    /* Racing first opens store the same values. */
+    __atomic_store_n(&b->untrack, untrack, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->watch, byval_track_watch, __ATOMIC_RELAXED);
     if (b->on_event)
         __atomic_store_n(&event_hook, b->on_event, __ATOMIC_RELEASE);
     if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
@@ -109,8 +112,8 @@ static __attribute__((noinline)) int miss(byval_backend_import_t *b, const void 
         if (m == had)
             ref = had_ref;
         else if (had)
-            byval_imports_unget(b->cache, had_ref);
-        if (m != had && !byval_imports_insert(b->cache, key, m, &m, &ref) && !ref)
+            byval_imports_unget(CACHE(b), had_ref);
+        if (m != had && !byval_imports_insert(CACHE(b), key, m, &m, &ref) && !ref)
             BYVAL_LOG_DEBUG("import cache full of open mappings (IPCBYVAL_CACHE_SIZE=%zu): "
                             "0x%llx not cached",
                             byval_cfg.cache_size, (unsigned long long)m->addr);
@@ -121,7 +124,7 @@ static __attribute__((noinline)) int miss(byval_backend_import_t *b, const void 
         byval_imports_close(*ptr_p); /* died before this open counted: afresh */
     }
     if (had)
-        byval_imports_unget(b->cache, had_ref);
+        byval_imports_unget(CACHE(b), had_ref);
     if (!r)
         byval_log_open(b->what, b->driver_route ? BYVAL_ROUTE_DRIVER : byval_fetch_route(), m->pid,
                        __atomic_load_n(&m->bytes, __ATOMIC_RELAXED), (void *)*ptr_p, t0);
