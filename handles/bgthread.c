@@ -11,7 +11,7 @@
  * prepare (the BGTHREAD rank, cache/locks.h) waits until no start is
  * pending, and holds the start lock so that none begins.
  *
- * The starter does not wait for its thread to run (issue 23: on a VM the
+ * The starter does not wait for its thread to run (on a VM the
  * new thread's first run is a scheduler wake-up away, 70-170 us that the
  * first import paid): it counts the start as pending and the new thread
  * ends it, under the same lock, before anything else.
