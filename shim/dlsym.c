@@ -201,13 +201,15 @@ void *byval_real_dlsym(void *handle, const char *name)
     return fn(handle, name);
 }
 
-/* 1 if addr lies in the Level Zero loader or in libcuda. */
+/* 1 if addr lies in one of the drivers' libraries (symbols.h). */
 static int owned_by_driver_lib(const void *addr)
 {
     Dl_info info;
     if (!dladdr(addr, &info) || !info.dli_fname)
         return 0;
-    return file_is(info.dli_fname, "libze_loader.so") || file_is(info.dli_fname, "libcuda.so");
+#define BYVAL_LIB_IS_(lib) file_is(info.dli_fname, lib) ||
+    return BYVAL_DRIVER_LIBS(BYVAL_LIB_IS_) 0;
+#undef BYVAL_LIB_IS_
 }
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)

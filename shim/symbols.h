@@ -150,6 +150,8 @@
 #endif
 /* Every exported wrapper; X(name, ...). */
 #define BYVAL_ALL_SYMBOLS(X) BYVAL_ZE_SYMBOLS(X) BYVAL_ZE_TABLES(X) BYVAL_CUDA_ALL_(X)
+/* The drivers' libraries: dlsym() hands out our wrapper for their entry points. */
+#define BYVAL_DRIVER_LIBS(X) X("libze_loader.so") X("libcuda.so")
 
 #ifdef BYVAL_EXPORT_MAP
 /* The version script. An anonymous version node on purpose: unversioned
