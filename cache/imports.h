@@ -60,7 +60,7 @@ typedef struct byval_backend_import {
     const char *kept;      /* a close's outcome in log lines */
     size_t key_len;
     int nomem, invalid; /* the API's codes: out of memory, a refused handle */
-    int driver_route;   /* nothing fetched: the driver opens it (log lines) */
+    int driver_route;   /* nothing fetched: the driver opens it (log lines; no cache: PASS) */
     /* Optional: a miss's check before it counts (the record's checksum). */
     int (*check)(void *req);
     /* Optional: the pointer an open of req from m hands out, 0 when m does

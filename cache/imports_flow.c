@@ -83,7 +83,8 @@ static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_impor
     if (b->on_event)
         __atomic_store_n(&event_hook, b->on_event, __ATOMIC_RELEASE);
     if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
-        BYVAL_LOG_ERROR("cannot allocate the %s cache: this open fails", b->name);
+        BYVAL_LOG_ERROR("cannot allocate the %s cache: this open %s", b->name,
+                        b->driver_route ? "goes to the driver uncached" : "fails");
     else if (!__atomic_compare_exchange_n(&b->cache, &none, c, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE))
         byval_imports_destroy(c), c = none;
@@ -136,8 +137,8 @@ int byval_import_open(byval_backend_import_t *b, const void *key, void *req, uin
     byval_imports_t *c = __atomic_load_n(&b->cache, __ATOMIC_ACQUIRE);
     if (!c)
         c = cache_make(b);
-    if (!c)
-        return b->nomem;
+    if (!c) /* what the driver opens alone goes to it, as without us */
+        return b->driver_route ? BYVAL_IMPORT_PASS : b->nomem;
     unsigned long long t0 = BYVAL_LOG_T0();
     byval_lru_ref_t ref = 0;
     byval_import_t *m = byval_imports_get(c, key, &ref);
