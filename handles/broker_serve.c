@@ -116,9 +116,7 @@ int byval_broker_offer_open(int fd)
 void byval_broker_withdraw(int fd)
 {
     byval_lock(&of.lock);
-    byval_fdproof_t *x = byval_fdtab_find(&of.t, fd);
-    if (x)
-        byval_fdtab_drop(&of.t, x);
+    byval_fdtab_remove(&of.t, fd);
     byval_unlock(&of.lock);
 }
 

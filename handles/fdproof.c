@@ -72,6 +72,13 @@ void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x)
     *x = t->e[--t->n];
 }
 
+void byval_fdtab_remove(byval_fdtab_t *t, int fd)
+{
+    byval_fdproof_t *x = byval_fdtab_find(t, fd);
+    if (x)
+        byval_fdtab_drop(t, x);
+}
+
 void byval_fdtab_sweep(byval_fdtab_t *t)
 {
     for (uint32_t i = 0; i < t->n;) {

@@ -39,6 +39,7 @@ byval_fdproof_t *byval_fdtab_add(byval_fdtab_t *t, int fd);
 
 /* Forget x; forget every entry whose number no longer holds its file. */
 void byval_fdtab_drop(byval_fdtab_t *t, byval_fdproof_t *x);
+void byval_fdtab_remove(byval_fdtab_t *t, int fd); /* fd's entry, if any */
 void byval_fdtab_sweep(byval_fdtab_t *t);
 
 /* A duplicate of x proven before and after (0), or -errno; -ESTALE

@@ -53,9 +53,7 @@ int byval_reg_add_fd(int fd)
 void byval_reg_drop_fd(int fd)
 {
     byval_lock(&rf.lock);
-    byval_fdproof_t *x = byval_fdtab_find(&rf.t, fd);
-    if (x)
-        byval_fdtab_drop(&rf.t, x);
+    byval_fdtab_remove(&rf.t, fd);
     byval_unlock(&rf.lock);
 }
 
