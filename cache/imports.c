@@ -61,6 +61,8 @@ static struct {
     byval_ptrmap_t *open_ptrs;
     byval_rwlock_t gate; /* releases shared, fork and purges exclusive */
     uint64_t closed, peak, budget;
+    void (*untrack)(void *tracker);
+    void (*watch)(byval_import_t *m);
 } g = {.lock = BYVAL_LOCK_INIT(IMPORTS),
        .gate = BYVAL_RWLOCK_INIT(IMPORTS_GATE),
        .released = PTHREAD_COND_INITIALIZER,
@@ -152,9 +154,8 @@ static void release(byval_import_t *m)
     ops->release(m);
     byval_rdunlock(&g.gate);
     byval_ptrmap_drop_value_at(g.open_ptrs, m, m->addr);
-    void (*fn)(void *) = __atomic_load_n(&ops->untrack, __ATOMIC_RELAXED);
-    if (tracker && fn)
-        fn(tracker);
+    if (tracker && g.untrack)
+        g.untrack(tracker);
     unlist(m);
     free(m);
 }
@@ -238,6 +239,12 @@ void byval_imports_destroy(byval_imports_t *c)
 void byval_imports_set_budget(uint64_t bytes)
 {
     __atomic_store_n(&g.budget, bytes, __ATOMIC_RELAXED);
+}
+
+void byval_imports_set_tracking(void (*untrack)(void *tracker), void (*watch)(byval_import_t *m))
+{
+    g.untrack = untrack;
+    g.watch = watch;
 }
 
 byval_lru_t *byval_imports_lru(byval_imports_t *c)
@@ -405,15 +412,14 @@ static int charge(byval_import_t *m, uint64_t delta, int first)
 static int first_close(byval_imports_t *c, byval_import_t *m, byval_lru_ref_t ref, int left)
 {
     uint32_t zero = 0;
-    void (*watch)(byval_import_t *);
     if (!__atomic_compare_exchange_n(&m->counted, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return 0; /* another thread's close was first */
     if (c->ops->track && !LD_ACQ(&m->live))
         c->ops->track(m);
     if (!alive_tracked(m) && !(c->ops->shared_ptr && left)) /* freed before we looked */
         byval_lru_remove_ref(c->lru, ref);
-    else if (LD_ACQ(&m->live) && (watch = __atomic_load_n(&c->ops->watch, __ATOMIC_RELAXED)))
-        watch(m);
+    else if (g.watch && LD_ACQ(&m->live))
+        g.watch(m);
     return charge(m, 0, 1);
 }
 

@@ -80,8 +80,6 @@ typedef struct byval_backend_import {
     /* Optional, at a mapping's first close: point m->live at the
      * exporter's registry (byval_import_track). */
     void (*track)(byval_import_t *m);
-    void (*untrack)(void *tracker);   /* set by the flow */
-    void (*watch)(byval_import_t *m); /* set by the flow */
     /* The driver hands out the same pointer for a re-open while open,
      * counting opens (CUDA legacy): such a mapping stays cached while
      * open, whatever its exporter did. */
@@ -125,13 +123,13 @@ void byval_track_record(byval_import_t *m, const struct byval_record *rec, int p
 void byval_track_pid(byval_import_t *m, uint32_t pid, uint64_t key);
 /* 1 when rec's exporter's registry (through pidfd) lists (key, ino). */
 int byval_track_listed(const struct byval_record *rec, int pidfd, uint64_t key, uint32_t ino);
-/* Start the watcher for m (b->watch; an import that must hear of frees
+/* Start the watcher for m (the watch hook; an import that must hear of frees
  * while open). */
 void byval_track_watch(byval_import_t *m);
 
 /* ---- the core (imports.c) ---------------------------------------------- */
 
-/* m lives while *word == serial; tracker goes to ops->untrack. */
+/* m lives while *word == serial; tracker goes to the untrack hook. */
 void byval_import_track(byval_import_t *m, const uint64_t *word, uint64_t serial, void *tracker);
 int byval_import_alive(const byval_import_t *m);
 
@@ -141,6 +139,10 @@ byval_imports_t *byval_imports_create(const byval_backend_import_t *ops, size_t 
 void byval_imports_destroy(byval_imports_t *c);
 /* The byte budget for mappings nobody has open (all caches). */
 void byval_imports_set_budget(uint64_t bytes);
+/* The tracker's hooks for every cache (the flow's, set once before any
+ * cache is made): untrack drops what ops->track set, after the release;
+ * watch makes a closed tracked mapping hear of frees while nobody calls. */
+void byval_imports_set_tracking(void (*untrack)(void *tracker), void (*watch)(byval_import_t *m));
 
 /* Hit: the cached mapping for key, referenced (*ref_p); NULL on a miss
  * (a freed one is taken out of the cache). Open it or unget it. */

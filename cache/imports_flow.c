@@ -77,9 +77,6 @@ static __attribute__((noinline)) byval_imports_t *cache_make(byval_backend_impor
 {
     byval_imports_t *c, *none = NULL;
     byval_once(&track_once, track_init);
-    /* Racing first opens store the same values. */
-    __atomic_store_n(&b->untrack, untrack, __ATOMIC_RELAXED);
-    __atomic_store_n(&b->watch, byval_track_watch, __ATOMIC_RELAXED);
     if (b->on_event)
         __atomic_store_n(&event_hook, b->on_event, __ATOMIC_RELEASE);
     if (!(c = byval_imports_create(b, byval_cfg.cache_size)))
@@ -221,6 +218,7 @@ static void track_init(void)
 {
     byval_resolve_set_prover(&byval_reg_prover); /* nothing is fetched that was not published */
     byval_imports_set_budget(byval_cfg.cache_bytes);
+    byval_imports_set_tracking(untrack, byval_track_watch);
     byval_reg_on_event(on_registry_event);
     byval_exporters_on_exit(exporter_exited);
 }
