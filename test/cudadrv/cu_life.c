@@ -43,16 +43,8 @@
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
 #define SIZE (2u << 20)
-#define TRY(call)                                                                  \
-    do {                                                                           \
-        CUresult r_ = (call);                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                  \
-            const char *n_ = NULL;                                                 \
-            cuGetErrorName(r_, &n_);                                               \
-            printf("cu_life: %s: %s failed: %s\n", who, #call, n_ ? n_ : "?");     \
-            return 1;                                                              \
-        }                                                                          \
-    } while (0)
+#define CU_TRY_PROG "cu_life"
+#include "cu_try.h"
 
 static const char *who = "exporter";
 static unsigned char pattern[SIZE];

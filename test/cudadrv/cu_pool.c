@@ -55,16 +55,8 @@
 
 CUresult cudadrvMemStats(int device, struct devmem_stats *st); /* the double's */
 
-#define TRY(call)                                                                  \
-    do {                                                                           \
-        CUresult r_ = (call);                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                  \
-            const char *n_ = NULL;                                                 \
-            cuGetErrorName(r_, &n_);                                               \
-            printf("FAILED cu_pool %s: %s: %s\n", who, #call, n_ ? n_ : "?");      \
-            return 1;                                                              \
-        }                                                                          \
-    } while (0)
+#define CU_TRY_PROG "cu_pool"
+#include "cu_try.h"
 
 static const char *who = "exporter";
 
